@@ -1,0 +1,54 @@
+import COpenSSL
+
+/// An RSA public key held by OpenSSL, used for RS256 signature checks.
+///
+/// The key is immutable after construction and every check uses its own
+/// `EVP_MD_CTX`, so one instance may be shared across threads.
+public final class RSAPublicKey: @unchecked Sendable {
+    let key: OpaquePointer
+
+    /// The modulus length in bits.
+    public let modulusBits: Int
+
+    /// Builds a key from big-endian modulus and exponent bytes, as found in a JWK.
+    /// Returns nil when OpenSSL refuses the numbers.
+    public init?(modulus: [UInt8], exponent: [UInt8]) {
+        guard !modulus.isEmpty, !exponent.isEmpty,
+            let key = siwa_rsa_public_key_from_components(modulus, modulus.count, exponent, exponent.count)
+        else { return nil }
+        self.key = key
+        self.modulusBits = Int(EVP_PKEY_get_bits(key))
+    }
+
+    init(owning key: OpaquePointer) {
+        self.key = key
+        self.modulusBits = Int(EVP_PKEY_get_bits(key))
+    }
+
+    deinit { EVP_PKEY_free(key) }
+
+    /// The modulus length in bytes: the exact length of every valid signature.
+    public var modulusBytes: Int { (modulusBits + 7) / 8 }
+
+    /// RSASSA-PKCS1-v1_5 with SHA-256 over `message`.
+    public func isValidRS256Signature(_ signature: [UInt8], for message: [UInt8]) -> Bool {
+        message.withUnsafeBufferPointer { messageBuffer in
+            signature.withUnsafeBufferPointer { signatureBuffer in
+                siwa_rs256_verify(
+                    key, messageBuffer.baseAddress, messageBuffer.count,
+                    signatureBuffer.baseAddress, signatureBuffer.count) == 1
+            }
+        }
+    }
+
+    /// Like `isValidRS256Signature(_:for:)` over a slice of bytes, without copying.
+    public func isValidRS256Signature(_ signature: [UInt8], for message: ArraySlice<UInt8>) -> Bool {
+        message.withUnsafeBufferPointer { messageBuffer in
+            signature.withUnsafeBufferPointer { signatureBuffer in
+                siwa_rs256_verify(
+                    key, messageBuffer.baseAddress, messageBuffer.count,
+                    signatureBuffer.baseAddress, signatureBuffer.count) == 1
+            }
+        }
+    }
+}

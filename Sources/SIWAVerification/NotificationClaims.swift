@@ -1,0 +1,82 @@
+/// The JWT claims of a notification, checked against this deployment.
+struct NotificationClaims {
+    static let maximumTokenIDLength = 256
+
+    let clientID: String
+    let issuedAt: Int64
+    let expiresAt: Int64?
+    let tokenID: String
+    let events: JSONValue
+
+    init(decoding bytes: [UInt8], clientIDs: Set<String>) throws(VerificationError) {
+        let members = try JSONDocument.claims.parseObject(bytes)
+
+        switch members["iss"] {
+        case nil: throw VerificationError(.issMissing, "the claims have no iss")
+        case .string(NotificationVerifier.appleIssuer)?: break
+        default: throw VerificationError(.issMismatch, "iss is not exactly \(NotificationVerifier.appleIssuer)")
+        }
+
+        let audiences: [String]
+        switch members["aud"] {
+        case nil: throw VerificationError(.audMissing, "the claims have no aud")
+        case .string(let audience)?: audiences = [audience]
+        case .array(let elements)? where !elements.isEmpty:
+            var strings: [String] = []
+            for element in elements {
+                guard case .string(let audience) = element else {
+                    throw VerificationError(.audInvalid, "aud is an array holding a JSON \(element.typeName)")
+                }
+                strings.append(audience)
+            }
+            audiences = strings
+        case let other?: throw VerificationError(.audInvalid, "aud is a JSON \(other.typeName), not a string or array of strings")
+        }
+        guard let served = audiences.first(where: clientIDs.contains) else {
+            throw VerificationError(.audNotServed, "aud names no client ID this deployment serves")
+        }
+        clientID = served
+
+        switch members["exp"] {
+        case nil: expiresAt = nil
+        case let value?:
+            guard let seconds = Self.numericDate(value) else {
+                throw VerificationError(.expInvalid, "exp is not a NumericDate")
+            }
+            expiresAt = seconds
+        }
+
+        guard let iat = members["iat"] else { throw VerificationError(.iatMissing, "the claims have no iat") }
+        guard let issued = Self.numericDate(iat) else { throw VerificationError(.iatInvalid, "iat is not a NumericDate") }
+        issuedAt = issued
+
+        switch members["jti"] {
+        case nil: throw VerificationError(.jtiMissing, "the claims have no jti")
+        case .string(let jti)? where !jti.isEmpty && jti.unicodeScalars.count <= Self.maximumTokenIDLength
+            && !jti.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }):
+            tokenID = jti
+        default: throw VerificationError(.jtiInvalid, "jti is not a string of 1 to 256 printable characters")
+        }
+
+        guard let events = members["events"] else { throw VerificationError(.eventsMissing, "the claims have no events") }
+        self.events = events
+    }
+
+    func checkTimes(now: Int64, leewaySeconds: Int64) throws(VerificationError) {
+        if let expiresAt, now >= expiresAt.addingReportingOverflow(leewaySeconds).partialValue {
+            throw VerificationError(.tokenExpired, "the token expired at \(expiresAt) (now \(now), leeway \(leewaySeconds) s)")
+        }
+        guard issuedAt <= now + leewaySeconds else {
+            throw VerificationError(.iatInFuture, "iat \(issuedAt) is in the future (now \(now), leeway \(leewaySeconds) s)")
+        }
+    }
+
+    /// RFC 7519 NumericDate: non-negative seconds, fractions truncated.
+    static func numericDate(_ value: JSONValue) -> Int64? {
+        switch value {
+        case .integer(let seconds) where seconds >= 0: seconds
+        case .number(let seconds) where seconds >= 0 && seconds < 1e15: Int64(seconds)
+        default: nil
+        }
+    }
+}
