@@ -9,7 +9,8 @@ enum NotificationBody {
         switch members["payload"] {
         case nil: throw VerificationError(.payloadMissing, "the body has no \"payload\" member")
         case .string(let token)?: return Array(token.utf8)
-        case let other?: throw VerificationError(.payloadNotString, "\"payload\" is a JSON \(other.typeName), not a string")
+        case let other?:
+            throw VerificationError(.payloadNotString, "\"payload\" is a JSON \(other.typeName), not a string")
         }
     }
 }

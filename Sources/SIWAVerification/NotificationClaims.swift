@@ -30,7 +30,8 @@ struct NotificationClaims {
                 strings.append(audience)
             }
             audiences = strings
-        case let other?: throw VerificationError(.audInvalid, "aud is a JSON \(other.typeName), not a string or array of strings")
+        case let other?:
+            throw VerificationError(.audInvalid, "aud is a JSON \(other.typeName), not a string or array of strings")
         }
         guard let served = audiences.first(where: clientIDs.contains) else {
             throw VerificationError(.audNotServed, "aud names no client ID this deployment serves")
@@ -47,27 +48,34 @@ struct NotificationClaims {
         }
 
         guard let iat = members["iat"] else { throw VerificationError(.iatMissing, "the claims have no iat") }
-        guard let issued = Self.numericDate(iat) else { throw VerificationError(.iatInvalid, "iat is not a NumericDate") }
+        guard let issued = Self.numericDate(iat) else {
+            throw VerificationError(.iatInvalid, "iat is not a NumericDate")
+        }
         issuedAt = issued
 
         switch members["jti"] {
         case nil: throw VerificationError(.jtiMissing, "the claims have no jti")
-        case .string(let jti)? where !jti.isEmpty && jti.unicodeScalars.count <= Self.maximumTokenIDLength
+        case .string(let jti)?
+        where !jti.isEmpty && jti.unicodeScalars.count <= Self.maximumTokenIDLength
             && !jti.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }):
             tokenID = jti
         default: throw VerificationError(.jtiInvalid, "jti is not a string of 1 to 256 printable characters")
         }
 
-        guard let events = members["events"] else { throw VerificationError(.eventsMissing, "the claims have no events") }
+        guard let events = members["events"] else {
+            throw VerificationError(.eventsMissing, "the claims have no events")
+        }
         self.events = events
     }
 
     func checkTimes(now: Int64, leewaySeconds: Int64) throws(VerificationError) {
         if let expiresAt, now >= expiresAt.addingReportingOverflow(leewaySeconds).partialValue {
-            throw VerificationError(.tokenExpired, "the token expired at \(expiresAt) (now \(now), leeway \(leewaySeconds) s)")
+            throw VerificationError(
+                .tokenExpired, "the token expired at \(expiresAt) (now \(now), leeway \(leewaySeconds) s)")
         }
         guard issuedAt <= now + leewaySeconds else {
-            throw VerificationError(.iatInFuture, "iat \(issuedAt) is in the future (now \(now), leeway \(leewaySeconds) s)")
+            throw VerificationError(
+                .iatInFuture, "iat \(issuedAt) is in the future (now \(now), leeway \(leewaySeconds) s)")
         }
     }
 

@@ -21,15 +21,19 @@ struct NotificationEventClaim {
         case .object(let object): members = object
         case .string(let text): members = try JSONDocument.events.parseObject(Array(text.utf8))
         default:
-            throw VerificationError(.eventsWrongType, "events is a JSON \(claim.typeName), not an object or a string holding one")
+            throw VerificationError(
+                .eventsWrongType, "events is a JSON \(claim.typeName), not an object or a string holding one")
         }
 
         switch members["type"] {
         case nil: throw VerificationError(.eventTypeMissing, "the event has no type")
-        case .string(let raw)? where !raw.isEmpty && raw.utf8.count <= 128
+        case .string(let raw)?
+        where !raw.isEmpty && raw.utf8.count <= 128
             && raw.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }):
             rawType = raw
-        default: throw VerificationError(.eventTypeInvalid, "the event's type is not a string of 1 to 128 visible ASCII characters")
+        default:
+            throw VerificationError(
+                .eventTypeInvalid, "the event's type is not a string of 1 to 128 visible ASCII characters")
         }
         type = NotificationEventType(rawType: rawType)
 
@@ -37,7 +41,8 @@ struct NotificationEventClaim {
         case nil: throw VerificationError(.eventSubMissing, "the event has no sub")
         case .string(let sub)? where Self.isValidSubject(sub): subject = sub
         default:
-            throw VerificationError(.eventSubInvalid, "the event's sub is not a string of 1 to 255 visible ASCII characters")
+            throw VerificationError(
+                .eventSubInvalid, "the event's sub is not a string of 1 to 255 visible ASCII characters")
         }
 
         switch members["event_time"] {
@@ -54,7 +59,8 @@ struct NotificationEventClaim {
         }
         switch members["email"] {
         case nil: throw VerificationError(.emailMissing, "the \(type.name) event has no email")
-        case .string(let address)? where !address.isEmpty && address.utf8.count <= Self.maximumEmailLength
+        case .string(let address)?
+        where !address.isEmpty && address.utf8.count <= Self.maximumEmailLength
             && !address.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }):
             email = address
         default: throw VerificationError(.emailInvalid, "the event's email is not a string of 1 to 320 bytes")
@@ -64,7 +70,8 @@ struct NotificationEventClaim {
         case .string("true")?, .bool(true)?: isPrivateEmail = true
         case .string("false")?, .bool(false)?: isPrivateEmail = false
         default:
-            throw VerificationError(.isPrivateEmailInvalid, "is_private_email is not \"true\", \"false\", true or false")
+            throw VerificationError(
+                .isPrivateEmailInvalid, "is_private_email is not \"true\", \"false\", true or false")
         }
     }
 

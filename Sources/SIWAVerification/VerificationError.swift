@@ -148,13 +148,14 @@ enum JSONDocument {
     case body, header, claims, events
 
     func error(for problem: JSONProblem) -> VerificationError {
-        let (notJSON, tooDeep, duplicate, name): (VerificationError.Code, VerificationError.Code, VerificationError.Code, String) =
-            switch self {
-            case .body: (.bodyNotJSON, .bodyTooDeep, .bodyDuplicateMember, "request body")
-            case .header: (.headerNotJSON, .headerTooDeep, .headerDuplicateMember, "JWS header")
-            case .claims: (.claimsNotJSON, .claimsTooDeep, .claimsDuplicateMember, "JWS claims")
-            case .events: (.eventsNotJSON, .eventsTooDeep, .eventsDuplicateMember, "events claim")
-            }
+        let (notJSON, tooDeep, duplicate, name):
+            (VerificationError.Code, VerificationError.Code, VerificationError.Code, String) =
+                switch self {
+                case .body: (.bodyNotJSON, .bodyTooDeep, .bodyDuplicateMember, "request body")
+                case .header: (.headerNotJSON, .headerTooDeep, .headerDuplicateMember, "JWS header")
+                case .claims: (.claimsNotJSON, .claimsTooDeep, .claimsDuplicateMember, "JWS claims")
+                case .events: (.eventsNotJSON, .eventsTooDeep, .eventsDuplicateMember, "events claim")
+                }
         switch problem {
         case .syntax(let offset): return VerificationError(notJSON, "the \(name) is not valid JSON (at byte \(offset))")
         case .tooDeep(let limit): return VerificationError(tooDeep, "the \(name) nests deeper than \(limit) levels")
