@@ -1,1 +1,62 @@
-@main struct M { static func main() {} }
+import Foundation
+
+/// `siwa-endpoint <subcommand>`: the responder and its test kit.
+@main
+enum SIWAEndpointCommand {
+    static let subcommands: [(name: String, summary: String)] = [
+        ("keygen", "make a test RSA-2048 signing key and its JWKS: keygen --out DIR"),
+        ("sign", "print a signed notification body, as Apple sends one (test kit)"),
+        ("verify", "verify one captured request body and say why it was refused"),
+        ("bench", "time full verification against the bare OpenSSL RS256 check"),
+    ]
+
+    static let usage = """
+        usage: siwa-endpoint <subcommand> [options]
+
+        subcommands:
+        \(subcommands.map { "  " + $0.name.padding(toLength: 8, withPad: " ", startingAt: 0) + $0.summary }.joined(separator: "\n"))
+
+        Run `siwa-endpoint <subcommand> --help` for its options.
+        """
+
+    static func main() {
+        var arguments = Array(CommandLine.arguments.dropFirst())
+        guard let subcommand = arguments.first else {
+            Output.error(usage)
+            exit(2)
+        }
+        arguments.removeFirst()
+        if subcommand == "--help" || subcommand == "-h" || subcommand == "help" {
+            Output.line(usage)
+            exit(0)
+        }
+        let status: Int32
+        do {
+            switch subcommand {
+            case "keygen": status = try KeygenCommand.run(arguments)
+            case "sign": status = try SignCommand.run(arguments)
+            case "verify": status = try VerifyCommand.run(arguments)
+            case "bench": status = try BenchCommand.run(arguments)
+            default: throw UsageError("unknown subcommand \(subcommand)\n\n\(usage)")
+            }
+        } catch let error as UsageError {
+            Output.error("siwa-endpoint \(subcommand): \(error.description)")
+            exit(2)
+        } catch {
+            Output.error("siwa-endpoint \(subcommand): \(error)")
+            exit(1)
+        }
+        exit(status)
+    }
+}
+
+/// Writes whole lines to standard output and standard error.
+enum Output {
+    static func line(_ text: String) {
+        FileHandle.standardOutput.write(Data((text + "\n").utf8))
+    }
+
+    static func error(_ text: String) {
+        FileHandle.standardError.write(Data((text + "\n").utf8))
+    }
+}

@@ -1,0 +1,98 @@
+import Foundation
+import SIWAVerification
+import SIWATestKit
+
+/// `bench`: full verification of one notification against the bare OpenSSL RS256
+/// check of the same signature, on one thread, in the same run, as a ratio.
+enum BenchCommand {
+    static let help = """
+        usage: siwa-endpoint bench [--iterations N] [--rounds R]
+
+        Signs one notification with a fresh test key, then alternates R rounds of N
+        full verifications (body -> payload -> JWS -> key by kid -> signature ->
+        claims -> event) with R rounds of N bare OpenSSL RS256 checks of the same
+        signature. Prints the median rate of each and their ratio. Build with
+        -c release for meaningful figures. Defaults: N = 2000, R = 7.
+        """
+
+    static func run(_ words: [String]) throws -> Int32 {
+        if words.contains("--help") {
+            Output.line(help)
+            return 0
+        }
+        let arguments = try CommandLineArguments(words, valueOptions: ["--iterations", "--rounds"])
+        let iterations = Int(try arguments.integer("--iterations") ?? 2000)
+        let rounds = Int(try arguments.integer("--rounds") ?? 7)
+        guard iterations > 0, rounds > 0 else { throw UsageError("--iterations and --rounds must be positive") }
+
+        let now = Int64(Date().timeIntervalSince1970)
+        let key = try TestSigningKey.generate(keyID: "bench-key")
+        let notification = TestNotification(
+            type: "email-disabled", subject: "001234.0123456789abcdef0123456789abcdef.0123", clientID: "com.example.app",
+            email: "abc123@privaterelay.appleid.com", isPrivateEmail: true, issuedAt: now)
+        let body = Array(try notification.requestBody(signedWith: key).utf8)
+        let keys = try JSONWebKeySet(jsonBytes: Array(try TestSigningKey.jwksDocument([key]).utf8))
+        let verifier = NotificationVerifier(keys: keys, clientIDs: ["com.example.app"])
+
+        // The bare check's inputs, prepared once outside the timed loop.
+        let token = Array(try notification.token(signedWith: key).utf8)
+        let lastDot = token.lastIndex(of: UInt8(ascii: "."))!
+        let signingInput = Array(token[..<lastDot])
+        let signature = Base64URL.decode(token[(lastDot + 1)...])!
+        let publicKey = try keys.key(forKeyID: "bench-key")
+
+        guard (try? verifier.verify(body: body, now: now)) != nil,
+            publicKey.isValidRS256Signature(signature, for: signingInput)
+        else {
+            Output.error("bench: the benchmark notification does not verify")
+            return 1
+        }
+
+        var fullTimes: [Double] = []
+        var bareTimes: [Double] = []
+        var verified = 0
+        for _ in 0..<rounds {
+            fullTimes.append(
+                seconds {
+                    for _ in 0..<iterations where (try? verifier.verify(body: body, now: now)) != nil { verified += 1 }
+                })
+            bareTimes.append(
+                seconds {
+                    for _ in 0..<iterations where publicKey.isValidRS256Signature(signature, for: signingInput) {
+                        verified += 1
+                    }
+                })
+        }
+        guard verified == 2 * rounds * iterations else {
+            Output.error("bench: a verification failed during the run")
+            return 1
+        }
+        let fullRate = Double(iterations) / median(fullTimes)
+        let bareRate = Double(iterations) / median(bareTimes)
+        let ratio = fullRate / bareRate
+        Output.line(
+            """
+            notification body: \(body.count) bytes; \(rounds) rounds x \(iterations) iterations each, one thread
+            bare OpenSSL RS256 check: \(format(bareRate)) /s (\(format(1e6 / bareRate, digits: 1)) us each)
+            full verification:        \(format(fullRate)) /s (\(format(1e6 / fullRate, digits: 1)) us each)
+            ratio full/bare: \(format(ratio, digits: 3)) (target >= 0.70)
+            """)
+        return 0
+    }
+
+    private static func seconds(_ work: () -> Void) -> Double {
+        let start = ContinuousClock.now
+        work()
+        let elapsed = ContinuousClock.now - start
+        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    }
+
+    private static func median(_ values: [Double]) -> Double {
+        let sorted = values.sorted()
+        return sorted[sorted.count / 2]
+    }
+
+    private static func format(_ value: Double, digits: Int = 0) -> String {
+        String(format: "%.\(digits)f", value)
+    }
+}

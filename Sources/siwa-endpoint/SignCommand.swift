@@ -1,0 +1,55 @@
+import Foundation
+import SIWACrypto
+import SIWATestKit
+
+/// `sign`: prints a request body exactly as Apple sends one, signed with a test key.
+enum SignCommand {
+    static let help = """
+        usage: siwa-endpoint sign --key FILE --kid KID --type TYPE --sub SUB --client-id ID
+                                  [--email E --private true|false] [--event-time MS]
+                                  [--jti J] [--iat SECONDS] [--documented-shape]
+
+        Prints {"payload":"<JWS>"} as Apple posts it: events as a JSON string,
+        event_time in milliseconds, exp = iat + 86400, header {"kid","alg"}.
+        --documented-shape gives Apple's documented form instead (events as an
+        object, event_time in seconds). TYPE may be any string, including an
+        unknown one. --iat defaults to now; --event-time to iat in milliseconds.
+        """
+
+    static func run(_ words: [String]) throws -> Int32 {
+        if words.contains("--help") {
+            Output.line(help)
+            return 0
+        }
+        let arguments = try CommandLineArguments(
+            words,
+            valueOptions: [
+                "--key", "--kid", "--type", "--sub", "--client-id", "--email", "--private", "--event-time", "--jti",
+                "--iat",
+            ],
+            flagOptions: ["--documented-shape"])
+        let keyPath = try arguments.required("--key")
+        guard let pem = FileManager.default.contents(atPath: keyPath) else {
+            throw UsageError("cannot read --key \(keyPath)")
+        }
+        let key = TestSigningKey(
+            keyID: try arguments.required("--kid"), privateKey: try RSAPrivateKey(pem: String(decoding: pem, as: UTF8.self)))
+
+        var isPrivateEmail: Bool?
+        switch arguments.value("--private") {
+        case nil: isPrivateEmail = nil
+        case "true": isPrivateEmail = true
+        case "false": isPrivateEmail = false
+        case let other?: throw UsageError("--private must be true or false, got \(other)")
+        }
+        let issuedAt = try arguments.integer("--iat") ?? Int64(Date().timeIntervalSince1970)
+        let notification = TestNotification(
+            type: try arguments.required("--type"), subject: try arguments.required("--sub"),
+            clientID: try arguments.required("--client-id"), email: arguments.value("--email"),
+            isPrivateEmail: isPrivateEmail, eventTimeMilliseconds: try arguments.integer("--event-time"),
+            tokenID: arguments.value("--jti"), issuedAt: issuedAt,
+            shape: arguments.has("--documented-shape") ? .documented : .apple)
+        Output.line(try notification.requestBody(signedWith: key))
+        return 0
+    }
+}
