@@ -48,6 +48,11 @@ let package = Package(
             name: "SIWAVerificationTests",
             dependencies: ["SIWAVerification", "SIWATestKit", "SIWACrypto"]
         ),
+        // Runs the real siwa-endpoint binary: keygen, sign, verify, exit statuses.
+        .testTarget(
+            name: "SIWAEndpointCLITests",
+            dependencies: ["siwa-endpoint", "SIWAVerification"]
+        ),
         .testTarget(
             name: "SIWAServerTests",
             dependencies: ["SIWAServer", "SIWAVerification", "SIWATestKit"]

@@ -40,25 +40,58 @@ public enum Base64URL {
 
     /// Decodes strict unpadded base64url; nil when any rule is broken.
     public static func decode<Bytes: Collection<UInt8>>(_ text: Bytes) -> [UInt8]? {
-        let count = text.count
+        if let decoded = text.withContiguousStorageIfAvailable({ decode(buffer: $0) }) { return decoded }
+        return Array(text).withUnsafeBufferPointer { decode(buffer: $0) }
+    }
+
+    private static func decode(buffer input: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
+        let count = input.count
         guard count % 4 != 1 else { return nil }
-        var output = [UInt8]()
-        output.reserveCapacity(count * 3 / 4)
-        var accumulator: UInt32 = 0
-        var bits = 0
-        for symbol in text {
-            let value = decodeTable[Int(symbol)]
-            guard value != 0xFF else { return nil }
-            accumulator = accumulator << 6 | UInt32(value)
-            bits += 6
-            if bits >= 8 {
-                bits -= 8
-                output.append(UInt8(truncatingIfNeeded: accumulator >> UInt32(bits)))
-                accumulator &= (1 << UInt32(bits)) - 1
+        let outputCount = count / 4 * 3 + max(0, count % 4 - 1)
+        return decodeTable.withUnsafeBufferPointer { table -> [UInt8]? in
+            var valid = true
+            let output = [UInt8](unsafeUninitializedCapacity: outputCount) { out, initialized in
+                var inIndex = 0
+                var outIndex = 0
+                // Whole quads: an invalid symbol sets the high bit of its table entry (0xFF).
+                while inIndex + 4 <= count {
+                    let a = table[Int(input[inIndex])]
+                    let b = table[Int(input[inIndex + 1])]
+                    let c = table[Int(input[inIndex + 2])]
+                    let d = table[Int(input[inIndex + 3])]
+                    if (a | b | c | d) & 0x80 != 0 {
+                        valid = false
+                        break
+                    }
+                    let chunk = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
+                    out[outIndex] = UInt8(truncatingIfNeeded: chunk >> 16)
+                    out[outIndex + 1] = UInt8(truncatingIfNeeded: chunk >> 8)
+                    out[outIndex + 2] = UInt8(truncatingIfNeeded: chunk)
+                    inIndex += 4
+                    outIndex += 3
+                }
+                let remaining = count - inIndex
+                if valid, remaining >= 2 {
+                    let a = table[Int(input[inIndex])]
+                    let b = table[Int(input[inIndex + 1])]
+                    let c = remaining == 3 ? table[Int(input[inIndex + 2])] : 0
+                    if (a | b | c) & 0x80 != 0 {
+                        valid = false
+                    } else if remaining == 2 {
+                        // Unused trailing bits must be zero: one encoding per byte string.
+                        valid = b & 0x0F == 0
+                        out[outIndex] = a << 2 | b >> 4
+                        outIndex += 1
+                    } else {
+                        valid = c & 0x03 == 0
+                        out[outIndex] = a << 2 | b >> 4
+                        out[outIndex + 1] = b << 4 | c >> 2
+                        outIndex += 2
+                    }
+                }
+                initialized = valid ? outIndex : 0
             }
+            return valid ? output : nil
         }
-        // Unused trailing bits must be zero: one encoding per byte string.
-        guard accumulator == 0 else { return nil }
-        return output
     }
 }

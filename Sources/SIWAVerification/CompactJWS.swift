@@ -9,9 +9,10 @@ struct CompactJWS {
     init(_ token: [UInt8]) throws(VerificationError) {
         let dot = UInt8(ascii: ".")
         var dots: [Int] = []
-        for (offset, byte) in token.enumerated() where byte == dot {
-            dots.append(offset)
-            guard dots.count <= 2 else { break }
+        var searchFrom = 0
+        while dots.count <= 2, let found = token[searchFrom...].firstIndex(of: dot) {
+            dots.append(found)
+            searchFrom = found + 1
         }
         guard dots.count == 2 else {
             let segments = dots.count + 1
@@ -22,8 +23,10 @@ struct CompactJWS {
         let headerText = token[0..<dots[0]]
         let claimsText = token[(dots[0] + 1)..<dots[1]]
         let signatureText = token[(dots[1] + 1)...]
-        guard !headerText.isEmpty, !claimsText.isEmpty, !signatureText.isEmpty else {
-            throw VerificationError(.tokenEmptySegment, "a segment of the compact JWS is empty")
+        // An empty signature is let through to the header check, so `alg: none`
+        // tokens are named as such; RS256 then refuses it for its length.
+        guard !headerText.isEmpty, !claimsText.isEmpty else {
+            throw VerificationError(.tokenEmptySegment, "the header or claims segment of the compact JWS is empty")
         }
         guard let header = Base64URL.decode(headerText), let claims = Base64URL.decode(claimsText),
             let signature = Base64URL.decode(signatureText)

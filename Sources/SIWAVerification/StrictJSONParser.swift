@@ -195,7 +195,9 @@ public struct StrictJSONParser {
             guard byte >= 0x20 else { throw syntaxError }
             index += 1
         }
-        var decoded = Array(bytes[start..<index])
+        var decoded = [UInt8]()
+        decoded.reserveCapacity(bytes.count - start)
+        decoded.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<index]))
         while index < bytes.count {
             let byte = bytes[index]
             switch byte {
@@ -221,9 +223,13 @@ public struct StrictJSONParser {
                 default: throw .syntax(offset: index - 1)
                 }
             default:
-                guard byte >= 0x20 else { throw syntaxError }
-                decoded.append(byte)
-                index += 1
+                // Copy the run up to the next quote or escape in one step.
+                let runStart = index
+                while index < bytes.count, bytes[index] != UInt8(ascii: "\""), bytes[index] != UInt8(ascii: "\\") {
+                    guard bytes[index] >= 0x20 else { throw syntaxError }
+                    index += 1
+                }
+                decoded.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<index]))
             }
         }
         throw syntaxError

@@ -1,6 +1,6 @@
 import Foundation
-import SIWAVerification
 import SIWATestKit
+import SIWAVerification
 
 /// `bench`: full verification of one notification against the bare OpenSSL RS256
 /// check of the same signature, on one thread, in the same run, as a ratio.
@@ -28,7 +28,8 @@ enum BenchCommand {
         let now = Int64(Date().timeIntervalSince1970)
         let key = try TestSigningKey.generate(keyID: "bench-key")
         let notification = TestNotification(
-            type: "email-disabled", subject: "001234.0123456789abcdef0123456789abcdef.0123", clientID: "com.example.app",
+            type: "email-disabled", subject: "001234.0123456789abcdef0123456789abcdef.0123",
+            clientID: "com.example.app",
             email: "abc123@privaterelay.appleid.com", isPrivateEmail: true, issuedAt: now)
         let body = Array(try notification.requestBody(signedWith: key).utf8)
         let keys = try JSONWebKeySet(jsonBytes: Array(try TestSigningKey.jwksDocument([key]).utf8))

@@ -33,7 +33,8 @@ enum SignCommand {
             throw UsageError("cannot read --key \(keyPath)")
         }
         let key = TestSigningKey(
-            keyID: try arguments.required("--kid"), privateKey: try RSAPrivateKey(pem: String(decoding: pem, as: UTF8.self)))
+            keyID: try arguments.required("--kid"),
+            privateKey: try RSAPrivateKey(pem: String(decoding: pem, as: UTF8.self)))
 
         var isPrivateEmail: Bool?
         switch arguments.value("--private") {

@@ -1,0 +1,124 @@
+import Foundation
+import SIWAVerification
+import Testing
+
+/// keygen → sign → verify through the real binary, with exact output and exit statuses.
+@Suite("Command line", .serialized)
+final class CommandLineTests {
+    let directory: URL
+
+    init() throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("siwa-cli-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    }
+
+    deinit { try? FileManager.default.removeItem(at: directory) }
+
+    func keygen() throws -> (key: String, jwks: String) {
+        let run = try EndpointBinary.run(["keygen", "--out", directory.path, "--kid", "cli-test-key"])
+        #expect(run.status == 0)
+        let key = directory.appendingPathComponent("test-signing-key.pem").path
+        let jwks = directory.appendingPathComponent("test-jwks.json").path
+        #expect(run.standardOutput == #"{"kid":"cli-test-key","private_key":"\#(key)","jwks":"\#(jwks)"}"# + "\n")
+        return (key, jwks)
+    }
+
+    func object(_ text: String) throws -> [String: JSONValue] {
+        guard case .object(let members) = try StrictJSONParser.parse(Array(text.utf8)) else {
+            Issue.record("not a JSON object: \(text)")
+            return [:]
+        }
+        return members
+    }
+
+    @Test("--help lists the subcommands")
+    func help() throws {
+        let run = try EndpointBinary.run(["--help"])
+        #expect(run.status == 0)
+        for name in ["keygen", "sign", "verify", "bench"] { #expect(run.standardOutput.contains("  \(name) ")) }
+    }
+
+    @Test("keygen writes a private key readable only by its owner and a JWKS with the kid")
+    func keygenFiles() throws {
+        let (key, jwks) = try keygen()
+        let attributes = try FileManager.default.attributesOfItem(atPath: key)
+        #expect((attributes[.posixPermissions] as? NSNumber)?.intValue == 0o600)
+        let keys = try JSONWebKeySet(jsonBytes: Array(try Data(contentsOf: URL(fileURLWithPath: jwks))))
+        #expect(keys.usableKeyIDs == ["cli-test-key"])
+    }
+
+    @Test("sign then verify: an email event in Apple's shape")
+    func signAndVerifyEmailEvent() throws {
+        let (key, jwks) = try keygen()
+        let signed = try EndpointBinary.run([
+            "sign", "--key", key, "--kid", "cli-test-key", "--type", "email-disabled", "--sub", "000111.abc.2222",
+            "--client-id", "com.example.app", "--email", "relay@privaterelay.appleid.com", "--private", "true",
+            "--event-time", "1796000000123", "--jti", "AAAAAAAAAAAAAAAAAAAAAA", "--iat", "1796000001",
+        ])
+        #expect(signed.status == 0)
+        let body = directory.appendingPathComponent("body.json")
+        try Data(signed.standardOutput.utf8).write(to: body)
+        let verified = try EndpointBinary.run([
+            "verify", "--jwks", jwks, "--client-id", "com.example.other", "--client-id", "com.example.app", "--at",
+            "1796000010", body.path,
+        ])
+        #expect(verified.status == 0)
+        #expect(
+            verified.standardOutput
+                == #"{"client_id":"com.example.app","sub":"000111.abc.2222","type":"email-disabled","raw_type":"email-disabled","event_time_ms":1796000000123,"jti":"AAAAAAAAAAAAAAAAAAAAAA","iat":1796000001,"exp":1796086401,"email":"relay@privaterelay.appleid.com","is_private_email":true}"#
+                + "\n")
+    }
+
+    @Test("sign --documented-shape with the older deletion spelling, verified from standard input")
+    func documentedShapeFromStandardInput() throws {
+        let (key, jwks) = try keygen()
+        let signed = try EndpointBinary.run([
+            "sign", "--key", key, "--kid", "cli-test-key", "--type", "account-delete", "--sub", "000111.abc.2222",
+            "--client-id", "com.example.app", "--iat", "1796000001", "--documented-shape",
+        ])
+        #expect(signed.status == 0)
+        let verified = try EndpointBinary.run(
+            ["verify", "--jwks", jwks, "--client-id", "com.example.app", "--at", "1796000002", "-"],
+            input: Data(signed.standardOutput.utf8))
+        #expect(verified.status == 0)
+        let result = try object(verified.standardOutput)
+        #expect(result["type"] == .string("account-deleted"))
+        #expect(result["raw_type"] == .string("account-delete"))
+        #expect(result["event_time_ms"] == .integer(1_796_000_001_000))
+        #expect(result["exp"] == .null)
+        #expect(result["email"] == nil)
+    }
+
+    @Test("a refusal exits 1 with the code, the status and a message")
+    func refusal() throws {
+        let (key, jwks) = try keygen()
+        let signed = try EndpointBinary.run([
+            "sign", "--key", key, "--kid", "cli-test-key", "--type", "consent-revoked", "--sub", "000111.abc.2222",
+            "--client-id", "com.example.app", "--iat", "1796000001",
+        ])
+        let expired = try EndpointBinary.run(
+            ["verify", "--jwks", jwks, "--client-id", "com.example.app", "--at", "1796200000"],
+            input: Data(signed.standardOutput.utf8))
+        #expect(expired.status == 1)
+        let result = try object(expired.standardOutput)
+        #expect(result["error"] == .string("token_expired"))
+        #expect(result["http_status"] == .integer(401))
+        #expect(result.keys.sorted() == ["error", "http_status", "message"])
+
+        let notOurs = try EndpointBinary.run(
+            ["verify", "--jwks", jwks, "--client-id", "com.example.other", "--at", "1796000002"],
+            input: Data(signed.standardOutput.utf8))
+        #expect(notOurs.status == 1)
+        #expect(try object(notOurs.standardOutput)["http_status"] == .integer(403))
+    }
+
+    @Test(
+        "usage errors exit 2",
+        arguments: [["verify"], ["verify", "--jwks", "/nonexistent"], ["sign", "--key"], ["frobnicate"], []])
+    func usageErrors(_ arguments: [String]) throws {
+        let run = try EndpointBinary.run(arguments)
+        #expect(run.status == 2)
+        #expect(run.standardOutput.isEmpty)
+        #expect(!run.standardError.isEmpty)
+    }
+}
