@@ -61,7 +61,7 @@ class Pki:
         self.ca_key = self.dir / "ca.key"
         self.ca_cert = self.dir / "ca.pem"
         run([
-            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256", "-days", "30",
+            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256", "-days", "365",
             "-keyout", str(self.ca_key), "-out", str(self.ca_cert), "-subj", "/CN=siwa-endpoint test CA",
             "-addext", "basicConstraints=critical,CA:TRUE",
             "-addext", "keyUsage=critical,keyCertSign,cRLSign",
@@ -75,12 +75,12 @@ class Pki:
         )
 
     def leaf(self, name, key="rsa"):
-        """A valid leaf certificate; key is "rsa" (2048) or "ec" (P-256)."""
+        """A valid leaf certificate; key is "rsa" (2048), "rsa1024" (too weak for ATS) or "ec" (P-256)."""
         key_path, csr = self._key_and_request(name, key)
         cert = self.dir / f"{name}.pem"
         run([
             "openssl", "x509", "-req", "-in", str(csr), "-CA", str(self.ca_cert), "-CAkey", str(self.ca_key),
-            "-CAcreateserial", "-days", "20", "-sha256", "-extfile", str(self.extensions), "-out", str(cert),
+            "-CAcreateserial", "-days", "90", "-sha256", "-extfile", str(self.extensions), "-out", str(cert),
         ])
         return cert, key_path
 
@@ -113,8 +113,11 @@ class Pki:
     def _key_and_request(self, name, key):
         key_path = self.dir / f"{name}.key"
         csr = self.dir / f"{name}.csr"
-        algorithm = ["-newkey", "rsa:2048"] if key == "rsa" else [
-            "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]
+        algorithm = {
+            "rsa": ["-newkey", "rsa:2048"],
+            "rsa1024": ["-newkey", "rsa:1024"],
+            "ec": ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"],
+        }[key]
         run(["openssl", "req", "-new", *algorithm, "-nodes", "-keyout", str(key_path), "-out", str(csr),
              "-subj", "/CN=localhost"])
         return key_path, csr
