@@ -1,0 +1,97 @@
+import Synchronization
+
+/// Counters for `GET /metrics`, in the Prometheus text format. Shared by every worker.
+public final class ServerMetrics: Sendable {
+    struct RequestKey: Hashable {
+        let status: Int
+        let outcome: String
+        let type: String
+        let code: String
+    }
+
+    struct State {
+        var requests: [RequestKey: Int] = [:]
+        var durationBuckets: [Int]
+        var durationSum: Double = 0
+        var durationCount = 0
+        var redisErrors = 0
+        var spoolReplayed = 0
+        var tornSpoolRecords = 0
+    }
+
+    /// Upper bounds of the request-duration histogram, in seconds.
+    public static let durationBounds: [Double] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5]
+
+    private let state = Mutex(State(durationBuckets: Array(repeating: 0, count: durationBounds.count)))
+
+    public init() {}
+
+    /// One finished request. `type` is the normalised notification type, or "" when none.
+    public func recordRequest(status: Int, outcome: String, type: String, code: String, seconds: Double) {
+        state.withLock { state in
+            state.requests[RequestKey(status: status, outcome: outcome, type: type, code: code), default: 0] += 1
+            for (index, bound) in Self.durationBounds.enumerated() where seconds <= bound {
+                state.durationBuckets[index] += 1
+            }
+            state.durationSum += seconds
+            state.durationCount += 1
+        }
+    }
+
+    public func recordRedisError() { state.withLock { $0.redisErrors += 1 } }
+    public func recordSpoolReplayed(_ count: Int) { state.withLock { $0.spoolReplayed += count } }
+    public func recordTornSpoolRecords(_ count: Int) { state.withLock { $0.tornSpoolRecords += count } }
+
+    /// The request count for one label set (tests and /healthz use it).
+    public func requestCount(status: Int, outcome: String) -> Int {
+        state.withLock { state in
+            state.requests.filter { $0.key.status == status && $0.key.outcome == outcome }.values.reduce(0, +)
+        }
+    }
+
+    /// The exposition text. Gauges owned elsewhere are passed in.
+    public func render(spoolDepth: Int, jwksAgeSeconds: Double?, jwksRefreshFailures: Int, jwksKeys: Int) -> String {
+        let snapshot = state.withLock { $0 }
+        var lines: [String] = []
+        lines.append("# HELP siwa_requests_total Requests answered, by status, outcome, notification type and error code.")
+        lines.append("# TYPE siwa_requests_total counter")
+        let sorted = snapshot.requests.sorted {
+            ($0.key.status, $0.key.outcome, $0.key.type, $0.key.code) < ($1.key.status, $1.key.outcome, $1.key.type, $1.key.code)
+        }
+        for (key, count) in sorted {
+            lines.append(
+                #"siwa_requests_total{status="\#(key.status)",outcome="\#(key.outcome)",type="\#(key.type)",code="\#(key.code)"} \#(count)"#
+            )
+        }
+        lines.append("# HELP siwa_request_duration_seconds Time from request to response, in the responder.")
+        lines.append("# TYPE siwa_request_duration_seconds histogram")
+        for (index, bound) in Self.durationBounds.enumerated() {
+            lines.append(#"siwa_request_duration_seconds_bucket{le="\#(bound)"} \#(snapshot.durationBuckets[index])"#)
+        }
+        lines.append(#"siwa_request_duration_seconds_bucket{le="+Inf"} \#(snapshot.durationCount)"#)
+        lines.append("siwa_request_duration_seconds_sum \(snapshot.durationSum)")
+        lines.append("siwa_request_duration_seconds_count \(snapshot.durationCount)")
+        lines.append("# HELP siwa_redis_errors_total Redis commands that failed (the notification was spooled or refused).")
+        lines.append("# TYPE siwa_redis_errors_total counter")
+        lines.append("siwa_redis_errors_total \(snapshot.redisErrors)")
+        lines.append("# HELP siwa_spool_depth Verified notifications waiting in the spool for Redis.")
+        lines.append("# TYPE siwa_spool_depth gauge")
+        lines.append("siwa_spool_depth \(spoolDepth)")
+        lines.append("# HELP siwa_spool_replayed_total Spooled notifications applied to Redis.")
+        lines.append("# TYPE siwa_spool_replayed_total counter")
+        lines.append("siwa_spool_replayed_total \(snapshot.spoolReplayed)")
+        lines.append("# HELP siwa_spool_torn_records_total Torn or corrupt spool records set aside.")
+        lines.append("# TYPE siwa_spool_torn_records_total counter")
+        lines.append("siwa_spool_torn_records_total \(snapshot.tornSpoolRecords)")
+        lines.append("# HELP siwa_jwks_age_seconds Seconds since Apple's keys were last fetched or loaded.")
+        lines.append("# TYPE siwa_jwks_age_seconds gauge")
+        lines.append("siwa_jwks_age_seconds \(jwksAgeSeconds.map { String($0) } ?? "NaN")")
+        lines.append("# HELP siwa_jwks_keys Usable keys in the current JWKS.")
+        lines.append("# TYPE siwa_jwks_keys gauge")
+        lines.append("siwa_jwks_keys \(jwksKeys)")
+        lines.append("# HELP siwa_jwks_refresh_failures_total JWKS fetches that failed (the last good keys were kept).")
+        lines.append("# TYPE siwa_jwks_refresh_failures_total counter")
+        lines.append("siwa_jwks_refresh_failures_total \(jwksRefreshFailures)")
+        return lines.joined(separator: "\n") + "\n"
+    }
+}
