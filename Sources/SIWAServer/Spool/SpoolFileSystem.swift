@@ -22,9 +22,11 @@ enum SpoolFileSystem {
         guard status.st_mode & S_IFMT == S_IFDIR else {
             throw SpoolError(.directoryUnusable, "\(path) is not a directory")
         }
-        // mkdir applies the umask, and an existing directory may be wider than 0700.
-        if status.st_mode & 0o7777 != mode, chmod(path, mode) != 0 {
-            throw failure(.directoryUnusable, "cannot set mode \(String(mode, radix: 8)) on \(path)")
+        // mkdir applies the umask, and an existing directory may grant others access: take
+        // away what `mode` does not grant, but add nothing (an operator may have made it read-only).
+        let current = status.st_mode & 0o7777
+        if current & ~mode != 0, chmod(path, current & mode) != 0 {
+            throw failure(.directoryUnusable, "cannot narrow the mode of \(path) to \(String(mode, radix: 8))")
         }
     }
 
