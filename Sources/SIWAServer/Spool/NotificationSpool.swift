@@ -52,7 +52,9 @@ public final class NotificationSpool: Sendable {
         let positionPath = directory + "/" + Self.positionFileName
         // An unreadable position only means re-applying records, so it does not stop the start.
         var saved: SpoolPosition?
-        if let bytes = try? SpoolFileSystem.read(positionPath, code: .readFailed) { saved = SpoolPosition(encoded: bytes) }
+        if let bytes = try? SpoolFileSystem.read(positionPath, code: .readFailed) {
+            saved = SpoolPosition(encoded: bytes)
+        }
         let sequences = try SpoolFileSystem.list(directory).compactMap(Self.sequence(ofSegment:)).sorted()
         var waitingRecords = 0
         var kept: [UInt64] = []

@@ -81,11 +81,16 @@ struct SpoolCrashTests {
             // All segments are gone, the position file remains; new records must all replay.
             #expect(try segmentNames(directory).isEmpty)
             #expect(FileManager.default.fileExists(atPath: directory + "/replay-position"))
-            let restarted = try NotificationSpool(directory: directory)
-            for index in 4...6 { try restarted.append(spoolNotification(index)) }
+            do {
+                let restarted = try NotificationSpool(directory: directory)
+                for index in 4...9 { try restarted.append(spoolNotification(index)) }
+            }
+            // Started again before any replay: the old position must not apply to the new segments.
+            let again = try NotificationSpool(directory: directory)
+            #expect(again.depth == 6)
             var applied: [String] = []
-            _ = restarted.replay { applied.append($0.tokenID) }
-            #expect(applied == ["t4", "t5", "t6"])
+            _ = again.replay { applied.append($0.tokenID) }
+            #expect(applied == (4...9).map { "t\($0)" })
         }
     }
 }

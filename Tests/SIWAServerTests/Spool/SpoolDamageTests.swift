@@ -72,7 +72,9 @@ struct SpoolDamageTests {
                 // Flip one bit inside the JSON of the middle record (a letter of `aud`).
                 corrupted = lines[1]
                 let marker = Array("\"aud\":\"com".utf8)
-                let at = (0...(corrupted.count - marker.count)).first { Array(corrupted[$0..<($0 + marker.count)]) == marker }!
+                let at = (0...(corrupted.count - marker.count)).first {
+                    Array(corrupted[$0..<($0 + marker.count)]) == marker
+                }!
                 corrupted[at + marker.count - 1] ^= 0x01
                 return lines[0] + corrupted + lines[2]
             }
