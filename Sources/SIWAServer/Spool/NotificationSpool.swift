@@ -62,8 +62,8 @@ public final class NotificationSpool: Sendable {
             let path = Self.segmentPath(directory, sequence)
             guard let bytes = try SpoolFileSystem.read(path, code: .readFailed) else { continue }
             if bytes.isEmpty {
-                // Left by a start or a failed append with nothing written after it.
-                try SpoolFileSystem.remove(path)
+                // Left by a start or a failed append with nothing written after it; harmless if it stays.
+                try? SpoolFileSystem.remove(path)
                 continue
             }
             kept.append(sequence)
@@ -149,6 +149,10 @@ public final class NotificationSpool: Sendable {
     /// before the next one, so a crash re-applies at most the record being applied. Torn or
     /// corrupt records are moved to `.torn` files and listed in the report. Records appended
     /// while a replay runs go to a new segment and wait for the next replay.
+    ///
+    /// `apply` may call `append` but must not call `replay` (replays are one at a time, and
+    /// a nested one would wait for itself). Each record costs a rename and two fsyncs for
+    /// the position, which is slow beside Redis but only runs after an outage.
     public func replay(_ apply: (VerifiedNotification) throws -> Void) -> SpoolReplayReport {
         position.withLock { (saved: inout SpoolPosition?) -> SpoolReplayReport in
             var report = SpoolReplayReport(applied: 0, setAside: [], applyError: nil, spoolError: nil, remaining: 0)
