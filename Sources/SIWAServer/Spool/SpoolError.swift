@@ -1,0 +1,48 @@
+/// Why the spool could not keep or read a notification: a stable code and a plain
+/// message naming the file and the system error, never a record's contents.
+public struct SpoolError: Error, Sendable, Equatable, CustomStringConvertible {
+    public let code: Code
+    public let message: String
+
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { "\(code.rawValue): \(message)" }
+
+    /// Errors compare by code: the message carries details (paths, errno) for the log.
+    public static func == (lhs: SpoolError, rhs: SpoolError) -> Bool { lhs.code == rhs.code }
+
+    /// A stable, machine-readable error code. New codes break no caller.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        public let rawValue: String
+
+        init(_ rawValue: String) { self.rawValue = rawValue }
+
+        public var description: String { rawValue }
+
+        /// The spool directory cannot be created, opened, listed or given mode 0700.
+        public static let directoryUnusable = Code("spool_directory_unusable")
+        /// A segment file cannot be created or opened (read-only directory, no space, permissions).
+        public static let openFailed = Code("spool_open_failed")
+        /// Writing a record failed; the record is not in the spool.
+        public static let writeFailed = Code("spool_write_failed")
+        /// fsync failed; the record is not known to be durable and must not be acknowledged.
+        public static let syncFailed = Code("spool_sync_failed")
+        /// A segment cannot be read back for replay.
+        public static let readFailed = Code("spool_read_failed")
+        /// The replay position cannot be saved; applied records may be applied again.
+        public static let commitFailed = Code("spool_commit_failed")
+        /// A torn or corrupt record cannot be moved to its `.torn` file.
+        public static let setAsideFailed = Code("spool_set_aside_failed")
+        /// A fully replayed segment cannot be deleted.
+        public static let removeFailed = Code("spool_remove_failed")
+
+        /// Every code, for documentation and exhaustive tests.
+        public static let all: [Code] = [
+            directoryUnusable, openFailed, writeFailed, syncFailed, readFailed, commitFailed, setAsideFailed,
+            removeFailed,
+        ]
+    }
+}

@@ -1,0 +1,171 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The thin wrapper over the POSIX calls the spool needs. Every pointer and errno the
+/// spool touches lives here; the spool's logic above it is plain Swift.
+enum SpoolFileSystem {
+    /// Spool files may hold email addresses: owner only.
+    static let privateFileMode: mode_t = 0o600
+    static let privateDirectoryMode: mode_t = 0o700
+
+    /// Creates `path` if absent and gives it exactly `mode`; refuses a non-directory.
+    static func prepareDirectory(_ path: String, mode: mode_t) throws(SpoolError) {
+        if mkdir(path, mode) == 0 {
+            // The new entry must survive a crash like the records inside it.
+            try? syncDirectory(parent(of: path))
+        } else if errno != EEXIST {
+            throw failure(.directoryUnusable, "cannot create directory \(path)")
+        }
+        var status = stat()
+        guard stat(path, &status) == 0 else { throw failure(.directoryUnusable, "cannot stat \(path)") }
+        guard status.st_mode & S_IFMT == S_IFDIR else {
+            throw SpoolError(.directoryUnusable, "\(path) is not a directory")
+        }
+        // mkdir applies the umask, and an existing directory may grant others access: take
+        // away what `mode` does not grant, but add nothing (an operator may have made it read-only).
+        let current = status.st_mode & 0o7777
+        if current & ~mode != 0, chmod(path, current & mode) != 0 {
+            throw failure(.directoryUnusable, "cannot narrow the mode of \(path) to \(String(mode, radix: 8))")
+        }
+    }
+
+    /// Names of the entries in a directory, without `.` and `..`.
+    static func list(_ path: String) throws(SpoolError) -> [String] {
+        guard let stream = opendir(path) else { throw failure(.directoryUnusable, "cannot list \(path)") }
+        defer { closedir(stream) }
+        var names: [String] = []
+        while let entry = readdir(stream) {
+            let name = withUnsafePointer(to: entry.pointee.d_name) { tuple in
+                tuple.withMemoryRebound(to: CChar.self, capacity: MemoryLayout.size(ofValue: tuple.pointee)) {
+                    String(cString: $0)
+                }
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+
+    /// Creates a new file for appending with exactly `mode`; fails if it exists.
+    static func createForAppend(_ path: String, mode: mode_t) throws(SpoolError) -> Int32 {
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, mode)
+        guard descriptor >= 0 else { throw failure(.openFailed, "cannot create \(path)") }
+        // open applies the umask; the mode is the promise (records may hold email addresses).
+        if fchmod(descriptor, mode) != 0 {
+            let error = failure(.openFailed, "cannot set mode \(String(mode, radix: 8)) on \(path)")
+            Glibc.close(descriptor)
+            unlink(path)
+            throw error
+        }
+        return descriptor
+    }
+
+    /// Writes every byte, retrying short writes and interrupted calls.
+    static func writeAll(_ descriptor: Int32, _ bytes: [UInt8], code: SpoolError.Code, path: String)
+        throws(SpoolError)
+    {
+        var written = 0
+        while written < bytes.count {
+            let result = bytes.withUnsafeBytes { buffer in
+                write(descriptor, buffer.baseAddress! + written, buffer.count - written)
+            }
+            if result < 0 {
+                if errno == EINTR { continue }
+                throw failure(code, "cannot write \(path)")
+            }
+            written += result
+        }
+    }
+
+    static func sync(_ descriptor: Int32, path: String) throws(SpoolError) {
+        guard fsync(descriptor) == 0 else { throw failure(.syncFailed, "cannot fsync \(path)") }
+    }
+
+    /// Makes creations, renames and deletions in a directory durable.
+    static func syncDirectory(_ path: String) throws(SpoolError) {
+        let descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw failure(.syncFailed, "cannot open directory \(path)") }
+        defer { Glibc.close(descriptor) }
+        guard fsync(descriptor) == 0 else { throw failure(.syncFailed, "cannot fsync directory \(path)") }
+    }
+
+    /// Cuts a file back to `size`; used to take back a partly written record.
+    static func truncate(_ descriptor: Int32, to size: Int) -> Bool { ftruncate(descriptor, off_t(size)) == 0 }
+
+    static func close(_ descriptor: Int32) { _ = Glibc.close(descriptor) }
+
+    /// The whole file, or nil when it does not exist.
+    static func read(_ path: String, code: SpoolError.Code) throws(SpoolError) -> [UInt8]? {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            if errno == ENOENT { return nil }
+            throw failure(code, "cannot open \(path)")
+        }
+        defer { Glibc.close(descriptor) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress!, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw failure(code, "cannot read \(path)")
+            }
+            if count == 0 { return bytes }
+            bytes.append(contentsOf: chunk[0..<count])
+        }
+    }
+
+    /// Replaces `path` with `bytes` so that a crash leaves either the old or the new
+    /// contents: write a temporary file, fsync it, rename it over, fsync the directory.
+    static func replaceAtomically(_ path: String, with bytes: [UInt8], mode: mode_t, directory: String)
+        throws(SpoolError)
+    {
+        let temporary = path + ".tmp"
+        unlink(temporary)
+        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
+        guard descriptor >= 0 else { throw failure(.commitFailed, "cannot create \(temporary)") }
+        do throws(SpoolError) {
+            guard fchmod(descriptor, mode) == 0 else { throw failure(.commitFailed, "cannot set mode on \(temporary)") }
+            try writeAll(descriptor, bytes, code: .commitFailed, path: temporary)
+            guard fsync(descriptor) == 0 else { throw failure(.commitFailed, "cannot fsync \(temporary)") }
+        } catch {
+            Glibc.close(descriptor)
+            unlink(temporary)
+            throw error
+        }
+        Glibc.close(descriptor)
+        guard rename(temporary, path) == 0 else { throw failure(.commitFailed, "cannot rename over \(path)") }
+        do { try syncDirectory(directory) } catch { throw SpoolError(.commitFailed, error.message) }
+    }
+
+    /// Appends `bytes` to `path` (created with `mode` if absent) and makes them durable.
+    static func appendDurably(_ path: String, _ bytes: [UInt8], mode: mode_t, directory: String)
+        throws(SpoolError)
+    {
+        let existed = access(path, F_OK) == 0
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, mode)
+        guard descriptor >= 0 else { throw failure(.setAsideFailed, "cannot open \(path)") }
+        defer { Glibc.close(descriptor) }
+        guard fchmod(descriptor, mode) == 0 else { throw failure(.setAsideFailed, "cannot set mode on \(path)") }
+        try writeAll(descriptor, bytes, code: .setAsideFailed, path: path)
+        guard fsync(descriptor) == 0 else { throw failure(.setAsideFailed, "cannot fsync \(path)") }
+        if !existed {
+            do { try syncDirectory(directory) } catch { throw SpoolError(.setAsideFailed, error.message) }
+        }
+    }
+
+    static func remove(_ path: String) throws(SpoolError) {
+        guard unlink(path) == 0 || errno == ENOENT else { throw failure(.removeFailed, "cannot delete \(path)") }
+    }
+
+    private static func parent(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+
+    /// An error carrying the current errno's text, read before anything can change it.
+    private static func failure(_ code: SpoolError.Code, _ what: String) -> SpoolError {
+        let number = errno
+        return SpoolError(code, "\(what): \(String(cString: strerror(number))) (errno \(number))")
+    }
+}
