@@ -130,20 +130,27 @@ private final class ParsedURL {
         guard let handle = curl_url() else {
             throw HTTPSFetchError(.clientUnavailable, "libcurl could not create a URL handle")
         }
-        guard curl_url_set(handle, CURLUPART_URL, url, 0) == CURLUE_OK,
-            let scheme = Self.part(handle, CURLUPART_SCHEME), let host = Self.part(handle, CURLUPART_HOST)
+        // Any scheme parses, so that a wrong one is named as such, not as a bad URL.
+        guard curl_url_set(handle, CURLUPART_URL, url, UInt32(CURLU_NON_SUPPORT_SCHEME)) == CURLUE_OK,
+            let scheme = Self.part(handle, CURLUPART_SCHEME)?.lowercased()
         else {
             curl_url_cleanup(handle)
             throw HTTPSFetchError(.urlInvalid, "the URL does not parse")
         }
-        let lowered = scheme.lowercased()
-        guard lowered == "https" || (lowered == "http" && HTTPSFetcher.isLoopbackHost(host)) else {
+        guard scheme == "https" || scheme == "http" else {
             curl_url_cleanup(handle)
-            throw HTTPSFetchError(
-                .schemeNotAllowed, "only https is allowed (plain http only to a loopback host), not \(lowered)")
+            throw HTTPSFetchError(.schemeNotAllowed, "only https is allowed, not \(scheme)")
+        }
+        guard let host = Self.part(handle, CURLUPART_HOST), !host.isEmpty else {
+            curl_url_cleanup(handle)
+            throw HTTPSFetchError(.urlInvalid, "the URL has no host")
+        }
+        guard scheme == "https" || HTTPSFetcher.isLoopbackHost(host) else {
+            curl_url_cleanup(handle)
+            throw HTTPSFetchError(.schemeNotAllowed, "plain http is allowed only to a loopback host")
         }
         self.handle = handle
-        self.scheme = lowered
+        self.scheme = scheme
         self.host = host
     }
 
