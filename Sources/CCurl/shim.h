@@ -1,0 +1,54 @@
+#ifndef SIWA_CCURL_SHIM_H
+#define SIWA_CCURL_SHIM_H
+
+#include <curl/curl.h>
+
+// curl_easy_setopt and curl_easy_getinfo are variadic, so Swift cannot call them.
+// Each helper below fixes the argument type, so an option is always handed the
+// type libcurl reads for it.
+
+/// curl_global_init with the default flags (a macro Swift does not import).
+static inline CURLcode siwa_curl_global_init(void) {
+    return curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+/// An option that takes a `long` (flags, timeouts, verification switches).
+static inline CURLcode siwa_curl_setopt_long(CURL *handle, CURLoption option, long value) {
+    return curl_easy_setopt(handle, option, value);
+}
+
+/// An option that takes a `curl_off_t` (CURLOPT_MAXFILESIZE_LARGE).
+static inline CURLcode siwa_curl_setopt_off_t(CURL *handle, CURLoption option, curl_off_t value) {
+    return curl_easy_setopt(handle, option, value);
+}
+
+/// An option that takes a C string; libcurl copies it (since 7.17.0).
+static inline CURLcode siwa_curl_setopt_string(CURL *handle, CURLoption option, const char *value) {
+    return curl_easy_setopt(handle, option, value);
+}
+
+/// An option that takes an opaque pointer (CURLOPT_WRITEDATA).
+static inline CURLcode siwa_curl_setopt_pointer(CURL *handle, CURLoption option, void *value) {
+    return curl_easy_setopt(handle, option, value);
+}
+
+/// CURLOPT_CURLU: the already parsed URL handle to fetch.
+static inline CURLcode siwa_curl_setopt_curlu(CURL *handle, CURLU *url) {
+    return curl_easy_setopt(handle, CURLOPT_CURLU, url);
+}
+
+/// CURLOPT_WRITEFUNCTION: the body sink.
+static inline CURLcode siwa_curl_setopt_write_function(CURL *handle, curl_write_callback callback) {
+    return curl_easy_setopt(handle, CURLOPT_WRITEFUNCTION, callback);
+}
+
+/// CURLINFO_RESPONSE_CODE: the HTTP status of the last response (0 when none).
+static inline long siwa_curl_response_code(CURL *handle) {
+    long status = 0;
+    if (curl_easy_getinfo(handle, CURLINFO_RESPONSE_CODE, &status) != CURLE_OK) {
+        return 0;
+    }
+    return status;
+}
+
+#endif

@@ -1,0 +1,191 @@
+import CCurl
+
+/// Fetches one small document over HTTPS with libcurl, or says exactly why not.
+///
+/// Foundation's URLSession on Linux cannot take a per-request CA file, so this is
+/// the thin wrapper over libcurl: every libcurl pointer lives in this file.
+/// Certificate and host checks are always on; redirects are never followed; the
+/// body is capped; only https is spoken, except plain http to a loopback host
+/// (a local test server or a sidecar), which is decided before any traffic.
+/// Each fetch uses its own handle, so one fetcher is safe on many threads.
+public struct HTTPSFetcher: Sendable {
+    public static let defaultTimeoutSeconds = 5.0
+    public static let defaultMaximumBytes = 1024 * 1024
+
+    /// A PEM file of CA certificates to trust instead of the system store.
+    public let caFilePath: String?
+    /// The limit for the whole transfer: connect, TLS, request and body.
+    public let timeoutSeconds: Double
+    /// The largest body accepted.
+    public let maximumBytes: Int
+
+    public init(
+        caFilePath: String? = nil, timeoutSeconds: Double = defaultTimeoutSeconds,
+        maximumBytes: Int = defaultMaximumBytes
+    ) {
+        self.caFilePath = caFilePath
+        self.timeoutSeconds = timeoutSeconds
+        self.maximumBytes = maximumBytes
+    }
+
+    /// libcurl's global state, set up once per process before the first handle.
+    private static let globalInit: CURLcode = siwa_curl_global_init()
+
+    /// GETs `url` and returns the body of a 200 response.
+    public func fetch(_ url: String) throws(HTTPSFetchError) -> [UInt8] {
+        guard Self.globalInit == CURLE_OK else {
+            throw HTTPSFetchError(.clientUnavailable, "libcurl global initialisation failed")
+        }
+        let target = try ParsedURL(url)
+        guard let handle = curl_easy_init() else {
+            throw HTTPSFetchError(.clientUnavailable, "libcurl could not create a handle")
+        }
+        defer { curl_easy_cleanup(handle) }
+
+        let sink = ResponseSink(limit: maximumBytes)
+        let sinkPointer = Unmanaged.passUnretained(sink).toOpaque()
+        var errorBuffer = [CChar](repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
+
+        let (result, status): (CURLcode, Int) = withExtendedLifetime(sink) {
+            errorBuffer.withUnsafeMutableBufferPointer { errorPointer in
+                var setup = siwa_curl_setopt_curlu(handle, target.handle)
+                func set(_ code: CURLcode) { if setup == CURLE_OK { setup = code } }
+                // Only the scheme already checked may be spoken.
+                set(siwa_curl_setopt_string(handle, CURLOPT_PROTOCOLS_STR, target.scheme))
+                set(siwa_curl_setopt_long(handle, CURLOPT_FOLLOWLOCATION, 0))
+                set(siwa_curl_setopt_long(handle, CURLOPT_MAXREDIRS, 0))
+                set(siwa_curl_setopt_long(handle, CURLOPT_SSL_VERIFYPEER, 1))
+                set(siwa_curl_setopt_long(handle, CURLOPT_SSL_VERIFYHOST, 2))
+                set(siwa_curl_setopt_long(handle, CURLOPT_SSLVERSION, Int(CURL_SSLVERSION_TLSv1_2)))
+                if let caFilePath { set(siwa_curl_setopt_string(handle, CURLOPT_CAINFO, caFilePath)) }
+                // An environment variable must not route the key fetch through a proxy.
+                set(siwa_curl_setopt_string(handle, CURLOPT_PROXY, ""))
+                // Timeouts with signals are unsafe in a threaded process.
+                set(siwa_curl_setopt_long(handle, CURLOPT_NOSIGNAL, 1))
+                let timeoutMilliseconds = max(1, Int(timeoutSeconds * 1000))
+                set(siwa_curl_setopt_long(handle, CURLOPT_TIMEOUT_MS, timeoutMilliseconds))
+                set(siwa_curl_setopt_long(handle, CURLOPT_CONNECTTIMEOUT_MS, timeoutMilliseconds))
+                // Refuses a declared length early; the sink caps chunked bodies.
+                set(siwa_curl_setopt_off_t(handle, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(maximumBytes)))
+                set(siwa_curl_setopt_string(handle, CURLOPT_USERAGENT, "siwa-endpoint"))
+                set(siwa_curl_setopt_pointer(handle, CURLOPT_ERRORBUFFER, errorPointer.baseAddress))
+                set(siwa_curl_setopt_pointer(handle, CURLOPT_WRITEDATA, sinkPointer))
+                set(siwa_curl_setopt_write_function(handle, responseSinkWrite))
+                guard setup == CURLE_OK else { return (setup, 0) }
+                let result = curl_easy_perform(handle)
+                return (result, siwa_curl_response_code(handle))
+            }
+        }
+        let detail = String(decoding: errorBuffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        guard result == CURLE_OK else { throw Self.error(for: result, detail: detail, sink: sink) }
+        guard status == 200 else {
+            throw HTTPSFetchError(.httpStatusNotOK, "the server answered HTTP \(status), not 200", httpStatus: status)
+        }
+        return sink.bytes
+    }
+
+    private static func error(for code: CURLcode, detail: String, sink: ResponseSink) -> HTTPSFetchError {
+        let reason = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
+        if sink.overflowed || code == CURLE_FILESIZE_EXCEEDED {
+            return HTTPSFetchError(.responseTooLarge, "the response is larger than \(sink.limit) bytes")
+        }
+        switch code {
+        case CURLE_UNSUPPORTED_PROTOCOL: return HTTPSFetchError(.schemeNotAllowed, reason)
+        case CURLE_URL_MALFORMAT: return HTTPSFetchError(.urlInvalid, reason)
+        case CURLE_COULDNT_RESOLVE_HOST: return HTTPSFetchError(.resolveFailed, reason)
+        case CURLE_COULDNT_CONNECT: return HTTPSFetchError(.connectFailed, reason)
+        case CURLE_OPERATION_TIMEDOUT: return HTTPSFetchError(.timedOut, reason)
+        case CURLE_SSL_CONNECT_ERROR: return HTTPSFetchError(.tlsHandshakeFailed, reason)
+        case CURLE_PEER_FAILED_VERIFICATION: return HTTPSFetchError(.tlsVerificationFailed, reason)
+        case CURLE_SSL_CACERT_BADFILE: return HTTPSFetchError(.caFileUnusable, reason)
+        default: return HTTPSFetchError(.transferFailed, reason)
+        }
+    }
+
+    /// Whether `host` (as libcurl normalises it) is a loopback address or name.
+    ///
+    /// Strict on purpose: an unusual spelling of a loopback address is refused,
+    /// never guessed to be local.
+    public static func isLoopbackHost(_ host: String) -> Bool {
+        let lowered = host.lowercased()
+        if lowered == "localhost" { return true }
+        if lowered == "[::1]" || lowered == "::1" { return true }
+        let parts = lowered.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 4 else { return false }
+        let octets = parts.compactMap { part -> Int? in
+            guard !part.isEmpty, part.count <= 3, part.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
+            return Int(part).flatMap { $0 <= 255 ? $0 : nil }
+        }
+        return octets.count == 4 && octets[0] == 127
+    }
+}
+
+/// A URL parsed by libcurl itself, so the scheme and host checked are the ones fetched.
+private final class ParsedURL {
+    let handle: OpaquePointer
+    let scheme: String
+    let host: String
+
+    init(_ url: String) throws(HTTPSFetchError) {
+        guard let handle = curl_url() else {
+            throw HTTPSFetchError(.clientUnavailable, "libcurl could not create a URL handle")
+        }
+        // Any scheme parses, so that a wrong one is named as such, not as a bad URL.
+        guard curl_url_set(handle, CURLUPART_URL, url, UInt32(CURLU_NON_SUPPORT_SCHEME)) == CURLUE_OK,
+            let scheme = Self.part(handle, CURLUPART_SCHEME)?.lowercased()
+        else {
+            curl_url_cleanup(handle)
+            throw HTTPSFetchError(.urlInvalid, "the URL does not parse")
+        }
+        guard scheme == "https" || scheme == "http" else {
+            curl_url_cleanup(handle)
+            throw HTTPSFetchError(.schemeNotAllowed, "only https is allowed, not \(scheme)")
+        }
+        guard let host = Self.part(handle, CURLUPART_HOST), !host.isEmpty else {
+            curl_url_cleanup(handle)
+            throw HTTPSFetchError(.urlInvalid, "the URL has no host")
+        }
+        guard scheme == "https" || HTTPSFetcher.isLoopbackHost(host) else {
+            curl_url_cleanup(handle)
+            throw HTTPSFetchError(.schemeNotAllowed, "plain http is allowed only to a loopback host")
+        }
+        self.handle = handle
+        self.scheme = scheme
+        self.host = host
+    }
+
+    deinit { curl_url_cleanup(handle) }
+
+    private static func part(_ handle: OpaquePointer, _ part: CURLUPart) -> String? {
+        var value: UnsafeMutablePointer<CChar>?
+        guard curl_url_get(handle, part, &value, 0) == CURLUE_OK, let value else { return nil }
+        defer { curl_free(value) }
+        return String(cString: value)
+    }
+}
+
+/// Collects the body up to a limit; a chunked response has no length to check first.
+private final class ResponseSink {
+    let limit: Int
+    var bytes: [UInt8] = []
+    var overflowed = false
+
+    init(limit: Int) { self.limit = limit }
+}
+
+/// libcurl's write callback: returning less than it was given aborts the transfer.
+private func responseSinkWrite(
+    _ buffer: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ context: UnsafeMutableRawPointer?
+) -> Int {
+    guard let context else { return 0 }
+    let sink = Unmanaged<ResponseSink>.fromOpaque(context).takeUnretainedValue()
+    let length = size * count
+    guard sink.bytes.count + length <= sink.limit else {
+        sink.overflowed = true
+        return 0
+    }
+    if let buffer, length > 0 {
+        sink.bytes.append(contentsOf: UnsafeRawBufferPointer(start: buffer, count: length))
+    }
+    return length
+}

@@ -1,0 +1,99 @@
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The last good JWKS on disk, so a restart without network still has Apple's keys.
+///
+/// A write is atomic and durable: a temporary file in the same directory is
+/// written and fsynced, renamed over the old one, and the directory is fsynced,
+/// so a crash leaves either the old document or the new one, never a torn file.
+/// The file's modification time is the time the document was fetched.
+public struct JWKSCacheFile: Sendable {
+    public let path: String
+    /// The largest file loaded; larger than any JWKS the fetcher accepts.
+    public let maximumBytes: Int
+
+    public init(path: String, maximumBytes: Int = HTTPSFetcher.defaultMaximumBytes) {
+        self.path = path
+        self.maximumBytes = maximumBytes
+    }
+
+    /// The cached document and when it was written (Unix seconds); nil when there is no file.
+    public func load() throws(JWKSCacheFileError) -> (bytes: [UInt8], writtenAt: Int64)? {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            let error = errno
+            if error == ENOENT { return nil }
+            throw JWKSCacheFileError(.readFailed, "cannot open \(path): \(Self.describe(error))")
+        }
+        let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else {
+            throw JWKSCacheFileError(.readFailed, "cannot stat \(path): \(Self.describe(errno))")
+        }
+        guard status.st_size <= maximumBytes else {
+            throw JWKSCacheFileError(.tooLarge, "\(path) is \(status.st_size) bytes, over \(maximumBytes)")
+        }
+        let data: Data?
+        do { data = try handle.read(upToCount: maximumBytes + 1) } catch {
+            throw JWKSCacheFileError(.readFailed, "cannot read \(path)")
+        }
+        let bytes = [UInt8](data ?? Data())
+        guard bytes.count <= maximumBytes else {
+            throw JWKSCacheFileError(.tooLarge, "\(path) is over \(maximumBytes) bytes")
+        }
+        return (bytes, Int64(status.st_mtim.tv_sec))
+    }
+
+    /// Replaces the cached document atomically and durably.
+    public func store(_ bytes: [UInt8]) throws(JWKSCacheFileError) {
+        let directory = Self.directory(of: path)
+        let temporaryPath = "\(path).tmp-\(getpid())-\(Self.nextSuffix())"
+        let descriptor = open(temporaryPath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+        guard descriptor >= 0 else {
+            throw JWKSCacheFileError(.writeFailed, "cannot create \(temporaryPath): \(Self.describe(errno))")
+        }
+        var renamed = false
+        defer { if !renamed { unlink(temporaryPath) } }
+        let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        do { try handle.write(contentsOf: Data(bytes)) } catch {
+            throw JWKSCacheFileError(.writeFailed, "cannot write \(temporaryPath)")
+        }
+        guard fsync(descriptor) == 0 else {
+            throw JWKSCacheFileError(.writeFailed, "cannot fsync \(temporaryPath): \(Self.describe(errno))")
+        }
+        do { try handle.close() } catch { throw JWKSCacheFileError(.writeFailed, "cannot close \(temporaryPath)") }
+        guard rename(temporaryPath, path) == 0 else {
+            throw JWKSCacheFileError(.writeFailed, "cannot rename into \(path): \(Self.describe(errno))")
+        }
+        renamed = true
+        // The rename is durable only once the directory entry is on disk.
+        let directoryDescriptor = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directoryDescriptor >= 0 else {
+            throw JWKSCacheFileError(.writeFailed, "cannot open \(directory): \(Self.describe(errno))")
+        }
+        defer { close(directoryDescriptor) }
+        guard fsync(directoryDescriptor) == 0 else {
+            throw JWKSCacheFileError(.writeFailed, "cannot fsync \(directory): \(Self.describe(errno))")
+        }
+    }
+
+    private static func directory(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+
+    private static func describe(_ error: Int32) -> String { String(cString: strerror(error)) }
+
+    private static let suffixCounter = Mutex<Int>(0)
+
+    private static func nextSuffix() -> Int {
+        suffixCounter.withLock { value in
+            value += 1
+            return value
+        }
+    }
+}

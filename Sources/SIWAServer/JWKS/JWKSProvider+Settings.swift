@@ -1,0 +1,30 @@
+extension JWKSProvider {
+    /// Where Apple's keys come from and how often they are fetched again.
+    public struct Settings: Sendable {
+        /// Apple's published JWKS.
+        public static let appleKeysURL = "https://appleid.apple.com/auth/keys"
+
+        /// The JWKS document's URL: https, or plain http to a loopback host.
+        public var url: String
+        /// Where the last good JWKS is kept across restarts; nil keeps none.
+        public var cacheFilePath: String?
+        /// How long a good key set is used before the scheduled refresh.
+        public var refreshIntervalSeconds: Int64
+        /// How soon a scheduled refresh is tried again after a failure.
+        public var failedRefreshRetrySeconds: Int64
+        /// The least time between two fetches caused by an unknown `kid`: a stranger
+        /// sending made-up kids must not turn us into a load generator against Apple.
+        public var unknownKeyIDRefreshIntervalSeconds: Int64
+
+        public init(
+            url: String = appleKeysURL, cacheFilePath: String? = nil, refreshIntervalSeconds: Int64 = 3600,
+            failedRefreshRetrySeconds: Int64 = 60, unknownKeyIDRefreshIntervalSeconds: Int64 = 60
+        ) {
+            self.url = url
+            self.cacheFilePath = cacheFilePath
+            self.refreshIntervalSeconds = refreshIntervalSeconds
+            self.failedRefreshRetrySeconds = failedRefreshRetrySeconds
+            self.unknownKeyIDRefreshIntervalSeconds = unknownKeyIDRefreshIntervalSeconds
+        }
+    }
+}

@@ -1,0 +1,65 @@
+import Foundation
+
+/// A background thread that calls `refreshIfDue` on a short tick, so the schedule
+/// (hourly, or the retry interval after a failure) is kept without a request.
+public final class JWKSRefresher: @unchecked Sendable {
+    public let provider: JWKSProvider
+    /// How often the thread asks whether a refresh is due.
+    public let checkIntervalSeconds: Double
+
+    // Guarded by `condition`.
+    private let condition = NSCondition()
+    private var stopRequested = false
+    private var running = false
+
+    public init(provider: JWKSProvider, checkIntervalSeconds: Double = 15) {
+        self.provider = provider
+        self.checkIntervalSeconds = checkIntervalSeconds
+    }
+
+    /// Starts the thread; a second call while running does nothing.
+    public func start() {
+        let shouldStart = condition.withLock {
+            guard !running else { return false }
+            running = true
+            stopRequested = false
+            return true
+        }
+        guard shouldStart else { return }
+        let thread = Thread { [self] in run() }
+        thread.name = "jwks-refresher"
+        thread.start()
+    }
+
+    /// Asks the thread to stop and waits for it, at most `timeoutSeconds` (a fetch in
+    /// progress ends within the fetcher's own timeout). Returns whether it stopped.
+    @discardableResult
+    public func stop(timeoutSeconds: Double = 10) -> Bool {
+        let deadline = Date(timeIntervalSinceNow: timeoutSeconds)
+        condition.lock()
+        defer { condition.unlock() }
+        stopRequested = true
+        condition.broadcast()
+        while running {
+            guard condition.wait(until: deadline) else { return !running }
+        }
+        return true
+    }
+
+    private func run() {
+        while true {
+            let stopping = condition.withLock { stopRequested }
+            if stopping { break }
+            provider.refreshIfDue(now: provider.now())
+            condition.lock()
+            if !stopRequested {
+                _ = condition.wait(until: Date(timeIntervalSinceNow: checkIntervalSeconds))
+            }
+            condition.unlock()
+        }
+        condition.withLock {
+            running = false
+            condition.broadcast()
+        }
+    }
+}

@@ -1,0 +1,261 @@
+import Foundation
+import SIWAServer
+import SIWAVerification
+import Synchronization
+import Testing
+
+/// JWKSProvider against a real nginx: rotation, rate limit, single flight, failures, cache.
+@Suite("JWKS provider")
+struct JWKSProviderTests {
+    private static func provider(
+        _ server: JWKSTestServer, clock: JWKSTestClock, cacheFilePath: String? = nil, url: String? = nil
+    ) -> JWKSProvider {
+        JWKSProvider(
+            settings: JWKSProvider.Settings(url: url ?? server.keysURL, cacheFilePath: cacheFilePath),
+            fetcher: server.fetcher, clock: clock.reading)
+    }
+
+    private static func verificationCode(
+        _ provider: JWKSProvider, _ body: [UInt8], now: Int64
+    ) -> VerificationError.Code? {
+        do {
+            _ = try provider.verify(body: body, with: JWKSTestFixtures.verifier, now: now)
+            return nil
+        } catch {
+            return error.code
+        }
+    }
+
+    @Test func startFetchesAndVerifies() throws {
+        let server = try JWKSTestServer()
+        defer { server.shutdown() }
+        let key = try JWKSTestKey(kid: "k1")
+        try server.serve(try JWKSTestFixtures.document([key]))
+        let clock = JWKSTestClock()
+        let provider = Self.provider(server, clock: clock)
+        #expect(provider.start() == .refreshed)
+        #expect(provider.keys.usableKeyIDs == ["k1"])
+        #expect(provider.lastRefreshSucceeded)
+        let verified = try provider.verify(
+            body: try key.signedBody(issuedAt: clock.now), with: JWKSTestFixtures.verifier, now: clock.now)
+        #expect(verified.clientID == JWKSTestFixtures.clientID)
+        #expect(verified.type == .consentRevoked)
+        clock.advance(by: 42)
+        let metrics = provider.metrics(now: clock.now)
+        #expect(metrics.ageSeconds == 42)
+        #expect(metrics.refreshSuccesses == 1)
+        #expect(metrics.refreshFailures == 0)
+        #expect(metrics.usableKeyCount == 1)
+        #expect(server.keysRequestCount == 1)
+    }
+
+    @Test func rotationAddsANewKidAndRetiresAnOldOne() throws {
+        let server = try JWKSTestServer()
+        defer { server.shutdown() }
+        let old = try JWKSTestKey(kid: "old")
+        let new = try JWKSTestKey(kid: "new")
+        try server.serve(try JWKSTestFixtures.document([old]))
+        let clock = JWKSTestClock()
+        let provider = Self.provider(server, clock: clock)
+        #expect(provider.start() == .refreshed)
+
+        // Apple publishes a new key and signs with it: the unknown kid triggers a refresh.
+        try server.serve(try JWKSTestFixtures.document([old, new]))
+        clock.advance(by: 61)
+        #expect(Self.verificationCode(provider, try new.signedBody(issuedAt: clock.now), now: clock.now) == nil)
+        #expect(provider.keys.usableKeyIDs == ["new", "old"])
+        #expect(server.keysRequestCount == 2)
+
+        // Apple retires the old key; the scheduled refresh drops it.
+        try server.serve(try JWKSTestFixtures.document([new]))
+        clock.advance(by: 3600)
+        #expect(provider.refreshIfDue(now: clock.now) == .refreshed)
+        #expect(provider.keys.usableKeyIDs == ["new"])
+        // The unknown-kid refresh is rate-limited and the last fetch succeeded: a forgery, 401.
+        let oldBody = try old.signedBody(issuedAt: clock.now)
+        #expect(Self.verificationCode(provider, oldBody, now: clock.now) == .kidUnknown)
+        #expect(VerificationError.Code.kidUnknown.failureClass.httpStatus == 401)
+        #expect(Self.verificationCode(provider, try new.signedBody(issuedAt: clock.now), now: clock.now) == nil)
+        #expect(server.keysRequestCount == 3)
+    }
+
+    @Test func unknownKidRefreshIsRateLimited() throws {
+        let server = try JWKSTestServer()
+        defer { server.shutdown() }
+        let known = try JWKSTestKey(kid: "known")
+        let stranger = try JWKSTestKey(kid: "stranger")
+        try server.serve(try JWKSTestFixtures.document([known]))
+        let clock = JWKSTestClock()
+        let provider = Self.provider(server, clock: clock)
+        provider.start()
+        let start = clock.now
+        #expect(server.keysRequestCount == 1)
+
+        // Within 60 s of the start fetch: no fetch.
+        #expect(provider.refreshForUnknownKeyID(now: start + 59) == .skipped)
+        #expect(server.keysRequestCount == 1)
+        // 61 s after: one fetch.
+        let body = try stranger.signedBody(issuedAt: start)
+        #expect(Self.verificationCode(provider, body, now: start + 61) == .kidUnknown)
+        #expect(server.keysRequestCount == 2)
+        // Again 29 s later: none.
+        #expect(Self.verificationCode(provider, body, now: start + 90) == .kidUnknown)
+        #expect(provider.refreshForUnknownKeyID(now: start + 120) == .skipped)
+        #expect(server.keysRequestCount == 2)
+        // 60 s after the second fetch: the next one.
+        #expect(provider.refreshForUnknownKeyID(now: start + 121) == .refreshed)
+        #expect(server.keysRequestCount == 3)
+    }
+
+    @Test func concurrentUnknownKidRefreshesShareOneFetch() throws {
+        let server = try JWKSTestServer()
+        defer { server.shutdown() }
+        let keys = try ["k1", "k2", "k3"].map { try JWKSTestKey(kid: $0) }
+        let document = try JWKSTestFixtures.document(keys)
+        try server.serve(document)
+        let clock = JWKSTestClock()
+        // The slow location sends 600 bytes a second: the fetch takes about two seconds,
+        // long enough for every thread to arrive while it runs.
+        #expect(document.count > 1000)
+        let provider = Self.provider(
+            server, clock: clock, url: "https://localhost:\(server.nginx.httpsPort)/slow/keys.json")
+        let threadCount = 8
+        let outcomes = Mutex<[JWKSRefreshOutcome]>([])
+        let finished = DispatchSemaphore(value: 0)
+        let now = clock.now
+        for _ in 0..<threadCount {
+            Thread {
+                let outcome = provider.refreshForUnknownKeyID(now: now)
+                outcomes.withLock { $0.append(outcome) }
+                finished.signal()
+            }.start()
+        }
+        for _ in 0..<threadCount {
+            #expect(finished.wait(timeout: .now() + 10) == .success)
+        }
+        #expect(outcomes.withLock { $0 } == Array(repeating: .refreshed, count: threadCount))
+        #expect(server.nginx.requestCount(path: "/slow/keys.json") == 1)
+        #expect(provider.keys.usableKeyIDs == ["k1", "k2", "k3"])
+    }
+
+    @Test func serverDownKeepsTheLastGoodKeysAndReportsFailure() throws {
+        let server = try JWKSTestServer()
+        defer { server.shutdown() }
+        let key = try JWKSTestKey(kid: "k1")
+        let stranger = try JWKSTestKey(kid: "stranger")
+        try server.serve(try JWKSTestFixtures.document([key]))
+        let clock = JWKSTestClock()
+        let provider = Self.provider(server, clock: clock)
+        #expect(provider.start() == .refreshed)
+        server.nginx.stop()
+
+        clock.advance(by: 3600)
+        #expect(provider.refreshIfDue(now: clock.now) == .failed)
+        #expect(!provider.lastRefreshSucceeded)
+        #expect(provider.keys.usableKeyIDs == ["k1"])
+        let metrics = provider.metrics(now: clock.now)
+        #expect(metrics.refreshFailures == 1)
+        #expect(metrics.ageSeconds == 3600)
+        #expect(metrics.lastFailure?.contains("connect_failed") == true)
+        // A known kid still verifies.
+        #expect(Self.verificationCode(provider, try key.signedBody(issuedAt: clock.now), now: clock.now) == nil)
+        // After a failed refresh, the retry comes sooner than the hourly schedule.
+        #expect(provider.refreshIfDue(now: clock.now + 59) == .skipped)
+        #expect(provider.refreshIfDue(now: clock.now + 60) == .failed)
+        // An unknown kid cannot be judged while Apple's keys are out of reach: 503.
+        clock.advance(by: 121)
+        let code = Self.verificationCode(provider, try stranger.signedBody(issuedAt: clock.now), now: clock.now)
+        #expect(code == .keysUnavailable)
+        #expect(code?.failureClass.httpStatus == 503)
+        #expect(provider.metrics(now: clock.now).refreshFailures == 3)
+    }
+
+    @Test func unusableDocumentsKeepTheLastGoodKeys() throws {
+        let server = try JWKSTestServer()
+        defer { server.shutdown() }
+        let key = try JWKSTestKey(kid: "k1")
+        let good = try JWKSTestFixtures.document([key])
+        try server.serve(good)
+        let cache = server.directory.appendingPathComponent("cache").appendingPathComponent("jwks.json").path
+        try FileManager.default.createDirectory(
+            atPath: server.directory.appendingPathComponent("cache").path, withIntermediateDirectories: true)
+        let clock = JWKSTestClock()
+        let provider = Self.provider(server, clock: clock, cacheFilePath: cache)
+        #expect(provider.start() == .refreshed)
+        let weak = #"{"keys":[{"kty":"EC","kid":"ec","crv":"P-256","x":"AA","y":"AA"}]}"#
+        for bad in [#"{"keys":[]}"#, "not json", #"{"kees":[]}"#, weak] {
+            try server.serve(Array(bad.utf8))
+            clock.advance(by: 3600)
+            #expect(provider.refreshIfDue(now: clock.now) == .failed, "\(bad)")
+            #expect(provider.keys.usableKeyIDs == ["k1"])
+        }
+        #expect(provider.metrics(now: clock.now).refreshFailures == 4)
+        // Nothing unusable ever reaches the cache file.
+        #expect(try JWKSCacheFile(path: cache).load()?.bytes == good)
+    }
+
+    @Test func missingCacheFileAtStartIsFilledByTheFetch() throws {
+        let server = try JWKSTestServer()
+        defer { server.shutdown() }
+        let document = try JWKSTestFixtures.document([JWKSTestKey(kid: "k1")])
+        try server.serve(document)
+        let cache = server.directory.appendingPathComponent("jwks-cache.json").path
+        #expect(!FileManager.default.fileExists(atPath: cache))
+        let provider = Self.provider(server, clock: JWKSTestClock(), cacheFilePath: cache)
+        #expect(provider.start() == .refreshed)
+        #expect(provider.metrics(now: provider.now()).cacheFailures == 0)
+        #expect(try JWKSCacheFile(path: cache).load()?.bytes == document)
+    }
+
+    @Test func startWithoutNetworkUsesTheCacheFile() throws {
+        let server = try JWKSTestServer()
+        defer { server.shutdown() }
+        let key = try JWKSTestKey(kid: "cached")
+        let cache = server.directory.appendingPathComponent("jwks-cache.json").path
+        try JWKSCacheFile(path: cache).store(try JWKSTestFixtures.document([key]))
+        server.nginx.stop()
+        let clock = JWKSTestClock()
+        let provider = Self.provider(server, clock: clock, cacheFilePath: cache)
+        #expect(provider.start() == .failed)
+        #expect(provider.keys.usableKeyIDs == ["cached"])
+        #expect(Self.verificationCode(provider, try key.signedBody(issuedAt: clock.now), now: clock.now) == nil)
+        let metrics = provider.metrics(now: JWKSTestFixtures.wallClock + 5)
+        #expect(!metrics.lastRefreshSucceeded)
+        #expect(metrics.refreshFailures == 1)
+        #expect((5...10).contains(metrics.ageSeconds ?? -1))
+    }
+
+    @Test func noCacheAndNoNetworkMeansNoKeysAndRetryable() throws {
+        let server = try JWKSTestServer()
+        defer { server.shutdown() }
+        let key = try JWKSTestKey(kid: "k1")
+        server.nginx.stop()
+        let clock = JWKSTestClock()
+        let provider = Self.provider(server, clock: clock)
+        #expect(provider.start() == .failed)
+        #expect(provider.keys.isEmpty)
+        #expect(provider.metrics(now: clock.now).ageSeconds == nil)
+        let code = Self.verificationCode(provider, try key.signedBody(issuedAt: clock.now), now: clock.now)
+        #expect(code == .keysUnavailable)
+    }
+
+    @Test func refresherKeepsTheSchedule() throws {
+        let server = try JWKSTestServer()
+        defer { server.shutdown() }
+        try server.serve(try JWKSTestFixtures.document([JWKSTestKey(kid: "k1")]))
+        let clock = JWKSTestClock()
+        let provider = Self.provider(server, clock: clock)
+        provider.start()
+        let refresher = JWKSRefresher(provider: provider, checkIntervalSeconds: 0.05)
+        refresher.start()
+        defer { refresher.stop() }
+        usleep(300_000)
+        #expect(server.keysRequestCount == 1)
+        clock.advance(by: 3600)
+        let deadline = Date(timeIntervalSinceNow: 5)
+        while provider.metrics(now: clock.now).refreshSuccesses < 2 && Date() < deadline { usleep(20_000) }
+        #expect(provider.metrics(now: clock.now).refreshSuccesses == 2)
+        #expect(refresher.stop())
+        #expect(server.keysRequestCount == 2)
+    }
+}

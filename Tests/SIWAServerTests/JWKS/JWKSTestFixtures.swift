@@ -1,0 +1,78 @@
+import Foundation
+import SIWACrypto
+import SIWAVerification
+import Synchronization
+
+/// An RSA signing key with its kid, as Apple's JWKS would publish it.
+struct JWKSTestKey {
+    let kid: String
+    let privateKey: RSAPrivateKey
+
+    init(kid: String) throws {
+        self.kid = kid
+        privateKey = try RSAPrivateKey.generate()
+    }
+
+    var jwk: JSONValue {
+        get throws {
+            .object([
+                "kty": .string("RSA"), "kid": .string(kid), "use": .string("sig"), "alg": .string("RS256"),
+                "n": .string(Base64URL.encode(try privateKey.modulus())),
+                "e": .string(Base64URL.encode(try privateKey.exponent())),
+            ])
+        }
+    }
+
+    /// A request body holding a consent-revoked notification signed with this key.
+    func signedBody(audience: String = JWKSTestFixtures.clientID, issuedAt: Int64) throws -> [UInt8] {
+        let header = JSONWriter.object([("kid", .string(kid)), ("alg", .string("RS256"))])
+        let claims = JSONWriter.object([
+            ("iss", .string(NotificationVerifier.appleIssuer)), ("aud", .string(audience)),
+            ("exp", .integer(issuedAt + 86400)), ("iat", .integer(issuedAt)),
+            ("jti", .string("AbCdEfGhIjKlMnOpQrStUv")),
+            (
+                "events",
+                .object([
+                    "type": .string("consent-revoked"), "sub": .string("001234.abcdef0123456789.0001"),
+                    "event_time": .integer(issuedAt * 1000),
+                ])
+            ),
+        ])
+        let signingInput = Base64URL.encode(Array(header.utf8)) + "." + Base64URL.encode(Array(claims.utf8))
+        let signature = try privateKey.signRS256(Array(signingInput.utf8))
+        let token = signingInput + "." + Base64URL.encode(signature)
+        return Array(JSONWriter.object([("payload", .string(token))]).utf8)
+    }
+}
+
+enum JWKSTestFixtures {
+    static let clientID = "com.example.app"
+
+    static func document(_ keys: [JWKSTestKey]) throws -> [UInt8] {
+        Array(JSONWriter.serialize(.object(["keys": .array(try keys.map { try $0.jwk })])).utf8)
+    }
+
+    static var verifier: NotificationVerifier { NotificationVerifier(keys: JSONWebKeySet(), clientIDs: [clientID]) }
+
+    /// A fresh directory under the system temporary directory; the caller removes it.
+    static func temporaryDirectory() throws -> URL {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("siwa-jwks-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        return directory
+    }
+
+    static var wallClock: Int64 { Int64(Date().timeIntervalSince1970) }
+}
+
+/// A clock the test moves by hand.
+final class JWKSTestClock: Sendable {
+    private let seconds: Mutex<Int64>
+
+    init(_ start: Int64 = JWKSTestFixtures.wallClock) { seconds = Mutex(start) }
+
+    var now: Int64 { seconds.withLock { $0 } }
+
+    func advance(by delta: Int64) { seconds.withLock { $0 += delta } }
+
+    var reading: @Sendable () -> Int64 { { [self] in now } }
+}
