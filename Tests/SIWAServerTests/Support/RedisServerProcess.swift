@@ -78,17 +78,26 @@ final class RedisServerProcess: @unchecked Sendable {
             if Self.answersPing(port: port) { return }
             Thread.sleep(forTimeInterval: 0.02)
         }
+        Foundation.kill(server.processIdentifier, SIGKILL)
         Self.stop(server, signal: SIGKILL, timeout: 5)
         process = nil
         throw StartError(description: "redis-server did not answer within \(timeout) s")
     }
 
-    /// Graceful stop (SIGTERM), then SIGKILL if it has not exited within the timeout.
+    /// Graceful stop (`SHUTDOWN NOSAVE`), then SIGKILL if it has not exited within the timeout.
+    ///
+    /// Not SIGTERM: a child spawned from a Swift Testing worker thread inherits that
+    /// thread's signal mask, in which SIGTERM is blocked, so redis-server never sees it.
     func stop(timeout: TimeInterval = 5) {
         lock.lock()
         defer { lock.unlock() }
         guard let process else { return }
-        Self.stop(process, signal: SIGTERM, timeout: timeout)
+        if process.isRunning {
+            var commands = password.map { "AUTH \($0)\r\n" } ?? ""
+            commands += "SHUTDOWN NOSAVE\r\n"
+            _ = Self.exchange(port: port, commands: commands)
+        }
+        Self.stop(process, signal: SIGKILL, timeout: timeout)
         self.process = nil
     }
 
@@ -97,6 +106,7 @@ final class RedisServerProcess: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         guard let process else { return }
+        Foundation.kill(process.processIdentifier, SIGKILL)
         Self.stop(process, signal: SIGKILL, timeout: 5)
         self.process = nil
     }
@@ -113,16 +123,14 @@ final class RedisServerProcess: @unchecked Sendable {
         try? FileManager.default.removeItem(at: directory)
     }
 
+    /// Waits up to `timeout` for the process to exit by itself, then sends `signal` and waits again.
     private static func stop(_ process: Process, signal: Int32, timeout: TimeInterval) {
-        guard process.isRunning else { return }
-        Foundation.kill(process.processIdentifier, signal)
         let deadline = Date().addingTimeInterval(timeout)
         while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
-        if process.isRunning {
-            Foundation.kill(process.processIdentifier, SIGKILL)
-            let hardDeadline = Date().addingTimeInterval(5)
-            while process.isRunning && Date() < hardDeadline { Thread.sleep(forTimeInterval: 0.01) }
-        }
+        guard process.isRunning else { return }
+        Foundation.kill(process.processIdentifier, signal)
+        let hardDeadline = Date().addingTimeInterval(5)
+        while process.isRunning && Date() < hardDeadline { Thread.sleep(forTimeInterval: 0.01) }
     }
 
     /// Asks the kernel for a free port by binding port 0, then releases it.
@@ -146,8 +154,14 @@ final class RedisServerProcess: @unchecked Sendable {
 
     /// A raw PING over TCP (a server with a password answers NOAUTH, which also means "up").
     private static func answersPing(port: Int) -> Bool {
+        guard let answer = exchange(port: port, commands: "PING\r\n") else { return false }
+        return answer.hasPrefix("+PONG") || answer.hasPrefix("-NOAUTH")
+    }
+
+    /// Sends inline commands on a fresh loopback connection and returns the first bytes answered.
+    private static func exchange(port: Int, commands: String) -> String? {
         let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard descriptor >= 0 else { return false }
+        guard descriptor >= 0 else { return nil }
         defer { close(descriptor) }
         var timeout = timeval(tv_sec: 0, tv_usec: 500_000)
         setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
@@ -160,13 +174,12 @@ final class RedisServerProcess: @unchecked Sendable {
                 connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
             }
         }
-        guard connected else { return false }
-        let ping = Array("PING\r\n".utf8)
-        guard write(descriptor, ping, ping.count) == ping.count else { return false }
+        guard connected else { return nil }
+        let bytes = Array(commands.utf8)
+        guard write(descriptor, bytes, bytes.count) == bytes.count else { return nil }
         var buffer = [UInt8](repeating: 0, count: 64)
         let count = read(descriptor, &buffer, buffer.count)
-        guard count > 0 else { return false }
-        let answer = String(decoding: buffer[..<count], as: UTF8.self)
-        return answer.hasPrefix("+PONG") || answer.hasPrefix("-NOAUTH")
+        guard count > 0 else { return nil }
+        return String(decoding: buffer[..<count], as: UTF8.self)
     }
 }
