@@ -84,7 +84,7 @@ public final class NotificationStore {
         let wasConnected = connection.isConnected
         do {
             return try runScript(notification, receivedAt: receivedAt)
-        } catch where error.isConnectionError && wasConnected {
+        } catch  where error.isConnectionError && wasConnected {
             return try runScript(notification, receivedAt: receivedAt)
         }
     }
@@ -113,7 +113,7 @@ public final class NotificationStore {
         let reply: RedisReply
         do {
             reply = try connection.command(["EVALSHA", sha, "3"] + arguments)
-        } catch where error.code == .serverError && error.message.hasPrefix("NOSCRIPT") {
+        } catch  where error.code == .serverError && error.message.hasPrefix("NOSCRIPT") {
             // Redis restarted or SCRIPT FLUSH ran: load it again and retry once.
             scriptSHA = nil
             reply = try connection.command(["EVALSHA", try loadedScriptSHA(), "3"] + arguments)
