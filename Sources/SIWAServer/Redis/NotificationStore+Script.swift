@@ -1,0 +1,122 @@
+extension NotificationStore {
+    /// The one script that applies a notification. Redis runs it atomically, so a
+    /// check (seen marker, stored times) and the writes that depend on it cannot
+    /// interleave with another worker's.
+    ///
+    /// KEYS: 1 user hash, 2 seen marker, 3 events stream.
+    /// ARGV: 1 channel, 2 client_id, 3 sub, 4 type (normalised), 5 raw_type,
+    /// 6 event_time (ms), 7 jti, 8 email ('' when none), 9 is_private_email
+    /// ('true'/'false'/''), 10 received_at (ms), 11 seen-marker TTL (ms),
+    /// 12 stream max length, 13 the published JSON up to (not including) the
+    /// `applied` value.
+    ///
+    /// Redis does not roll a script back: a runtime error after a write leaves that
+    /// write. So every refusal happens before the first write, and the seen marker is
+    /// written last: if anything failed before it, Apple's retry applies the
+    /// notification again, and every write here is idempotent (times only move
+    /// forward), so a repeat is harmless.
+    static let applyScript = """
+        local user_key, seen_key, stream_key = KEYS[1], KEYS[2], KEYS[3]
+        local channel, client_id, sub, event_type, raw_type = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+        local event_time_text, jti, email, is_private = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+        local received_at, seen_ttl_ms, stream_maxlen, message_head = ARGV[10], ARGV[11], ARGV[12], ARGV[13]
+        local event_time = tonumber(event_time_text)
+        if event_time == nil then return redis.error_reply('ERR event_time is not a number') end
+
+        if redis.call('EXISTS', seen_key) == 1 then return 'duplicate' end
+
+        local user_type = redis.call('TYPE', user_key)['ok']
+        if user_type ~= 'none' and user_type ~= 'hash' then
+          return redis.error_reply('WRONGTYPE the user key does not hold a hash')
+        end
+        local stream_type = redis.call('TYPE', stream_key)['ok']
+        if stream_type ~= 'none' and stream_type ~= 'stream' then
+          return redis.error_reply('WRONGTYPE the events key does not hold a stream')
+        end
+
+        -- True when no time is stored in the field or this event is strictly later.
+        -- Ties keep what is stored: the first of two events at the same millisecond wins.
+        local function newer(field)
+          local stored = tonumber(redis.call('HGET', user_key, field) or '')
+          return stored == nil or event_time > stored
+        end
+
+        local changes, removals = {}, {}
+        local function set(field, value)
+          changes[#changes + 1] = field
+          changes[#changes + 1] = value
+        end
+
+        local outcome
+        local stored_email = false
+        if event_type == 'consent-revoked' or event_type == 'account-deleted' then
+          local own_field = 'consent_revoked_at'
+          if event_type == 'account-deleted' then own_field = 'account_deleted_at' end
+          if newer(own_field) then
+            outcome = 'applied'
+            set(own_field, event_time_text)
+            if newer('sessions_revoked_at') then set('sessions_revoked_at', event_time_text) end
+            if event_type == 'account-deleted' then
+              -- Apple disables relay forwarding for a deleted account, whatever came before.
+              set('email_forwarding', 'disabled')
+              if newer('email_forwarding_at') then set('email_forwarding_at', event_time_text) end
+              removals = {'email', 'is_private_email'}
+            end
+          else
+            outcome = 'stale'
+          end
+        elseif event_type == 'email-enabled' or event_type == 'email-disabled' then
+          -- After account deletion no email field changes again, whatever the event time:
+          -- the address must never come back.
+          if redis.call('HEXISTS', user_key, 'account_deleted_at') == 1 or not newer('email_forwarding_at') then
+            outcome = 'stale'
+          else
+            outcome = 'applied'
+            if event_type == 'email-enabled' then
+              set('email_forwarding', 'enabled')
+            else
+              set('email_forwarding', 'disabled')
+            end
+            set('email_forwarding_at', event_time_text)
+            if email ~= '' then
+              set('email', email)
+              stored_email = true
+            end
+            -- A flag that came with an older address must not describe the new one.
+            if is_private ~= '' then set('is_private_email', is_private) else removals = {'is_private_email'} end
+          end
+        else
+          outcome = 'recorded'
+        end
+
+        if outcome == 'applied' then
+          if newer('last_event_at') then
+            set('last_event_type', event_type)
+            set('last_event_at', event_time_text)
+            set('last_jti', jti)
+          end
+          set('updated_at', received_at)
+          redis.call('HSET', user_key, unpack(changes))
+          if #removals > 0 then redis.call('HDEL', user_key, unpack(removals)) end
+        end
+
+        local applied = '0'
+        if outcome == 'applied' then applied = '1' end
+        local fields = {'client_id', client_id, 'sub', sub, 'type', event_type, 'raw_type', raw_type,
+          'event_time', event_time_text, 'jti', jti, 'applied', applied}
+        if stored_email then
+          fields[#fields + 1] = 'email'
+          fields[#fields + 1] = email
+          if is_private ~= '' then
+            fields[#fields + 1] = 'is_private_email'
+            fields[#fields + 1] = is_private
+          end
+        end
+        redis.call('XADD', stream_key, 'MAXLEN', '~', stream_maxlen, '*', unpack(fields))
+        local published = 'false'
+        if outcome == 'applied' then published = 'true' end
+        redis.call('PUBLISH', channel, message_head .. published .. '}')
+        redis.call('SET', seen_key, received_at, 'PX', seen_ttl_ms)
+        return outcome
+        """
+}

@@ -1,0 +1,185 @@
+import CHiredis
+
+/// One blocking connection to Redis: the thin wrapper over hiredis, where every
+/// hiredis pointer lives.
+///
+/// NOT thread safe: a `redisContext` must not be shared, so each worker thread owns
+/// its own `RedisConnection` (create it inside the thread's closure).
+///
+/// It connects lazily on the first command (or on `connect()`), with a connect
+/// timeout and a command timeout, then sends AUTH and SELECT when the endpoint asks
+/// for them. After an I/O error or a timeout the command throws `connectionLost`
+/// and the next command reconnects (`redisReconnect`, then the command timeout,
+/// AUTH and SELECT again: hiredis 0.14.1 forgets the socket timeout on reconnect).
+///
+/// hiredis writes with `write(2)`: a process using it must ignore SIGPIPE, or a
+/// write to a connection Redis has closed kills the process.
+public final class RedisConnection {
+    public let endpoint: RedisEndpoint
+    public let connectTimeout: Duration
+    public let commandTimeout: Duration
+
+    private var context: UnsafeMutablePointer<redisContext>?
+    /// Connected, timeout set, authenticated and on the right database.
+    private var ready = false
+
+    public init(endpoint: RedisEndpoint, connectTimeout: Duration = .seconds(1), commandTimeout: Duration = .seconds(2))
+    {
+        self.endpoint = endpoint
+        self.connectTimeout = connectTimeout
+        self.commandTimeout = commandTimeout
+    }
+
+    deinit {
+        if let context { redisFree(context) }
+    }
+
+    /// Whether the last command left the connection usable (no I/O error since).
+    public var isConnected: Bool { ready }
+
+    /// Connects now if not connected; commands call this themselves.
+    public func connect() throws(RedisError) {
+        if ready { return }
+        if let context {
+            guard redisReconnect(context) == REDIS_OK else { throw failure(.connectionFailed, context) }
+        } else {
+            let connectTimeval = Self.makeTimeval(connectTimeout)
+            let created: UnsafeMutablePointer<redisContext>? =
+                switch endpoint.address {
+                case .tcp(let host, let port): redisConnectWithTimeout(host, Int32(port), connectTimeval)
+                case .unixSocket(let path): redisConnectUnixWithTimeout(path, connectTimeval)
+                }
+            guard let created else {
+                throw RedisError(.connectionFailed, "could not allocate a Redis connection to \(endpoint)")
+            }
+            // Kept even when the connect failed: redisReconnect reuses its address.
+            context = created
+            guard created.pointee.err == 0 else { throw failure(.connectionFailed, created) }
+        }
+        guard let context else { throw RedisError(.connectionFailed, "no Redis connection") }
+        guard redisSetTimeout(context, Self.makeTimeval(commandTimeout)) == REDIS_OK else {
+            throw failure(.connectionFailed, context)
+        }
+        try login(context)
+        ready = true
+    }
+
+    /// Closes the socket; the next command reconnects.
+    public func disconnect() {
+        if let context { redisFree(context) }
+        context = nil
+        ready = false
+    }
+
+    /// Sends one command; arguments are binary safe. A top-level error reply throws
+    /// `serverError` with Redis's text.
+    public func command(_ arguments: [[UInt8]]) throws(RedisError) -> RedisReply {
+        try connect()
+        guard let context else { throw RedisError(.connectionLost, "no Redis connection") }
+        return try send(arguments, on: context)
+    }
+
+    /// Sends one command whose arguments are text.
+    public func command(_ arguments: [String]) throws(RedisError) -> RedisReply {
+        try command(arguments.map { Array($0.utf8) })
+    }
+
+    /// Sends one command whose arguments are text.
+    public func command(_ arguments: String...) throws(RedisError) -> RedisReply {
+        try command(arguments)
+    }
+
+    // MARK: - Below: hiredis calls
+
+    private func login(_ context: UnsafeMutablePointer<redisContext>) throws(RedisError) {
+        do {
+            if let password = endpoint.password {
+                let arguments = ["AUTH"] + (endpoint.username.map { [$0] } ?? []) + [password]
+                _ = try send(arguments.map { Array($0.utf8) }, on: context)
+            }
+            if endpoint.database != 0 {
+                _ = try send([Array("SELECT".utf8), Array(String(endpoint.database).utf8)], on: context)
+            }
+        } catch {
+            // The server's AUTH/SELECT text names no secret, but a half-logged-in
+            // connection must not be used: drop it and start over next time.
+            disconnect()
+            let step = endpoint.password == nil ? "SELECT \(endpoint.database)" : "AUTH or SELECT"
+            throw RedisError(.connectionFailed, "\(step) failed on \(endpoint): \(error.message)")
+        }
+    }
+
+    private func send(_ arguments: [[UInt8]], on context: UnsafeMutablePointer<redisContext>) throws(RedisError)
+        -> RedisReply
+    {
+        // One contiguous buffer keeps every argument's address valid during the call.
+        let joined = arguments.flatMap { $0 }
+        let lengths = arguments.map { $0.count }
+        let raw: UnsafeMutableRawPointer? = joined.withUnsafeBufferPointer { buffer in
+            let base = UnsafeRawPointer(buffer.baseAddress)
+            var offsets: [Int] = []
+            var offset = 0
+            for length in lengths {
+                offsets.append(offset)
+                offset += length
+            }
+            // An empty argument still needs a non-null pointer.
+            let empty: StaticString = ""
+            var pointers: [UnsafePointer<CChar>?] = offsets.map { start in
+                guard let base else { return UnsafeRawPointer(empty.utf8Start).assumingMemoryBound(to: CChar.self) }
+                return (base + start).assumingMemoryBound(to: CChar.self)
+            }
+            return pointers.withUnsafeMutableBufferPointer { argv in
+                lengths.withUnsafeBufferPointer { argvlen in
+                    redisCommandArgv(context, Int32(arguments.count), argv.baseAddress, argvlen.baseAddress)
+                }
+            }
+        }
+        guard let raw else {
+            ready = false
+            throw failure(.connectionLost, context)
+        }
+        let replyPointer = raw.assumingMemoryBound(to: redisReply.self)
+        defer { freeReplyObject(raw) }
+        let reply = Self.convert(replyPointer)
+        if case .error(let text) = reply {
+            throw RedisError(.serverError, String(text.prefix(Self.maximumServerErrorLength)))
+        }
+        return reply
+    }
+
+    /// Redis error replies are short; the cap keeps a surprising one out of the logs.
+    private static let maximumServerErrorLength = 300
+
+    private static func convert(_ pointer: UnsafeMutablePointer<redisReply>) -> RedisReply {
+        let reply = pointer.pointee
+        func bytes() -> [UInt8] {
+            guard let text = reply.str, reply.len > 0 else { return [] }
+            return Array(UnsafeRawBufferPointer(start: text, count: reply.len))
+        }
+        switch reply.type {
+        case REDIS_REPLY_STATUS: return .status(String(decoding: bytes(), as: UTF8.self))
+        case REDIS_REPLY_ERROR: return .error(String(decoding: bytes(), as: UTF8.self))
+        case REDIS_REPLY_INTEGER: return .integer(Int64(reply.integer))
+        case REDIS_REPLY_STRING: return .bulkString(bytes())
+        case REDIS_REPLY_ARRAY:
+            guard let elements = reply.element else { return .array([]) }
+            return .array((0..<reply.elements).compactMap { index in elements[index].map(convert) })
+        default: return .null
+        }
+    }
+
+    private func failure(_ code: RedisError.Code, _ context: UnsafeMutablePointer<redisContext>) -> RedisError {
+        ready = false
+        let detail = withUnsafeBytes(of: context.pointee.errstr) { buffer in
+            String(decoding: buffer.prefix(while: { $0 != 0 }), as: UTF8.self)
+        }
+        let verb = code == .connectionFailed ? "could not connect to" : "lost the connection to"
+        return RedisError(code, "\(verb) \(endpoint): \(detail.isEmpty ? "unknown error" : detail)")
+    }
+
+    private static func makeTimeval(_ duration: Duration) -> timeval {
+        let (seconds, attoseconds) = duration.components
+        return timeval(tv_sec: Int(seconds), tv_usec: Int(attoseconds / 1_000_000_000_000))
+    }
+}

@@ -1,0 +1,185 @@
+import Foundation
+
+/// A real `redis-server` for tests: its own free loopback port, its own temporary
+/// directory, no persistence (`--save "" --appendonly no`), and a Unix socket in that
+/// directory. It can be stopped, killed and restarted on the same port and directory
+/// so a test can simulate an outage. Always call `shutdown()` (a `defer` right after
+/// creating it); `deinit` does it too as a backstop.
+final class RedisServerProcess: @unchecked Sendable {
+    struct StartError: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    /// Fixed once started: restarts reuse it.
+    private(set) var port = 0
+    let directory: URL
+    let password: String?
+    private var process: Process?
+    private let lock = NSLock()
+
+    /// The Unix socket Redis also listens on.
+    var unixSocketPath: String { directory.appendingPathComponent("redis.sock").path }
+
+    /// `redis://127.0.0.1:<port>/<database>`, with the password when one is set.
+    func url(database: Int = 0) -> String {
+        let credentials = password.map { ":\($0)@" } ?? ""
+        return "redis://\(credentials)127.0.0.1:\(port)/\(database)"
+    }
+
+    /// Starts redis-server; retries on a new port if the chosen one was taken meanwhile.
+    init(password: String? = nil, startTimeout: TimeInterval = 10) throws {
+        // hiredis writes with write(2): a write to a killed server must not kill the test run.
+        signal(SIGPIPE, SIG_IGN)
+        directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("siwa-redis-test-\(UUID().uuidString)", isDirectory: true)
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        self.password = password
+        var lastError: Error = StartError(description: "redis-server did not start")
+        for _ in 0..<3 {
+            port = try Self.freeLoopbackPort()
+            do {
+                try start(timeout: startTimeout)
+                return
+            } catch {
+                lastError = error
+            }
+        }
+        try? FileManager.default.removeItem(at: directory)
+        throw lastError
+    }
+
+    deinit { shutdown() }
+
+    /// Starts (or restarts) the server on the same port and directory and waits until it answers PING.
+    func start(timeout: TimeInterval = 10) throws {
+        lock.lock()
+        defer { lock.unlock() }
+        if let process, process.isRunning { return }
+        let server = Process()
+        server.executableURL = URL(fileURLWithPath: "/usr/bin/redis-server")
+        var arguments = [
+            "--port", String(port), "--bind", "127.0.0.1", "--dir", directory.path,
+            "--save", "", "--appendonly", "no", "--daemonize", "no",
+            "--unixsocket", unixSocketPath, "--unixsocketperm", "700",
+            "--logfile", directory.appendingPathComponent("redis.log").path,
+        ]
+        if let password { arguments += ["--requirepass", password] }
+        server.arguments = arguments
+        server.standardOutput = FileHandle.nullDevice
+        server.standardError = FileHandle.nullDevice
+        try server.run()
+        process = server
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if !server.isRunning {
+                process = nil
+                throw StartError(description: "redis-server exited at start (port \(port) taken?)")
+            }
+            if Self.answersPing(port: port) { return }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        Foundation.kill(server.processIdentifier, SIGKILL)
+        Self.stop(server, signal: SIGKILL, timeout: 5)
+        process = nil
+        throw StartError(description: "redis-server did not answer within \(timeout) s")
+    }
+
+    /// Graceful stop (`SHUTDOWN NOSAVE`), then SIGKILL if it has not exited within the timeout.
+    ///
+    /// Not SIGTERM: a child spawned from a Swift Testing worker thread inherits that
+    /// thread's signal mask, in which SIGTERM is blocked, so redis-server never sees it.
+    func stop(timeout: TimeInterval = 5) {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let process else { return }
+        if process.isRunning {
+            var commands = password.map { "AUTH \($0)\r\n" } ?? ""
+            commands += "SHUTDOWN NOSAVE\r\n"
+            _ = Self.exchange(port: port, commands: commands)
+        }
+        Self.stop(process, signal: SIGKILL, timeout: timeout)
+        self.process = nil
+    }
+
+    /// A crash: SIGKILL, no chance to close connections cleanly.
+    func kill() {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let process else { return }
+        Foundation.kill(process.processIdentifier, SIGKILL)
+        Self.stop(process, signal: SIGKILL, timeout: 5)
+        self.process = nil
+    }
+
+    /// Stop, then start again on the same port and directory.
+    func restart(timeout: TimeInterval = 10) throws {
+        stop()
+        try start(timeout: timeout)
+    }
+
+    /// Stops the server and removes its directory.
+    func shutdown() {
+        stop()
+        try? FileManager.default.removeItem(at: directory)
+    }
+
+    /// Waits up to `timeout` for the process to exit by itself, then sends `signal` and waits again.
+    private static func stop(_ process: Process, signal: Int32, timeout: TimeInterval) {
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        guard process.isRunning else { return }
+        Foundation.kill(process.processIdentifier, signal)
+        let hardDeadline = Date().addingTimeInterval(5)
+        while process.isRunning && Date() < hardDeadline { Thread.sleep(forTimeInterval: 0.01) }
+    }
+
+    /// Asks the kernel for a free port by binding port 0, then releases it.
+    private static func freeLoopbackPort() throws -> Int {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard descriptor >= 0 else { throw StartError(description: "socket() failed") }
+        defer { close(descriptor) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { generic in
+                bind(descriptor, generic, length) == 0 && getsockname(descriptor, generic, &length) == 0
+            }
+        }
+        guard bound else { throw StartError(description: "could not bind a loopback port") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    /// A raw PING over TCP (a server with a password answers NOAUTH, which also means "up").
+    private static func answersPing(port: Int) -> Bool {
+        guard let answer = exchange(port: port, commands: "PING\r\n") else { return false }
+        return answer.hasPrefix("+PONG") || answer.hasPrefix("-NOAUTH")
+    }
+
+    /// Sends inline commands on a fresh loopback connection and returns the first bytes answered.
+    private static func exchange(port: Int, commands: String) -> String? {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard descriptor >= 0 else { return nil }
+        defer { close(descriptor) }
+        var timeout = timeval(tv_sec: 0, tv_usec: 500_000)
+        setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = UInt16(port).bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+            }
+        }
+        guard connected else { return nil }
+        let bytes = Array(commands.utf8)
+        guard write(descriptor, bytes, bytes.count) == bytes.count else { return nil }
+        var buffer = [UInt8](repeating: 0, count: 64)
+        let count = read(descriptor, &buffer, buffer.count)
+        guard count > 0 else { return nil }
+        return String(decoding: buffer[..<count], as: UTF8.self)
+    }
+}
