@@ -20,7 +20,9 @@ final class FastCGIListener: @unchecked Sendable {
             do throws(FastCGIError) {
                 try Self.bindUnix(fd, path: path)
                 // Before listen(2): nobody can connect yet, so the umask's mode is never seen.
-                guard chmod(path, mode_t(mode)) == 0 else { throw FastCGIError.system(.listenFailed, "chmod", errno: errno) }
+                guard chmod(path, mode_t(mode)) == 0 else {
+                    throw FastCGIError.system(.listenFailed, "chmod", errno: errno)
+                }
                 if let groupID, chown(path, uid_t.max, groupID) != 0 {
                     throw FastCGIError.system(.listenFailed, "chown", errno: errno)
                 }

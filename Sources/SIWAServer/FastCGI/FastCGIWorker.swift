@@ -43,7 +43,12 @@ final class FastCGIWorker: @unchecked Sendable {
             if request.pointee.ipcFd >= 0 {
                 // nginx (fastcgi_keep_conn on) kept the connection: libfcgi would block in
                 // read(2) for its next request, where no stop could reach it. Wait here instead.
-                guard waitForNextRequest() else { return }
+                guard waitForNextRequest() else {
+                    // Idle and stopping. Shut both directions first: libfcgi's close would
+                    // otherwise wait up to 2 s for nginx to close its end.
+                    shutdown(request.pointee.ipcFd, Int32(SHUT_RDWR))
+                    return
+                }
             } else if isStopping() {
                 return
             }
@@ -77,7 +82,8 @@ final class FastCGIWorker: @unchecked Sendable {
         let params = copyParams()
         applyTimeouts(to: request.pointee.ipcFd)
         let body = readBody(declaredLength: params["CONTENT_LENGTH"])
-        if case .complete = body {} else {
+        if case .complete = body {
+        } else {
             // Unread or unreliable input is left on the connection: do not reuse it.
             request.pointee.keepConnection = 0
         }
