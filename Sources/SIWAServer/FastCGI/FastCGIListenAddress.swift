@@ -5,20 +5,20 @@ public enum FastCGIListenAddress: Sendable, Equatable, CustomStringConvertible {
     /// A unix socket file. A stale file at `path` is removed at start; the socket gets
     /// `mode` and, if named, `group` before it accepts anything.
     case unixSocket(path: String, mode: UInt32 = 0o660, group: String? = nil)
-    /// An IPv4 loopback address (127.0.0.0/8) and port. Port 0 asks the kernel for a
-    /// free port; `FastCGIServer.boundPort` tells which one.
+    /// A loopback address (IPv4 127.0.0.0/8, or IPv6 `::1`) and port. Port 0 asks the
+    /// kernel for a free port; `FastCGIServer.boundPort` tells which one.
     case loopbackTCP(host: String = "127.0.0.1", port: UInt16)
 
     public var description: String {
         switch self {
         case .unixSocket(let path, _, _): "unix:\(path)"
-        case .loopbackTCP(let host, let port): "\(host):\(port)"
+        case .loopbackTCP(let host, let port): host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
         }
     }
 
     /// Parses the configuration form: an absolute path (`/run/siwa/fcgi.sock`, optionally
-    /// prefixed `unix:`) or `127.0.0.1:PORT` / `localhost:PORT`. A bare `:PORT`, `0.0.0.0`
-    /// or any non-loopback host throws `nonLoopbackHost`.
+    /// prefixed `unix:`) or `127.0.0.1:PORT` / `[::1]:PORT` / `localhost:PORT`. A bare
+    /// `:PORT`, `0.0.0.0`, `[::]` or any non-loopback host throws `nonLoopbackHost`.
     public static func parse(_ text: String, mode: UInt32 = 0o660, group: String? = nil) throws(FastCGIError)
         -> FastCGIListenAddress
     {
@@ -33,17 +33,21 @@ public enum FastCGIListenAddress: Sendable, Equatable, CustomStringConvertible {
         guard let colon = value.lastIndex(of: ":") else {
             throw FastCGIError(.invalidListenAddress, "listen address is neither an absolute path nor host:port")
         }
-        let host = String(value[..<colon])
+        var host = String(value[..<colon])
+        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
         guard let port = UInt16(value[value.index(after: colon)...]), port != 0 else {
             throw FastCGIError(.invalidListenAddress, "listen port must be 1...65535")
         }
         if host == "localhost" { return .loopbackTCP(host: "127.0.0.1", port: port) }
-        guard isIPv4Loopback(host) else {
+        guard isLoopback(host) else {
             throw FastCGIError(
-                .nonLoopbackHost, "listen host must be a 127.x.x.x address; \"\(host)\" would expose the responder")
+                .nonLoopbackHost, "listen host must be 127.x.x.x or [::1]; \"\(host)\" would expose the responder")
         }
         return .loopbackTCP(host: host, port: port)
     }
+
+    /// True for `::1` or a dotted-quad address inside 127.0.0.0/8.
+    static func isLoopback(_ host: String) -> Bool { host == "::1" || isIPv4Loopback(host) }
 
     /// True for a dotted-quad address inside 127.0.0.0/8, written in canonical form.
     static func isIPv4Loopback(_ host: String) -> Bool {

@@ -39,41 +39,61 @@ final class FastCGIListener: @unchecked Sendable {
             socketPath = path
             socketIdentity = (UInt64(info.st_dev), UInt64(info.st_ino))
         case .loopbackTCP(let host, let port):
-            guard FastCGIListenAddress.isIPv4Loopback(host) else {
-                throw FastCGIError(.nonLoopbackHost, "TCP listen host must be in 127.0.0.0/8")
+            guard FastCGIListenAddress.isLoopback(host) else {
+                throw FastCGIError(.nonLoopbackHost, "TCP listen host must be in 127.0.0.0/8 or ::1")
             }
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-            guard fd >= 0 else { throw .system(.listenFailed, "socket", errno: errno) }
-            var socketAddress = sockaddr_in()
-            do throws(FastCGIError) {
-                var reuse: Int32 = 1
-                setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, socklen_t(MemoryLayout<Int32>.size))
-                socketAddress.sin_family = sa_family_t(AF_INET)
-                socketAddress.sin_port = port.bigEndian
-                guard inet_pton(AF_INET, host, &socketAddress.sin_addr) == 1 else {
-                    throw FastCGIError(.invalidListenAddress, "TCP listen host is not an IPv4 address")
-                }
-                let bound = withUnsafePointer(to: &socketAddress) {
-                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                        bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-                    }
-                }
-                guard bound == 0 else { throw FastCGIError.system(.listenFailed, "bind", errno: errno) }
-                guard listen(fd, backlog) == 0 else { throw FastCGIError.system(.listenFailed, "listen", errno: errno) }
-                var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-                let named = withUnsafeMutablePointer(to: &socketAddress) {
-                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-                }
-                guard named == 0 else { throw FastCGIError.system(.listenFailed, "getsockname", errno: errno) }
-            } catch {
-                Glibc.close(fd)
-                throw error
-            }
-            fileDescriptor = fd
-            boundPort = UInt16(bigEndian: socketAddress.sin_port)
+            (fileDescriptor, boundPort) = try Self.bindLoopback(host: host, port: port, backlog: backlog)
             socketPath = nil
             socketIdentity = nil
         }
+    }
+
+    /// A TCP socket bound to exactly `host` (never the wildcard address), listening.
+    private static func bindLoopback(host: String, port: UInt16, backlog: Int32) throws(FastCGIError) -> (
+        Int32, UInt16
+    ) {
+        let isIPv6 = host.contains(":")
+        let fd = socket(isIPv6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw .system(.listenFailed, "socket", errno: errno) }
+        var storage = sockaddr_storage()
+        let length: socklen_t
+        do throws(FastCGIError) {
+            var on: Int32 = 1
+            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
+            let parsed = withUnsafeMutableBytes(of: &storage) { raw -> Bool in
+                if isIPv6 {
+                    let address = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in6.self)
+                    address.pointee.sin6_family = sa_family_t(AF_INET6)
+                    address.pointee.sin6_port = port.bigEndian
+                    return inet_pton(AF_INET6, host, &address.pointee.sin6_addr) == 1
+                }
+                let address = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in.self)
+                address.pointee.sin_family = sa_family_t(AF_INET)
+                address.pointee.sin_port = port.bigEndian
+                return inet_pton(AF_INET, host, &address.pointee.sin_addr) == 1
+            }
+            guard parsed else { throw FastCGIError(.invalidListenAddress, "TCP listen host is not an IP address") }
+            if isIPv6 { setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &on, socklen_t(MemoryLayout<Int32>.size)) }
+            length = socklen_t(isIPv6 ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
+            let bound = withUnsafePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
+            }
+            guard bound == 0 else { throw FastCGIError.system(.listenFailed, "bind", errno: errno) }
+            guard listen(fd, backlog) == 0 else { throw FastCGIError.system(.listenFailed, "listen", errno: errno) }
+            var namedLength = socklen_t(MemoryLayout<sockaddr_storage>.size)
+            let named = withUnsafeMutablePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &namedLength) }
+            }
+            guard named == 0 else { throw FastCGIError.system(.listenFailed, "getsockname", errno: errno) }
+        } catch {
+            Glibc.close(fd)
+            throw error
+        }
+        // sin_port and sin6_port sit at the same offset, right after the family.
+        let boundPort = withUnsafeBytes(of: &storage) { raw in
+            UInt16(bigEndian: raw.load(fromByteOffset: 2, as: UInt16.self))
+        }
+        return (fd, boundPort)
     }
 
     /// Wakes every thread blocked in accept(2) on this socket (Linux returns EINVAL to

@@ -60,8 +60,8 @@ public struct FastCGIServerConfiguration: Sendable, Equatable {
                 throw FastCGIError(.invalidSetting, "unix socket group must be a non-empty name")
             }
         case .loopbackTCP(let host, _):
-            guard FastCGIListenAddress.isIPv4Loopback(host) else {
-                throw FastCGIError(.nonLoopbackHost, "TCP listen host must be in 127.0.0.0/8")
+            guard FastCGIListenAddress.isLoopback(host) else {
+                throw FastCGIError(.nonLoopbackHost, "TCP listen host must be in 127.0.0.0/8 or ::1")
             }
         }
     }

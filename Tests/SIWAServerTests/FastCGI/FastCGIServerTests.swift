@@ -302,10 +302,48 @@ struct FastCGIServerTests {
         #expect(listening.first?[1] == "0100007F:\(portHex)")
     }
 
+    @Test("TCP on [::1] serves, bound to the IPv6 loopback only", .enabled(if: FastCGIServerTests.hasIPv6Loopback))
+    func loopbackTCPv6() throws {
+        let server = try FastCGIServer(
+            configuration: .init(address: try .parse("[::1]:1"), workerCount: 1),
+            handler: { _ in FastCGIResponse(status: 200) })
+        #expect(server.configuration.address == .loopbackTCP(host: "::1", port: 1))
+        let ephemeral = try FastCGIServer(
+            configuration: .init(address: .loopbackTCP(host: "::1", port: 0), workerCount: 1),
+            handler: { request in FastCGIResponse(status: 200, contentType: "text/plain", body: request.method) })
+        try ephemeral.start()
+        defer { ephemeral.stop(timeout: .seconds(10)) }
+        let port = try #require(ephemeral.boundPort)
+        let response = try FastCGIClient(.tcp(host: "::1", port: port)).send(
+            params: FastCGIClient.params(method: "DELETE", uri: "/"))
+        #expect(response.bodyText == "DELETE")
+        let table = try String(contentsOfFile: "/proc/net/tcp6", encoding: .utf8)
+        let portHex = String(format: "%04X", port)
+        let listening = table.split(separator: "\n").map { $0.split(separator: " ") }.filter {
+            $0.count > 3 && $0[1].hasSuffix(":\(portHex)") && $0[3] == "0A"
+        }
+        #expect(listening.map { String($0[1]) } == ["00000000000000000000000001000000:\(portHex)"])
+    }
+
+    static var hasIPv6Loopback: Bool {
+        let fd = socket(AF_INET6, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = sockaddr_in6()
+        address.sin6_family = sa_family_t(AF_INET6)
+        guard inet_pton(AF_INET6, "::1", &address.sin6_addr) == 1 else { return false }
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) == 0
+            }
+        }
+    }
+
     @Test("a non-loopback host is refused, in the address parser and in the configuration")
     func nonLoopbackRefused() throws {
         for text in [
             "0.0.0.0:9000", ":9000", "10.0.0.1:9000", "192.168.1.10:80", "example.com:9000", "127.0.0.1.nip.io:80",
+            "[::]:9000", "[::ffff:10.0.0.1]:80",
         ] {
             #expect(throws: FastCGIError(.nonLoopbackHost, ""), "\(text)") { try FastCGIListenAddress.parse(text) }
         }
@@ -313,6 +351,7 @@ struct FastCGIServerTests {
         #expect(throws: FastCGIError(.invalidListenAddress, "")) { try FastCGIListenAddress.parse("127.0.0.1:70000") }
         #expect(throws: FastCGIError(.invalidListenAddress, "")) { try FastCGIListenAddress.parse("relative.sock") }
         #expect(try FastCGIListenAddress.parse("127.0.0.1:9000") == .loopbackTCP(host: "127.0.0.1", port: 9000))
+        #expect(try FastCGIListenAddress.parse("[::1]:9002") == .loopbackTCP(host: "::1", port: 9002))
         #expect(try FastCGIListenAddress.parse("localhost:9001") == .loopbackTCP(host: "127.0.0.1", port: 9001))
         #expect(try FastCGIListenAddress.parse("unix:/run/siwa/fcgi.sock") == .unixSocket(path: "/run/siwa/fcgi.sock"))
         #expect(throws: FastCGIError(.nonLoopbackHost, "")) {

@@ -12,7 +12,7 @@ struct FastCGIClient {
         var description: String {
             switch self {
             case .unixSocket(let path): "unix:\(path)"
-            case .tcp(let host, let port): "\(host):\(port)"
+            case .tcp(let host, let port): host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
             }
         }
     }
@@ -97,19 +97,29 @@ struct FastCGIClient {
                 throw Failure(description: "connect \(endpoint): errno \(code)")
             }
         case .tcp(let host, let port):
-            fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            let isIPv6 = host.contains(":")
+            fd = socket(isIPv6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
             guard fd >= 0 else { throw Failure(description: "socket: errno \(errno)") }
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = port.bigEndian
-            guard inet_pton(AF_INET, host, &address.sin_addr) == 1 else {
-                Glibc.close(fd)
-                throw Failure(description: "not an IPv4 address")
-            }
-            let status = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            var storage = sockaddr_storage()
+            let parsed = withUnsafeMutableBytes(of: &storage) { raw -> Bool in
+                if isIPv6 {
+                    let address = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in6.self)
+                    address.pointee.sin6_family = sa_family_t(AF_INET6)
+                    address.pointee.sin6_port = port.bigEndian
+                    return inet_pton(AF_INET6, host, &address.pointee.sin6_addr) == 1
                 }
+                let address = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in.self)
+                address.pointee.sin_family = sa_family_t(AF_INET)
+                address.pointee.sin_port = port.bigEndian
+                return inet_pton(AF_INET, host, &address.pointee.sin_addr) == 1
+            }
+            guard parsed else {
+                Glibc.close(fd)
+                throw Failure(description: "not an IP address")
+            }
+            let length = socklen_t(isIPv6 ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
+            let status = withUnsafePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, length) }
             }
             guard status == 0 else {
                 let code = errno
