@@ -39,10 +39,11 @@ public final class FastCGIServer: @unchecked Sendable {
     }
 
     /// Opens the socket and starts the workers, then returns. Pair with `stop(timeout:)`.
+    /// The workers (and so this server) stay alive until they have exited.
     public func start() throws(FastCGIError) {
         state.lock()
         defer { state.unlock() }
-        guard !started else { throw FastCGIError(.alreadyStarted, "a FastCGIServer starts once") }
+        guard !started, !stopRequested else { throw FastCGIError(.alreadyStarted, "a FastCGIServer starts once") }
         try FastCGILibrary.initialize()
         let listener = try FastCGIListener(address: configuration.address, backlog: configuration.backlog)
         let ends: (read: Int32, write: Int32)
@@ -59,7 +60,7 @@ public final class FastCGIServer: @unchecked Sendable {
                     try FastCGIWorker(
                         listenFD: listener.fileDescriptor, stopSignalFD: ends.read,
                         maxBodyBytes: configuration.maxBodyBytes, ioTimeout: configuration.ioTimeout,
-                        handler: handler, isStopping: { [unowned self] in self.isStopping }))
+                        handler: handler, isStopping: { [self] in isStopping }))
             }
         } catch {
             listener.closeAndRemove()

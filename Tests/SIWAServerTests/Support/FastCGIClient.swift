@@ -213,6 +213,19 @@ struct FastCGIClient {
             throw Failure(description: "no END_REQUEST within \(timeout)")
         }
 
+        /// Everything until the peer closes (bounded by the timeout): for non-FastCGI replies.
+        func readToEnd() throws -> [UInt8] {
+            var bytes: [UInt8] = []
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let got = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+                if got < 0 && errno == EINTR { continue }
+                guard got >= 0 else { throw Failure(description: "read: errno \(errno)") }
+                if got == 0 { return bytes }
+                bytes += chunk[0..<got]
+            }
+        }
+
         private func readExactly(_ count: Int) throws -> [UInt8] {
             var bytes = [UInt8](repeating: 0, count: count)
             var offset = 0
