@@ -53,6 +53,12 @@ final class FastCGISignalWatcher: @unchecked Sendable {
         let readEnd = readEnd
         let finished = finished
         let thread = Thread {
+            // If a parent started us with these signals blocked (inherited by every thread),
+            // this thread at least can take them, so a stop never depends on the caller's mask.
+            var unblock = sigset_t()
+            sigemptyset(&unblock)
+            for signal in Self.signals { sigaddset(&unblock, signal) }
+            pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
             var byte: UInt8 = 0
             while true {
                 let count = read(readEnd, &byte, 1)
