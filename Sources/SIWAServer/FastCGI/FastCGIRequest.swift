@@ -1,0 +1,62 @@
+/// One request as nginx handed it over: every FastCGI parameter copied out of libfcgi at
+/// once (its pointers die at the next accept), and the body read up to the configured limit.
+public struct FastCGIRequest: Sendable {
+    /// Every parameter nginx sent, by name (`REQUEST_METHOD`, `DOCUMENT_URI`, `HTTP_*`, ...).
+    public let params: [String: String]
+    public let body: Body
+
+    /// The request body, or why there is none to trust.
+    public enum Body: Sendable, Equatable {
+        /// The whole body, exactly `CONTENT_LENGTH` bytes when that was declared.
+        case complete([UInt8])
+        /// Over the body limit: answer 413. Detected from `CONTENT_LENGTH` before reading, or
+        /// after reading one byte past the limit; never more than that is held in memory.
+        case tooLarge
+        /// The stream ended before (or ran past) the declared `CONTENT_LENGTH`, or the read
+        /// timed out: the peer went away mid-request, so the bytes are not the message.
+        case incomplete
+    }
+
+    public init(params: [String: String], body: Body) {
+        self.params = params
+        self.body = body
+    }
+
+    public var method: String { params["REQUEST_METHOD"] ?? "" }
+
+    /// The path without the query: nginx's normalised `DOCUMENT_URI`, else
+    /// `SCRIPT_NAME` + `PATH_INFO`, else `REQUEST_URI` cut at `?`.
+    public var path: String {
+        if let uri = params["DOCUMENT_URI"], !uri.isEmpty { return uri }
+        let script = params["SCRIPT_NAME"] ?? ""
+        let info = params["PATH_INFO"] ?? ""
+        if !script.isEmpty || !info.isEmpty { return script + info }
+        let requestURI = params["REQUEST_URI"] ?? ""
+        return String(requestURI.prefix { $0 != "?" })
+    }
+
+    public var queryString: String { params["QUERY_STRING"] ?? "" }
+
+    public var contentType: String? { params["CONTENT_TYPE"].flatMap { $0.isEmpty ? nil : $0 } }
+
+    /// `CONTENT_LENGTH` when it is a plain decimal number; nil when absent or malformed.
+    public var contentLength: Int? { params["CONTENT_LENGTH"].flatMap(Self.parseLength) }
+
+    public var remoteAddress: String? { params["REMOTE_ADDR"] }
+
+    /// nginx's `$request_id`, passed as `REQUEST_ID` by our site file, or a client-supplied
+    /// `X-Request-ID` header: it ties our log line to nginx's access log line.
+    public var requestID: String? {
+        if let id = params["REQUEST_ID"], !id.isEmpty { return id }
+        if let id = params["HTTP_X_REQUEST_ID"], !id.isEmpty { return id }
+        return nil
+    }
+
+    /// Strict: ASCII digits only, no sign, no spaces, at most 18 digits (no overflow).
+    static func parseLength(_ text: String) -> Int? {
+        guard !text.isEmpty, text.utf8.count <= 18, text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
+            return nil
+        }
+        return Int(text)
+    }
+}

@@ -1,0 +1,162 @@
+import Foundation
+import Glibc
+
+/// A FastCGI responder over libfcgi: a listening socket, N worker threads each looping
+/// accept → handler → finish, and a graceful stop.
+///
+/// Stopping, and why it works despite libfcgi's blocking accept: `stop()` (or SIGTERM /
+/// SIGINT under `run()`) sets a flag, shuts the listening socket down, which makes every
+/// accept(2) blocked inside libfcgi return, and makes a pipe readable that idle kept
+/// connections are polled with. Requests already accepted run to the end; `run()` and
+/// `stop()` wait for them up to a bound, then return regardless.
+public final class FastCGIServer: @unchecked Sendable {
+    public typealias Handler = @Sendable (FastCGIRequest) -> FastCGIResponse
+
+    public let configuration: FastCGIServerConfiguration
+    private let handler: Handler
+
+    // Everything below is guarded by `state`.
+    private let state = NSCondition()
+    private var started = false
+    private var stopRequested = false
+    private var liveWorkers = 0
+    private var cleanedUp = false
+    private var listener: FastCGIListener?
+    private var stopPipe: (read: Int32, write: Int32) = (-1, -1)
+
+    /// Validates the configuration; nothing is opened until `start()` or `run()`.
+    public init(configuration: FastCGIServerConfiguration, handler: @escaping Handler) throws(FastCGIError) {
+        try configuration.validate()
+        self.configuration = configuration
+        self.handler = handler
+    }
+
+    /// The TCP port actually bound (after `start()`), nil for a unix socket.
+    public var boundPort: UInt16? {
+        state.lock()
+        defer { state.unlock() }
+        return listener?.boundPort
+    }
+
+    /// Opens the socket and starts the workers, then returns. Pair with `stop(timeout:)`.
+    /// The workers (and so this server) stay alive until they have exited.
+    public func start() throws(FastCGIError) {
+        state.lock()
+        defer { state.unlock() }
+        guard !started, !stopRequested else { throw FastCGIError(.alreadyStarted, "a FastCGIServer starts once") }
+        try FastCGILibrary.initialize()
+        let listener = try FastCGIListener(address: configuration.address, backlog: configuration.backlog)
+        let ends: (read: Int32, write: Int32)
+        do throws(FastCGIError) {
+            ends = try FastCGILibrary.makePipe()
+        } catch {
+            listener.closeAndRemove()
+            throw error
+        }
+        var workers: [FastCGIWorker] = []
+        do throws(FastCGIError) {
+            for _ in 0..<configuration.workerCount {
+                workers.append(
+                    try FastCGIWorker(
+                        listenFD: listener.fileDescriptor, stopSignalFD: ends.read,
+                        maxBodyBytes: configuration.maxBodyBytes, ioTimeout: configuration.ioTimeout,
+                        handler: handler, isStopping: { [self] in isStopping }))
+            }
+        } catch {
+            listener.closeAndRemove()
+            close(ends.read)
+            close(ends.write)
+            throw error
+        }
+        self.listener = listener
+        stopPipe = ends
+        started = true
+        liveWorkers = workers.count
+        for (index, worker) in workers.enumerated() {
+            let thread = Thread { [self] in
+                worker.run()
+                workerExited()
+            }
+            thread.name = "fastcgi-worker-\(index)"
+            thread.start()
+        }
+    }
+
+    /// Starts, then serves until SIGTERM or SIGINT (when `handlingSignals`) or `stop()`,
+    /// then waits up to `shutdownTimeout` for requests in flight. Returns true when every
+    /// worker finished in time.
+    @discardableResult
+    public func run(handlingSignals: Bool = true) throws(FastCGIError) -> Bool {
+        try start()
+        var watcher: FastCGISignalWatcher?
+        if handlingSignals {
+            do throws(FastCGIError) {
+                watcher = try FastCGISignalWatcher { [self] _ in requestStop() }
+            } catch {
+                _ = stop()
+                throw error
+            }
+        }
+        defer { watcher?.uninstall() }
+        state.lock()
+        while !stopRequested { state.wait() }
+        state.unlock()
+        return waitForWorkers(timeout: configuration.shutdownTimeout)
+    }
+
+    /// Stops accepting, lets requests in flight finish, and waits for them up to `timeout`
+    /// (default: the configured `shutdownTimeout`). True when every worker finished in time.
+    /// Safe to call more than once and from any thread.
+    @discardableResult
+    public func stop(timeout: Duration? = nil) -> Bool {
+        requestStop()
+        return waitForWorkers(timeout: timeout ?? configuration.shutdownTimeout)
+    }
+
+    private var isStopping: Bool {
+        state.lock()
+        defer { state.unlock() }
+        return stopRequested
+    }
+
+    private func requestStop() {
+        state.lock()
+        defer { state.unlock() }
+        guard !stopRequested else { return }
+        stopRequested = true
+        if started {
+            listener?.stopAccepting()
+            var byte: UInt8 = 1
+            _ = write(stopPipe.write, &byte, 1)
+        } else {
+            cleanedUp = true
+        }
+        state.broadcast()
+    }
+
+    private func waitForWorkers(timeout: Duration) -> Bool {
+        let (seconds, attoseconds) = timeout.components
+        let deadline = Date(timeIntervalSinceNow: Double(seconds) + Double(attoseconds) / 1e18)
+        state.lock()
+        defer { state.unlock() }
+        while !cleanedUp {
+            if !state.wait(until: deadline) { break }
+        }
+        return cleanedUp
+    }
+
+    /// The last worker out closes the socket and the pipe: only then can no thread still be
+    /// using their descriptor numbers.
+    private func workerExited() {
+        state.lock()
+        defer { state.unlock() }
+        liveWorkers -= 1
+        if liveWorkers == 0 {
+            listener?.closeAndRemove()
+            close(stopPipe.read)
+            close(stopPipe.write)
+            cleanedUp = true
+            state.broadcast()
+        }
+    }
+}

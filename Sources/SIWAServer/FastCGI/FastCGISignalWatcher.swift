@@ -1,0 +1,90 @@
+import Foundation
+import Glibc
+
+/// The write end of the self-pipe, read by the signal handler. A C signal handler cannot
+/// capture context, so this one global carries it; it is set before the handler is
+/// installed and cleared only after the handler is removed.
+nonisolated(unsafe) private var signalPipeWriteEnd: Int32 = -1
+
+/// Turns SIGTERM and SIGINT into a call on an ordinary thread.
+///
+/// Why not sigwait: a process-directed signal goes to any thread that does not block it,
+/// and threads created before us (the Swift runtime's, Foundation's) do not block it. A
+/// sigaction handler runs whichever thread receives it; it only writes one byte to a pipe
+/// (async-signal-safe), and a watcher thread does the real work. This also replaces the
+/// handler libfcgi would install, which merely sets a flag that a blocked accept never sees.
+final class FastCGISignalWatcher: @unchecked Sendable {
+    private static let lock = NSLock()
+    nonisolated(unsafe) private static var installed = false
+
+    private let readEnd: Int32
+    private let writeEnd: Int32
+    private var previous: [Int32: sigaction] = [:]
+    private let finished = DispatchSemaphore(value: 0)
+
+    static let signals: [Int32] = [SIGTERM, SIGINT]
+
+    /// Installs the handlers; `onSignal` runs on the watcher thread, once per signal.
+    init(onSignal: @escaping @Sendable (Int32) -> Void) throws(FastCGIError) {
+        Self.lock.lock()
+        defer { Self.lock.unlock() }
+        guard !Self.installed else {
+            throw FastCGIError(.signalSetupFailed, "another FastCGIServer is already handling signals")
+        }
+        let ends = try FastCGILibrary.makePipe()
+        readEnd = ends.read
+        writeEnd = ends.write
+        signalPipeWriteEnd = writeEnd
+        for signal in Self.signals {
+            var action = sigaction()
+            action.__sigaction_handler.sa_handler = { signal in
+                let savedErrno = errno
+                var byte = UInt8(truncatingIfNeeded: signal)
+                _ = write(signalPipeWriteEnd, &byte, 1)
+                errno = savedErrno
+            }
+            sigemptyset(&action.sa_mask)
+            action.sa_flags = SA_RESTART
+            var old = sigaction()
+            sigaction(signal, &action, &old)
+            previous[signal] = old
+        }
+        Self.installed = true
+        let readEnd = readEnd
+        let finished = finished
+        let thread = Thread {
+            // If a parent started us with these signals blocked (inherited by every thread),
+            // this thread at least can take them, so a stop never depends on the caller's mask.
+            var unblock = sigset_t()
+            sigemptyset(&unblock)
+            for signal in Self.signals { sigaddset(&unblock, signal) }
+            pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
+            var byte: UInt8 = 0
+            while true {
+                let count = read(readEnd, &byte, 1)
+                if count < 0 && errno == EINTR { continue }
+                // Byte 0 is our own "stop watching"; a closed pipe also ends the loop.
+                guard count == 1, byte != 0 else { break }
+                onSignal(Int32(byte))
+            }
+            finished.signal()
+        }
+        thread.name = "fastcgi-signals"
+        thread.start()
+    }
+
+    /// Restores the previous handlers, then stops the watcher thread and closes the pipe.
+    func uninstall() {
+        Self.lock.lock()
+        defer { Self.lock.unlock() }
+        for (signal, var old) in previous { sigaction(signal, &old, nil) }
+        previous = [:]
+        var zero: UInt8 = 0
+        _ = write(writeEnd, &zero, 1)
+        finished.wait()
+        signalPipeWriteEnd = -1
+        close(writeEnd)
+        close(readEnd)
+        Self.installed = false
+    }
+}

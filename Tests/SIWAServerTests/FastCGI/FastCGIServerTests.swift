@@ -1,0 +1,411 @@
+import Foundation
+import Glibc
+import Testing
+
+@testable import SIWAServer
+
+private typealias Kit = FastCGITestKit
+
+@Suite("FastCGIServer")
+struct FastCGIServerTests {
+    @Test("method, path, query, params and a multi-record body arrive exactly; the response comes back exactly")
+    func requestAndResponseRoundTrip() throws {
+        let seen = Kit.LockedBox<FastCGIRequest?>(nil)
+        let responseBody: [UInt8] = Array(0...255) + Array("done".utf8)
+        try Kit.withServer(maxBodyBytes: 200_000) { request in
+            seen.withValue { $0 = request }
+            return FastCGIResponse(
+                status: 202,
+                headers: [.init("Content-Type", "application/octet-stream"), .init("X-Echo", "a\r\nInjected: 1")],
+                body: responseBody)
+        } _: { _, client, _ in
+            // Over 65535 bytes: the client must split STDIN into several records.
+            let body = (0..<100_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+            let longValue = String(repeating: "v", count: 300)  // four-byte length encoding
+            let params = FastCGIClient.params(
+                method: "POST", uri: "/siwa/notifications?source=apple&x=1", body: body,
+                contentType: "application/json",
+                extra: [("REQUEST_ID", "0123456789abcdef"), ("HTTP_X_LONG", longValue)])
+            let response = try client.send(params: params, body: body)
+
+            #expect(response.status == 202)
+            #expect(response.header("Content-Type") == "application/octet-stream")
+            #expect(response.header("X-Echo") == "aInjected: 1")
+            #expect(response.header("Injected") == nil)
+            #expect(response.header("Content-Length") == String(responseBody.count))
+            #expect(response.body == responseBody)
+            #expect(response.appStatus == 0)
+
+            let request = try #require(seen.current)
+            #expect(request.method == "POST")
+            #expect(request.path == "/siwa/notifications")
+            #expect(request.queryString == "source=apple&x=1")
+            #expect(request.contentType == "application/json")
+            #expect(request.contentLength == 100_000)
+            #expect(request.remoteAddress == "127.0.0.1")
+            #expect(request.requestID == "0123456789abcdef")
+            #expect(request.params["HTTP_X_LONG"] == longValue)
+            #expect(request.body == .complete(body))
+        }
+    }
+
+    @Test("a body over the limit is marked too large; at the limit it is complete")
+    func bodyLimit() throws {
+        let bodies = Kit.LockedBox<[FastCGIRequest.Body]>([])
+        try Kit.withServer(maxBodyBytes: 1024) { request in
+            bodies.withValue { $0.append(request.body) }
+            if case .tooLarge = request.body { return FastCGIResponse(status: 413) }
+            if case .incomplete = request.body { return FastCGIResponse(status: 400) }
+            return FastCGIResponse(status: 200)
+        } _: { _, client, _ in
+            let atLimit = [UInt8](repeating: 0x61, count: 1024)
+            let response = try client.send(
+                params: FastCGIClient.params(method: "POST", uri: "/", body: atLimit), body: atLimit)
+            #expect(response.status == 200)
+
+            let overLimit = [UInt8](repeating: 0x61, count: 1025)
+            #expect(
+                try client.send(
+                    params: FastCGIClient.params(method: "POST", uri: "/", body: overLimit), body: overLimit
+                ).status == 413)
+
+            // No CONTENT_LENGTH at all: detected after reading one byte past the limit.
+            let unannounced = [UInt8](repeating: 0x62, count: 5000)
+            let noLength = FastCGIClient.params(method: "POST", uri: "/", body: []).filter { $0.0 != "CONTENT_LENGTH" }
+            #expect(try client.send(params: noLength, body: unannounced).status == 413)
+
+            // A declared length over the limit is refused before reading: 10 MB is declared, 10 bytes sent.
+            var huge = FastCGIClient.params(method: "POST", uri: "/", body: []).filter { $0.0 != "CONTENT_LENGTH" }
+            huge.append(("CONTENT_LENGTH", "10000000"))
+            #expect(try client.send(params: huge, body: Array("0123456789".utf8)).status == 413)
+
+            // Fewer bytes than declared: the body is not the message.
+            var short = FastCGIClient.params(method: "POST", uri: "/", body: []).filter { $0.0 != "CONTENT_LENGTH" }
+            short.append(("CONTENT_LENGTH", "100"))
+            #expect(try client.send(params: short, body: [UInt8](repeating: 0x63, count: 50)).status == 400)
+        }
+        #expect(
+            bodies.current == [
+                .complete([UInt8](repeating: 0x61, count: 1024)), .tooLarge, .tooLarge, .tooLarge, .incomplete,
+            ])
+    }
+
+    @Test("the socket file gets the configured mode before serving; default 0660")
+    func socketMode() throws {
+        for mode: UInt32 in [0o600, 0o660] {
+            try Kit.withServer(mode: mode) { _ in
+                FastCGIResponse(status: 204)
+            } _: { _, client, path in
+                var info = stat()
+                #expect(lstat(path, &info) == 0)
+                #expect(info.st_mode & S_IFMT == S_IFSOCK)
+                #expect(UInt32(info.st_mode) & 0o7777 == mode)
+                let status = try client.send(params: FastCGIClient.params(method: "GET", uri: "/")).status
+                #expect(status == 204)
+            }
+        }
+        let defaults = FastCGIServerConfiguration(address: try .parse("/run/x.sock"))
+        #expect(defaults.address == .unixSocket(path: "/run/x.sock", mode: 0o660, group: nil))
+        #expect(defaults.workerCount == 2 * ProcessInfo.processInfo.activeProcessorCount)
+    }
+
+    @Test("the socket file gets the named group; an unknown group is refused")
+    func socketGroup() throws {
+        let directory = Kit.TemporaryDirectory()
+        defer { directory.remove() }
+        let groupID = getegid()
+        let groupName = try #require(getgrgid(groupID).map { String(cString: $0.pointee.gr_name) })
+        let path = directory.path + "/g.sock"
+        let server = try FastCGIServer(
+            configuration: .init(address: .unixSocket(path: path, mode: 0o640, group: groupName), workerCount: 1),
+            handler: { _ in FastCGIResponse(status: 200) })
+        try server.start()
+        defer { server.stop(timeout: .seconds(10)) }
+        var info = stat()
+        #expect(lstat(path, &info) == 0)
+        #expect(info.st_gid == groupID)
+        #expect(UInt32(info.st_mode) & 0o7777 == 0o640)
+
+        let unknown = try FastCGIServer(
+            configuration: .init(
+                address: .unixSocket(path: directory.path + "/u.sock", group: "no-such-group-siwa"), workerCount: 1),
+            handler: { _ in FastCGIResponse(status: 200) })
+        #expect(throws: FastCGIError(.unknownGroup, "")) { try unknown.start() }
+        #expect(!FileManager.default.fileExists(atPath: directory.path + "/u.sock"))
+    }
+
+    @Test("a stale socket file is replaced; a regular file at the path is left alone and refused")
+    func staleSocket() throws {
+        let directory = Kit.TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.path + "/stale.sock"
+        // A socket file left by a crashed run: bound, then closed without unlink.
+        let stale = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8) + [0]) }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(stale, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        #expect(bound == 0)
+        close(stale)
+
+        let server = try FastCGIServer(
+            configuration: .init(address: .unixSocket(path: path), workerCount: 1),
+            handler: { _ in FastCGIResponse(status: 200, contentType: "text/plain", body: "fresh") })
+        try server.start()
+        let response = try FastCGIClient(.unixSocket(path)).send(params: FastCGIClient.params(method: "GET", uri: "/"))
+        #expect(response.bodyText == "fresh")
+        #expect(server.stop(timeout: .seconds(10)))
+        #expect(!FileManager.default.fileExists(atPath: path), "stop removes the socket file")
+
+        let regular = directory.path + "/data"
+        #expect(FileManager.default.createFile(atPath: regular, contents: Data("keep".utf8)))
+        let refused = try FastCGIServer(
+            configuration: .init(address: .unixSocket(path: regular), workerCount: 1),
+            handler: { _ in FastCGIResponse(status: 200) })
+        #expect(throws: FastCGIError(.listenFailed, "")) { try refused.start() }
+        #expect(FileManager.default.contents(atPath: regular) == Data("keep".utf8))
+    }
+
+    @Test("concurrent clients, more than workers, are all answered with their own response")
+    func concurrentClients() throws {
+        let handled = Kit.LockedBox(0)
+        try Kit.withServer(workerCount: 3) { request in
+            handled.withValue { $0 += 1 }
+            usleep(10_000)
+            return FastCGIResponse(status: 200, contentType: "text/plain", body: request.queryString)
+        } _: { _, client, _ in
+            let clients = 8
+            let perClient = 5
+            let answers = Kit.LockedBox<[String: Int]>([:])
+            DispatchQueue.concurrentPerform(iterations: clients) { clientIndex in
+                for requestIndex in 0..<perClient {
+                    let tag = "c\(clientIndex)r\(requestIndex)"
+                    let response = try? client.send(params: FastCGIClient.params(method: "GET", uri: "/?\(tag)"))
+                    answers.withValue { $0[tag] = response?.bodyText == tag && response?.status == 200 ? 1 : 0 }
+                }
+            }
+            let result = answers.current
+            #expect(result.count == clients * perClient)
+            #expect(result.values.allSatisfy { $0 == 1 })
+            #expect(handled.current == clients * perClient)
+        }
+    }
+
+    @Test("stop() while a slow request is in flight lets it finish, then returns well within the bound")
+    func stopWaitsForRequestInFlight() throws {
+        let directory = Kit.TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.path + "/slow.sock"
+        let entered = DispatchSemaphore(value: 0)
+        let server = try FastCGIServer(
+            configuration: .init(address: .unixSocket(path: path), workerCount: 2),
+            handler: { _ in
+                entered.signal()
+                usleep(1_200_000)
+                return FastCGIResponse(status: 200, contentType: "text/plain", body: "slow done")
+            })
+        try server.start()
+        let call = Kit.BackgroundCall { () -> String in
+            let response = try? FastCGIClient(.unixSocket(path)).send(
+                params: FastCGIClient.params(method: "GET", uri: "/slow"))
+            return response.map { "\($0.status) \($0.bodyText)" } ?? "failed"
+        }
+        #expect(entered.wait(timeout: .now() + 10) == .success)
+        var finished = false
+        let elapsed = Kit.measure { finished = server.stop(timeout: .seconds(10)) }
+        #expect(finished)
+        #expect(elapsed >= 0.5, "stop must wait for the request in flight")
+        #expect(elapsed < 5)
+        #expect(call.wait(seconds: 10) == "200 slow done")
+        #expect(!FileManager.default.fileExists(atPath: path))
+        #expect(throws: FastCGIClient.Failure.self) { try FastCGIClient(.unixSocket(path)).connect() }
+    }
+
+    @Test("stop() returns at its bound even when a handler is stuck")
+    func stopIsBounded() throws {
+        let directory = Kit.TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.path + "/stuck.sock"
+        let entered = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let server = try FastCGIServer(
+            configuration: .init(address: .unixSocket(path: path), workerCount: 1),
+            handler: { _ in
+                entered.signal()
+                _ = release.wait(timeout: .now() + 20)
+                return FastCGIResponse(status: 200)
+            })
+        try server.start()
+        let call = Kit.BackgroundCall { () -> Int in
+            (try? FastCGIClient(.unixSocket(path), timeout: .seconds(20)).send(
+                params: FastCGIClient.params(method: "GET", uri: "/")))?.status ?? -1
+        }
+        #expect(entered.wait(timeout: .now() + 10) == .success)
+        var finished = true
+        let elapsed = Kit.measure { finished = server.stop(timeout: .milliseconds(400)) }
+        #expect(!finished)
+        #expect(elapsed >= 0.3 && elapsed < 3)
+        release.signal()
+        #expect(call.wait(seconds: 10) == 200, "the stuck request still completes once released")
+        #expect(server.stop(timeout: .seconds(10)), "a later stop sees every worker gone")
+    }
+
+    @Test("a kept-alive connection serves several requests and, idle, does not hold up stop()")
+    func keptConnection() throws {
+        let directory = Kit.TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.path + "/keep.sock"
+        let server = try FastCGIServer(
+            configuration: .init(address: .unixSocket(path: path), workerCount: 1),
+            handler: { request in FastCGIResponse(status: 200, contentType: "text/plain", body: request.queryString) })
+        try server.start()
+        let connection = try FastCGIClient(.unixSocket(path)).connect()
+        defer { connection.close() }
+        for index in 0..<3 {
+            let response = try connection.send(
+                params: FastCGIClient.params(method: "GET", uri: "/?n=\(index)"), keepConnection: true)
+            #expect(response.bodyText == "n=\(index)")
+        }
+        var finished = false
+        let elapsed = Kit.measure { finished = server.stop(timeout: .seconds(10)) }
+        #expect(finished)
+        #expect(elapsed < 2, "an idle kept connection must not delay shutdown")
+        #expect(throws: FastCGIClient.Failure.self) {
+            try connection.send(params: FastCGIClient.params(method: "GET", uri: "/?late"), keepConnection: true)
+        }
+    }
+
+    @Test("TCP on 127.0.0.1 serves, and the socket is bound to loopback only")
+    func loopbackTCP() throws {
+        let server = try FastCGIServer(
+            configuration: .init(address: .loopbackTCP(port: 0), workerCount: 1),
+            handler: { request in FastCGIResponse(status: 200, contentType: "text/plain", body: request.method) })
+        try server.start()
+        defer { server.stop(timeout: .seconds(10)) }
+        let port = try #require(server.boundPort)
+        #expect(port != 0)
+        let response = try FastCGIClient(.tcp(port: port)).send(params: FastCGIClient.params(method: "PUT", uri: "/"))
+        #expect(response.status == 200)
+        #expect(response.bodyText == "PUT")
+
+        // The kernel's own table: the listening entry (state 0A) for our port has local address 127.0.0.1.
+        let table = try String(contentsOfFile: "/proc/net/tcp", encoding: .utf8)
+        let portHex = String(format: "%04X", port)
+        let listening = table.split(separator: "\n").map { $0.split(separator: " ") }.filter {
+            $0.count > 3 && $0[1].hasSuffix(":\(portHex)") && $0[3] == "0A"
+        }
+        #expect(listening.count == 1)
+        #expect(listening.first?[1] == "0100007F:\(portHex)")
+    }
+
+    @Test("TCP on [::1] serves, bound to the IPv6 loopback only", .enabled(if: FastCGIServerTests.hasIPv6Loopback))
+    func loopbackTCPv6() throws {
+        let server = try FastCGIServer(
+            configuration: .init(address: try .parse("[::1]:1"), workerCount: 1),
+            handler: { _ in FastCGIResponse(status: 200) })
+        #expect(server.configuration.address == .loopbackTCP(host: "::1", port: 1))
+        let ephemeral = try FastCGIServer(
+            configuration: .init(address: .loopbackTCP(host: "::1", port: 0), workerCount: 1),
+            handler: { request in FastCGIResponse(status: 200, contentType: "text/plain", body: request.method) })
+        try ephemeral.start()
+        defer { ephemeral.stop(timeout: .seconds(10)) }
+        let port = try #require(ephemeral.boundPort)
+        let response = try FastCGIClient(.tcp(host: "::1", port: port)).send(
+            params: FastCGIClient.params(method: "DELETE", uri: "/"))
+        #expect(response.bodyText == "DELETE")
+        let table = try String(contentsOfFile: "/proc/net/tcp6", encoding: .utf8)
+        let portHex = String(format: "%04X", port)
+        let listening = table.split(separator: "\n").map { $0.split(separator: " ") }.filter {
+            $0.count > 3 && $0[1].hasSuffix(":\(portHex)") && $0[3] == "0A"
+        }
+        #expect(listening.map { String($0[1]) } == ["00000000000000000000000001000000:\(portHex)"])
+    }
+
+    static var hasIPv6Loopback: Bool {
+        let fd = socket(AF_INET6, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = sockaddr_in6()
+        address.sin6_family = sa_family_t(AF_INET6)
+        guard inet_pton(AF_INET6, "::1", &address.sin6_addr) == 1 else { return false }
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) == 0
+            }
+        }
+    }
+
+    @Test("a non-loopback host is refused, in the address parser and in the configuration")
+    func nonLoopbackRefused() throws {
+        for text in [
+            "0.0.0.0:9000", ":9000", "10.0.0.1:9000", "192.168.1.10:80", "example.com:9000", "127.0.0.1.nip.io:80",
+            "[::]:9000", "[::ffff:10.0.0.1]:80",
+        ] {
+            #expect(throws: FastCGIError(.nonLoopbackHost, ""), "\(text)") { try FastCGIListenAddress.parse(text) }
+        }
+        #expect(throws: FastCGIError(.invalidListenAddress, "")) { try FastCGIListenAddress.parse("127.0.0.1:0") }
+        #expect(throws: FastCGIError(.invalidListenAddress, "")) { try FastCGIListenAddress.parse("127.0.0.1:70000") }
+        #expect(throws: FastCGIError(.invalidListenAddress, "")) { try FastCGIListenAddress.parse("relative.sock") }
+        #expect(try FastCGIListenAddress.parse("127.0.0.1:9000") == .loopbackTCP(host: "127.0.0.1", port: 9000))
+        #expect(try FastCGIListenAddress.parse("[::1]:9002") == .loopbackTCP(host: "::1", port: 9002))
+        #expect(try FastCGIListenAddress.parse("localhost:9001") == .loopbackTCP(host: "127.0.0.1", port: 9001))
+        #expect(try FastCGIListenAddress.parse("unix:/run/siwa/fcgi.sock") == .unixSocket(path: "/run/siwa/fcgi.sock"))
+        #expect(throws: FastCGIError(.nonLoopbackHost, "")) {
+            try FastCGIServer(
+                configuration: .init(address: .loopbackTCP(host: "0.0.0.0", port: 9000)),
+                handler: { _ in .init(status: 200) })
+        }
+        #expect(throws: FastCGIError(.invalidSetting, "")) {
+            try FastCGIServer(
+                configuration: .init(address: .loopbackTCP(port: 9000), workerCount: 0),
+                handler: { _ in .init(status: 200) })
+        }
+    }
+
+    @Test("the real cgi-fcgi tool (libfcgi-bin) gets the answer")
+    func cgiFcgiTool() throws {
+        let tool = "/usr/bin/cgi-fcgi"
+        try #require(FileManager.default.isExecutableFile(atPath: tool), "libfcgi-bin is not installed")
+        let seen = Kit.LockedBox<FastCGIRequest?>(nil)
+        try Kit.withServer { request in
+            seen.withValue { $0 = request }
+            return FastCGIResponse(
+                status: 401, contentType: "application/json", body: #"{"error":"signature_invalid"}"#)
+        } _: { _, _, path in
+            let body = Data(#"{"payload":"x.y.z"}"#.utf8)
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: tool)
+            process.arguments = ["-bind", "-connect", path]
+            process.environment = [
+                "REQUEST_METHOD": "POST", "DOCUMENT_URI": "/siwa/notifications", "QUERY_STRING": "",
+                "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": String(body.count), "REMOTE_ADDR": "127.0.0.1",
+            ]
+            let input = Pipe()
+            let output = Pipe()
+            process.standardInput = input
+            process.standardOutput = output
+            try process.run()
+            input.fileHandleForWriting.write(body)
+            try input.fileHandleForWriting.close()
+            let exited = DispatchSemaphore(value: 0)
+            let reader = Kit.BackgroundCall { () -> Data in
+                let data = output.fileHandleForReading.readDataToEndOfFile()
+                exited.signal()
+                return data
+            }
+            if exited.wait(timeout: .now() + 10) != .success { process.terminate() }
+            process.waitUntilExit()
+            let text = String(decoding: try #require(reader.wait(seconds: 5)), as: UTF8.self)
+            #expect(text.hasPrefix("Status: 401 Unauthorized\r\n"))
+            #expect(text.contains("Content-Type: application/json\r\n"))
+            #expect(text.hasSuffix("\r\n\r\n{\"error\":\"signature_invalid\"}"))
+            #expect(seen.current?.method == "POST")
+            #expect(seen.current?.path == "/siwa/notifications")
+            #expect(seen.current?.body == .complete(Array(body)))
+        }
+    }
+}

@@ -1,0 +1,311 @@
+import Foundation
+import Glibc
+
+/// A FastCGI client for tests, written from the protocol specification in plain Swift over
+/// Glibc sockets (no libfcgi, so it checks the server rather than agreeing with it): it
+/// plays nginx's part, one responder request per `send`.
+struct FastCGIClient {
+    enum Endpoint: Sendable, CustomStringConvertible {
+        case unixSocket(String)
+        case tcp(host: String = "127.0.0.1", port: UInt16)
+
+        var description: String {
+            switch self {
+            case .unixSocket(let path): "unix:\(path)"
+            case .tcp(let host, let port): host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+            }
+        }
+    }
+
+    struct Failure: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    /// The CGI response parsed from STDOUT, plus the END_REQUEST values.
+    struct Response: Sendable {
+        var status: Int
+        var headers: [(name: String, value: String)]
+        var body: [UInt8]
+        var stderr: [UInt8]
+        var appStatus: UInt32
+        var protocolStatus: UInt8
+
+        func header(_ name: String) -> String? {
+            headers.first { $0.name.lowercased() == name.lowercased() }?.value
+        }
+
+        var bodyText: String { String(decoding: body, as: UTF8.self) }
+    }
+
+    let endpoint: Endpoint
+    let timeout: Duration
+
+    init(_ endpoint: Endpoint, timeout: Duration = .seconds(10)) {
+        self.endpoint = endpoint
+        self.timeout = timeout
+    }
+
+    /// One request on a fresh connection, closed afterwards.
+    func send(params: [(String, String)], body: [UInt8] = []) throws -> Response {
+        let connection = try connect()
+        defer { connection.close() }
+        return try connection.send(params: params, body: body, keepConnection: false)
+    }
+
+    /// The parameters nginx's fastcgi_params would send for a request, with `extra` added.
+    static func params(
+        method: String, uri: String, body: [UInt8] = [], contentType: String? = nil,
+        extra: [(String, String)] = []
+    ) -> [(String, String)] {
+        let parts = uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+        var params: [(String, String)] = [
+            ("GATEWAY_INTERFACE", "CGI/1.1"), ("SERVER_PROTOCOL", "HTTP/1.1"),
+            ("REQUEST_METHOD", method), ("REQUEST_URI", uri), ("DOCUMENT_URI", String(parts[0])),
+            ("SCRIPT_NAME", String(parts[0])), ("QUERY_STRING", parts.count > 1 ? String(parts[1]) : ""),
+            ("REMOTE_ADDR", "127.0.0.1"), ("REMOTE_PORT", "40000"), ("SERVER_NAME", "localhost"),
+            ("CONTENT_LENGTH", body.isEmpty && method == "GET" ? "" : String(body.count)),
+        ]
+        if let contentType { params.append(("CONTENT_TYPE", contentType)) }
+        return params + extra
+    }
+
+    func connect() throws -> Connection {
+        let fd: Int32
+        switch endpoint {
+        case .unixSocket(let path):
+            fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            guard fd >= 0 else { throw Failure(description: "socket: errno \(errno)") }
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            let bytes = Array(path.utf8)
+            guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+                Glibc.close(fd)
+                throw Failure(description: "unix socket path too long")
+            }
+            withUnsafeMutableBytes(of: &address.sun_path) { raw in
+                raw.copyBytes(from: bytes)
+                raw[bytes.count] = 0
+            }
+            let status = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+                }
+            }
+            guard status == 0 else {
+                let code = errno
+                Glibc.close(fd)
+                throw Failure(description: "connect \(endpoint): errno \(code)")
+            }
+        case .tcp(let host, let port):
+            let isIPv6 = host.contains(":")
+            fd = socket(isIPv6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            guard fd >= 0 else { throw Failure(description: "socket: errno \(errno)") }
+            var storage = sockaddr_storage()
+            let parsed = withUnsafeMutableBytes(of: &storage) { raw -> Bool in
+                if isIPv6 {
+                    let address = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in6.self)
+                    address.pointee.sin6_family = sa_family_t(AF_INET6)
+                    address.pointee.sin6_port = port.bigEndian
+                    return inet_pton(AF_INET6, host, &address.pointee.sin6_addr) == 1
+                }
+                let address = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in.self)
+                address.pointee.sin_family = sa_family_t(AF_INET)
+                address.pointee.sin_port = port.bigEndian
+                return inet_pton(AF_INET, host, &address.pointee.sin_addr) == 1
+            }
+            guard parsed else {
+                Glibc.close(fd)
+                throw Failure(description: "not an IP address")
+            }
+            let length = socklen_t(isIPv6 ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
+            let status = withUnsafePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, length) }
+            }
+            guard status == 0 else {
+                let code = errno
+                Glibc.close(fd)
+                throw Failure(description: "connect \(endpoint): errno \(code)")
+            }
+        }
+        return Connection(fd: fd, timeout: timeout)
+    }
+
+    /// One connection; with `keepConnection` it carries several requests, as nginx's
+    /// `fastcgi_keep_conn on` does.
+    final class Connection {
+        private let fd: Int32
+        private let timeout: Duration
+        private var nextRequestID: UInt16 = 1
+        private var closed = false
+
+        init(fd: Int32, timeout: Duration) {
+            self.fd = fd
+            self.timeout = timeout
+            let (seconds, attoseconds) = timeout.components
+            var value = timeval(tv_sec: Int(seconds), tv_usec: Int(attoseconds / 1_000_000_000_000))
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &value, socklen_t(MemoryLayout<timeval>.size))
+            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &value, socklen_t(MemoryLayout<timeval>.size))
+        }
+
+        deinit { close() }
+
+        func close() {
+            guard !closed else { return }
+            closed = true
+            Glibc.close(fd)
+        }
+
+        func send(params: [(String, String)], body: [UInt8] = [], keepConnection: Bool) throws -> Response {
+            let requestID = nextRequestID
+            nextRequestID &+= 1
+            var out: [UInt8] = []
+            FastCGIClient.appendRecord(
+                &out, type: 1, requestID: requestID, content: [0, 1, keepConnection ? 1 : 0, 0, 0, 0, 0, 0])
+            let encoded = params.reduce(into: [UInt8]()) { bytes, pair in
+                FastCGIClient.appendLength(&bytes, pair.0.utf8.count)
+                FastCGIClient.appendLength(&bytes, pair.1.utf8.count)
+                bytes += Array(pair.0.utf8) + Array(pair.1.utf8)
+            }
+            FastCGIClient.appendStream(&out, type: 4, requestID: requestID, content: encoded)
+            FastCGIClient.appendStream(&out, type: 5, requestID: requestID, content: body)
+            try writeAll(out)
+            return try readResponse(requestID: requestID)
+        }
+
+        /// Writes raw bytes: lets a test send a request in pieces, or only part of one.
+        func writeAll(_ bytes: [UInt8]) throws {
+            var offset = 0
+            while offset < bytes.count {
+                let written = bytes[offset...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+                if written < 0 && errno == EINTR { continue }
+                guard written > 0 else { throw Failure(description: "write: errno \(errno)") }
+                offset += written
+            }
+        }
+
+        private func readResponse(requestID: UInt16) throws -> Response {
+            let clock = ContinuousClock()
+            let deadline = clock.now.advanced(by: timeout)
+            var stdout: [UInt8] = []
+            var stderr: [UInt8] = []
+            while clock.now < deadline {
+                let header = try readExactly(8)
+                let type = header[1]
+                let id = UInt16(header[2]) << 8 | UInt16(header[3])
+                let length = Int(header[4]) << 8 | Int(header[5])
+                let content = try readExactly(length)
+                _ = try readExactly(Int(header[6]))
+                guard id == requestID else { continue }
+                switch type {
+                case 6: stdout += content
+                case 7: stderr += content
+                case 3:
+                    guard content.count >= 5 else { throw Failure(description: "short END_REQUEST") }
+                    let appStatus = content[0..<4].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+                    var response = try FastCGIClient.parseCGI(stdout)
+                    response.stderr = stderr
+                    response.appStatus = appStatus
+                    response.protocolStatus = content[4]
+                    return response
+                default: continue
+                }
+            }
+            throw Failure(description: "no END_REQUEST within \(timeout)")
+        }
+
+        /// Everything until the peer closes (bounded by the timeout): for non-FastCGI replies.
+        func readToEnd() throws -> [UInt8] {
+            var bytes: [UInt8] = []
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let got = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+                if got < 0 && errno == EINTR { continue }
+                guard got >= 0 else { throw Failure(description: "read: errno \(errno)") }
+                if got == 0 { return bytes }
+                bytes += chunk[0..<got]
+            }
+        }
+
+        private func readExactly(_ count: Int) throws -> [UInt8] {
+            var bytes = [UInt8](repeating: 0, count: count)
+            var offset = 0
+            while offset < count {
+                let got = bytes[offset...].withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+                if got < 0 && errno == EINTR { continue }
+                guard got > 0 else {
+                    throw Failure(description: got == 0 ? "connection closed by server" : "read: errno \(errno)")
+                }
+                offset += got
+            }
+            return bytes
+        }
+    }
+
+    static func appendRecord(_ out: inout [UInt8], type: UInt8, requestID: UInt16, content: ArraySlice<UInt8>) {
+        let padding = (8 - content.count % 8) % 8
+        out += [
+            1, type, UInt8(requestID >> 8), UInt8(requestID & 0xff), UInt8(content.count >> 8),
+            UInt8(content.count & 0xff), UInt8(padding), 0,
+        ]
+        out += content
+        out += [UInt8](repeating: 0, count: padding)
+    }
+
+    static func appendRecord(_ out: inout [UInt8], type: UInt8, requestID: UInt16, content: [UInt8]) {
+        appendRecord(&out, type: type, requestID: requestID, content: content[...])
+    }
+
+    /// A stream (PARAMS, STDIN): records of at most 65535 bytes, then an empty record.
+    static func appendStream(_ out: inout [UInt8], type: UInt8, requestID: UInt16, content: [UInt8]) {
+        var offset = 0
+        while offset < content.count {
+            let end = min(offset + 65535, content.count)
+            appendRecord(&out, type: type, requestID: requestID, content: content[offset..<end])
+            offset = end
+        }
+        appendRecord(&out, type: type, requestID: requestID, content: [])
+    }
+
+    /// Name-value pair lengths: one byte below 128, else four bytes with the top bit set.
+    static func appendLength(_ out: inout [UInt8], _ length: Int) {
+        if length < 128 {
+            out.append(UInt8(length))
+        } else {
+            out += [
+                UInt8((length >> 24) & 0x7f) | 0x80, UInt8((length >> 16) & 0xff), UInt8((length >> 8) & 0xff),
+                UInt8(length & 0xff),
+            ]
+        }
+    }
+
+    /// CGI output: header lines up to an empty line, `Status: NNN reason` (200 when absent).
+    static func parseCGI(_ stdout: [UInt8]) throws -> Response {
+        let separator: [UInt8] = Array("\r\n\r\n".utf8)
+        var headEnd: Int?
+        var bodyStart = 0
+        if stdout.count >= 4 {
+            for index in 0...(stdout.count - 4) where Array(stdout[index..<index + 4]) == separator {
+                headEnd = index
+                bodyStart = index + 4
+                break
+            }
+        }
+        guard let headEnd else { throw Failure(description: "no end of CGI headers in STDOUT") }
+        let head = String(decoding: stdout[0..<headEnd], as: UTF8.self)
+        var status = 200
+        var headers: [(name: String, value: String)] = []
+        for line in head.components(separatedBy: "\r\n") where !line.isEmpty {
+            guard let colon = line.firstIndex(of: ":") else { throw Failure(description: "bad header line") }
+            let name = String(line[..<colon])
+            let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            if name.lowercased() == "status" {
+                guard let code = Int(value.prefix(3)) else { throw Failure(description: "bad Status header") }
+                status = code
+            }
+            headers.append((name, value))
+        }
+        return Response(
+            status: status, headers: headers, body: Array(stdout[bodyStart...]), stderr: [], appStatus: 0,
+            protocolStatus: 0)
+    }
+}
