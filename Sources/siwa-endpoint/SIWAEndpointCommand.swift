@@ -4,6 +4,7 @@ import Foundation
 @main
 enum SIWAEndpointCommand {
     static let subcommands: [(name: String, summary: String)] = [
+        ("serve", "run the FastCGI responder (settings from SIWA_* environment variables)"),
         ("keygen", "make a test RSA-2048 signing key and its JWKS: keygen --out DIR"),
         ("sign", "print a signed notification body, as Apple sends one (test kit)"),
         ("verify", "verify one captured request body and say why it was refused"),
@@ -33,6 +34,7 @@ enum SIWAEndpointCommand {
         let status: Int32
         do {
             switch subcommand {
+            case "serve": status = try ServeCommand.run(arguments)
             case "keygen": status = try KeygenCommand.run(arguments)
             case "sign": status = try SignCommand.run(arguments)
             case "verify": status = try VerifyCommand.run(arguments)

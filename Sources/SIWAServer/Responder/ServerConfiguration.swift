@@ -68,7 +68,8 @@ public struct ServerConfiguration: Sendable, Equatable {
                 let line = rawLine.trimmingCharacters(in: .whitespaces)
                 if line.isEmpty || line.hasPrefix("#") { continue }
                 guard let equals = line.firstIndex(of: "="), equals != line.startIndex else {
-                    throw ConfigurationError(setting: "--env-file", "line \(number + 1) of \(envFile) is not NAME=value")
+                    throw ConfigurationError(
+                        setting: "--env-file", "line \(number + 1) of \(envFile) is not NAME=value")
                 }
                 var value = String(line[line.index(after: equals)...])
                 if value.count >= 2, value.first == value.last, value.first == "\"" || value.first == "'" {
@@ -136,7 +137,8 @@ public struct ServerConfiguration: Sendable, Equatable {
                 CharacterSet.alphanumerics.contains($0) || "-_.:".unicodeScalars.contains($0)
             })
         else {
-            throw ConfigurationError(setting: "SIWA_KEY_PREFIX", "must be 1 to 64 letters, digits, '-', '_', '.' or ':'")
+            throw ConfigurationError(
+                setting: "SIWA_KEY_PREFIX", "must be 1 to 64 letters, digits, '-', '_', '.' or ':'")
         }
         notificationPath = values["SIWA_NOTIFICATION_PATH"] ?? "/apple/notifications"
         guard notificationPath.hasPrefix("/"), !notificationPath.contains("?"), !notificationPath.contains(" "),
@@ -193,7 +195,8 @@ private struct SettingReader {
         guard let text = values[name] else { return value }
         guard let number = Int(text.trimmingCharacters(in: .whitespaces)), range.contains(number) else {
             throw ConfigurationError(
-                setting: name, "must be a whole number from \(range.lowerBound) to \(range.upperBound), got \"\(text)\"")
+                setting: name, "must be a whole number from \(range.lowerBound) to \(range.upperBound), got \"\(text)\""
+            )
         }
         return number
     }

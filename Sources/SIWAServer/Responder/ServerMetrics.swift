@@ -53,10 +53,13 @@ public final class ServerMetrics: Sendable {
     public func render(spoolDepth: Int, jwksAgeSeconds: Double?, jwksRefreshFailures: Int, jwksKeys: Int) -> String {
         let snapshot = state.withLock { $0 }
         var lines: [String] = []
-        lines.append("# HELP siwa_requests_total Requests answered, by status, outcome, notification type and error code.")
+        lines.append(
+            "# HELP siwa_requests_total Requests answered, by status, outcome, notification type and error code.")
         lines.append("# TYPE siwa_requests_total counter")
         let sorted = snapshot.requests.sorted {
-            ($0.key.status, $0.key.outcome, $0.key.type, $0.key.code) < ($1.key.status, $1.key.outcome, $1.key.type, $1.key.code)
+            ($0.key.status, $0.key.outcome, $0.key.type, $0.key.code) < (
+                $1.key.status, $1.key.outcome, $1.key.type, $1.key.code
+            )
         }
         for (key, count) in sorted {
             lines.append(
@@ -71,7 +74,8 @@ public final class ServerMetrics: Sendable {
         lines.append(#"siwa_request_duration_seconds_bucket{le="+Inf"} \#(snapshot.durationCount)"#)
         lines.append("siwa_request_duration_seconds_sum \(snapshot.durationSum)")
         lines.append("siwa_request_duration_seconds_count \(snapshot.durationCount)")
-        lines.append("# HELP siwa_redis_errors_total Redis commands that failed (the notification was spooled or refused).")
+        lines.append(
+            "# HELP siwa_redis_errors_total Redis commands that failed (the notification was spooled or refused).")
         lines.append("# TYPE siwa_redis_errors_total counter")
         lines.append("siwa_redis_errors_total \(snapshot.redisErrors)")
         lines.append("# HELP siwa_spool_depth Verified notifications waiting in the spool for Redis.")

@@ -1,0 +1,184 @@
+import Foundation
+import SIWAVerification
+
+/// The request path, top to bottom: route → body → verification (keys by kid, refreshed
+/// on an unknown kid) → state change in Redis, or the spool when Redis cannot take it →
+/// one JSON response and one log line.
+public final class NotificationResponder: Sendable {
+    public let configuration: ServerConfiguration
+    private let verifier: NotificationVerifier
+    private let keys: JWKSProvider
+    private let stores: NotificationStorePool
+    private let spool: NotificationSpool
+    private let replayer: SpoolReplayer?
+    public let metrics: ServerMetrics
+    private let clockMilliseconds: @Sendable () -> Int64
+
+    public init(
+        configuration: ServerConfiguration, keys: JWKSProvider, stores: NotificationStorePool, spool: NotificationSpool,
+        replayer: SpoolReplayer?, metrics: ServerMetrics,
+        clockMilliseconds: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
+    ) {
+        self.configuration = configuration
+        self.verifier = NotificationVerifier(
+            keys: JSONWebKeySet(), clientIDs: configuration.clientIDs,
+            leewaySeconds: Int64(configuration.leewaySeconds), maximumBodyBytes: configuration.maximumBodyBytes)
+        self.keys = keys
+        self.stores = stores
+        self.spool = spool
+        self.replayer = replayer
+        self.metrics = metrics
+        self.clockMilliseconds = clockMilliseconds
+    }
+
+    /// What one request came to, for the response, the metrics and the log line.
+    struct Result {
+        var status: Int
+        var outcome: String
+        var errorCode: String? = nil
+        var type: String? = nil
+        var clientID: String? = nil
+        var body: String
+        var contentType = "application/json"
+        var headers: [FastCGIResponse.Header] = []
+    }
+
+    public func handle(_ request: FastCGIRequest) -> FastCGIResponse {
+        let started = ContinuousClock.now
+        let result = route(request)
+        let elapsed = ContinuousClock.now - started
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        metrics.recordRequest(
+            status: result.status, outcome: result.outcome, type: result.type ?? "", code: result.errorCode ?? "",
+            seconds: seconds)
+        if request.path == configuration.notificationPath || result.status >= 500 {
+            EventLog.request(
+                requestID: request.requestID ?? "-", method: request.method, path: Self.loggablePath(request.path),
+                status: result.status, outcome: result.outcome, errorCode: result.errorCode, type: result.type,
+                clientID: result.clientID, durationMilliseconds: seconds * 1000)
+        }
+        var headers = result.headers
+        headers.append(FastCGIResponse.Header("Cache-Control", "no-store"))
+        return FastCGIResponse(
+            status: result.status, contentType: result.contentType, body: result.body, headers: headers)
+    }
+
+    func route(_ request: FastCGIRequest) -> Result {
+        switch (request.path, request.method) {
+        case (configuration.notificationPath, "POST"): return receive(request.body)
+        case ("/healthz", "GET"), ("/healthz", "HEAD"): return health()
+        case ("/metrics", "GET"), ("/metrics", "HEAD"): return metricsText()
+        case (configuration.notificationPath, _):
+            return Self.status(405, "method_not_allowed", headers: [.init("Allow", "POST")])
+        case ("/healthz", _), ("/metrics", _):
+            return Self.status(405, "method_not_allowed", headers: [.init("Allow", "GET, HEAD")])
+        default: return Self.status(404, "not_found")
+        }
+    }
+
+    func receive(_ body: FastCGIRequest.Body) -> Result {
+        let bytes: [UInt8]
+        switch body {
+        case .complete(let complete): bytes = complete
+        case .tooLarge:
+            return refusal(VerificationError(.bodyTooLarge, "the body is over the limit"))
+        case .incomplete:
+            // The peer went away mid-body: nothing to decide, nothing stored.
+            return Self.status(400, "incomplete_body", errorCode: "body_incomplete")
+        }
+
+        let notification: VerifiedNotification
+        do {
+            notification = try keys.verify(body: bytes, with: verifier, now: clockMilliseconds() / 1000)
+        } catch {
+            return refusal(error)
+        }
+
+        var result = Result(
+            status: 200, outcome: "", type: notification.type.name, clientID: notification.clientID, body: "")
+        if notification.type == .unknown {
+            // Loud on purpose: a new type from Apple is news for the team.
+            EventLog.event(
+                "unknown_notification_type", level: "warning",
+                [("raw_type", .string(notification.rawType)), ("client_id", .string(notification.clientID))])
+        }
+        do {
+            let outcome = try stores.withStore { store throws(RedisError) in
+                try store.apply(notification, receivedAt: clockMilliseconds())
+            }
+            result.outcome = outcome.rawValue
+        } catch {
+            metrics.recordRedisError()
+            EventLog.event("redis_error", level: "warning", [("error", .string(error.code.rawValue))])
+            do {
+                try spool.append(notification)
+                result.outcome = "spooled"
+                replayer?.nudge()
+            } catch {
+                EventLog.event("spool_append_failed", level: "error", [("error", .string(error.code.rawValue))])
+                result.status = 503
+                result.outcome = "unavailable"
+                result.errorCode = "store_unavailable"
+                result.headers = [.init("Retry-After", String(configuration.retryAfterSeconds))]
+                result.body = Self.json(["status": "unavailable", "error": "store_unavailable"])
+                return result
+            }
+        }
+        result.body = Self.json(["status": result.outcome])
+        return result
+    }
+
+    func health() -> Result {
+        let keyCount = keys.keys.usableKeyIDs.count
+        let redisAnswers = (try? stores.withStore { store throws(RedisError) in store.ping() }) ?? false
+        let depth = spool.depth
+        var reasons: [String] = []
+        if keyCount == 0 { reasons.append("no Apple signing keys loaded") }
+        if !redisAnswers { reasons.append("Redis does not answer") }
+        let members: [(String, JSONValue)] = [
+            ("status", .string(reasons.isEmpty ? "ok" : "unavailable")),
+            ("keys", .integer(Int64(keyCount))), ("redis", .string(redisAnswers ? "ok" : "down")),
+            ("spool_depth", .integer(Int64(depth))),
+        ]
+        var result = Result(
+            status: reasons.isEmpty ? 200 : 503, outcome: reasons.isEmpty ? "healthy" : "unhealthy",
+            body: JSONWriter.object(
+                members + (reasons.isEmpty ? [] : [("reason", .string(reasons.joined(separator: "; ")))])))
+        if !reasons.isEmpty { result.headers = [.init("Retry-After", String(configuration.retryAfterSeconds))] }
+        return result
+    }
+
+    func metricsText() -> Result {
+        let jwks = keys.metrics(now: clockMilliseconds() / 1000)
+        let text = metrics.render(
+            spoolDepth: spool.depth, jwksAgeSeconds: jwks.ageSeconds.map(Double.init),
+            jwksRefreshFailures: jwks.refreshFailures, jwksKeys: jwks.usableKeyCount)
+        return Result(status: 200, outcome: "metrics", body: text, contentType: "text/plain; version=0.0.4")
+    }
+
+    func refusal(_ error: VerificationError) -> Result {
+        let retryable = error.failureClass == .retryable
+        return Result(
+            status: error.httpStatus, outcome: retryable ? "unavailable" : "refused", errorCode: error.code.rawValue,
+            body: Self.json(["status": retryable ? "unavailable" : "refused", "error": error.code.rawValue]),
+            headers: retryable ? [.init("Retry-After", String(configuration.retryAfterSeconds))] : [])
+    }
+
+    static func status(
+        _ status: Int, _ name: String, errorCode: String? = nil, headers: [FastCGIResponse.Header] = []
+    ) -> Result {
+        var members = ["status": name]
+        if let errorCode { members["error"] = errorCode }
+        return Result(status: status, outcome: name, errorCode: errorCode, body: json(members), headers: headers)
+    }
+
+    static func json(_ members: [String: String]) -> String {
+        JSONWriter.serialize(.object(members.mapValues { .string($0) }))
+    }
+
+    /// Paths go to the log only when they are ours; anything else is just "other".
+    static func loggablePath(_ path: String) -> String {
+        path.count <= 64 && path.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") })
+            ? path : "other"
+    }
+}

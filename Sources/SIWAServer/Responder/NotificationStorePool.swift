@@ -1,0 +1,29 @@
+import Synchronization
+
+/// One `NotificationStore` (and so one Redis connection) per concurrent request.
+///
+/// A `RedisConnection` is not thread safe; the pool hands each request a store of its
+/// own and takes it back after. Sized to the worker count, a request never waits.
+public final class NotificationStorePool: Sendable {
+    private let idle: Mutex<[UnsafeTransfer<NotificationStore>]>
+    private let makeStore: @Sendable () -> NotificationStore
+
+    public init(makeStore: @escaping @Sendable () -> NotificationStore) {
+        self.makeStore = makeStore
+        idle = Mutex([])
+    }
+
+    /// Runs `body` with a store nobody else is using.
+    public func withStore<Result>(_ body: (NotificationStore) throws(RedisError) -> Result) throws(RedisError) -> Result
+    {
+        let store = idle.withLock { $0.popLast()?.value } ?? makeStore()
+        defer { idle.withLock { $0.append(UnsafeTransfer(store)) } }
+        return try body(store)
+    }
+}
+
+/// Moves a non-Sendable value between threads where the pool's lock makes it safe.
+struct UnsafeTransfer<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}
