@@ -55,7 +55,7 @@ let package = Package(
         ),
         .testTarget(
             name: "SIWAServerTests",
-            dependencies: ["SIWAServer", "SIWAVerification", "SIWATestKit", "SIWACrypto"]
+            dependencies: ["SIWAServer", "SIWAVerification", "SIWATestKit", "SIWACrypto", "siwa-endpoint"]
         ),
     ]
 )

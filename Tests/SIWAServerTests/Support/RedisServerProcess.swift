@@ -14,6 +14,8 @@ final class RedisServerProcess: @unchecked Sendable {
     private(set) var port = 0
     let directory: URL
     let password: String?
+    /// AOF on with `appendfsync always`: state survives a SIGKILL and a restart.
+    let appendOnly: Bool
     private var process: Process?
     private let lock = NSLock()
 
@@ -27,13 +29,14 @@ final class RedisServerProcess: @unchecked Sendable {
     }
 
     /// Starts redis-server; retries on a new port if the chosen one was taken meanwhile.
-    init(password: String? = nil, startTimeout: TimeInterval = 10) throws {
+    init(password: String? = nil, appendOnly: Bool = false, startTimeout: TimeInterval = 10) throws {
         // hiredis writes with write(2): a write to a killed server must not kill the test run.
         signal(SIGPIPE, SIG_IGN)
         directory = FileManager.default.temporaryDirectory
             .appendingPathComponent("siwa-redis-test-\(UUID().uuidString)", isDirectory: true)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         self.password = password
+        self.appendOnly = appendOnly
         var lastError: Error = StartError(description: "redis-server did not start")
         for _ in 0..<3 {
             port = try Self.freeLoopbackPort()
@@ -64,6 +67,7 @@ final class RedisServerProcess: @unchecked Sendable {
             "--logfile", directory.appendingPathComponent("redis.log").path,
         ]
         if let password { arguments += ["--requirepass", password] }
+        if appendOnly { arguments += ["--appendonly", "yes", "--appendfsync", "always"] }
         server.arguments = arguments
         server.standardOutput = FileHandle.nullDevice
         server.standardError = FileHandle.nullDevice

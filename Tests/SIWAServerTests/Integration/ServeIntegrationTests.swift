@@ -1,0 +1,268 @@
+import Foundation
+import SIWATestKit
+import Testing
+
+/// The real `siwa-endpoint serve` over its FastCGI socket, against a real redis-server
+/// and a real nginx serving the JWKS over HTTPS. Apple is the one part that cannot run
+/// here: the test kit's key and JWKS stand in for Apple's.
+@Suite("Serve, end to end", .serialized)
+struct ServeIntegrationTests {
+    static let eventTime: Int64 = 1_796_000_000_000
+
+    @Test("each of the four types lands in Redis exactly as the contract says")
+    func fourTypes() throws {
+        let stack = try ServeStack()
+        defer { stack.shutdown() }
+        let before = Int64(Date().timeIntervalSince1970 * 1000)
+        let email = "relay-1@privaterelay.appleid.com"
+        let posts: [(String, String, String?)] = [
+            ("email-disabled", "000001.a.0001", email), ("email-enabled", "000001.a.0002", email),
+            ("consent-revoked", "000001.a.0003", nil), ("account-deleted", "000001.a.0004", nil),
+        ]
+        for (type, sub, address) in posts {
+            let response = try stack.post(
+                try stack.body(
+                    type: type, sub: sub, eventTimeMilliseconds: Self.eventTime, email: address,
+                    isPrivateEmail: address == nil ? nil : true))
+            #expect(response.status == 200)
+            #expect(response.bodyText == #"{"status":"applied"}"#)
+        }
+        let after = Int64(Date().timeIntervalSince1970 * 1000)
+        let time = String(Self.eventTime)
+
+        var disabled = try stack.userHash(sub: "000001.a.0001")
+        let updatedAt = Int64(disabled.removeValue(forKey: "updated_at") ?? "") ?? 0
+        #expect((before...after).contains(updatedAt))
+        #expect(
+            disabled == [
+                "email_forwarding": "disabled", "email_forwarding_at": time, "email": email, "is_private_email": "true",
+                "last_event_type": "email-disabled", "last_event_at": time,
+                "last_jti": disabled["last_jti"] ?? "missing",
+            ])
+        #expect(disabled["last_jti"]?.count == 22)
+
+        var enabled = try stack.userHash(sub: "000001.a.0002")
+        enabled["updated_at"] = nil
+        enabled["last_jti"] = nil
+        #expect(
+            enabled == [
+                "email_forwarding": "enabled", "email_forwarding_at": time, "email": email, "is_private_email": "true",
+                "last_event_type": "email-enabled", "last_event_at": time,
+            ])
+
+        var revoked = try stack.userHash(sub: "000001.a.0003")
+        revoked["updated_at"] = nil
+        revoked["last_jti"] = nil
+        #expect(
+            revoked == [
+                "sessions_revoked_at": time, "consent_revoked_at": time, "last_event_type": "consent-revoked",
+                "last_event_at": time,
+            ])
+
+        var deleted = try stack.userHash(sub: "000001.a.0004")
+        deleted["updated_at"] = nil
+        deleted["last_jti"] = nil
+        #expect(
+            deleted == [
+                "sessions_revoked_at": time, "account_deleted_at": time, "email_forwarding": "disabled",
+                "email_forwarding_at": time, "last_event_type": "account-deleted", "last_event_at": time,
+            ])
+        #expect(try stack.streamLength() == 4)
+    }
+
+    @Test("a duplicate changes nothing; an older email event is stale; an unknown type is recorded")
+    func duplicateStaleUnknown() throws {
+        let stack = try ServeStack()
+        defer { stack.shutdown() }
+        let sub = "000002.b.0001"
+        let first = try stack.body(
+            type: "email-enabled", sub: sub, eventTimeMilliseconds: Self.eventTime + 2000, email: "a@example.com",
+            isPrivateEmail: false)
+        #expect(try stack.post(first).bodyText == #"{"status":"applied"}"#)
+        let state = try stack.userHash(sub: sub)
+        #expect(try stack.post(first).bodyText == #"{"status":"duplicate"}"#)
+        #expect(try stack.userHash(sub: sub) == state)
+        #expect(try stack.streamLength() == 1)
+
+        let older = try stack.body(
+            type: "email-disabled", sub: sub, eventTimeMilliseconds: Self.eventTime + 1000, email: "a@example.com",
+            isPrivateEmail: false)
+        #expect(try stack.post(older).bodyText == #"{"status":"stale"}"#)
+        #expect(try stack.userHash(sub: sub) == state)
+
+        let unknown = try stack.body(type: "passkey-added", sub: sub, eventTimeMilliseconds: Self.eventTime + 3000)
+        let response = try stack.post(unknown)
+        #expect(response.status == 200)
+        #expect(response.bodyText == #"{"status":"recorded"}"#)
+        #expect(try stack.userHash(sub: sub) == state)
+        #expect(try stack.streamLength() == 3)
+        #expect(stack.serve?.logLines(event: "unknown_notification_type").count == 1)
+    }
+
+    @Test("every refusal has its status and code, and leaves Redis untouched")
+    func refusalsChangeNothing() throws {
+        let stack = try ServeStack()
+        defer { stack.shutdown() }
+        let attacker = try TestSigningKey.generate(keyID: stack.key.keyID)
+        let stranger = try TestSigningKey.generate(keyID: "not-in-the-jwks")
+        var expired = TestNotification(
+            type: "consent-revoked", subject: "000003.c.0001", clientID: ServeStack.clientID, issuedAt: 1_700_000_000)
+        expired.eventTimeMilliseconds = 1_700_000_000_000
+        let cases: [(String, [UInt8], Int, String)] = [
+            ("not JSON", Array("payload=x".utf8), 400, "body_not_json"),
+            ("no payload", Array(#"{"token":"a.b.c"}"#.utf8), 400, "payload_missing"),
+            (
+                "bad signature", try stack.body(type: "consent-revoked", sub: "000003.c.0002", signedWith: attacker),
+                401, "signature_invalid"
+            ),
+            (
+                "another app", try stack.body(type: "consent-revoked", sub: "000003.c.0003", clientID: "com.other.app"),
+                403, "aud_not_served"
+            ),
+            ("expired", Array(try expired.requestBody(signedWith: stack.key).utf8), 401, "token_expired"),
+            (
+                "unknown kid, JWKS reachable",
+                try stack.body(type: "consent-revoked", sub: "000003.c.0004", signedWith: stranger), 401, "kid_unknown"
+            ),
+            ("70 KiB", [UInt8](repeating: UInt8(ascii: " "), count: 70 * 1024), 413, "body_too_large"),
+        ]
+        for (name, body, status, code) in cases {
+            let response = try stack.post(body)
+            #expect(response.status == status, "\(name)")
+            #expect(response.jsonFields == ["status": "refused", "error": code], "\(name)")
+        }
+        #expect(try stack.request("GET", "/apple/notifications").status == 405)
+        #expect(try stack.request("GET", "/apple/notifications").header("Allow") == "POST")
+        #expect(
+            try stack.post(try stack.body(type: "consent-revoked", sub: "000003.c.0005"), path: "/other").status == 404)
+        #expect(try stack.redisSnapshot() == [])
+        // The log has one line per refusal, with the code and never the body.
+        let log = stack.serve?.logText ?? ""
+        for (_, _, _, code) in cases { #expect(log.contains(#""error":"\#(code)""#)) }
+        #expect(!log.contains("eyJ"))
+        #expect(!log.contains("payload=x"))
+    }
+
+    @Test("healthz and metrics")
+    func healthAndMetrics() throws {
+        let stack = try ServeStack()
+        defer { stack.shutdown() }
+        let health = try stack.request("GET", "/healthz")
+        #expect(health.status == 200)
+        #expect(health.bodyText == #"{"status":"ok","keys":1,"redis":"ok","spool_depth":0}"#)
+
+        #expect(try stack.post(try stack.body(type: "consent-revoked", sub: "000004.d.0001")).status == 200)
+        #expect(try stack.post(Array("x".utf8)).status == 400)
+        let metrics = try stack.request("GET", "/metrics")
+        #expect(metrics.status == 200)
+        #expect(metrics.header("Content-Type") == "text/plain; version=0.0.4")
+        let text = metrics.bodyText
+        #expect(text.contains(#"siwa_requests_total{status="200",outcome="applied",type="consent-revoked",code=""} 1"#))
+        #expect(text.contains(#"siwa_requests_total{status="400",outcome="refused",type="",code="body_not_json"} 1"#))
+        #expect(text.contains("siwa_jwks_keys 1\n"))
+        #expect(text.contains("siwa_spool_depth 0\n"))
+        #expect(text.contains("siwa_redis_errors_total 0\n"))
+        #expect(text.contains(#"siwa_request_duration_seconds_bucket{le="+Inf"} 3"#))
+
+        stack.redis.kill()
+        let down = try stack.request("GET", "/healthz")
+        #expect(down.status == 503)
+        #expect(down.jsonFields["status"] == "unavailable")
+        #expect(down.jsonFields["reason"] == "Redis does not answer")
+        #expect(try stack.request("POST", "/healthz").status == 405)
+    }
+
+    @Test("Redis killed mid-run: notifications are spooled, then applied once when it is back")
+    func redisOutage() throws {
+        let stack = try ServeStack(appendOnlyRedis: true)
+        defer { stack.shutdown() }
+        for index in 1...3 {
+            let response = try stack.post(try stack.body(type: "consent-revoked", sub: "000005.e.000\(index)"))
+            #expect(response.bodyText == #"{"status":"applied"}"#)
+        }
+        stack.redis.kill()
+        for index in 4...6 {
+            let response = try stack.post(try stack.body(type: "consent-revoked", sub: "000005.e.000\(index)"))
+            #expect(response.status == 200)
+            #expect(response.bodyText == #"{"status":"spooled"}"#)
+        }
+        #expect(try stack.request("GET", "/healthz").jsonFields["spool_depth"] == "3")
+        try stack.redis.start()
+        #expect(try stack.waitUntil(timeout: 15) { try stack.streamLength() == 6 })
+        for index in 1...6 {
+            #expect(try stack.userHash(sub: "000005.e.000\(index)")["last_event_type"] == "consent-revoked")
+        }
+        #expect(try stack.waitUntil(timeout: 5) { try stack.request("GET", "/healthz").status == 200 })
+        #expect(try stack.request("GET", "/healthz").jsonFields["spool_depth"] == "0")
+        // Applied once: a second pass would have added stream entries.
+        usleep(1_500_000)
+        #expect(try stack.streamLength() == 6)
+        #expect(try stack.request("GET", "/metrics").bodyText.contains("siwa_spool_replayed_total 3\n"))
+    }
+
+    @Test("the responder killed with SIGKILL and restarted loses nothing answered 2xx")
+    func responderKilled() throws {
+        let stack = try ServeStack(appendOnlyRedis: true)
+        defer { stack.shutdown() }
+        #expect(try stack.post(try stack.body(type: "consent-revoked", sub: "000006.f.0001")).status == 200)
+        stack.serve?.kill()
+        try stack.startServe()
+        #expect(try stack.post(try stack.body(type: "consent-revoked", sub: "000006.f.0002")).status == 200)
+
+        // Now with Redis down: spooled, the responder killed, both back.
+        stack.redis.kill()
+        #expect(
+            try stack.post(try stack.body(type: "account-deleted", sub: "000006.f.0003")).bodyText
+                == #"{"status":"spooled"}"#)
+        stack.serve?.kill()
+        try stack.redis.start()
+        try stack.startServe()
+        #expect(try stack.waitUntil(timeout: 10) { try stack.streamLength() == 3 })
+        #expect(try stack.userHash(sub: "000006.f.0001")["last_event_type"] == "consent-revoked")
+        #expect(try stack.userHash(sub: "000006.f.0002")["last_event_type"] == "consent-revoked")
+        #expect(try stack.userHash(sub: "000006.f.0003")["last_event_type"] == "account-deleted")
+        #expect(stack.serve?.logLines(event: "spool_pending_at_start").count == 1)
+    }
+
+    @Test("SIGTERM: stops accepting, exits 0 within the bound, removes its socket")
+    func gracefulStop() throws {
+        let stack = try ServeStack()
+        defer { stack.shutdown() }
+        #expect(try stack.post(try stack.body(type: "consent-revoked", sub: "000007.g.0001")).status == 200)
+        stack.serve?.terminate()
+        #expect(stack.serve?.waitForExit(timeout: 12) == 0)
+        #expect(stack.serve?.logLines(event: "stopped").first?.contains(#""drained":true"#) == true)
+        #expect(!FileManager.default.fileExists(atPath: stack.socketPath))
+    }
+
+    @Test("Apple's keys: a new kid is fetched on demand; with the JWKS server down an unknown kid is 503")
+    func keyRotationAndOutage() throws {
+        let stack = try ServeStack(extraEnvironment: ["SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS": "1"])
+        defer { stack.shutdown() }
+        let next = try TestSigningKey.generate(keyID: "test-apple-key-next")
+        try stack.jwks.serve(Array(TestSigningKey.jwksDocument([next]).utf8))
+        // Refreshes on an unknown kid are rate-limited (here 1 s) from the last fetch, the one at start.
+        usleep(1_100_000)
+        let rotated = try stack.post(try stack.body(type: "consent-revoked", sub: "000008.h.0001", signedWith: next))
+        #expect(rotated.bodyText == #"{"status":"applied"}"#)
+        // The old key left the JWKS with that refresh.
+        let old = try stack.post(try stack.body(type: "consent-revoked", sub: "000008.h.0002"))
+        #expect(old.status == 401)
+        #expect(old.jsonFields["error"] == "kid_unknown")
+
+        stack.jwks.nginx.stop()
+        usleep(1_100_000)
+        let third = try TestSigningKey.generate(keyID: "test-apple-key-third")
+        let unavailable = try stack.post(
+            try stack.body(type: "consent-revoked", sub: "000008.h.0003", signedWith: third))
+        #expect(unavailable.status == 503)
+        #expect(unavailable.jsonFields == ["status": "unavailable", "error": "keys_unavailable"])
+        #expect(unavailable.header("Retry-After") == "30")
+        // The last good key still verifies while the JWKS server is down.
+        #expect(
+            try stack.post(
+                try stack.body(type: "email-enabled", sub: "000008.h.0004", email: "x@example.com", signedWith: next)
+            ).status == 200)
+        #expect(try stack.userHash(sub: "000008.h.0003") == [:])
+    }
+}

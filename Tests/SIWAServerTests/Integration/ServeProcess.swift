@@ -1,0 +1,89 @@
+import Foundation
+import Glibc
+
+/// The real `siwa-endpoint serve` binary, started as a child process with its own
+/// environment, its log on a file, stopped by SIGTERM or killed by SIGKILL.
+final class ServeProcess {
+    let process: Process
+    let logURL: URL
+    let socketPath: String
+
+    /// Beside the test bundle in the build products directory.
+    static let binaryURL: URL = {
+        if let override = ProcessInfo.processInfo.environment["SIWA_ENDPOINT_BINARY"] {
+            return URL(fileURLWithPath: override)
+        }
+        let testBundle = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        return testBundle.deletingLastPathComponent().appendingPathComponent("siwa-endpoint")
+    }()
+
+    struct StartFailure: Error, CustomStringConvertible { let description: String }
+
+    /// Starts serve and waits (bounded) until its socket accepts a connection.
+    init(environment: [String: String], socketPath: String, logURL: URL, timeout: TimeInterval = 15) throws {
+        self.socketPath = socketPath
+        self.logURL = logURL
+        if !FileManager.default.fileExists(atPath: logURL.path) {
+            _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
+        }
+        let log = try FileHandle(forWritingTo: logURL)
+        log.seekToEndOfFile()
+        process = Process()
+        process.executableURL = Self.binaryURL
+        process.arguments = ["serve"]
+        process.environment = environment.merging(["PATH": "/usr/bin:/bin"]) { current, _ in current }
+        process.standardError = log
+        process.standardOutput = log
+        try process.run()
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            guard process.isRunning else {
+                throw StartFailure(description: "serve exited at start: \(logText)")
+            }
+            if Self.accepts(socketPath) { return }
+            usleep(20_000)
+        }
+        kill()
+        throw StartFailure(description: "serve did not listen within \(timeout) s: \(logText)")
+    }
+
+    static func accepts(_ path: String) -> Bool {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            let bytes = Array(path.utf8.prefix(raw.count - 1))
+            raw.copyBytes(from: bytes + [0])
+        }
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        return result == 0
+    }
+
+    var logText: String { (try? String(contentsOf: logURL, encoding: .utf8)) ?? "" }
+
+    /// The JSON log lines with `"event":"<name>"`.
+    func logLines(event name: String) -> [String] {
+        logText.split(separator: "\n").map(String.init).filter { $0.contains(#""event":"\#(name)""#) }
+    }
+
+    func terminate() { Glibc.kill(process.processIdentifier, SIGTERM) }
+
+    func kill() {
+        guard process.isRunning else { return }
+        Glibc.kill(process.processIdentifier, SIGKILL)
+        _ = waitForExit(timeout: 5)
+    }
+
+    /// The exit status, or nil if still running at the deadline.
+    func waitForExit(timeout: TimeInterval) -> Int32? {
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning && Date() < deadline { usleep(20_000) }
+        return process.isRunning ? nil : process.terminationStatus
+    }
+}

@@ -1,0 +1,125 @@
+import Foundation
+import SIWAServer
+import SIWATestKit
+import SIWAVerification
+
+/// A whole local stack for one test: a real redis-server, a real nginx serving the
+/// test JWKS over HTTPS under a test CA (standing in for appleid.apple.com, which
+/// cannot be reached from here), and the real `siwa-endpoint serve` on a unix socket.
+final class ServeStack {
+    static let clientID = "com.example.app"
+
+    let directory: URL
+    let redis: RedisServerProcess
+    let jwks: JWKSTestServer
+    let key: TestSigningKey
+    var serve: ServeProcess?
+    let extraEnvironment: [String: String]
+
+    var socketPath: String { directory.appendingPathComponent("fcgi.sock").path }
+    var spoolDirectory: String { directory.appendingPathComponent("spool").path }
+
+    init(appendOnlyRedis: Bool = false, extraEnvironment: [String: String] = [:]) throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("siwa-serve-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        self.extraEnvironment = extraEnvironment
+        redis = try RedisServerProcess(appendOnly: appendOnlyRedis)
+        jwks = try JWKSTestServer()
+        key = try TestSigningKey.generate(keyID: "test-apple-key-\(UUID().uuidString.prefix(8))")
+        try jwks.serve(Array(TestSigningKey.jwksDocument([key]).utf8))
+        try startServe()
+    }
+
+    var environment: [String: String] {
+        [
+            "SIWA_CLIENT_IDS": "\(Self.clientID),com.example.watch",
+            "SIWA_JWKS_URL": jwks.keysURL,
+            "SIWA_JWKS_CA_FILE": jwks.authority.caCertificatePath,
+            "SIWA_JWKS_CACHE": directory.appendingPathComponent("jwks-cache.json").path,
+            "SIWA_REDIS_URL": redis.url(),
+            "SIWA_REDIS_TIMEOUT_MS": "500",
+            "SIWA_FCGI_SOCKET": socketPath,
+            "SIWA_SPOOL_DIR": spoolDirectory,
+            "SIWA_WORKERS": "3",
+        ].merging(extraEnvironment) { _, extra in extra }
+    }
+
+    func startServe() throws {
+        serve = try ServeProcess(
+            environment: environment, socketPath: socketPath, logURL: directory.appendingPathComponent("serve.log"))
+    }
+
+    /// A signed request body, as Apple sends it.
+    func body(
+        type: String, sub: String, eventTimeMilliseconds: Int64? = nil, email: String? = nil,
+        isPrivateEmail: Bool? = nil, clientID: String = ServeStack.clientID, signedWith signer: TestSigningKey? = nil
+    ) throws -> [UInt8] {
+        let now = Int64(Date().timeIntervalSince1970)
+        let notification = TestNotification(
+            type: type, subject: sub, clientID: clientID, email: email, isPrivateEmail: isPrivateEmail,
+            eventTimeMilliseconds: eventTimeMilliseconds ?? (now - 5) * 1000, issuedAt: now - 1)
+        return Array(try notification.requestBody(signedWith: signer ?? key).utf8)
+    }
+
+    func post(_ body: [UInt8], path: String = "/apple/notifications", requestID: String = "test-request") throws
+        -> FastCGIClient.Response
+    {
+        try FastCGIClient(.unixSocket(socketPath)).send(
+            params: FastCGIClient.params(
+                method: "POST", uri: path, body: body, contentType: "application/json",
+                extra: [("REQUEST_ID", requestID)]),
+            body: body)
+    }
+
+    func request(_ method: String, _ path: String) throws -> FastCGIClient.Response {
+        try FastCGIClient(.unixSocket(socketPath)).send(params: FastCGIClient.params(method: method, uri: path))
+    }
+
+    func redisConnection() -> RedisConnection {
+        RedisConnection(endpoint: try! RedisEndpoint(parsing: redis.url()))
+    }
+
+    func userHash(sub: String, clientID: String = ServeStack.clientID) throws -> [String: String] {
+        try redisConnection().command("HGETALL", "siwa:user:{\(clientID):\(sub)}").fieldMap ?? [:]
+    }
+
+    func streamLength() throws -> Int64 { try redisConnection().command("XLEN", "siwa:events").integer ?? -1 }
+
+    /// Every key and its type: what "Redis untouched" is compared with.
+    func redisSnapshot() throws -> [String] {
+        let connection = redisConnection()
+        let keys = (try connection.command("KEYS", "*").array ?? []).compactMap(\.string).sorted()
+        return try keys.map { key in "\(key)=\(try connection.command("TYPE", key).string ?? "?")" }
+    }
+
+    /// Polls `condition` every 50 ms until it holds or `timeout` passes.
+    func waitUntil(timeout: TimeInterval, _ condition: () throws -> Bool) rethrows -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if try condition() { return true }
+            usleep(50_000)
+        }
+        return try condition()
+    }
+
+    func shutdown() {
+        serve?.kill()
+        jwks.shutdown()
+        redis.shutdown()
+        try? FileManager.default.removeItem(at: directory)
+    }
+}
+
+extension FastCGIClient.Response {
+    /// The JSON body as a dictionary of strings (responses are flat).
+    var jsonFields: [String: String] {
+        guard case .object(let members)? = try? StrictJSONParser.parse(body) else { return [:] }
+        return members.compactMapValues {
+            switch $0 {
+            case .string(let text): text
+            case .integer(let number): String(number)
+            default: nil
+            }
+        }
+    }
+}
