@@ -1,0 +1,86 @@
+import Foundation
+import SIWAVerification
+import Testing
+
+/// The README's Python reader (redis-py), run against state the real responder wrote:
+/// "is this session still valid?" answered from the Redis contract alone.
+@Suite("Python reader of the Redis contract", .serialized)
+struct PythonReaderTests {
+    static let script = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("examples/python/siwa_state.py").path
+
+    /// scripts/test makes a virtualenv with redis-py and names its python here.
+    static let python = ProcessInfo.processInfo.environment["SIWA_TEST_PYTHON"] ?? "/usr/bin/python3"
+
+    func read(_ stack: ServeStack, sub: String, sessionStartedAt: Int64) throws -> [String: String] {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Self.python)
+        process.arguments = [
+            Self.script, "--redis-url", stack.redis.url(), "--client-id", ServeStack.clientID, "--sub", sub,
+            "--session-started-at", String(sessionStartedAt),
+        ]
+        let output = Pipe()
+        let errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        let errorText = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "the reader failed (is redis-py installed?): \(errorText)")
+        guard case .object(let members) = try StrictJSONParser.parse(Array(data)) else { return [:] }
+        return members.mapValues { value in
+            switch value {
+            case .bool(let flag): flag ? "true" : "false"
+            case .integer(let number): String(number)
+            case .string(let text): text
+            default: "null"
+            }
+        }
+    }
+
+    @Test("sessions that began at or before consent-revoked are invalid; later ones are valid")
+    func consentRevoked() throws {
+        let stack = try ServeStack()
+        defer { stack.shutdown() }
+        let revokedAt: Int64 = 1_796_000_000_000
+        #expect(
+            try stack.post(try stack.body(type: "consent-revoked", sub: "000010.p.0001", eventTimeMilliseconds: revokedAt))
+                .status == 200)
+        let before = try read(stack, sub: "000010.p.0001", sessionStartedAt: revokedAt - 1)
+        #expect(
+            before == [
+                "session_valid": "false", "account_deleted": "false", "email_forwarding": "null",
+                "sessions_revoked_at": String(revokedAt), "last_event_type": "consent-revoked",
+            ])
+        #expect(try read(stack, sub: "000010.p.0001", sessionStartedAt: revokedAt)["session_valid"] == "false")
+        #expect(try read(stack, sub: "000010.p.0001", sessionStartedAt: revokedAt + 1)["session_valid"] == "true")
+    }
+
+    @Test("an account deleted, an email forwarding off, and a user never notified")
+    func otherStates() throws {
+        let stack = try ServeStack()
+        defer { stack.shutdown() }
+        let time: Int64 = 1_796_000_100_000
+        #expect(
+            try stack.post(try stack.body(type: "account-deleted", sub: "000010.p.0002", eventTimeMilliseconds: time))
+                .status == 200)
+        #expect(
+            try stack.post(
+                try stack.body(
+                    type: "email-disabled", sub: "000010.p.0003", eventTimeMilliseconds: time, email: "r@privaterelay.appleid.com",
+                    isPrivateEmail: true)
+            ).status == 200)
+        let deleted = try read(stack, sub: "000010.p.0002", sessionStartedAt: time - 10)
+        #expect(deleted["account_deleted"] == "true")
+        #expect(deleted["session_valid"] == "false")
+        #expect(deleted["email_forwarding"] == "disabled")
+        let forwardingOff = try read(stack, sub: "000010.p.0003", sessionStartedAt: time - 10)
+        #expect(forwardingOff["email_forwarding"] == "disabled")
+        #expect(forwardingOff["session_valid"] == "true")
+        let unknown = try read(stack, sub: "000010.p.0404", sessionStartedAt: time)
+        #expect(unknown["session_valid"] == "true")
+        #expect(unknown["account_deleted"] == "false")
+    }
+}

@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Reads the state siwa-endpoint writes to Redis: what an app server asks.
+
+Only the Redis contract is used (see README, "The Redis contract"):
+
+    <prefix>:user:{<client_id>:<sub>}   hash, the user's state (times in Unix ms)
+
+    python3 siwa_state.py --redis-url redis://127.0.0.1:6379/0 \
+        --client-id com.example.app --sub 001234.abc.0123 --session-started-at 1796000000000
+"""
+
+import argparse
+import json
+import sys
+
+import redis  # redis-py
+
+
+def user_key(client_id: str, sub: str, prefix: str = "siwa") -> str:
+    # {client_id:sub} is a hash tag: all of one user's keys share a cluster slot.
+    return f"{prefix}:user:{{{client_id}:{sub}}}"
+
+
+def session_is_valid(r: redis.Redis, client_id: str, sub: str, session_started_at_ms: int,
+                     prefix: str = "siwa") -> bool:
+    """A session is invalid if it began at or before the latest consent-revoked or
+    account-deleted event for this user in this app."""
+    revoked_at = r.hget(user_key(client_id, sub, prefix), "sessions_revoked_at")
+    return revoked_at is None or session_started_at_ms > int(revoked_at)
+
+
+def user_state(r: redis.Redis, client_id: str, sub: str, prefix: str = "siwa") -> dict:
+    fields = {k.decode(): v.decode() for k, v in r.hgetall(user_key(client_id, sub, prefix)).items()}
+    return {
+        "account_deleted": "account_deleted_at" in fields,
+        "email_forwarding": fields.get("email_forwarding"),  # "enabled", "disabled" or None
+        "sessions_revoked_at": int(fields["sessions_revoked_at"]) if "sessions_revoked_at" in fields else None,
+        "last_event_type": fields.get("last_event_type"),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--redis-url", required=True)
+    parser.add_argument("--client-id", required=True)
+    parser.add_argument("--sub", required=True)
+    parser.add_argument("--session-started-at", type=int, required=True, help="Unix milliseconds")
+    parser.add_argument("--prefix", default="siwa")
+    args = parser.parse_args()
+
+    r = redis.Redis.from_url(args.redis_url)
+    state = user_state(r, args.client_id, args.sub, args.prefix)
+    state["session_valid"] = session_is_valid(r, args.client_id, args.sub, args.session_started_at, args.prefix)
+    print(json.dumps(state, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
