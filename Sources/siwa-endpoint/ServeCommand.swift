@@ -40,6 +40,9 @@ enum ServeCommand {
             Output.error("siwa-endpoint serve: \(error.description)")
             return 2
         }
+        for name in configuration.unknownSettings {
+            EventLog.event("unknown_setting", level: "warning", [("setting", .string(name))])
+        }
         if arguments.has("--check") {
             Output.line("settings are valid")
             return 0

@@ -84,7 +84,7 @@ public final class NotificationResponder: Sendable {
             return refusal(VerificationError(.bodyTooLarge, "the body is over the limit"))
         case .incomplete:
             // The peer went away mid-body: nothing to decide, nothing stored.
-            return Self.status(400, "incomplete_body", errorCode: "body_incomplete")
+            return Self.status(400, "refused", errorCode: "body_incomplete")
         }
 
         let notification: VerifiedNotification

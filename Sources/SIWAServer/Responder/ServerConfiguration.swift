@@ -29,6 +29,8 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var streamMaximumLength: Int
     public var shutdownTimeoutSeconds: Int
     public var retryAfterSeconds: Int
+    /// `SIWA_*` names that are not settings (misspelt?): logged as a warning at start.
+    public var unknownSettings: [String]
 
     /// One row per setting: name, default (nil when required), meaning. The README's table.
     public static let settings: [(name: String, defaultValue: String?, meaning: String)] = [
@@ -81,9 +83,8 @@ public struct ServerConfiguration: Sendable, Equatable {
         for (name, value) in environment where name.hasPrefix("SIWA_") { values[name] = value }
 
         let knownNames = Set(Self.settings.map(\.name))
-        if let unknown = values.keys.filter({ $0.hasPrefix("SIWA_") && !knownNames.contains($0) }).sorted().first {
-            throw ConfigurationError(setting: unknown, "is not a setting of siwa-endpoint (misspelt?)")
-        }
+        // Warned about, not refused: other tools may share the prefix in a shell's environment.
+        unknownSettings = values.keys.filter { $0.hasPrefix("SIWA_") && !knownNames.contains($0) }.sorted()
         let reader = SettingReader(values: values)
 
         guard let ids = values["SIWA_CLIENT_IDS"] else {

@@ -46,8 +46,10 @@ struct PythonReaderTests {
         defer { stack.shutdown() }
         let revokedAt: Int64 = 1_796_000_000_000
         #expect(
-            try stack.post(try stack.body(type: "consent-revoked", sub: "000010.p.0001", eventTimeMilliseconds: revokedAt))
-                .status == 200)
+            try stack.post(
+                try stack.body(type: "consent-revoked", sub: "000010.p.0001", eventTimeMilliseconds: revokedAt)
+            )
+            .status == 200)
         let before = try read(stack, sub: "000010.p.0001", sessionStartedAt: revokedAt - 1)
         #expect(
             before == [
@@ -69,7 +71,8 @@ struct PythonReaderTests {
         #expect(
             try stack.post(
                 try stack.body(
-                    type: "email-disabled", sub: "000010.p.0003", eventTimeMilliseconds: time, email: "r@privaterelay.appleid.com",
+                    type: "email-disabled", sub: "000010.p.0003", eventTimeMilliseconds: time,
+                    email: "r@privaterelay.appleid.com",
                     isPrivateEmail: true)
             ).status == 200)
         let deleted = try read(stack, sub: "000010.p.0002", sessionStartedAt: time - 10)

@@ -265,4 +265,20 @@ struct ServeIntegrationTests {
             ).status == 200)
         #expect(try stack.userHash(sub: "000008.h.0003") == [:])
     }
+
+    @Test("a bad setting stops serve at once with a message naming it")
+    func badSetting() throws {
+        let process = Process()
+        process.executableURL = ServeProcess.binaryURL
+        process.arguments = ["serve"]
+        process.environment = ["SIWA_CLIENT_IDS": "com.example.app", "SIWA_WORKERS": "lots", "PATH": "/usr/bin:/bin"]
+        let errors = Pipe()
+        process.standardError = errors
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        let text = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 2)
+        #expect(text.contains(#"siwa-endpoint serve: SIWA_WORKERS must be a whole number from 1 to 256, got "lots""#))
+    }
 }

@@ -1,0 +1,94 @@
+import Foundation
+import SIWAServer
+import Testing
+
+@Suite("Server configuration")
+struct ServerConfigurationTests {
+    static let minimal = ["SIWA_CLIENT_IDS": "com.example.app"]
+
+    @Test("defaults, with only the required setting")
+    func defaults() throws {
+        let configuration = try ServerConfiguration(environment: Self.minimal)
+        #expect(configuration.clientIDs == ["com.example.app"])
+        #expect(configuration.jwksURL == "https://appleid.apple.com/auth/keys")
+        #expect(configuration.jwksCAFile == nil)
+        #expect(configuration.jwksCachePath == "/var/lib/siwa-endpoint/jwks.json")
+        #expect(configuration.jwksRefreshSeconds == 3600)
+        #expect(configuration.jwksUnknownKeyIDRefreshSeconds == 60)
+        #expect(configuration.redisURL == "redis://127.0.0.1:6379/0")
+        #expect(configuration.fastCGISocket == "/run/siwa-endpoint/fcgi.sock")
+        #expect(configuration.fastCGISocketMode == 0o660)
+        #expect(configuration.spoolDirectory == "/var/lib/siwa-endpoint/spool")
+        #expect(configuration.keyPrefix == "siwa")
+        #expect(configuration.notificationPath == "/apple/notifications")
+        #expect(configuration.workers == 2 * ProcessInfo.processInfo.activeProcessorCount)
+        #expect(configuration.maximumBodyBytes == 65_536)
+        #expect(configuration.leewaySeconds == 60)
+        #expect(configuration.seenTTLSeconds == 2_592_000)
+        #expect(configuration.streamMaximumLength == 1_000_000)
+        #expect(configuration.unknownSettings == [])
+    }
+
+    @Test(
+        "a bad value names its setting",
+        arguments: [
+            ("SIWA_CLIENT_IDS", ""), ("SIWA_CLIENT_IDS", "com.a,{bad}"), ("SIWA_JWKS_URL", "http://keys.example.com/k"),
+            ("SIWA_JWKS_URL", "ftp://localhost/k"), ("SIWA_JWKS_CA_FILE", "/nonexistent/ca.pem"),
+            ("SIWA_JWKS_CACHE", "relative/path"), ("SIWA_JWKS_REFRESH_SECONDS", "10"),
+            ("SIWA_REDIS_URL", "localhost:6379"), ("SIWA_FCGI_SOCKET", "0.0.0.0:9000"),
+            ("SIWA_FCGI_SOCKET", "relative.sock"), ("SIWA_FCGI_SOCKET_MODE", "0999"), ("SIWA_KEY_PREFIX", "a b"),
+            ("SIWA_NOTIFICATION_PATH", "/healthz"), ("SIWA_NOTIFICATION_PATH", "apple"), ("SIWA_WORKERS", "0"),
+            ("SIWA_WORKERS", "many"), ("SIWA_MAX_BODY_BYTES", "10"), ("SIWA_SEEN_TTL_SECONDS", "-1"),
+        ])
+    func badValue(_ name: String, _ value: String) {
+        var environment = Self.minimal
+        environment[name] = value
+        #expect {
+            try ServerConfiguration(environment: environment)
+        } throws: { error in
+            (error as? ConfigurationError)?.setting == name
+        }
+    }
+
+    @Test("SIWA_CLIENT_IDS is required")
+    func clientIDsRequired() {
+        #expect {
+            try ServerConfiguration(environment: [:])
+        } throws: { error in
+            (error as? ConfigurationError)?.setting == "SIWA_CLIENT_IDS"
+        }
+    }
+
+    @Test("loopback forms are accepted where loopback is required")
+    func loopback() throws {
+        var environment = Self.minimal
+        environment["SIWA_JWKS_URL"] = "http://127.0.0.1:8080/keys.json"
+        environment["SIWA_FCGI_SOCKET"] = "127.0.0.1:9000"
+        environment["SIWA_CLIENT_IDS"] = "com.example.app, com.example.watch"
+        let configuration = try ServerConfiguration(environment: environment)
+        #expect(configuration.fastCGISocket == "127.0.0.1:9000")
+        #expect(configuration.clientIDs == ["com.example.app", "com.example.watch"])
+    }
+
+    @Test("an env file is read; the environment wins; unknown SIWA_ names are reported")
+    func envFile() throws {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("siwa-env-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: file) }
+        try """
+        # comment
+        SIWA_CLIENT_IDS=com.example.app
+        SIWA_WORKERS="7"
+        SIWA_KEY_PREFIX=from-file
+        SIWA_WROKERS=3
+        """.write(to: file, atomically: true, encoding: .utf8)
+        let configuration = try ServerConfiguration(environment: ["SIWA_KEY_PREFIX": "from-env"], envFile: file.path)
+        #expect(configuration.workers == 7)
+        #expect(configuration.keyPrefix == "from-env")
+        #expect(configuration.unknownSettings == ["SIWA_WROKERS"])
+        #expect {
+            try ServerConfiguration(environment: [:], envFile: "/nonexistent/env")
+        } throws: { error in
+            (error as? ConfigurationError)?.setting == "--env-file"
+        }
+    }
+}
