@@ -90,8 +90,10 @@ enum ServeCommand {
                 streamMaxLength: configuration.streamMaximumLength)
         }
         let spool = try NotificationSpool(directory: configuration.spoolDirectory)
+        let rejected = try NotificationSpool(directory: configuration.spoolDirectory + "/rejected")
         let replayer = SpoolReplayer(
-            spool: spool, store: makeStore(), metrics: metrics, clockMilliseconds: clockMilliseconds)
+            spool: spool, rejected: rejected, store: makeStore(), metrics: metrics, clockMilliseconds: clockMilliseconds
+        )
         if spool.depth > 0 {
             EventLog.event("spool_pending_at_start", level: "warning", [("depth", .integer(Int64(spool.depth)))])
             replayer.replayOnce()

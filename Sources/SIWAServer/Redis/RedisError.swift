@@ -17,6 +17,18 @@ public struct RedisError: Error, Sendable, Equatable, CustomStringConvertible {
     /// the caller may retry later, and the connection reconnects on its next command.
     public var isConnectionError: Bool { code == .connectionFailed || code == .connectionLost }
 
+    /// Server replies that say "not now" rather than "never": Redis loading its data after a
+    /// restart, a busy script, out of memory, a read-only replica, a cluster in trouble.
+    static let transientReplyPrefixes = [
+        "LOADING", "BUSY", "OOM", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS", "MISCONF",
+    ]
+
+    /// True when the same command may succeed later: connection trouble or a transient reply.
+    /// False for what would fail again the same way (a key of the wrong type, a script error).
+    public var isTransient: Bool {
+        isConnectionError || (code == .serverError && Self.transientReplyPrefixes.contains { message.hasPrefix($0) })
+    }
+
     public static func == (lhs: RedisError, rhs: RedisError) -> Bool { lhs.code == rhs.code }
 
     /// A stable, machine-readable error code. New codes break no caller.

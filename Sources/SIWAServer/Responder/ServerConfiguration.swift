@@ -93,7 +93,8 @@ public struct ServerConfiguration: Sendable, Equatable {
         let list = ids.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
         guard !list.isEmpty, list.allSatisfy(Self.isValidClientID) else {
             throw ConfigurationError(
-                setting: "SIWA_CLIENT_IDS", "must be a comma-separated list of client IDs (visible ASCII, no braces)")
+                setting: "SIWA_CLIENT_IDS",
+                "must be a comma-separated list of client IDs (visible ASCII, no braces or colons)")
         }
         clientIDs = Set(list)
 
@@ -160,7 +161,9 @@ public struct ServerConfiguration: Sendable, Equatable {
 
     static func isValidClientID(_ id: String) -> Bool {
         !id.isEmpty && id.utf8.count <= 255
-            && id.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "{") && $0 != UInt8(ascii: "}") }
+            && id.utf8.allSatisfy {
+                $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "{") && $0 != UInt8(ascii: "}") && $0 != UInt8(ascii: ":")
+            }
     }
 
     static func isLoopback(_ host: String) -> Bool {

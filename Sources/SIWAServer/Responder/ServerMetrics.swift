@@ -17,6 +17,7 @@ public final class ServerMetrics: Sendable {
         var redisErrors = 0
         var spoolReplayed = 0
         var tornSpoolRecords = 0
+        var rejectedSpoolRecords = 0
     }
 
     /// Upper bounds of the request-duration histogram, in seconds.
@@ -41,6 +42,7 @@ public final class ServerMetrics: Sendable {
     public func recordRedisError() { state.withLock { $0.redisErrors += 1 } }
     public func recordSpoolReplayed(_ count: Int) { state.withLock { $0.spoolReplayed += count } }
     public func recordTornSpoolRecords(_ count: Int) { state.withLock { $0.tornSpoolRecords += count } }
+    public func recordSpoolRejected() { state.withLock { $0.rejectedSpoolRecords += 1 } }
 
     /// The request count for one label set (tests and /healthz use it).
     public func requestCount(status: Int, outcome: String) -> Int {
@@ -87,6 +89,10 @@ public final class ServerMetrics: Sendable {
         lines.append("# HELP siwa_spool_torn_records_total Torn or corrupt spool records set aside.")
         lines.append("# TYPE siwa_spool_torn_records_total counter")
         lines.append("siwa_spool_torn_records_total \(snapshot.tornSpoolRecords)")
+        lines.append(
+            "# HELP siwa_spool_rejected_total Spooled notifications Redis refused for good, kept in spool/rejected.")
+        lines.append("# TYPE siwa_spool_rejected_total counter")
+        lines.append("siwa_spool_rejected_total \(snapshot.rejectedSpoolRecords)")
         lines.append("# HELP siwa_jwks_age_seconds Seconds since Apple's keys were last fetched or loaded.")
         lines.append("# TYPE siwa_jwks_age_seconds gauge")
         lines.append("siwa_jwks_age_seconds \(jwksAgeSeconds.map { String($0) } ?? "NaN")")

@@ -5,6 +5,9 @@ import SIWAVerification
 /// second while the spool is not empty, on a thread of its own with its own connection.
 public final class SpoolReplayer: @unchecked Sendable {
     private let spool: NotificationSpool
+    /// Records Redis refuses for good (a key of the wrong type): kept here, not retried,
+    /// so one bad record cannot hold back every record after it.
+    private let rejected: NotificationSpool
     private let store: NotificationStore
     private let metrics: ServerMetrics
     private let clock: @Sendable () -> Int64
@@ -14,10 +17,11 @@ public final class SpoolReplayer: @unchecked Sendable {
 
     /// `clockMilliseconds` gives the `updated_at` written for replayed notifications.
     public init(
-        spool: NotificationSpool, store: NotificationStore, metrics: ServerMetrics,
+        spool: NotificationSpool, rejected: NotificationSpool, store: NotificationStore, metrics: ServerMetrics,
         clockMilliseconds: @escaping @Sendable () -> Int64
     ) {
         self.spool = spool
+        self.rejected = rejected
         self.store = store
         self.metrics = metrics
         self.clock = clockMilliseconds
@@ -27,7 +31,20 @@ public final class SpoolReplayer: @unchecked Sendable {
     @discardableResult
     public func replayOnce() -> SpoolReplayReport {
         let report = spool.replay { notification in
-            _ = try store.apply(notification, receivedAt: clock())
+            do {
+                _ = try store.apply(notification, receivedAt: clock())
+            } catch let error as RedisError where !error.isTransient {
+                // Set aside durably before the spool moves past it; if that fails, stop here.
+                try rejected.append(notification)
+                metrics.recordSpoolRejected()
+                EventLog.event(
+                    "spool_record_rejected", level: "error",
+                    [
+                        ("error", .string(error.code.rawValue)), ("reason", .string(error.message)),
+                        ("client_id", .string(notification.clientID)), ("type", .string(notification.type.name)),
+                        ("kept_in", .string(rejected.directory)),
+                    ])
+            }
         }
         if report.applied > 0 {
             metrics.recordSpoolReplayed(report.applied)

@@ -281,4 +281,32 @@ struct ServeIntegrationTests {
         #expect(process.terminationStatus == 2)
         #expect(text.contains(#"siwa-endpoint serve: SIWA_WORKERS must be a whole number from 1 to 256, got "lots""#))
     }
+
+    @Test("a record Redis refuses for good is set aside, and does not hold back the spool")
+    func poisonRecordSetAside() throws {
+        let stack = try ServeStack()
+        defer { stack.shutdown() }
+        // Another program wrote a string where the user's hash belongs: WRONGTYPE, every time.
+        _ = try stack.redisConnection().command("SET", "siwa:user:{\(ServeStack.clientID):000011.q.0001}", "not a hash")
+        let poisoned = try stack.post(try stack.body(type: "consent-revoked", sub: "000011.q.0001"))
+        #expect(poisoned.bodyText == #"{"status":"spooled"}"#)
+        #expect(
+            try stack.waitUntil(timeout: 10) {
+                try stack.request("GET", "/metrics").bodyText.contains("siwa_spool_rejected_total 1\n")
+            })
+        #expect(try stack.request("GET", "/healthz").jsonFields["spool_depth"] == "0")
+        let rejected = try FileManager.default.contentsOfDirectory(atPath: stack.spoolDirectory + "/rejected")
+            .filter { $0.hasSuffix(".log") }
+        let records = try rejected.map {
+            try String(contentsOfFile: stack.spoolDirectory + "/rejected/" + $0, encoding: .utf8)
+        }.joined().split(separator: "\n")
+        #expect(records.count == 1)
+        #expect(
+            stack.serve?.logLines(event: "spool_record_rejected").first?.contains(#""error":"redis_server_error""#)
+                == true)
+        // The next notification is applied as usual.
+        #expect(
+            try stack.post(try stack.body(type: "consent-revoked", sub: "000011.q.0002")).bodyText
+                == #"{"status":"applied"}"#)
+    }
 }

@@ -1,0 +1,26 @@
+import SIWAServer
+import Testing
+
+@Suite("Redis errors: transient or for good")
+struct RedisErrorTests {
+    @Test(
+        "transient: connection trouble and 'not now' replies",
+        arguments: [
+            RedisError(.connectionFailed, "connection refused"), RedisError(.connectionLost, "reset"),
+            RedisError(.serverError, "LOADING Redis is loading the dataset in memory"),
+            RedisError(.serverError, "BUSY Redis is busy running a script"),
+            RedisError(.serverError, "OOM command not allowed when used memory > 'maxmemory'"),
+            RedisError(.serverError, "READONLY You can't write against a read only replica."),
+            RedisError(.serverError, "MISCONF Redis is configured to save RDB snapshots"),
+        ])
+    func transient(_ error: RedisError) { #expect(error.isTransient) }
+
+    @Test(
+        "for good: what fails the same way again",
+        arguments: [
+            RedisError(.serverError, "WRONGTYPE the user key does not hold a hash"),
+            RedisError(.serverError, "ERR Error running script"), RedisError(.unsafeKey, "brace in sub"),
+            RedisError(.unexpectedReply, "not a status"),
+        ])
+    func permanent(_ error: RedisError) { #expect(!error.isTransient) }
+}
