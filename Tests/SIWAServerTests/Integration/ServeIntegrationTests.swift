@@ -309,4 +309,31 @@ struct ServeIntegrationTests {
             try stack.post(try stack.body(type: "consent-revoked", sub: "000011.q.0002")).bodyText
                 == #"{"status":"applied"}"#)
     }
+
+    @Test("Redis down and the spool unwritable: 503 with Retry-After, so Apple retries")
+    func nowhereToStore() throws {
+        let stack = try ServeStack()
+        defer { stack.shutdown() }
+        stack.redis.kill()
+        // As root, mode bits do not stop writes: make the spool immutable (ext4's chattr +i).
+        let spoolEntries = try FileManager.default.contentsOfDirectory(atPath: stack.spoolDirectory)
+            .map { stack.spoolDirectory + "/" + $0 }
+        let paths = spoolEntries + [stack.spoolDirectory]
+        try #require(Self.chattr("+i", paths), "chattr +i is needed to make the spool unwritable")
+        defer { _ = Self.chattr("-i", paths) }
+        let response = try stack.post(try stack.body(type: "consent-revoked", sub: "000012.r.0001"))
+        #expect(response.status == 503)
+        #expect(response.jsonFields == ["status": "unavailable", "error": "store_unavailable"])
+        #expect(response.header("Retry-After") == "30")
+        #expect(stack.serve?.logLines(event: "spool_append_failed").count == 1)
+    }
+
+    static func chattr(_ flag: String, _ paths: [String]) -> Bool {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/chattr")
+        process.arguments = [flag] + paths
+        do { try process.run() } catch { return false }
+        process.waitUntilExit()
+        return process.terminationStatus == 0
+    }
 }
