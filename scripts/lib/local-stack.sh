@@ -1,0 +1,242 @@
+# shellcheck shell=bash
+# Helpers for scripts/run-local: the whole stack (redis-server, `siwa-endpoint
+# serve`, nginx with the shipped site files) on loopback, every file in one
+# directory. Sourced, not run. Nothing here touches /etc, /run or /var: nginx runs
+# from its own prefix, Redis from its own --dir, serve from its own env file.
+#
+# Every process started goes into STACK_PIDS (with its name in STACK_NAMES), so
+# stack_stop_all can stop exactly those, newest first.
+
+STACK_PIDS=()
+STACK_NAMES=()
+
+stack_log() { printf '%s\n' "$*"; }
+stack_die() {
+  printf 'run-local: %s\n' "$*" >&2
+  exit 1
+}
+
+# A loopback TCP port that nobody is bound to right now.
+stack_free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# True (0) when something is bound to PORT on 127.0.0.1 or ::1. SO_REUSEADDR, as
+# nginx sets it, so a connection left in TIME_WAIT does not count as busy.
+stack_port_busy() {
+  python3 - "$1" <<'EOF'
+import socket, sys
+port = int(sys.argv[1])
+for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+    try:
+        probe = socket.socket(family)
+    except OSError:
+        continue
+    with probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            # No IPv6 on this machine is not "busy".
+            if error.errno in (97, 99):
+                continue
+            sys.exit(0)
+sys.exit(1)
+EOF
+}
+
+# True when this machine can listen on ::1 (some containers have no IPv6).
+stack_has_ipv6_loopback() {
+  python3 -c 'import socket; s = socket.socket(socket.AF_INET6); s.bind(("::1", 0))' 2>/dev/null
+}
+
+# Polls COMMAND every 0.1 s until it succeeds or SECONDS pass; 1 on timeout.
+stack_wait_until() {
+  local seconds=$1
+  shift
+  local deadline=$((SECONDS + seconds))
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.1
+  done
+}
+
+# A development CA and a localhost certificate signed by it, both RSA 2048 and
+# SHA-256, with the names curl and check-endpoint verify: localhost, 127.0.0.1, ::1.
+# Writes DIR/ca.pem, DIR/ca.key, DIR/localhost.pem, DIR/localhost.key.
+stack_make_dev_pki() {
+  local dir=$1
+  mkdir -p "$dir"
+  openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days 30 \
+    -keyout "$dir/ca.key" -out "$dir/ca.pem" -subj "/CN=siwa-endpoint run-local development CA" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+  cat >"$dir/localhost.ext" <<'EOF'
+basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1
+EOF
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$dir/localhost.key" -out "$dir/localhost.csr" \
+    -subj "/CN=localhost" 2>/dev/null
+  # 90 days: longer than check-endpoint's 30-day expiry warning.
+  openssl x509 -req -in "$dir/localhost.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -CAcreateserial \
+    -days 90 -sha256 -extfile "$dir/localhost.ext" -out "$dir/localhost.pem" 2>/dev/null
+  chmod 600 "$dir/ca.key" "$dir/localhost.key"
+}
+
+# Replaces each occurrence of OLD in the variable named by $1 with NEW, after
+# checking that OLD occurs exactly COUNT times: if the shipped file changes shape,
+# rendering stops loudly instead of running something else.
+stack_replace() {
+  local -n text_ref=$1
+  local old=$2 new=$3 count=$4
+  local without=${text_ref//"$old"/}
+  local found=$(((${#text_ref} - ${#without}) / ${#old}))
+  ((found == count)) || stack_die "shipped site file: '$old' occurs $found times, expected $count"
+  text_ref=${text_ref//"$old"/"$new"}
+}
+
+# Renders the shipped nginx files into CONF_DIR for a loopback run:
+#   stack_render_nginx REPO CONF_DIR LOG_DIR TEMP_DIR CERT KEY HTTPS_PORT HTTP_PORT
+#                      SOCKET JWKS_PORT JWKS_FILE IPV6(yes|no)
+# The site file keeps every directive it ships with; only the listen addresses,
+# the server name, the certificate, the log paths and the upstream socket change.
+# nginx.conf mirrors Debian's where it matters (the http-context file first,
+# then the site; TLS 1.0/1.1 enabled in http, which the site must override) and
+# adds one more server: the test JWKS over HTTPS, standing in for Apple's.
+stack_render_nginx() {
+  local repo=$1 conf=$2 logs=$3 temp=$4 cert=$5 key=$6 https_port=$7 http_port=$8
+  local socket=$9 jwks_port=${10} jwks_file=${11} ipv6=${12}
+  mkdir -p "$conf" "$logs" "$temp"
+
+  local site
+  site=$(<"$repo/nginx/siwa-endpoint.conf")
+  local listen6_tls="" listen6_plain=""
+  if [ "$ipv6" = yes ]; then
+    listen6_tls="listen [::1]:$https_port ssl default_server;"
+    listen6_plain="listen [::1]:$http_port;"
+  fi
+  stack_replace site "listen 443 ssl default_server;" "listen 127.0.0.1:$https_port ssl default_server;" 1
+  stack_replace site "listen [::]:443 ssl default_server;" "$listen6_tls" 1
+  stack_replace site "listen 80;" "listen 127.0.0.1:$http_port;" 1
+  stack_replace site "listen [::]:80;" "$listen6_plain" 1
+  stack_replace site "server_name siwa.example.com;" "server_name localhost;" 2
+  stack_replace site "ssl_certificate /etc/ssl/siwa-endpoint/fullchain.pem;" "ssl_certificate $cert;" 1
+  stack_replace site "ssl_certificate_key /etc/ssl/siwa-endpoint/privkey.pem;" "ssl_certificate_key $key;" 1
+  stack_replace site "access_log /var/log/nginx/siwa-endpoint.access.log siwa_json;" \
+    "access_log $logs/siwa-endpoint.access.log siwa_json;" 2
+  stack_replace site "error_log /var/log/nginx/siwa-endpoint.error.log warn;" \
+    "error_log $logs/siwa-endpoint.error.log warn;" 1
+  printf '%s\n' "$site" >"$conf/siwa-endpoint.conf"
+
+  local upstream
+  upstream=$(<"$repo/nginx/siwa-endpoint-upstream.conf")
+  stack_replace upstream "unix:/run/siwa-endpoint/fcgi.sock" "unix:$socket" 1
+  printf '%s\n' "$upstream" >"$conf/siwa-endpoint-upstream.conf"
+
+  cp "$repo/nginx/siwa-endpoint-http.conf" "$conf/siwa-endpoint-http.conf"
+  # The site includes Debian's fastcgi_params by a relative name.
+  cp /etc/nginx/fastcgi_params "$conf/fastcgi_params"
+
+  # As root, nginx's workers would otherwise switch to "nobody" and could not
+  # enter this private directory or connect to the 0660 socket.
+  local user_line=""
+  if [ "$(id -u)" -eq 0 ]; then
+    user_line="user root;"
+  fi
+  cat >"$conf/nginx.conf" <<EOF
+# Rendered by scripts/run-local for a loopback run; not for production.
+$user_line
+worker_processes 1;
+daemon off;
+pid $temp/nginx.pid;
+error_log $logs/nginx-error.log warn;
+events { worker_connections 256; }
+http {
+    ssl_protocols TLSv1 TLSv1.1 TLSv1.2 TLSv1.3;
+    access_log $logs/nginx-access.log;
+    client_body_temp_path $temp/body;
+    fastcgi_temp_path $temp/fastcgi;
+    proxy_temp_path $temp/proxy;
+    uwsgi_temp_path $temp/uwsgi;
+    scgi_temp_path $temp/scgi;
+
+    include siwa-endpoint-http.conf;
+    include siwa-endpoint.conf;
+
+    # The test JWKS, served over HTTPS under the development CA: serve fetches it
+    # as it would fetch https://appleid.apple.com/auth/keys.
+    server {
+        listen 127.0.0.1:$jwks_port ssl;
+        server_name localhost;
+        ssl_certificate $cert;
+        ssl_certificate_key $key;
+        access_log $logs/jwks-access.log;
+        location = /auth/keys {
+            default_type application/json;
+            alias $jwks_file;
+        }
+        location / { return 404; }
+    }
+}
+EOF
+}
+
+# Starts NAME in the background with its output on LOG and records its pid:
+#   stack_start NAME LOG COMMAND...
+stack_start() {
+  local name=$1 log=$2
+  shift 2
+  "$@" >>"$log" 2>&1 &
+  STACK_PIDS+=("$!")
+  STACK_NAMES+=("$name")
+}
+
+# The pid of the process started as NAME.
+stack_pid() {
+  local i
+  for i in "${!STACK_NAMES[@]}"; do
+    if [ "${STACK_NAMES[$i]}" = "$1" ]; then
+      printf '%s\n' "${STACK_PIDS[$i]}"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# True while PID runs; a zombie (exited, not yet reaped) does not count, which
+# `kill -0` alone would miss.
+stack_alive() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  # The state is the field after the command name, which is in parentheses.
+  stat=${stat##*) }
+  [ "${stat%% *}" != Z ]
+}
+
+# Stops one child: SIGTERM, then SIGKILL if it has not exited within SECONDS;
+# then reaps it.
+stack_stop_pid() {
+  local pid=$1 seconds=$2
+  local deadline=$((SECONDS + seconds))
+  kill -TERM "$pid" 2>/dev/null || true
+  while stack_alive "$pid" && ((SECONDS < deadline)); do
+    sleep 0.1
+  done
+  if stack_alive "$pid"; then
+    printf 'run-local: pid %s did not stop within %s s: killing it\n' "$pid" "$seconds" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  wait "$pid" 2>/dev/null || true
+}
+
+# Stops everything started, newest first (nginx before serve before Redis, so no
+# request reaches a stopped responder). serve's own shutdown bound is 10 s.
+stack_stop_all() {
+  local i
+  for ((i = ${#STACK_PIDS[@]} - 1; i >= 0; i--)); do
+    stack_stop_pid "${STACK_PIDS[$i]}" 15
+  done
+  STACK_PIDS=()
+  STACK_NAMES=()
+}
