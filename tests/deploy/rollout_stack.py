@@ -1,0 +1,245 @@
+"""Fixture parts for the rollout tests: the real siwa-endpoint binary, a real
+redis-server, the test JWKS over loopback http, a real nginx rendered from the
+shipped files, and scripts/rollout driving plain processes (--manager direct)."""
+
+import contextlib
+import http.client
+import http.server
+import json
+import os
+import pathlib
+import signal
+import ssl
+import subprocess
+import threading
+import time
+
+from deploy_harness import REPO, NginxStack, free_port
+
+ROLLOUT = REPO / "scripts" / "rollout"
+INSTALL = REPO / "scripts" / "install"
+CLIENT_ID = "com.example.app"
+KEY_ID = "rollout-test-key"
+
+
+def find_binary():
+    """SIWA_ENDPOINT_BINARY, else a release build, else a debug build, else build one."""
+    configured = os.environ.get("SIWA_ENDPOINT_BINARY")
+    if configured:
+        return pathlib.Path(configured)
+    for flavour in ("release", "debug"):
+        candidate = REPO / ".build" / flavour / "siwa-endpoint"
+        if candidate.is_file():
+            return candidate
+    subprocess.run(["swift", "build", "-c", "release", "--product", "siwa-endpoint"], cwd=REPO, check=True,
+                   timeout=1800)
+    return REPO / ".build" / "release" / "siwa-endpoint"
+
+
+def wait_for(condition, timeout, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return condition()
+
+
+class RedisServer:
+    def __init__(self, directory):
+        self.dir = pathlib.Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+             "--save", "", "--appendonly", "no", "--daemonize", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if not wait_for(lambda: self._ping(), 10, 0.1):
+            self.stop()
+            raise RuntimeError("redis-server did not answer within 10 s")
+
+    def _ping(self):
+        return subprocess.run(["redis-cli", "-p", str(self.port), "PING"], capture_output=True, text=True,
+                              timeout=5).stdout.strip() == "PONG"
+
+    @property
+    def url(self):
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def cli(self, *args):
+        return subprocess.run(["redis-cli", "-p", str(self.port), *args], check=True, capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+
+
+class JWKSServer:
+    """The test JWKS over http://127.0.0.1 (the responder allows plain http to loopback)."""
+
+    def __init__(self, jwks_path):
+        body = pathlib.Path(jwks_path).read_bytes()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.server.server_address[1]}/auth/keys"
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class RolloutStack:
+    """Everything a rollout acts on, in one temp directory. nginx starts with the
+    shipped upstream file naming neither slot; `deploy()` runs the first rollout."""
+
+    def __init__(self, directory, binary, cert, key):
+        self.dir = pathlib.Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.dir, 0o755)
+        self.binary = pathlib.Path(binary)
+        self.lib_dir = self.dir / "lib"
+        self.state_dir = self.dir / "state"
+        self.socket_dir = self.dir / "run"
+        self.spool_root = self.dir / "var"
+        self.keys_dir = self.dir / "keys"
+        self.redis = None
+        self.jwks = None
+        self.nginx = None
+        try:
+            self.redis = RedisServer(self.dir / "redis")
+            subprocess.run([str(self.binary), "keygen", "--out", str(self.keys_dir), "--kid", KEY_ID], check=True,
+                           capture_output=True, timeout=60)
+            self.signing_key = self.keys_dir / "test-signing-key.pem"
+            self.jwks = JWKSServer(self.keys_dir / "test-jwks.json")
+            self.env_file = self.dir / "env"
+            self.env_file.write_text(
+                f"SIWA_CLIENT_IDS={CLIENT_ID}\n"
+                f"SIWA_JWKS_URL={self.jwks.url}\n"
+                f"SIWA_JWKS_CACHE={self.dir / 'jwks-cache.json'}\n"
+                f"SIWA_REDIS_URL={self.redis.url}\n"
+                "SIWA_REDIS_TIMEOUT_MS=500\n"
+                "SIWA_WORKERS=4\n"
+                "SIWA_SHUTDOWN_TIMEOUT_SECONDS=5\n"
+            )
+            self.nginx = NginxStack(self.dir / "nginx", cert, key, with_backend=False).start()
+            self.upstream_file = self.nginx.conf_dir / "siwa-endpoint-upstream.conf"
+            self.ca_cert = pathlib.Path(cert).parent / "ca.pem"
+        except BaseException:
+            self.stop()
+            raise
+
+    # ---- scripts/rollout ----------------------------------------------------------
+    def rollout_args(self, binary=None, *extra):
+        nginx = " ".join(self.nginx.nginx_args())
+        return [
+            str(ROLLOUT), "--manager", "direct", "--binary", str(binary or self.binary),
+            "--lib-dir", str(self.lib_dir), "--state-dir", str(self.state_dir),
+            "--socket-dir", str(self.socket_dir), "--spool-root", str(self.spool_root),
+            "--env-file", str(self.env_file), "--upstream", str(self.upstream_file),
+            "--nginx", nginx, "--nginx-pid-file", str(self.nginx.prefix / "nginx.pid"),
+            "--stop-timeout", "15", *extra,
+        ]
+
+    def rollout(self, binary=None, *extra, timeout=120):
+        return subprocess.run(self.rollout_args(binary, *extra), capture_output=True, text=True, timeout=timeout)
+
+    def socket(self, slot):
+        return self.socket_dir / f"{slot}.sock"
+
+    def upstream_slot(self):
+        text = self.upstream_file.read_text()
+        names = [slot for slot in ("blue", "green") if f"unix:{self.socket(slot)};" in text]
+        assert len(names) == 1, f"upstream names {names}:\n{text}"
+        return names[0]
+
+    def pid(self, slot):
+        path = self.state_dir / f"{slot}.pid"
+        return int(path.read_text()) if path.exists() else None
+
+    def log_lines(self, slot):
+        path = self.state_dir / f"{slot}.log"
+        if not path.exists():
+            return []
+        lines = []
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                lines.append(json.loads(line))
+        return lines
+
+    # ---- Notifications through nginx ------------------------------------------------
+    def sign(self, sub, type_="consent-revoked"):
+        result = subprocess.run(
+            [str(self.binary), "sign", "--key", str(self.signing_key), "--kid", KEY_ID, "--type", type_,
+             "--sub", sub, "--client-id", CLIENT_ID], check=True, capture_output=True, text=True, timeout=30)
+        return result.stdout.strip().encode()
+
+    def post(self, body):
+        """POSTs one body through nginx over TLS on a fresh connection: (status, JSON body)."""
+        context = ssl.create_default_context(cafile=str(self.ca_cert))
+        connection = http.client.HTTPSConnection("localhost", self.nginx.https_port, context=context, timeout=15)
+        try:
+            connection.request("POST", "/apple/notifications", body=body, headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            payload = response.read()
+            return response.status, json.loads(payload) if payload else None
+        finally:
+            connection.close()
+
+    def user_exists(self, sub):
+        return self.redis.cli("EXISTS", f"siwa:user:{{{CLIENT_ID}:{sub}}}") == "1"
+
+    def stream_length(self):
+        return int(self.redis.cli("XLEN", "siwa:events"))
+
+    # ---- Teardown ----------------------------------------------------------------------
+    def stop_slots(self):
+        for slot in ("blue", "green"):
+            pid = self.pid(slot)
+            if pid is None:
+                continue
+            with contextlib.suppress(ProcessLookupError):
+                cmdline = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+                if b"serve" in cmdline:
+                    os.kill(pid, signal.SIGTERM)
+                    if not wait_for(lambda: not process_alive(pid), 15, 0.1):
+                        os.kill(pid, signal.SIGKILL)
+
+    def stop(self):
+        with contextlib.suppress(Exception):
+            self.stop_slots()
+        for part in (self.nginx, self.jwks, self.redis):
+            if part is not None:
+                with contextlib.suppress(Exception):
+                    part.stop()
+
+
+def process_alive(pid):
+    """True while `pid` runs and is not a zombie (a zombie has exited)."""
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+

@@ -1,0 +1,349 @@
+"""scripts/rollout against real parts: the siwa-endpoint binary, redis-server, nginx
+rendered from the shipped files (TLS on loopback), with --manager direct; and
+scripts/install into a temp root, with the shipped systemd unit checked by
+systemd-analyze when it is installed."""
+
+import concurrent.futures
+import hashlib
+import os
+import pathlib
+import re
+import shutil
+import stat
+import subprocess
+import threading
+import time
+
+import pytest
+
+from deploy_harness import REPO
+from rollout_stack import INSTALL, RolloutStack, find_binary, process_alive, wait_for
+
+DEPLOY = REPO / "deploy"
+
+
+@pytest.fixture(scope="module")
+def binary():
+    return find_binary()
+
+
+@pytest.fixture(scope="module")
+def stack(workdir, binary, rsa_cert):
+    rollout_stack = RolloutStack(workdir / "rollout", binary, *rsa_cert)
+    try:
+        first = rollout_stack.rollout()
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert "first deployment onto slot blue" in first.stdout
+        assert rollout_stack.upstream_slot() == "blue"
+        yield rollout_stack
+    finally:
+        rollout_stack.stop()
+
+
+def sign_many(stack, subs):
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(stack.sign, subs))
+
+
+def notification_lands(stack, sub):
+    status, answer = stack.post(stack.sign(sub))
+    return status == 200 and answer == {"status": "applied"} and stack.user_exists(sub)
+
+
+# ---- Zero-downtime rollout --------------------------------------------------------------
+
+def test_rollout_under_traffic_answers_every_notification_and_loses_none(stack):
+    old_slot = stack.upstream_slot()
+    new_slot = {"blue": "green", "green": "blue"}[old_slot]
+    old_pid = stack.pid(old_slot)
+    assert old_pid is not None and process_alive(old_pid)
+    stream_before = stack.stream_length()
+    served_before = {slot: sum(1 for line in stack.log_lines(slot) if line.get("path") == "/apple/notifications")
+                     for slot in ("blue", "green")}
+
+    count, threads, seconds = 300, 3, 10.0
+    subs = [f"000{index:03d}.rollout{int(time.time())}.{index:04d}" for index in range(count)]
+    bodies = sign_many(stack, subs)
+    answers = [None] * count
+    answered_at = [None] * count
+    errors = []
+
+    def client(offset):
+        # Each thread sends every threads-th notification, paced to spread the
+        # stream over about `seconds`; one fresh TLS connection per notification.
+        start = time.monotonic()
+        for number, index in enumerate(range(offset, count, threads)):
+            delay = start + number * seconds * threads / count - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            try:
+                answers[index] = stack.post(bodies[index])
+                answered_at[index] = time.monotonic()
+            except Exception as error:  # a dropped connection is a failure too
+                errors.append(f"{subs[index]}: {error!r}")
+
+    workers = [threading.Thread(target=client, args=(offset,)) for offset in range(threads)]
+    for worker in workers:
+        worker.start()
+    time.sleep(2.5)  # the rollout starts while notifications flow, and ends before they stop
+    rollout_started = time.monotonic()
+    result = stack.rollout(timeout=90)
+    rollout_finished = time.monotonic()
+    for worker in workers:
+        worker.join(timeout=60)
+    assert not any(worker.is_alive() for worker in workers)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert errors == []
+    non_2xx = [(subs[i], answer) for i, answer in enumerate(answers) if answer is None or not 200 <= answer[0] < 300]
+    assert non_2xx == []
+    assert [answer[1] for answer in answers] == [{"status": "applied"}] * count
+
+    # The stream really overlapped the switch: both slots answered notifications.
+    def served(slot):
+        return sum(1 for line in stack.log_lines(slot) if line.get("path") == "/apple/notifications") - served_before[slot]
+
+    assert served(old_slot) > 0 and served(new_slot) > 0, (served(old_slot), served(new_slot))
+    assert served(old_slot) + served(new_slot) == count
+    assert any(moment < rollout_started for moment in answered_at)
+    assert any(moment > rollout_finished for moment in answered_at)
+
+    # Every notification answered 2xx is in Redis.
+    missing = [sub for sub in subs if not stack.user_exists(sub)]
+    assert missing == []
+    assert stack.stream_length() - stream_before == count
+
+    # The old slot's process has exited; nginx names the new socket; the new slot runs.
+    assert wait_for(lambda: not process_alive(old_pid), 5)
+    assert not (stack.state_dir / f"{old_slot}.pid").exists()
+    assert not stack.socket(old_slot).exists()
+    assert stack.upstream_slot() == new_slot
+    assert process_alive(stack.pid(new_slot))
+    assert "the old nginx workers have exited" in result.stdout
+    assert "spool depth of slot %s: 0" % old_slot in result.stdout
+    assert os.readlink(stack.lib_dir / f"current-{new_slot}").startswith("releases/")
+
+
+# ---- Broken builds roll back ---------------------------------------------------------
+
+def assert_rolled_back(stack, result, upstream_before, active, active_pid, idle_link_before):
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "rollout aborted: nginx and slot %s are untouched" % active in result.stderr
+    assert stack.upstream_file.read_bytes() == upstream_before
+    assert stack.pid(active) == active_pid and process_alive(active_pid)
+    idle = {"blue": "green", "green": "blue"}[active]
+    assert stack.pid(idle) is None
+    assert not stack.socket(idle).exists()
+    link = stack.lib_dir / f"current-{idle}"
+    assert (os.readlink(link) if link.is_symlink() else None) == idle_link_before
+    # The old responder still serves through nginx.
+    assert notification_lands(stack, f"after-failed-rollout.{time.time_ns()}")
+
+
+def snapshot(stack):
+    active = stack.upstream_slot()
+    idle = {"blue": "green", "green": "blue"}[active]
+    link = stack.lib_dir / f"current-{idle}"
+    return (stack.upstream_file.read_bytes(), active, stack.pid(active),
+            os.readlink(link) if link.is_symlink() else None)
+
+
+def test_binary_that_exits_rolls_back(stack, workdir):
+    broken = workdir / "broken-exits"
+    broken.write_text("#!/bin/sh\necho 'broken build' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    before = snapshot(stack)
+    result = stack.rollout(broken, "--health-timeout", "10")
+    assert "exited during its health check" in result.stdout
+    assert_rolled_back(stack, result, *before)
+
+
+def test_binary_whose_health_is_503_rolls_back(stack, workdir, binary):
+    # Serves, but cannot reach Redis (the process environment wins over the env file):
+    # /healthz answers 503, so nginx must never be pointed at it.
+    unhealthy = workdir / "unhealthy-serves"
+    unhealthy.write_text(f"#!/bin/sh\nSIWA_REDIS_URL=redis://127.0.0.1:1/0 exec {binary} \"$@\"\n")
+    unhealthy.chmod(0o755)
+    before = snapshot(stack)
+    started = time.monotonic()
+    result = stack.rollout(unhealthy, "--health-timeout", "3")
+    assert time.monotonic() - started < 30
+    assert "was not healthy within 3s" in result.stdout
+    assert "Redis does not answer" in result.stdout
+    assert_rolled_back(stack, result, *before)
+
+
+def test_nginx_refusing_the_new_upstream_rolls_back(stack, workdir):
+    # `nginx -t` fails (a command standing in for nginx that always fails -t): the old
+    # upstream file is put back and the new slot is stopped.
+    fake = workdir / "nginx-refuses"
+    fake.write_text("#!/bin/sh\necho 'nginx: configuration test failed' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    before = snapshot(stack)
+    args = stack.rollout_args()
+    args[args.index("--nginx") + 1] = str(fake)
+    result = subprocess.run(args, capture_output=True, text=True, timeout=90)
+    assert "nginx -t refused the new upstream file" in result.stdout
+    assert_rolled_back(stack, result, *before)
+
+
+# ---- scripts/install into a temp root ------------------------------------------------
+
+def tree(root):
+    """Every path under root: its type, mode, link target or content digest."""
+    entries = {}
+    for path in sorted(pathlib.Path(root).rglob("*")):
+        info = path.lstat()
+        relative = "/" + str(path.relative_to(root))
+        if stat.S_ISLNK(info.st_mode):
+            entries[relative] = ("link", os.readlink(path))
+        elif stat.S_ISDIR(info.st_mode):
+            entries[relative] = ("dir", oct(stat.S_IMODE(info.st_mode)))
+        else:
+            entries[relative] = ("file", oct(stat.S_IMODE(info.st_mode)), hashlib.sha256(path.read_bytes()).hexdigest())
+    return entries
+
+
+def install(root, binary):
+    result = subprocess.run([str(INSTALL), "--root", str(root), "--binary", str(binary)], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+DEBIAN_REDIS_CONF = "bind 127.0.0.1 -::1\nappendonly no\nappendfsync everysec\n"
+
+
+@pytest.fixture
+def install_root(workdir):
+    root = workdir / f"install-root-{time.time_ns()}"
+    (root / "etc" / "redis").mkdir(parents=True)
+    (root / "etc" / "redis" / "redis.conf").write_text(DEBIAN_REDIS_CONF)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_install_lays_out_files_with_tight_modes_and_twice_is_the_same(install_root, binary):
+    first = install(install_root, binary)
+    layout = tree(install_root)
+    second = install(install_root, binary)
+    assert tree(install_root) == layout
+
+    digest = hashlib.sha256(binary.read_bytes()).hexdigest()[:12]
+    releases = [path for path in layout if path.startswith("/usr/local/lib/siwa-endpoint/releases/")
+                and path.count("/") == 6]
+    assert len(releases) == 1 and releases[0].endswith("-" + digest)
+    release = releases[0].rsplit("/", 1)[1]
+    expected = {
+        "/etc/siwa-endpoint": ("dir", "0o750"),
+        "/var/lib/siwa-endpoint": ("dir", "0o750"),
+        "/usr/local/lib/siwa-endpoint": ("dir", "0o755"),
+        "/usr/local/lib/siwa-endpoint/current-blue": ("link", f"releases/{release}"),
+        f"/usr/local/lib/siwa-endpoint/releases/{release}/siwa-endpoint":
+            ("file", "0o755", hashlib.sha256(binary.read_bytes()).hexdigest()),
+        "/etc/siwa-endpoint/env": ("file", "0o640", hashlib.sha256((DEPLOY / "env.example").read_bytes()).hexdigest()),
+        "/etc/systemd/system/siwa-endpoint@.service":
+            ("file", "0o644", hashlib.sha256((DEPLOY / "siwa-endpoint@.service").read_bytes()).hexdigest()),
+        "/etc/redis/siwa-endpoint.conf":
+            ("file", "0o644", hashlib.sha256((DEPLOY / "redis-siwa.conf").read_bytes()).hexdigest()),
+        "/etc/nginx/conf.d/siwa-endpoint-http.conf":
+            ("file", "0o644", hashlib.sha256((REPO / "nginx/siwa-endpoint-http.conf").read_bytes()).hexdigest()),
+        "/etc/nginx/sites-available/siwa-endpoint.conf":
+            ("file", "0o644", hashlib.sha256((REPO / "nginx/siwa-endpoint.conf").read_bytes()).hexdigest()),
+    }
+    for path, entry in expected.items():
+        assert layout.get(path) == entry, path
+    assert "/usr/local/lib/siwa-endpoint/current-green" not in layout
+
+    upstream = (install_root / "etc/nginx/siwa-endpoint-upstream.conf").read_text()
+    assert "server unix:/run/siwa-endpoint/blue.sock;" in upstream
+    assert "fcgi.sock" not in upstream
+    redis_conf = (install_root / "etc/redis/redis.conf").read_text()
+    assert redis_conf.startswith(DEBIAN_REDIS_CONF)
+    assert redis_conf.splitlines().count("include /etc/redis/siwa-endpoint.conf") == 1
+    assert redis_conf.rstrip().endswith("include /etc/redis/siwa-endpoint.conf")
+
+    # Not configured: nothing enabled, nothing started, and the next steps are printed.
+    assert "/etc/nginx/sites-enabled/siwa-endpoint.conf" not in layout
+    for result in (first, second):
+        assert "nothing started yet" in result.stdout
+        assert "set SIWA_CLIENT_IDS" in result.stdout
+        assert "systemctl" not in result.stdout
+    assert "upgrade it with scripts/rollout" in second.stdout
+
+
+def test_install_keeps_the_operators_files_and_starts_once_configured(install_root, binary, rsa_cert):
+    install(install_root, binary)
+    env = install_root / "etc/siwa-endpoint/env"
+    env.write_text("SIWA_CLIENT_IDS=com.example.app\nSIWA_REDIS_URL=redis://127.0.0.1:6380/0\n")
+    env.chmod(0o644)
+    site = install_root / "etc/nginx/sites-available/siwa-endpoint.conf"
+    site.write_text(site.read_text().replace("siwa.example.com", "siwa.test.example"))
+    upstream = install_root / "etc/nginx/siwa-endpoint-upstream.conf"
+    upstream.write_text(upstream.read_text().replace("blue.sock", "green.sock"))  # as a rollout leaves it
+    certificate, key = rsa_cert
+    (install_root / "etc/ssl/siwa-endpoint").mkdir(parents=True)
+    shutil.copy(certificate, install_root / "etc/ssl/siwa-endpoint/fullchain.pem")
+    shutil.copy(key, install_root / "etc/ssl/siwa-endpoint/privkey.pem")
+    # A slot is deployed: the binary is not even looked at (upgrades are rollouts).
+    result = install(install_root, install_root / "no-such-binary")
+    assert env.read_text() == "SIWA_CLIENT_IDS=com.example.app\nSIWA_REDIS_URL=redis://127.0.0.1:6380/0\n"
+    assert stat.S_IMODE(env.stat().st_mode) == 0o640
+    assert "siwa.test.example" in site.read_text()
+    assert "green.sock" in upstream.read_text()
+    assert (install_root / "etc/nginx/sites-available/siwa-endpoint.conf.dist").read_bytes() == \
+        (REPO / "nginx/siwa-endpoint.conf").read_bytes()
+    assert "kept /etc/nginx/sites-available/siwa-endpoint.conf" in result.stdout
+    assert len(list((install_root / "usr/local/lib/siwa-endpoint/releases").iterdir())) == 1
+
+    link = install_root / "etc/nginx/sites-enabled/siwa-endpoint.conf"
+    assert os.readlink(link) == "/etc/nginx/sites-available/siwa-endpoint.conf"
+    assert "nothing started yet" not in result.stdout
+    assert "would run: systemctl enable --now siwa-endpoint@green" in result.stdout
+    assert "would run: systemctl reload nginx" in result.stdout
+
+
+def test_env_example_names_every_setting_and_is_valid_uncommented(binary, workdir):
+    help_text = subprocess.run([str(binary), "serve", "--help"], capture_output=True, text=True, timeout=30,
+                               check=True).stdout
+    settings = sorted(set(re.findall(r"^\s+(SIWA_[A-Z_]+) \(default", help_text, flags=re.M)))
+    example = (DEPLOY / "env.example").read_text()
+    named = sorted(set(re.findall(r"^#(SIWA_[A-Z_]+)=", example, flags=re.M)))
+    assert settings and named == settings
+
+    # Every line uncommented is a valid configuration (paths moved to a temp dir).
+    uncommented = workdir / "env-uncommented"
+    uncommented.write_text("".join(line[1:] + "\n" for line in example.splitlines() if line.startswith("#SIWA_")))
+    overrides = {"SIWA_JWKS_CACHE": str(workdir / "jwks.json"), "SIWA_SPOOL_DIR": str(workdir / "spool"),
+                 "SIWA_FCGI_SOCKET_GROUP": ""}
+    checked = subprocess.run([str(binary), "serve", "--env-file", str(uncommented), "--check"],
+                             capture_output=True, text=True, timeout=30, env={"PATH": os.environ["PATH"], **overrides})
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.strip() == "settings are valid"
+
+    # As shipped (all commented out) it is refused until SIWA_CLIENT_IDS is set.
+    refused = subprocess.run([str(binary), "serve", "--env-file", str(DEPLOY / "env.example"), "--check"],
+                             capture_output=True, text=True, timeout=30, env={"PATH": os.environ["PATH"]})
+    assert refused.returncode == 2 and "SIWA_CLIENT_IDS" in refused.stderr
+
+
+def test_systemd_unit_passes_systemd_analyze_verify(workdir, binary):
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed (package systemd): the unit file was not verified")
+    unit = (DEPLOY / "siwa-endpoint@.service").read_text()
+    # verify also checks that ExecStart's binary exists: the installed path is
+    # replaced by the binary under test, nothing else changes.
+    installed = "/usr/local/lib/siwa-endpoint/current-%i/siwa-endpoint"
+    assert unit.count(installed) == 2
+    directory = workdir / "unit"
+    directory.mkdir(exist_ok=True)
+    (directory / "siwa-endpoint@blue.service").write_text(unit.replace(installed, str(binary)))
+    result = subprocess.run([analyze, "verify", str(directory / "siwa-endpoint@blue.service")], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout + result.stderr == ""
+    for setting in ("Environment=SIWA_FCGI_SOCKET=/run/siwa-endpoint/%i.sock",
+                    "Environment=SIWA_SPOOL_DIR=/var/lib/siwa-endpoint/spool-%i", "LimitNOFILE=1024",
+                    "RuntimeDirectoryPreserve=yes", "KillSignal=SIGTERM", "TimeoutStopSec=20"):
+        assert setting in unit.splitlines()
