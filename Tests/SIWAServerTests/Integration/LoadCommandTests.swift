@@ -86,6 +86,8 @@ struct LoadCommandTests {
         let notifications = run.fields(ofLineStartingWith: "phase B")
         #expect(notifications["requests"] == "6")
         #expect(notifications["non_2xx"] == "6")
+        let outcomes = run.output.split(separator: "\n").filter { $0.hasPrefix("  outcomes:") }
+        #expect(outcomes == ["  outcomes: 200:ok=6", "  outcomes: 403:refused/aud_not_served=6"])
         #expect(try stack.streamLength() == 0)
     }
 
