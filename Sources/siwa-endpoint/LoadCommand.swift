@@ -68,15 +68,15 @@ enum LoadCommand {
             "load: \(plan.count) requests per phase, \(plan.concurrency) client threads, one connection per request, "
                 + "unix socket; \(plan.count) notifications signed beforehand in \(format(signSeconds, 2)) s")
 
+        // Every request's parameters are built before the clock starts, as the bodies are.
         let healthParams = FastCGIClient.params(method: "GET", uri: "/healthz")
-        let baseline = plan.runPhase { _ in (healthParams, []) }
-        let notifications = plan.runPhase { index in
-            let body = bodies[index]
-            let params = FastCGIClient.params(
-                method: "POST", uri: path, body: body, contentType: "application/json",
+        let notificationParams = bodies.indices.map { index in
+            FastCGIClient.params(
+                method: "POST", uri: path, body: bodies[index], contentType: "application/json",
                 extra: [("REQUEST_ID", "load-\(index)")])
-            return (params, body)
         }
+        let baseline = plan.runPhase { _ in (healthParams, []) }
+        let notifications = plan.runPhase { index in (notificationParams[index], bodies[index]) }
 
         report(baseline, label: "phase A (baseline, GET /healthz)")
         report(notifications, label: "phase B (notifications, POST \(path))")
