@@ -9,6 +9,7 @@ enum SIWAEndpointCommand {
         ("sign", "print a signed notification body, as Apple sends one (test kit)"),
         ("verify", "verify one captured request body and say why it was refused"),
         ("bench", "time full verification against the bare OpenSSL RS256 check"),
+        ("load", "drive a running responder's FastCGI socket: notifications vs health checks"),
     ]
 
     static let usage = """
@@ -39,6 +40,7 @@ enum SIWAEndpointCommand {
             case "sign": status = try SignCommand.run(arguments)
             case "verify": status = try VerifyCommand.run(arguments)
             case "bench": status = try BenchCommand.run(arguments)
+            case "load": status = try LoadCommand.run(arguments)
             default: throw UsageError("unknown subcommand \(subcommand)\n\n\(usage)")
             }
         } catch let error as UsageError {

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import SIWATestKit
 import Testing
 
 @testable import SIWAServer

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import SIWATestKit
 
 @testable import SIWAServer
 

@@ -3,13 +3,14 @@ import Glibc
 
 /// A FastCGI client for tests, written from the protocol specification in plain Swift over
 /// Glibc sockets (no libfcgi, so it checks the server rather than agreeing with it): it
-/// plays nginx's part, one responder request per `send`.
-struct FastCGIClient {
-    enum Endpoint: Sendable, CustomStringConvertible {
+/// plays nginx's part, one responder request per `send`. Public so that `siwa-endpoint load`
+/// drives the responder with the same client the tests use.
+public struct FastCGIClient: Sendable {
+    public enum Endpoint: Sendable, CustomStringConvertible {
         case unixSocket(String)
         case tcp(host: String = "127.0.0.1", port: UInt16)
 
-        var description: String {
+        public var description: String {
             switch self {
             case .unixSocket(let path): "unix:\(path)"
             case .tcp(let host, let port): host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
@@ -17,43 +18,57 @@ struct FastCGIClient {
         }
     }
 
-    struct Failure: Error, CustomStringConvertible {
-        let description: String
+    public struct Failure: Error, CustomStringConvertible {
+        public let description: String
+
+        public init(description: String) { self.description = description }
     }
 
     /// The CGI response parsed from STDOUT, plus the END_REQUEST values.
-    struct Response: Sendable {
-        var status: Int
-        var headers: [(name: String, value: String)]
-        var body: [UInt8]
-        var stderr: [UInt8]
-        var appStatus: UInt32
-        var protocolStatus: UInt8
+    public struct Response: Sendable {
+        public var status: Int
+        public var headers: [(name: String, value: String)]
+        public var body: [UInt8]
+        public var stderr: [UInt8]
+        public var appStatus: UInt32
+        public var protocolStatus: UInt8
 
-        func header(_ name: String) -> String? {
+        public init(
+            status: Int, headers: [(name: String, value: String)], body: [UInt8], stderr: [UInt8], appStatus: UInt32,
+            protocolStatus: UInt8
+        ) {
+            self.status = status
+            self.headers = headers
+            self.body = body
+            self.stderr = stderr
+            self.appStatus = appStatus
+            self.protocolStatus = protocolStatus
+        }
+
+        public func header(_ name: String) -> String? {
             headers.first { $0.name.lowercased() == name.lowercased() }?.value
         }
 
-        var bodyText: String { String(decoding: body, as: UTF8.self) }
+        public var bodyText: String { String(decoding: body, as: UTF8.self) }
     }
 
-    let endpoint: Endpoint
-    let timeout: Duration
+    public let endpoint: Endpoint
+    public let timeout: Duration
 
-    init(_ endpoint: Endpoint, timeout: Duration = .seconds(10)) {
+    public init(_ endpoint: Endpoint, timeout: Duration = .seconds(10)) {
         self.endpoint = endpoint
         self.timeout = timeout
     }
 
     /// One request on a fresh connection, closed afterwards.
-    func send(params: [(String, String)], body: [UInt8] = []) throws -> Response {
+    public func send(params: [(String, String)], body: [UInt8] = []) throws -> Response {
         let connection = try connect()
         defer { connection.close() }
         return try connection.send(params: params, body: body, keepConnection: false)
     }
 
     /// The parameters nginx's fastcgi_params would send for a request, with `extra` added.
-    static func params(
+    public static func params(
         method: String, uri: String, body: [UInt8] = [], contentType: String? = nil,
         extra: [(String, String)] = []
     ) -> [(String, String)] {
@@ -69,7 +84,7 @@ struct FastCGIClient {
         return params + extra
     }
 
-    func connect() throws -> Connection {
+    public func connect() throws -> Connection {
         let fd: Int32
         switch endpoint {
         case .unixSocket(let path):
@@ -132,13 +147,13 @@ struct FastCGIClient {
 
     /// One connection; with `keepConnection` it carries several requests, as nginx's
     /// `fastcgi_keep_conn on` does.
-    final class Connection {
+    public final class Connection {
         private let fd: Int32
         private let timeout: Duration
         private var nextRequestID: UInt16 = 1
         private var closed = false
 
-        init(fd: Int32, timeout: Duration) {
+        public init(fd: Int32, timeout: Duration) {
             self.fd = fd
             self.timeout = timeout
             let (seconds, attoseconds) = timeout.components
@@ -149,13 +164,13 @@ struct FastCGIClient {
 
         deinit { close() }
 
-        func close() {
+        public func close() {
             guard !closed else { return }
             closed = true
             Glibc.close(fd)
         }
 
-        func send(params: [(String, String)], body: [UInt8] = [], keepConnection: Bool) throws -> Response {
+        public func send(params: [(String, String)], body: [UInt8] = [], keepConnection: Bool) throws -> Response {
             let requestID = nextRequestID
             nextRequestID &+= 1
             var out: [UInt8] = []
@@ -173,7 +188,7 @@ struct FastCGIClient {
         }
 
         /// Writes raw bytes: lets a test send a request in pieces, or only part of one.
-        func writeAll(_ bytes: [UInt8]) throws {
+        public func writeAll(_ bytes: [UInt8]) throws {
             var offset = 0
             while offset < bytes.count {
                 let written = bytes[offset...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
@@ -214,7 +229,7 @@ struct FastCGIClient {
         }
 
         /// Everything until the peer closes (bounded by the timeout): for non-FastCGI replies.
-        func readToEnd() throws -> [UInt8] {
+        public func readToEnd() throws -> [UInt8] {
             var bytes: [UInt8] = []
             var chunk = [UInt8](repeating: 0, count: 4096)
             while true {
@@ -241,7 +256,7 @@ struct FastCGIClient {
         }
     }
 
-    static func appendRecord(_ out: inout [UInt8], type: UInt8, requestID: UInt16, content: ArraySlice<UInt8>) {
+    public static func appendRecord(_ out: inout [UInt8], type: UInt8, requestID: UInt16, content: ArraySlice<UInt8>) {
         let padding = (8 - content.count % 8) % 8
         out += [
             1, type, UInt8(requestID >> 8), UInt8(requestID & 0xff), UInt8(content.count >> 8),
@@ -251,12 +266,12 @@ struct FastCGIClient {
         out += [UInt8](repeating: 0, count: padding)
     }
 
-    static func appendRecord(_ out: inout [UInt8], type: UInt8, requestID: UInt16, content: [UInt8]) {
+    public static func appendRecord(_ out: inout [UInt8], type: UInt8, requestID: UInt16, content: [UInt8]) {
         appendRecord(&out, type: type, requestID: requestID, content: content[...])
     }
 
     /// A stream (PARAMS, STDIN): records of at most 65535 bytes, then an empty record.
-    static func appendStream(_ out: inout [UInt8], type: UInt8, requestID: UInt16, content: [UInt8]) {
+    public static func appendStream(_ out: inout [UInt8], type: UInt8, requestID: UInt16, content: [UInt8]) {
         var offset = 0
         while offset < content.count {
             let end = min(offset + 65535, content.count)
@@ -267,7 +282,7 @@ struct FastCGIClient {
     }
 
     /// Name-value pair lengths: one byte below 128, else four bytes with the top bit set.
-    static func appendLength(_ out: inout [UInt8], _ length: Int) {
+    public static func appendLength(_ out: inout [UInt8], _ length: Int) {
         if length < 128 {
             out.append(UInt8(length))
         } else {
@@ -279,7 +294,7 @@ struct FastCGIClient {
     }
 
     /// CGI output: header lines up to an empty line, `Status: NNN reason` (200 when absent).
-    static func parseCGI(_ stdout: [UInt8]) throws -> Response {
+    public static func parseCGI(_ stdout: [UInt8]) throws -> Response {
         let separator: [UInt8] = Array("\r\n\r\n".utf8)
         var headEnd: Int?
         var bodyStart = 0
