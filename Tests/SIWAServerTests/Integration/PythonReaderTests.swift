@@ -10,8 +10,15 @@ struct PythonReaderTests {
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("examples/python/siwa_state.py").path
 
-    /// scripts/test makes a virtualenv with redis-py and names its python here.
-    static let python = ProcessInfo.processInfo.environment["SIWA_TEST_PYTHON"] ?? "/usr/bin/python3"
+    /// scripts/test makes a virtualenv with redis-py in .build/test-venv and names its python in
+    /// SIWA_TEST_PYTHON; without either, the system python3 (which needs redis-py installed).
+    static let python: String = {
+        if let named = ProcessInfo.processInfo.environment["SIWA_TEST_PYTHON"] { return named }
+        let packageRoot = URL(fileURLWithPath: script).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        let venv = packageRoot.appendingPathComponent(".build/test-venv/bin/python").path
+        return FileManager.default.isExecutableFile(atPath: venv) ? venv : "/usr/bin/python3"
+    }()
 
     func read(_ stack: ServeStack, sub: String, sessionStartedAt: Int64) throws -> [String: String] {
         let process = Process()
