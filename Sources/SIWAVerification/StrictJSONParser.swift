@@ -92,7 +92,8 @@ public struct StrictJSONParser {
     private mutating func parseObject(depth: Int) throws(JSONProblem) -> JSONValue {
         guard depth <= depthLimit else { throw .tooDeep(limit: depthLimit) }
         index += 1
-        var members: [String: JSONValue] = [:]
+        // Room for a typical object up front: growing a dictionary reallocates and rehashes.
+        var members = [String: JSONValue](minimumCapacity: 8)
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
             index += 1
@@ -182,12 +183,21 @@ public struct StrictJSONParser {
     private mutating func parseString() throws(JSONProblem) -> String {
         index += 1
         let start = index
-        // Fast path: no escapes.
+        // Fast path: no escapes. Sixteen bytes at a time until one is special.
+        if let base = bytes.baseAddress {
+            let quote = SIMD16<UInt8>(repeating: UInt8(ascii: "\""))
+            let backslash = SIMD16<UInt8>(repeating: UInt8(ascii: "\\"))
+            let space = SIMD16<UInt8>(repeating: 0x20)
+            while index + 16 <= bytes.count {
+                let chunk = UnsafeRawPointer(base + index).loadUnaligned(as: SIMD16<UInt8>.self)
+                if any((chunk .== quote) .| (chunk .== backslash) .| (chunk .< space)) { break }
+                index += 16
+            }
+        }
         while index < bytes.count {
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
-                let raw = UnsafeBufferPointer(rebasing: bytes[start..<index])
-                guard let text = String(validating: raw, as: UTF8.self) else { throw .syntax(offset: start) }
+                let text = try Self.makeString(UnsafeBufferPointer(rebasing: bytes[start..<index]), offset: start)
                 index += 1
                 return text
             }
@@ -202,7 +212,9 @@ public struct StrictJSONParser {
             let byte = bytes[index]
             switch byte {
             case UInt8(ascii: "\""):
-                guard let text = String(validating: decoded, as: UTF8.self) else { throw .syntax(offset: start) }
+                let text = try decoded.withUnsafeBufferPointer { buffer throws(JSONProblem) in
+                    try Self.makeString(buffer, offset: start)
+                }
                 index += 1
                 return text
             case UInt8(ascii: "\\"):
@@ -233,6 +245,19 @@ public struct StrictJSONParser {
             }
         }
         throw syntaxError
+    }
+
+    /// Strict UTF-8: ASCII (nearly every string here) takes the cheap path; anything else is
+    /// validated, and invalid UTF-8 is a syntax error, never repaired.
+    private static func makeString(_ raw: UnsafeBufferPointer<UInt8>, offset: Int) throws(JSONProblem) -> String {
+        var isASCII = true
+        for byte in raw where byte >= 0x80 {
+            isASCII = false
+            break
+        }
+        if isASCII { return String(decoding: raw, as: UTF8.self) }
+        guard let text = String(validating: raw, as: UTF8.self) else { throw .syntax(offset: offset) }
+        return text
     }
 
     private mutating func parseHexQuad() throws(JSONProblem) -> UInt32 {

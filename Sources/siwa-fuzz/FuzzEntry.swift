@@ -22,9 +22,15 @@ let fuzzVerifier = NotificationVerifier(
 /// explores beyond the signature check by mutating signed claims' neighbours.
 let fuzzNow: Int64 = 1_796_000_000
 
+/// A first byte of 0 fuzzes the claims-to-notification step directly (mutated claims can
+/// never carry a valid signature, so the whole-body path alone would not reach it);
+/// anything else is a whole request body.
 func checkOneInput(_ bytes: [UInt8]) {
     do {
-        let notification = try fuzzVerifier.verify(body: bytes, now: fuzzNow)
+        let notification =
+            bytes.first == 0
+            ? try fuzzVerifier.interpret(claims: Array(bytes.dropFirst()), now: fuzzNow)
+            : try fuzzVerifier.verify(body: bytes, now: fuzzNow)
         // A verified result always names a served client and a non-empty subject.
         precondition(notification.clientID == "com.example.app" && !notification.subject.isEmpty)
     } catch {
