@@ -6,7 +6,8 @@ import SIWAVerification
 
 // libFuzzer target over the whole body-to-result path. Build and run:
 //   swift build --scratch-path .build/fuzz --product siwa-fuzz \
-//     --sanitize=fuzzer --sanitize=address -Xswiftc -DSIWA_FUZZING
+//     --sanitize=fuzzer --sanitize=address -Xswiftc -DSIWA_FUZZING \
+//     -Xswiftc -sanitize-coverage=edge,inline-8bit-counters,pc-table
 //   .build/fuzz/debug/siwa-fuzz -max_total_time=60 Fuzz/corpus
 // Without SIWA_FUZZING the executable replays files given as arguments (regression).
 
