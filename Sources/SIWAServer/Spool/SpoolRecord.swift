@@ -37,7 +37,8 @@ enum SpoolRecord {
         let space = UInt8(ascii: " ")
         guard let firstSpace = line.firstIndex(of: space),
             let length = Int(String(decoding: line[line.startIndex..<firstSpace], as: UTF8.self)),
-            line.index(firstSpace, offsetBy: 9, limitedBy: line.endIndex) != nil,
+            // Eight hex digits and a space must follow the first space, inside the line.
+            line.distance(from: firstSpace, to: line.endIndex) > 9,
             line[firstSpace + 9] == space,
             let checksum = UInt32(String(decoding: line[(firstSpace + 1)..<(firstSpace + 9)], as: UTF8.self), radix: 16)
         else { return .bad(.malformed) }

@@ -105,4 +105,19 @@ struct SpoolDamageTests {
             #expect(report.setAside.map(\.reason) == [.malformed])
         }
     }
+
+    /// Every prefix of a record line, and a line that ends right after the checksum,
+    /// is set aside as damage: never a crash (the reader once indexed past the line).
+    @Test(arguments: ["5 abcdefgh", "5 abcdefgh ", "5", "5 ", "x abcdefgh {}", "2 0000000 {}"])
+    func aShortOrShapelessLineIsMalformedNotACrash(_ line: String) throws {
+        try withSpoolDirectory { directory in
+            let (spool, _, _) = try damagedSpool(directory) { lines in
+                lines[0] + Array((line + "\n").utf8) + lines[2]
+            }
+            var applied: [String] = []
+            let report = spool.replay { applied.append($0.tokenID) }
+            #expect(applied == ["t1", "t3"])
+            #expect(report.setAside.map(\.reason) == [.malformed])
+        }
+    }
 }
