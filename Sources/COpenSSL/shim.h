@@ -42,6 +42,8 @@ done:
     OSSL_PARAM_BLD_free(builder);
     BN_free(n);
     BN_free(e);
+    // Failures leave entries on this thread's error queue, which libcurl shares.
+    ERR_clear_error();
     return key;
 }
 
@@ -55,6 +57,7 @@ static inline EVP_PKEY *siwa_rsa_generate(unsigned int bits) {
         key = NULL;
     }
     EVP_PKEY_CTX_free(context);
+    ERR_clear_error();
     return key;
 }
 
@@ -66,7 +69,10 @@ static inline int siwa_pkey_is_rsa(const EVP_PKEY *key) { return EVP_PKEY_is_a(k
 static inline int siwa_rsa_component(const EVP_PKEY *key, int want_modulus, unsigned char *out, size_t capacity) {
     BIGNUM *value = NULL;
     const char *name = want_modulus ? OSSL_PKEY_PARAM_RSA_N : OSSL_PKEY_PARAM_RSA_E;
-    if (!EVP_PKEY_get_bn_param(key, name, &value)) return -1;
+    if (!EVP_PKEY_get_bn_param(key, name, &value)) {
+        ERR_clear_error();
+        return -1;
+    }
     int length = BN_num_bytes(value);
     if (length < 0 || (size_t)length > capacity) {
         BN_free(value);
@@ -104,6 +110,7 @@ static inline int siwa_rs256_sign(EVP_PKEY *key, const unsigned char *message, s
              EVP_PKEY_CTX_set_rsa_padding(key_context, RSA_PKCS1_PADDING) == 1 &&
              EVP_DigestSign(context, signature, &length, message, message_length) == 1;
     EVP_MD_CTX_free(context);
+    ERR_clear_error();
     return ok ? (int)length : -1;
 }
 
@@ -137,6 +144,7 @@ static inline EVP_PKEY *siwa_private_key_from_pem(const char *pem, size_t length
     if (bio == NULL) return NULL;
     EVP_PKEY *key = PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL);
     BIO_free(bio);
+    ERR_clear_error();
     return key;
 }
 

@@ -68,10 +68,18 @@ struct NotificationClaims {
         self.events = events
     }
 
+    /// The lifetime Apple's real tokens carry (`exp = iat + 86400`); a token without `exp`
+    /// (Apple's documented shape) gets it too, so a captured token cannot be replayed for ever.
+    static let lifetimeWithoutExpirySeconds: Int64 = 86_400
+
     func checkTimes(now: Int64, leewaySeconds: Int64) throws(VerificationError) {
-        if let expiresAt, now >= expiresAt.addingReportingOverflow(leewaySeconds).partialValue {
+        let expiry = expiresAt ?? issuedAt.addingReportingOverflow(Self.lifetimeWithoutExpirySeconds).partialValue
+        if now >= expiry.addingReportingOverflow(leewaySeconds).partialValue {
             throw VerificationError(
-                .tokenExpired, "the token expired at \(expiresAt) (now \(now), leeway \(leewaySeconds) s)")
+                .tokenExpired,
+                expiresAt == nil
+                    ? "the token has no exp and was issued more than a day ago (now \(now), leeway \(leewaySeconds) s)"
+                    : "the token expired at \(expiry) (now \(now), leeway \(leewaySeconds) s)")
         }
         guard issuedAt <= now + leewaySeconds else {
             throw VerificationError(

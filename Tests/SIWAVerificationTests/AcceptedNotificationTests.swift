@@ -125,6 +125,9 @@ struct AcceptedNotificationTests {
         #expect(Fixtures.refusal(expiring) == nil)
         let early = Fixtures.body(claims: Fixtures.claims(iat: "\(Fixtures.now + 60)"))
         #expect(Fixtures.refusal(early) == nil)
+        // Without exp, a token lives a day from iat, as Apple's real tokens do.
+        let dayOld = Fixtures.body(claims: Fixtures.claims(exp: nil, iat: "\(Fixtures.now - 86_400 - 59)"))
+        #expect(Fixtures.refusal(dayOld) == nil)
     }
 
     @Test("a body of exactly 64 KiB is within the limit")

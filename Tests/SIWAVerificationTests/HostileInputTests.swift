@@ -189,6 +189,9 @@ struct HostileInputTests {
         Case("aud a number", .audInvalid) { Fixtures.body(claims: Fixtures.claims(aud: "7")) },
         Case("aud an empty array", .audInvalid) { Fixtures.body(claims: Fixtures.claims(aud: "[]")) },
         Case("expired", .tokenExpired) { Fixtures.body(claims: Fixtures.claims(exp: "\(Fixtures.now - 61)")) },
+        Case("no exp, issued more than a day (plus leeway) ago", .tokenExpired) {
+            Fixtures.body(claims: Fixtures.claims(exp: nil, iat: "\(Fixtures.now - 86_400 - 60)"))
+        },
         Case("exp a string", .expInvalid) { Fixtures.body(claims: Fixtures.claims(exp: #""tomorrow""#)) },
         Case("iat in the future", .iatInFuture) { Fixtures.body(claims: Fixtures.claims(iat: "\(Fixtures.now + 61)")) },
         Case("iat missing", .iatMissing) { Fixtures.body(claims: Fixtures.claims(iat: nil)) },

@@ -44,12 +44,12 @@ public struct FastCGIRequest: Sendable {
 
     public var remoteAddress: String? { params["REMOTE_ADDR"] }
 
-    /// nginx's `$request_id`, passed as `REQUEST_ID` by our site file, or a client-supplied
-    /// `X-Request-ID` header: it ties our log line to nginx's access log line.
+    /// nginx's `$request_id`, passed as `REQUEST_ID` by our site file: it ties our log line
+    /// to nginx's access log line. A client's own `X-Request-ID` header is never used: a
+    /// sender must not choose what our log says.
     public var requestID: String? {
-        if let id = params["REQUEST_ID"], !id.isEmpty { return id }
-        if let id = params["HTTP_X_REQUEST_ID"], !id.isEmpty { return id }
-        return nil
+        guard let id = params["REQUEST_ID"], !id.isEmpty else { return nil }
+        return id
     }
 
     /// Strict: ASCII digits only, no sign, no spaces, at most 18 digits (no overflow).

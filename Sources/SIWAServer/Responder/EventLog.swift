@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import SIWAVerification
 
 /// One JSON object per line on standard error: requests and lifecycle events.
@@ -31,10 +32,24 @@ public enum EventLog {
     }
 
     private static func write(_ members: [(String, JSONValue)]) {
-        let line = Data((JSONWriter.object(members) + "\n").utf8)
+        let line = Array((JSONWriter.object(members) + "\n").utf8)
         lock.lock()
         defer { lock.unlock() }
-        FileHandle.standardError.write(line)
+        // write(2), errors ignored: a full disk or a closed pipe must cost a log line,
+        // never the process (FileHandle.write traps on failure).
+        line.withUnsafeBytes { buffer in
+            var offset = 0
+            while offset < buffer.count {
+                let written = Glibc.write(2, buffer.baseAddress! + offset, buffer.count - offset)
+                if written > 0 {
+                    offset += written
+                } else if written < 0 && errno == EINTR {
+                    continue
+                } else {
+                    return
+                }
+            }
+        }
     }
 
     private static func timestamp() -> String {

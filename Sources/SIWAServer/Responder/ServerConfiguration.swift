@@ -100,7 +100,7 @@ public struct ServerConfiguration: Sendable, Equatable {
 
         jwksURL = values["SIWA_JWKS_URL"] ?? "https://appleid.apple.com/auth/keys"
         guard let url = URL(string: jwksURL), let scheme = url.scheme?.lowercased(), let host = url.host, !host.isEmpty,
-            scheme == "https" || (scheme == "http" && Self.isLoopback(host))
+            scheme == "https" || (scheme == "http" && HTTPSFetcher.isLoopbackHost(host))
         else {
             throw ConfigurationError(setting: "SIWA_JWKS_URL", "must be an https URL (http only to a loopback host)")
         }
@@ -164,10 +164,6 @@ public struct ServerConfiguration: Sendable, Equatable {
             && id.utf8.allSatisfy {
                 $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "{") && $0 != UInt8(ascii: "}") && $0 != UInt8(ascii: ":")
             }
-    }
-
-    static func isLoopback(_ host: String) -> Bool {
-        host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
     }
 
     static func isLoopbackAddress(_ address: String) -> Bool {

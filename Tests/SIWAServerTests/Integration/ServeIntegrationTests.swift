@@ -101,7 +101,7 @@ struct ServeIntegrationTests {
 
     @Test("every refusal has its status and code, and leaves Redis untouched")
     func refusalsChangeNothing() throws {
-        let stack = try ServeStack()
+        let stack = try ServeStack(extraEnvironment: ["SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS": "1"])
         defer { stack.shutdown() }
         let attacker = try TestSigningKey.generate(keyID: stack.key.keyID)
         let stranger = try TestSigningKey.generate(keyID: "not-in-the-jwks")
@@ -126,6 +126,9 @@ struct ServeIntegrationTests {
             ),
             ("70 KiB", [UInt8](repeating: UInt8(ascii: " "), count: 70 * 1024), 413, "body_too_large"),
         ]
+        // An unknown kid is called unknown (401) only after a fetch made for it: let the
+        // 1 s rate limit since the start fetch pass.
+        usleep(1_100_000)
         for (name, body, status, code) in cases {
             let response = try stack.post(body)
             #expect(response.status == status, "\(name)")
@@ -245,7 +248,12 @@ struct ServeIntegrationTests {
         usleep(1_100_000)
         let rotated = try stack.post(try stack.body(type: "consent-revoked", sub: "000008.h.0001", signedWith: next))
         #expect(rotated.bodyText == #"{"status":"applied"}"#)
-        // The old key left the JWKS with that refresh.
+        // The old key left the JWKS with that refresh. Within the rate limit no fetch looks for
+        // it again (503, Apple would retry); once one has, it is unknown for good (401).
+        let tooSoon = try stack.post(try stack.body(type: "consent-revoked", sub: "000008.h.0002"))
+        #expect(tooSoon.status == 503)
+        #expect(tooSoon.jsonFields["error"] == "keys_unavailable")
+        usleep(1_100_000)
         let old = try stack.post(try stack.body(type: "consent-revoked", sub: "000008.h.0002"))
         #expect(old.status == 401)
         #expect(old.jsonFields["error"] == "kid_unknown")

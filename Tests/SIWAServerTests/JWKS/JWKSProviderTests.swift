@@ -71,12 +71,18 @@ struct JWKSProviderTests {
         clock.advance(by: 3600)
         #expect(provider.refreshIfDue(now: clock.now) == .refreshed)
         #expect(provider.keys.usableKeyIDs == ["new"])
-        // The unknown-kid refresh is rate-limited and the last fetch succeeded: a forgery, 401.
+        // Right after that fetch the unknown-kid refresh is rate-limited: no fetch has looked
+        // for this kid, so it cannot be called unknown yet: 503, Apple retries.
         let oldBody = try old.signedBody(issuedAt: clock.now)
-        #expect(Self.verificationCode(provider, oldBody, now: clock.now) == .kidUnknown)
-        #expect(VerificationError.Code.kidUnknown.failureClass.httpStatus == 401)
-        #expect(Self.verificationCode(provider, try new.signedBody(issuedAt: clock.now), now: clock.now) == nil)
+        #expect(Self.verificationCode(provider, oldBody, now: clock.now) == .keysUnavailable)
         #expect(server.keysRequestCount == 3)
+        // Once a fetch made for it still lacks the kid: unknown, 401.
+        clock.advance(by: 61)
+        #expect(Self.verificationCode(provider, try old.signedBody(issuedAt: clock.now), now: clock.now) == .kidUnknown)
+        #expect(VerificationError.Code.kidUnknown.failureClass.httpStatus == 401)
+        #expect(server.keysRequestCount == 4)
+        #expect(Self.verificationCode(provider, try new.signedBody(issuedAt: clock.now), now: clock.now) == nil)
+        #expect(server.keysRequestCount == 4)
     }
 
     @Test func unknownKidRefreshIsRateLimited() throws {
@@ -98,8 +104,8 @@ struct JWKSProviderTests {
         let body = try stranger.signedBody(issuedAt: start)
         #expect(Self.verificationCode(provider, body, now: start + 61) == .kidUnknown)
         #expect(server.keysRequestCount == 2)
-        // Again 29 s later: none.
-        #expect(Self.verificationCode(provider, body, now: start + 90) == .kidUnknown)
+        // Again 29 s later: no fetch, so the kid is not yet known to be unknown: 503.
+        #expect(Self.verificationCode(provider, body, now: start + 90) == .keysUnavailable)
         #expect(provider.refreshForUnknownKeyID(now: start + 120) == .skipped)
         #expect(server.keysRequestCount == 2)
         // 60 s after the second fetch: the next one.

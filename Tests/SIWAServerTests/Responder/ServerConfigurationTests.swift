@@ -34,7 +34,8 @@ struct ServerConfigurationTests {
         arguments: [
             ("SIWA_CLIENT_IDS", ""), ("SIWA_CLIENT_IDS", "com.a,{bad}"), ("SIWA_CLIENT_IDS", "team:app"),
             ("SIWA_JWKS_URL", "http://keys.example.com/k"),
-            ("SIWA_JWKS_URL", "ftp://localhost/k"), ("SIWA_JWKS_CA_FILE", "/nonexistent/ca.pem"),
+            ("SIWA_JWKS_URL", "ftp://localhost/k"),
+            ("SIWA_JWKS_URL", "http://127.attacker.example/keys"), ("SIWA_JWKS_CA_FILE", "/nonexistent/ca.pem"),
             ("SIWA_JWKS_CACHE", "relative/path"), ("SIWA_JWKS_REFRESH_SECONDS", "10"),
             ("SIWA_REDIS_URL", "localhost:6379"), ("SIWA_FCGI_SOCKET", "0.0.0.0:9000"),
             ("SIWA_FCGI_SOCKET", "relative.sock"), ("SIWA_FCGI_SOCKET_MODE", "0999"), ("SIWA_KEY_PREFIX", "a b"),
