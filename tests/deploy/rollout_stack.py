@@ -15,6 +15,7 @@ import threading
 import time
 
 from deploy_harness import REPO, NginxStack, free_port
+from stack import wait_until as wait_for
 
 ROLLOUT = REPO / "scripts" / "rollout"
 INSTALL = REPO / "scripts" / "install"
@@ -34,15 +35,6 @@ def find_binary():
     subprocess.run(["swift", "build", "-c", "release", "--product", "siwa-endpoint"], cwd=REPO, check=True,
                    timeout=1800)
     return REPO / ".build" / "release" / "siwa-endpoint"
-
-
-def wait_for(condition, timeout, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return condition()
 
 
 class RedisServer:
