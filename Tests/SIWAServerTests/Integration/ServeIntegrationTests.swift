@@ -344,4 +344,52 @@ struct ServeIntegrationTests {
         process.waitUntilExit()
         return process.terminationStatus == 0
     }
+
+    @Test("SIGTERM with a request in flight: it is finished and answered, then serve exits 0")
+    func sigtermFinishesTheRequestInFlight() throws {
+        let stack = try ServeStack()
+        defer { stack.shutdown() }
+        let body = try stack.body(type: "consent-revoked", sub: "000013.s.0001")
+        let params = FastCGIClient.params(
+            method: "POST", uri: "/apple/notifications", body: body, contentType: "application/json",
+            extra: [("REQUEST_ID", "in-flight")])
+        let encoded = params.reduce(into: [UInt8]()) { bytes, pair in
+            FastCGIClient.appendLength(&bytes, pair.0.utf8.count)
+            FastCGIClient.appendLength(&bytes, pair.1.utf8.count)
+            bytes += Array(pair.0.utf8) + Array(pair.1.utf8)
+        }
+        let connection = try FastCGIClient(.unixSocket(stack.socketPath)).connect()
+        defer { connection.close() }
+        // The request begins: parameters and the first half of the body...
+        var first: [UInt8] = []
+        FastCGIClient.appendRecord(&first, type: 1, requestID: 1, content: [0, 1, 0, 0, 0, 0, 0, 0])
+        FastCGIClient.appendStream(&first, type: 4, requestID: 1, content: encoded)
+        FastCGIClient.appendRecord(&first, type: 5, requestID: 1, content: Array(body.prefix(body.count / 2)))
+        try connection.writeAll(first)
+        usleep(300_000)
+        // ...SIGTERM arrives while it is in flight...
+        stack.serve?.terminate()
+        usleep(500_000)
+        #expect(stack.serve?.process.isRunning == true)
+        // ...and the rest of the body still gets a real answer.
+        var rest: [UInt8] = []
+        FastCGIClient.appendRecord(&rest, type: 5, requestID: 1, content: Array(body.suffix(from: body.count / 2)))
+        FastCGIClient.appendRecord(&rest, type: 5, requestID: 1, content: [UInt8]())
+        try connection.writeAll(rest)
+        let raw = try connection.readToEnd()
+        var stdout: [UInt8] = []
+        var offset = 0
+        while offset + 8 <= raw.count {
+            let length = Int(raw[offset + 4]) << 8 | Int(raw[offset + 5])
+            if raw[offset + 1] == 6 { stdout += raw[(offset + 8)..<(offset + 8 + length)] }
+            offset += 8 + length + Int(raw[offset + 6])
+        }
+        let response = try FastCGIClient.parseCGI(stdout)
+        #expect(response.status == 200)
+        #expect(response.bodyText == #"{"status":"applied"}"#)
+        #expect(stack.serve?.waitForExit(timeout: 12) == 0)
+        #expect(try stack.userHash(sub: "000013.s.0001")["last_event_type"] == "consent-revoked")
+        // And nothing new is accepted once it has stopped.
+        #expect(!ServeProcess.accepts(stack.socketPath))
+    }
 }
