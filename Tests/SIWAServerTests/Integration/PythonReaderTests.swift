@@ -21,21 +21,10 @@ struct PythonReaderTests {
     }()
 
     func read(_ stack: ServeStack, sub: String, sessionStartedAt: Int64) throws -> [String: String] {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Self.python)
-        process.arguments = [
+        let data = try run([
             Self.script, "--redis-url", stack.redis.url(), "--client-id", ServeStack.clientID, "--sub", sub,
             "--session-started-at", String(sessionStartedAt),
-        ]
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        let errorText = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "the reader failed (is redis-py installed?): \(errorText)")
+        ])
         guard case .object(let members) = try StrictJSONParser.parse(Array(data)) else { return [:] }
         return members.mapValues { value in
             switch value {
@@ -45,6 +34,23 @@ struct PythonReaderTests {
             default: "null"
             }
         }
+    }
+
+    /// Runs one of the README's Python examples and returns its standard output.
+    func run(_ arguments: [String]) throws -> Data {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Self.python)
+        process.arguments = arguments
+        let output = Pipe()
+        let errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        let errorText = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "the reader failed (is redis-py installed?): \(errorText)")
+        return data
     }
 
     @Test("sessions that began at or before consent-revoked are invalid; later ones are valid")
@@ -92,5 +98,30 @@ struct PythonReaderTests {
         let unknown = try read(stack, sub: "000010.p.0404", sessionStartedAt: time)
         #expect(unknown["session_valid"] == "true")
         #expect(unknown["account_deleted"] == "false")
+    }
+
+    @Test("the deletion consumer group gets each account-deleted once, and nothing else")
+    func deletionQueue() throws {
+        let stack = try ServeStack()
+        defer { stack.shutdown() }
+        let script = URL(fileURLWithPath: Self.script).deletingLastPathComponent()
+            .appendingPathComponent("siwa_deletions.py").path
+        for (type, sub, time) in [
+            ("account-deleted", "000014.t.0001", Int64(1_796_000_001_000)),
+            ("consent-revoked", "000014.t.0002", 1_796_000_002_000),
+            ("account-delete", "000014.t.0003", 1_796_000_003_000),
+        ] {
+            #expect(try stack.post(try stack.body(type: type, sub: sub, eventTimeMilliseconds: time)).status == 200)
+        }
+        let first = String(decoding: try run([script, "--redis-url", stack.redis.url()]), as: UTF8.self)
+        #expect(
+            first
+                == """
+                {"client_id": "com.example.app", "event_time": 1796000001000, "sub": "000014.t.0001"}
+                {"client_id": "com.example.app", "event_time": 1796000003000, "sub": "000014.t.0003"}
+
+                """)
+        // Acknowledged: a second run finds nothing new.
+        #expect(try run([script, "--redis-url", stack.redis.url()]).isEmpty)
     }
 }

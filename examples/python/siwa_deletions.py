@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""Acts once per account deletion: reads the siwa:events stream with a consumer group.
+
+Apple sends `account-deleted` once (and native apps get no callback): this is the
+queue a deletion job drains. Each entry is acknowledged after it is handled, so a
+crash re-delivers it (at least once: make the handling idempotent).
+
+    python3 siwa_deletions.py --redis-url redis://127.0.0.1:6379/0 [--group account-cleanup]
+
+Prints one JSON line per deletion handled; exits when the stream has nothing new.
+"""
+
+import argparse
+import json
+import sys
+
+import redis  # redis-py
+
+
+def ensure_group(r: redis.Redis, stream: str, group: str) -> None:
+    try:
+        r.xgroup_create(stream, group, id="0", mkstream=True)
+    except redis.ResponseError as error:
+        if "BUSYGROUP" not in str(error):  # the group exists already: fine
+            raise
+
+
+def drain_deletions(r: redis.Redis, handle, group: str, consumer: str, prefix: str = "siwa") -> int:
+    stream = f"{prefix}:events"
+    ensure_group(r, stream, group)
+    handled = 0
+    while True:
+        batches = r.xreadgroup(group, consumer, {stream: ">"}, count=100, block=None)
+        if not batches:
+            return handled
+        for _, entries in batches:
+            for entry_id, fields in entries:
+                if fields.get(b"type") == b"account-deleted":
+                    handle(fields[b"client_id"].decode(), fields[b"sub"].decode(), int(fields[b"event_time"]))
+                    handled += 1
+                r.xack(stream, group, entry_id)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--redis-url", required=True)
+    parser.add_argument("--group", default="account-cleanup")
+    parser.add_argument("--consumer", default="worker-1")
+    parser.add_argument("--prefix", default="siwa")
+    args = parser.parse_args()
+
+    def handle(client_id: str, sub: str, event_time: int) -> None:
+        # Your deletion duty goes here: delete what you hold for (client_id, sub).
+        print(json.dumps({"client_id": client_id, "sub": sub, "event_time": event_time}, sort_keys=True))
+
+    drain_deletions(redis.Redis.from_url(args.redis_url), handle, args.group, args.consumer, args.prefix)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
