@@ -240,12 +240,13 @@ struct ServeIntegrationTests {
 
     @Test("Apple's keys: a new kid is fetched on demand; with the JWKS server down an unknown kid is 503")
     func keyRotationAndOutage() throws {
-        let stack = try ServeStack(extraEnvironment: ["SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS": "1"])
+        let stack = try ServeStack(extraEnvironment: ["SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS": "2"])
         defer { stack.shutdown() }
         let next = try TestSigningKey.generate(keyID: "test-apple-key-next")
         try stack.jwks.serve(Array(TestSigningKey.jwksDocument([next]).utf8))
-        // Refreshes on an unknown kid are rate-limited (here 1 s) from the last fetch, the one at start.
-        usleep(1_100_000)
+        // Refreshes on an unknown kid are rate-limited from the last fetch, the one at start:
+        // here 2 s, counted in whole seconds (a 1 s limit could roll over between two posts).
+        usleep(2_100_000)
         let rotated = try stack.post(try stack.body(type: "consent-revoked", sub: "000008.h.0001", signedWith: next))
         #expect(rotated.bodyText == #"{"status":"applied"}"#)
         // The old key left the JWKS with that refresh. Within the rate limit no fetch looks for
@@ -253,13 +254,13 @@ struct ServeIntegrationTests {
         let tooSoon = try stack.post(try stack.body(type: "consent-revoked", sub: "000008.h.0002"))
         #expect(tooSoon.status == 503)
         #expect(tooSoon.jsonFields["error"] == "keys_unavailable")
-        usleep(1_100_000)
+        usleep(2_100_000)
         let old = try stack.post(try stack.body(type: "consent-revoked", sub: "000008.h.0002"))
         #expect(old.status == 401)
         #expect(old.jsonFields["error"] == "kid_unknown")
 
         stack.jwks.nginx.stop()
-        usleep(1_100_000)
+        usleep(2_100_000)
         let third = try TestSigningKey.generate(keyID: "test-apple-key-third")
         let unavailable = try stack.post(
             try stack.body(type: "consent-revoked", sub: "000008.h.0003", signedWith: third))
