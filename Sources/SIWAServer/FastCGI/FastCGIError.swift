@@ -2,7 +2,7 @@ import Glibc
 
 /// Why the FastCGI server could not start or serve: a stable code and a plain message
 /// that names the setting or the system call, never a request's content.
-public struct FastCGIError: Error, Sendable, Equatable, CustomStringConvertible {
+public struct FastCGIError: CodedError {
     public let code: Code
     public let message: String
 
@@ -11,17 +11,11 @@ public struct FastCGIError: Error, Sendable, Equatable, CustomStringConvertible 
         self.message = message
     }
 
-    public var description: String { "\(code.rawValue): \(message)" }
-
-    public static func == (lhs: FastCGIError, rhs: FastCGIError) -> Bool { lhs.code == rhs.code }
-
     /// A stable, machine-readable code. A struct, so that a new code breaks no caller.
-    public struct Code: Hashable, Sendable, CustomStringConvertible {
+    public struct Code: ErrorCode {
         public let rawValue: String
 
         init(_ rawValue: String) { self.rawValue = rawValue }
-
-        public var description: String { rawValue }
 
         /// The listen address is not a unix socket path or a loopback `host:port`.
         public static let invalidListenAddress = Code("fastcgi_invalid_listen_address")

@@ -1,7 +1,7 @@
 /// Why a fetch over HTTPS failed: a stable code and a plain message.
 ///
 /// The message names the URL's host at most; it never holds a response body.
-public struct HTTPSFetchError: Error, Sendable, Equatable, CustomStringConvertible {
+public struct HTTPSFetchError: CodedError {
     public let code: Code
     public let message: String
     /// The HTTP status when the server answered with something other than 200.
@@ -13,19 +13,15 @@ public struct HTTPSFetchError: Error, Sendable, Equatable, CustomStringConvertib
         self.httpStatus = httpStatus
     }
 
-    public var description: String { "\(code.rawValue): \(message)" }
-
     public static func == (lhs: HTTPSFetchError, rhs: HTTPSFetchError) -> Bool {
         lhs.code == rhs.code && lhs.httpStatus == rhs.httpStatus
     }
 
     /// A stable, machine-readable code. New codes break no caller.
-    public struct Code: Hashable, Sendable, CustomStringConvertible {
+    public struct Code: ErrorCode {
         public let rawValue: String
 
         init(_ rawValue: String) { self.rawValue = rawValue }
-
-        public var description: String { rawValue }
 
         /// libcurl could not be initialised or a handle could not be made.
         public static let clientUnavailable = Code("client_unavailable")

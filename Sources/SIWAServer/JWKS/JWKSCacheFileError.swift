@@ -1,5 +1,5 @@
 /// Why the JWKS cache file could not be read or written: a stable code and a plain message.
-public struct JWKSCacheFileError: Error, Sendable, Equatable, CustomStringConvertible {
+public struct JWKSCacheFileError: CodedError {
     public let code: Code
     public let message: String
 
@@ -8,17 +8,11 @@ public struct JWKSCacheFileError: Error, Sendable, Equatable, CustomStringConver
         self.message = message
     }
 
-    public var description: String { "\(code.rawValue): \(message)" }
-
-    public static func == (lhs: JWKSCacheFileError, rhs: JWKSCacheFileError) -> Bool { lhs.code == rhs.code }
-
     /// A stable, machine-readable code. New codes break no caller.
-    public struct Code: Hashable, Sendable, CustomStringConvertible {
+    public struct Code: ErrorCode {
         public let rawValue: String
 
         init(_ rawValue: String) { self.rawValue = rawValue }
-
-        public var description: String { rawValue }
 
         /// The file exists but cannot be read.
         public static let readFailed = Code("cache_read_failed")

@@ -2,7 +2,7 @@
 ///
 /// Messages name what went wrong and where (the endpoint's host, a setting) but
 /// never a password, a token or an email address.
-public struct RedisError: Error, Sendable, Equatable, CustomStringConvertible {
+public struct RedisError: CodedError {
     public let code: Code
     public let message: String
 
@@ -10,8 +10,6 @@ public struct RedisError: Error, Sendable, Equatable, CustomStringConvertible {
         self.code = code
         self.message = message
     }
-
-    public var description: String { "\(code.rawValue): \(message)" }
 
     /// True when the failure is about reaching Redis, not about what Redis answered:
     /// the caller may retry later, and the connection reconnects on its next command.
@@ -29,15 +27,11 @@ public struct RedisError: Error, Sendable, Equatable, CustomStringConvertible {
         isConnectionError || (code == .serverError && Self.transientReplyPrefixes.contains { message.hasPrefix($0) })
     }
 
-    public static func == (lhs: RedisError, rhs: RedisError) -> Bool { lhs.code == rhs.code }
-
     /// A stable, machine-readable error code. New codes break no caller.
-    public struct Code: Hashable, Sendable, CustomStringConvertible {
+    public struct Code: ErrorCode {
         public let rawValue: String
 
         init(_ rawValue: String) { self.rawValue = rawValue }
-
-        public var description: String { rawValue }
 
         /// A Redis URL that cannot be used (the message names the part).
         public static let invalidEndpoint = Code("redis_invalid_endpoint")

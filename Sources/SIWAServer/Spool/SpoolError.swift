@@ -1,6 +1,6 @@
 /// Why the spool could not keep or read a notification: a stable code and a plain
 /// message naming the file and the system error, never a record's contents.
-public struct SpoolError: Error, Sendable, Equatable, CustomStringConvertible {
+public struct SpoolError: CodedError {
     public let code: Code
     public let message: String
 
@@ -9,18 +9,11 @@ public struct SpoolError: Error, Sendable, Equatable, CustomStringConvertible {
         self.message = message
     }
 
-    public var description: String { "\(code.rawValue): \(message)" }
-
-    /// Errors compare by code: the message carries details (paths, errno) for the log.
-    public static func == (lhs: SpoolError, rhs: SpoolError) -> Bool { lhs.code == rhs.code }
-
     /// A stable, machine-readable error code. New codes break no caller.
-    public struct Code: Hashable, Sendable, CustomStringConvertible {
+    public struct Code: ErrorCode {
         public let rawValue: String
 
         init(_ rawValue: String) { self.rawValue = rawValue }
-
-        public var description: String { rawValue }
 
         /// The spool directory cannot be created, opened, listed or given mode 0700.
         public static let directoryUnusable = Code("spool_directory_unusable")

@@ -23,4 +23,12 @@ struct RedisErrorTests {
             RedisError(.unexpectedReply, "not a status"),
         ])
     func permanent(_ error: RedisError) { #expect(!error.isTransient) }
+
+    @Test("coded errors compare by code and describe themselves as code: message")
+    func codedError() {
+        #expect(RedisError(.serverError, "WRONGTYPE a") == RedisError(.serverError, "ERR b"))
+        #expect(RedisError(.serverError, "x") != RedisError(.connectionLost, "x"))
+        #expect(RedisError(.connectionLost, "reset").description == "redis_connection_lost: reset")
+        #expect(RedisError.Code.serverError.description == "redis_server_error")
+    }
 }

@@ -11,23 +11,10 @@ final class RedisTestSubscriber {
     private var buffer: [UInt8] = []
 
     init(port: Int, channel: String) throws {
-        descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard descriptor >= 0 else { throw Failure(description: "socket() failed") }
-        var timeout = timeval(tv_sec: 0, tv_usec: 200_000)
-        setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = UInt16(port).bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
-            }
-        }
-        guard connected else {
-            close(descriptor)
+        guard let descriptor = connectToLoopback(port: port, receiveTimeoutMicroseconds: 200_000) else {
             throw Failure(description: "could not connect the subscriber")
         }
+        self.descriptor = descriptor
         let command = Array("*2\r\n$9\r\nSUBSCRIBE\r\n$\(channel.utf8.count)\r\n\(channel)\r\n".utf8)
         guard write(descriptor, command, command.count) == command.count else {
             close(descriptor)

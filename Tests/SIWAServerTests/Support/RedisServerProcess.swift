@@ -164,21 +164,8 @@ final class RedisServerProcess: @unchecked Sendable {
 
     /// Sends inline commands on a fresh loopback connection and returns the first bytes answered.
     private static func exchange(port: Int, commands: String) -> String? {
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard descriptor >= 0 else { return nil }
+        guard let descriptor = connectToLoopback(port: port, receiveTimeoutMicroseconds: 500_000) else { return nil }
         defer { close(descriptor) }
-        var timeout = timeval(tv_sec: 0, tv_usec: 500_000)
-        setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = UInt16(port).bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
-            }
-        }
-        guard connected else { return nil }
         let bytes = Array(commands.utf8)
         guard write(descriptor, bytes, bytes.count) == bytes.count else { return nil }
         var buffer = [UInt8](repeating: 0, count: 64)
