@@ -29,25 +29,37 @@ enum ServeCommand {
         let arguments = try CommandLineArguments(words, valueOptions: ["--env-file"], flagOptions: ["--check"])
         guard arguments.positionals.isEmpty else { throw UsageError("serve takes no positional arguments") }
 
-        let configuration: ServerConfiguration
-        do {
-            configuration = try ServerConfiguration(
-                environment: ProcessInfo.processInfo.environment, envFile: arguments.value("--env-file"))
-        } catch {
-            EventLog.event(
-                "configuration_invalid", level: "error",
-                [("setting", .string(error.setting)), ("message", .string(error.description))])
-            Output.error("siwa-endpoint serve: \(error.description)")
-            return 2
-        }
-        for name in configuration.unknownSettings {
-            EventLog.event("unknown_setting", level: "warning", [("setting", .string(name))])
-        }
+        guard let configuration = loadConfiguration(envFile: arguments.value("--env-file")) else { return 2 }
         if arguments.has("--check") {
             Output.line("settings are valid")
             return 0
         }
         return try serve(configuration)
+    }
+
+    /// The one validation path of `serve` and `serve --check`: the settings table, then the
+    /// checks against this machine. A refusal is one `configuration_invalid` line naming the
+    /// setting; nil then, and the caller exits 2.
+    static func loadConfiguration(envFile: String?) -> ServerConfiguration? {
+        do throws(ConfigurationError) {
+            let configuration = try ServerConfiguration(
+                environment: ProcessInfo.processInfo.environment, envFile: envFile)
+            for name in configuration.unknownSettings {
+                EventLog.event("unknown_setting", level: "warning", [("setting", .string(name))])
+            }
+            try configuration.checkHost()
+            return configuration
+        } catch {
+            refuse(error)
+            return nil
+        }
+    }
+
+    /// One JSON line on standard error, nothing else: the journal and `--check` show the same.
+    static func refuse(_ error: ConfigurationError) {
+        EventLog.event(
+            "configuration_invalid", level: "error",
+            [("setting", .string(error.setting)), ("message", .string(error.description))])
     }
 
     static func serve(_ configuration: ServerConfiguration) throws -> Int32 {
@@ -63,13 +75,14 @@ enum ServeCommand {
         let metrics = ServerMetrics()
         let clockMilliseconds: @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
 
+        let jwksSettings = configuration.jwks
         let keys = JWKSProvider(
             settings: JWKSProvider.Settings(
-                url: configuration.jwksURL, cacheFilePath: configuration.jwksCachePath,
-                refreshIntervalSeconds: Int64(configuration.jwksRefreshSeconds),
-                unknownKeyIDRefreshIntervalSeconds: Int64(configuration.jwksUnknownKeyIDRefreshSeconds)),
+                url: jwksSettings.url, cacheFilePath: jwksSettings.cachePath,
+                refreshIntervalSeconds: jwksSettings.refreshInterval.components.seconds,
+                unknownKeyIDRefreshIntervalSeconds: jwksSettings.unknownKeyIDRefreshInterval.components.seconds),
             fetcher: HTTPSFetcher(
-                caFilePath: configuration.jwksCAFile, timeoutSeconds: Double(configuration.jwksTimeoutSeconds)))
+                caFilePath: jwksSettings.caFile, timeoutSeconds: Double(jwksSettings.timeout.components.seconds)))
         let startOutcome = keys.start()
         let jwks = keys.metrics(now: keys.now())
         EventLog.event(
@@ -81,16 +94,24 @@ enum ServeCommand {
         let refresher = JWKSRefresher(provider: keys)
         refresher.start()
 
-        let redis = try RedisEndpoint(parsing: configuration.redisURL)
-        let timeout = Duration.milliseconds(configuration.redisTimeoutMilliseconds)
+        let redis = configuration.redis.endpoint
+        let timeout = configuration.redis.timeout
+        let store = configuration.store
         let makeStore: @Sendable () -> NotificationStore = {
             NotificationStore(
                 connection: RedisConnection(endpoint: redis, connectTimeout: timeout, commandTimeout: timeout),
-                keyPrefix: configuration.keyPrefix, seenMarkerTTL: .seconds(configuration.seenTTLSeconds),
-                streamMaxLength: configuration.streamMaximumLength)
+                keyPrefix: store.keyPrefix, seenMarkerTTL: store.seenMarkerTTL,
+                streamMaxLength: store.streamMaximumLength)
         }
-        let spool = try NotificationSpool(directory: configuration.spoolDirectory)
-        let rejected = try NotificationSpool(directory: configuration.spoolDirectory + "/rejected")
+        let spool: NotificationSpool
+        let rejected: NotificationSpool
+        do throws(SpoolError) {
+            spool = try NotificationSpool(directory: configuration.spool.directory)
+            rejected = try NotificationSpool(directory: configuration.spool.rejectedDirectory)
+        } catch {
+            refuse(ConfigurationError(setting: "SIWA_SPOOL_DIR", "cannot be opened: \(error)"))
+            return 2
+        }
         let replayer = SpoolReplayer(
             spool: spool, rejected: rejected, store: makeStore(), metrics: metrics, clockMilliseconds: clockMilliseconds
         )
@@ -103,22 +124,38 @@ enum ServeCommand {
         let responder = NotificationResponder(
             configuration: configuration, keys: keys, stores: NotificationStorePool(makeStore: makeStore), spool: spool,
             replayer: replayer, metrics: metrics, clockMilliseconds: clockMilliseconds)
-        let address = try FastCGIListenAddress.parse(
-            configuration.fastCGISocket, mode: UInt32(configuration.fastCGISocketMode),
-            group: configuration.fastCGISocketGroup)
-        let server = try FastCGIServer(
-            configuration: FastCGIServerConfiguration(
-                address: address, workerCount: configuration.workers, maxBodyBytes: configuration.maximumBodyBytes,
-                shutdownTimeout: .seconds(configuration.shutdownTimeoutSeconds)),
-            handler: { responder.handle($0) })
-        EventLog.event(
-            "started",
-            [
-                ("socket", .string(configuration.fastCGISocket)), ("workers", .integer(Int64(configuration.workers))),
-                ("client_ids", .array(configuration.clientIDs.sorted().map { .string($0) })),
-                ("notification_path", .string(configuration.notificationPath)), ("pid", .integer(Int64(getpid()))),
-            ])
-        let drained = try server.run(handlingSignals: true)
+        let fastCGI = configuration.fastCGI
+        let server: FastCGIServer
+        do throws(FastCGIError) {
+            server = try FastCGIServer(
+                configuration: FastCGIServerConfiguration(
+                    address: fastCGI.address, workerCount: fastCGI.workers, maxBodyBytes: fastCGI.maximumBodyBytes,
+                    shutdownTimeout: fastCGI.shutdownTimeout),
+                handler: { responder.handle($0) })
+        } catch {
+            refuse(ConfigurationError(setting: "SIWA_FCGI_SOCKET", "cannot be served: \(error)"))
+            return 2
+        }
+        let drained: Bool
+        do throws(FastCGIError) {
+            drained = try server.run(handlingSignals: true) {
+                EventLog.event(
+                    "started",
+                    [
+                        ("socket", .string(fastCGI.socket)), ("workers", .integer(Int64(fastCGI.workers))),
+                        ("client_ids", .array(configuration.clientIDs.sorted().map { .string($0) })),
+                        ("notification_path", .string(configuration.requests.notificationPath)),
+                        ("pid", .integer(Int64(getpid()))),
+                    ])
+            }
+        } catch {
+            // The socket could not be made (in use, a permission, a group): named, before `started`.
+            replayer.stop()
+            _ = refresher.stop()
+            let setting = error.code == .unknownGroup ? "SIWA_FCGI_SOCKET_GROUP" : "SIWA_FCGI_SOCKET"
+            refuse(ConfigurationError(setting: setting, "cannot be listened on: \(error)"))
+            return 2
+        }
         replayer.stop()
         _ = refresher.stop()
         EventLog.event("stopped", level: drained ? "info" : "warning", [("drained", .bool(drained))])

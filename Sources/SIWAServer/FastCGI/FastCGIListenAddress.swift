@@ -17,8 +17,9 @@ public enum FastCGIListenAddress: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// Parses the configuration form: an absolute path (`/run/siwa/fcgi.sock`, optionally
-    /// prefixed `unix:`) or `127.0.0.1:PORT` / `[::1]:PORT` / `localhost:PORT`. A bare
-    /// `:PORT`, `0.0.0.0`, `[::]` or any non-loopback host throws `nonLoopbackHost`.
+    /// prefixed `unix:`) or `127.0.0.1:PORT` / `[::1]:PORT`. A bare `:PORT`, `0.0.0.0`,
+    /// `[::]`, a name (`localhost` too: what it resolves to is not ours to decide) or any
+    /// non-loopback host throws `nonLoopbackHost`. `SIWA_FCGI_SOCKET` is read with this.
     public static func parse(_ text: String, mode: UInt32 = 0o660, group: String? = nil) throws(FastCGIError)
         -> FastCGIListenAddress
     {
@@ -38,7 +39,6 @@ public enum FastCGIListenAddress: Sendable, Equatable, CustomStringConvertible {
         guard let port = UInt16(value[value.index(after: colon)...]), port != 0 else {
             throw FastCGIError(.invalidListenAddress, "listen port must be 1...65535")
         }
-        if host == "localhost" { return .loopbackTCP(host: "127.0.0.1", port: port) }
         guard isLoopback(host) else {
             throw FastCGIError(
                 .nonLoopbackHost, "listen host must be 127.x.x.x or [::1]; \"\(host)\" would expose the responder")

@@ -84,9 +84,10 @@ public final class FastCGIServer: @unchecked Sendable {
 
     /// Starts, then serves until SIGTERM or SIGINT (when `handlingSignals`) or `stop()`,
     /// then waits up to `shutdownTimeout` for requests in flight. Returns true when every
-    /// worker finished in time.
+    /// worker finished in time. `whenListening` runs once the socket accepts connections
+    /// (so a "started" line never comes before a failure to listen).
     @discardableResult
-    public func run(handlingSignals: Bool = true) throws(FastCGIError) -> Bool {
+    public func run(handlingSignals: Bool = true, whenListening: () -> Void = {}) throws(FastCGIError) -> Bool {
         try start()
         var watcher: FastCGISignalWatcher?
         if handlingSignals {
@@ -98,6 +99,7 @@ public final class FastCGIServer: @unchecked Sendable {
             }
         }
         defer { watcher?.uninstall() }
+        whenListening()
         state.lock()
         while !stopRequested { state.wait() }
         state.unlock()

@@ -28,6 +28,15 @@ public struct HTTPSFetcher: Sendable {
         self.maximumBytes = maximumBytes
     }
 
+    /// Checks `url` with the same libcurl URL parser and rules `fetch` applies (https, or
+    /// plain http to a loopback host), so a setting is refused at start, not at the first fetch.
+    public static func checkURL(_ url: String) throws(HTTPSFetchError) {
+        guard globalInit == CURLE_OK else {
+            throw HTTPSFetchError(.clientUnavailable, "libcurl global initialisation failed")
+        }
+        _ = try ParsedURL(url)
+    }
+
     /// libcurl's global state, set up once per process before the first handle.
     private static let globalInit: CURLcode = siwa_curl_global_init()
 

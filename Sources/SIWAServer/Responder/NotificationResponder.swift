@@ -22,7 +22,8 @@ public final class NotificationResponder: Sendable {
         self.configuration = configuration
         self.verifier = NotificationVerifier(
             keys: JSONWebKeySet(), clientIDs: configuration.clientIDs,
-            leewaySeconds: Int64(configuration.leewaySeconds), maximumBodyBytes: configuration.maximumBodyBytes)
+            leewaySeconds: configuration.requests.leeway.components.seconds,
+            maximumBodyBytes: configuration.requests.maximumBodyBytes)
         self.keys = keys
         self.stores = stores
         self.spool = spool
@@ -51,7 +52,7 @@ public final class NotificationResponder: Sendable {
         metrics.recordRequest(
             status: result.status, outcome: result.outcome, type: result.type ?? "", code: result.errorCode ?? "",
             seconds: seconds)
-        if request.path == configuration.notificationPath || result.status >= 500 {
+        if request.path == configuration.requests.notificationPath || result.status >= 500 {
             EventLog.request(
                 requestID: request.requestID ?? "-", method: request.method, path: Self.loggablePath(request.path),
                 status: result.status, outcome: result.outcome, errorCode: result.errorCode, type: result.type,
@@ -65,10 +66,10 @@ public final class NotificationResponder: Sendable {
 
     func route(_ request: FastCGIRequest) -> Result {
         switch (request.path, request.method) {
-        case (configuration.notificationPath, "POST"): return receive(request.body)
+        case (configuration.requests.notificationPath, "POST"): return receive(request.body)
         case ("/healthz", "GET"), ("/healthz", "HEAD"): return health()
         case ("/metrics", "GET"), ("/metrics", "HEAD"): return metricsText()
-        case (configuration.notificationPath, _):
+        case (configuration.requests.notificationPath, _):
             return Self.status(405, "method_not_allowed", headers: [.init("Allow", "POST")])
         case ("/healthz", _), ("/metrics", _):
             return Self.status(405, "method_not_allowed", headers: [.init("Allow", "GET, HEAD")])
@@ -119,7 +120,7 @@ public final class NotificationResponder: Sendable {
                 result.status = 503
                 result.outcome = "unavailable"
                 result.errorCode = "store_unavailable"
-                result.headers = [.init("Retry-After", String(configuration.retryAfterSeconds))]
+                result.headers = [.init("Retry-After", String(configuration.requests.retryAfter.components.seconds))]
                 result.body = Self.json(["status": "unavailable", "error": "store_unavailable"])
                 return result
             }
@@ -144,7 +145,9 @@ public final class NotificationResponder: Sendable {
             status: reasons.isEmpty ? 200 : 503, outcome: reasons.isEmpty ? "healthy" : "unhealthy",
             body: JSONWriter.object(
                 members + (reasons.isEmpty ? [] : [("reason", .string(reasons.joined(separator: "; ")))])))
-        if !reasons.isEmpty { result.headers = [.init("Retry-After", String(configuration.retryAfterSeconds))] }
+        if !reasons.isEmpty {
+            result.headers = [.init("Retry-After", String(configuration.requests.retryAfter.components.seconds))]
+        }
         return result
     }
 
@@ -161,7 +164,8 @@ public final class NotificationResponder: Sendable {
         return Result(
             status: error.httpStatus, outcome: retryable ? "unavailable" : "refused", errorCode: error.code.rawValue,
             body: Self.json(["status": retryable ? "unavailable" : "refused", "error": error.code.rawValue]),
-            headers: retryable ? [.init("Retry-After", String(configuration.retryAfterSeconds))] : [])
+            headers: retryable
+                ? [.init("Retry-After", String(configuration.requests.retryAfter.components.seconds))] : [])
     }
 
     static func status(

@@ -3,160 +3,210 @@ import Foundation
 /// Every setting of `siwa-endpoint serve`, read from `SIWA_*` environment variables
 /// (and optionally an env file), checked once at start. A bad value stops the
 /// program with a message that names the setting.
+///
+/// One table (`settings`) holds each setting's name, default, parser and meaning; the
+/// README table, `deploy/env.example` and `serve --help` are checked against it by a test.
+/// The parsed values are handed out in typed groups, one per part of the program.
 public struct ServerConfiguration: Sendable, Equatable {
     /// The client IDs (bundle IDs or Services IDs) whose notifications this endpoint accepts.
     public var clientIDs: Set<String>
-    public var jwksURL: String
-    /// A CA bundle for the JWKS fetch (tests and private mirrors); nil means the system store.
-    public var jwksCAFile: String?
-    public var jwksCachePath: String
-    public var jwksRefreshSeconds: Int
-    public var jwksUnknownKeyIDRefreshSeconds: Int
-    public var jwksTimeoutSeconds: Int
-    public var redisURL: String
-    public var redisTimeoutMilliseconds: Int
-    /// A unix socket path, or `127.0.0.1:PORT` / `[::1]:PORT` for loopback TCP.
-    public var fastCGISocket: String
-    public var fastCGISocketMode: UInt16
-    public var fastCGISocketGroup: String?
-    public var spoolDirectory: String
-    public var keyPrefix: String
-    public var notificationPath: String
-    public var workers: Int
-    public var maximumBodyBytes: Int
-    public var leewaySeconds: Int
-    public var seenTTLSeconds: Int
-    public var streamMaximumLength: Int
-    public var shutdownTimeoutSeconds: Int
-    public var retryAfterSeconds: Int
+    /// Apple's keys: where from, how often, the cache file.
+    public var jwks: JWKSSettings
+    /// Where Redis is and how long a call may take.
+    public var redis: RedisSettings
+    /// Where the responder listens, with how many workers.
+    public var fastCGI: FastCGISettings
+    /// How notifications are written into Redis.
+    public var store: StoreSettings
+    /// Where verified notifications wait while Redis cannot take them.
+    public var spool: SpoolSettings
+    /// What a request may be and how it is answered.
+    public var requests: RequestSettings
     /// `SIWA_*` names that are not settings (misspelt?): logged as a warning at start.
     public var unknownSettings: [String]
 
-    /// One row per setting: name, default (nil when required), meaning. The README's table.
-    public static let settings: [(name: String, defaultValue: String?, meaning: String)] = [
-        ("SIWA_CLIENT_IDS", nil, "comma-separated client IDs served (`aud` must name one)"),
-        ("SIWA_JWKS_URL", "https://appleid.apple.com/auth/keys", "Apple's JWKS; https only (http only to loopback)"),
-        ("SIWA_JWKS_CA_FILE", "(system trust store)", "CA bundle for the JWKS fetch"),
-        ("SIWA_JWKS_CACHE", "/var/lib/siwa-endpoint/jwks.json", "last good JWKS, written atomically, loaded at start"),
-        ("SIWA_JWKS_REFRESH_SECONDS", "3600", "scheduled JWKS refresh"),
-        ("SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS", "60", "at most one refresh per this many seconds on an unknown kid"),
-        ("SIWA_JWKS_TIMEOUT_SECONDS", "5", "whole JWKS fetch timeout"),
-        ("SIWA_REDIS_URL", "redis://127.0.0.1:6379/0", "`redis://[:password@]host:port/db` or `unix:///path[?db=N]`"),
-        ("SIWA_REDIS_TIMEOUT_MS", "1000", "Redis connect and command timeout"),
-        ("SIWA_FCGI_SOCKET", "/run/siwa-endpoint/fcgi.sock", "unix socket path, or `127.0.0.1:PORT`"),
-        ("SIWA_FCGI_SOCKET_MODE", "0660", "unix socket mode (octal), so nginx can connect"),
-        ("SIWA_FCGI_SOCKET_GROUP", "(process group)", "unix socket group, e.g. `www-data`"),
-        ("SIWA_SPOOL_DIR", "/var/lib/siwa-endpoint/spool", "where verified notifications wait while Redis is down"),
-        ("SIWA_KEY_PREFIX", "siwa", "prefix of every Redis key and the channel"),
-        ("SIWA_NOTIFICATION_PATH", "/apple/notifications", "the path Apple posts to"),
-        ("SIWA_WORKERS", "2 per core", "FastCGI worker threads, one Redis connection each"),
-        ("SIWA_MAX_BODY_BYTES", "65536", "request body limit (413 above it)"),
-        ("SIWA_LEEWAY_SECONDS", "60", "clock leeway for `exp` and `iat`"),
-        ("SIWA_SEEN_TTL_SECONDS", "2592000", "how long a `jti` is remembered for duplicates (30 days)"),
-        ("SIWA_STREAM_MAXLEN", "1000000", "approximate cap of the `events` stream"),
-        ("SIWA_SHUTDOWN_TIMEOUT_SECONDS", "10", "how long SIGTERM waits for requests in flight"),
-        ("SIWA_RETRY_AFTER_SECONDS", "30", "the `Retry-After` of a 503"),
+    /// The settings table: one row per setting, in the README's order.
+    public static let settings: [Setting] = [
+        .parsed(
+            "SIWA_CLIENT_IDS", default: nil, "comma-separated client IDs served (`aud` must name one)", clientIDList),
+        .parsed(
+            "SIWA_JWKS_URL", default: "https://appleid.apple.com/auth/keys",
+            "Apple's JWKS; https only (http only to loopback)", jwksURL),
+        .optional("SIWA_JWKS_CA_FILE", shown: "(system trust store)", "CA bundle for the JWKS fetch", readableFile),
+        .path(
+            "SIWA_JWKS_CACHE", default: "/var/lib/siwa-endpoint/jwks.json",
+            "last good JWKS, written atomically, loaded at start"),
+        .duration(
+            "SIWA_JWKS_REFRESH_SECONDS", default: 3600, in: 60...86_400, unit: .seconds, "scheduled JWKS refresh"),
+        .duration(
+            "SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS", default: 60, in: 1...3600, unit: .seconds,
+            "at most one refresh per this many seconds on an unknown kid"),
+        .duration("SIWA_JWKS_TIMEOUT_SECONDS", default: 5, in: 1...60, unit: .seconds, "whole JWKS fetch timeout"),
+        .parsed(
+            "SIWA_REDIS_URL", default: "redis://127.0.0.1:6379/0",
+            "`redis://[:password@]host:port/db` or `unix:///path[?db=N]`", redisEndpoint),
+        .duration(
+            "SIWA_REDIS_TIMEOUT_MS", default: 1000, in: 10...60_000, unit: .milliseconds,
+            "Redis connect and command timeout"),
+        .parsed(
+            "SIWA_FCGI_SOCKET", default: "/run/siwa-endpoint/fcgi.sock", "unix socket path, or `127.0.0.1:PORT`",
+            listenAddress),
+        .parsed("SIWA_FCGI_SOCKET_MODE", default: "0660", "unix socket mode (octal), so nginx can connect", socketMode),
+        .optional("SIWA_FCGI_SOCKET_GROUP", shown: "(process group)", "unix socket group, e.g. `www-data`", groupName),
+        .path(
+            "SIWA_SPOOL_DIR", default: "/var/lib/siwa-endpoint/spool",
+            "where verified notifications wait while Redis is down"),
+        .parsed("SIWA_KEY_PREFIX", default: "siwa", "prefix of every Redis key and the channel", keyPrefix),
+        .parsed("SIWA_NOTIFICATION_PATH", default: "/apple/notifications", "the path Apple posts to", notificationPath),
+        .integer(
+            "SIWA_WORKERS", shown: "2 per core", default: { 2 * ProcessInfo.processInfo.activeProcessorCount },
+            in: 1...256, "FastCGI worker threads, one Redis connection each"),
+        .integer("SIWA_MAX_BODY_BYTES", default: 65_536, in: 1024...1_048_576, "request body limit (413 above it)"),
+        .duration("SIWA_LEEWAY_SECONDS", default: 60, in: 0...600, unit: .seconds, "clock leeway for `exp` and `iat`"),
+        .duration(
+            "SIWA_SEEN_TTL_SECONDS", default: 2_592_000, in: 60...31_536_000, unit: .seconds,
+            "how long a `jti` is remembered for duplicates (30 days)"),
+        .integer(
+            "SIWA_STREAM_MAXLEN", default: 1_000_000, in: 1000...1_000_000_000,
+            "approximate cap of the `events` stream"),
+        .duration(
+            "SIWA_SHUTDOWN_TIMEOUT_SECONDS", default: 10, in: 1...300, unit: .seconds,
+            "how long SIGTERM waits for requests in flight"),
+        .duration("SIWA_RETRY_AFTER_SECONDS", default: 30, in: 1...3600, unit: .seconds, "the `Retry-After` of a 503"),
     ]
 
     /// Reads the settings from `environment`, after the lines of `envFile` (`NAME=value`,
     /// `#` comments); the process environment wins over the file.
     public init(environment: [String: String], envFile: String? = nil) throws(ConfigurationError) {
         var values: [String: String] = [:]
-        if let envFile {
-            guard let text = try? String(contentsOfFile: envFile, encoding: .utf8) else {
-                throw ConfigurationError(setting: "--env-file", "cannot read \(envFile)")
-            }
-            for (number, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-                let line = rawLine.trimmingCharacters(in: .whitespaces)
-                if line.isEmpty || line.hasPrefix("#") { continue }
-                guard let equals = line.firstIndex(of: "="), equals != line.startIndex else {
-                    throw ConfigurationError(
-                        setting: "--env-file", "line \(number + 1) of \(envFile) is not NAME=value")
-                }
-                var value = String(line[line.index(after: equals)...])
-                if value.count >= 2, value.first == value.last, value.first == "\"" || value.first == "'" {
-                    value = String(value.dropFirst().dropLast())
-                }
-                values[String(line[..<equals])] = value
-            }
-        }
+        if let envFile { values = try Self.readEnvFile(envFile) }
         for (name, value) in environment where name.hasPrefix("SIWA_") { values[name] = value }
 
         let knownNames = Set(Self.settings.map(\.name))
         // Warned about, not refused: other tools may share the prefix in a shell's environment.
         unknownSettings = values.keys.filter { $0.hasPrefix("SIWA_") && !knownNames.contains($0) }.sorted()
-        let reader = SettingReader(values: values)
+        let parsed = try SettingValues(table: Self.settings, text: values)
 
-        guard let ids = values["SIWA_CLIENT_IDS"] else {
-            throw ConfigurationError(setting: "SIWA_CLIENT_IDS", "is required: the client IDs this endpoint serves")
-        }
-        let list = ids.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-        guard !list.isEmpty, list.allSatisfy(Self.isValidClientID) else {
-            throw ConfigurationError(
-                setting: "SIWA_CLIENT_IDS",
-                "must be a comma-separated list of client IDs (visible ASCII, no braces or colons)")
-        }
-        clientIDs = Set(list)
+        clientIDs = parsed["SIWA_CLIENT_IDS"]
+        jwks = JWKSSettings(
+            url: parsed["SIWA_JWKS_URL"], caFile: parsed["SIWA_JWKS_CA_FILE"], cachePath: parsed["SIWA_JWKS_CACHE"],
+            refreshInterval: parsed["SIWA_JWKS_REFRESH_SECONDS"],
+            unknownKeyIDRefreshInterval: parsed["SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS"],
+            timeout: parsed["SIWA_JWKS_TIMEOUT_SECONDS"])
+        redis = RedisSettings(
+            url: values["SIWA_REDIS_URL"] ?? Self.defaultValue(of: "SIWA_REDIS_URL"),
+            endpoint: parsed["SIWA_REDIS_URL"],
+            timeout: parsed["SIWA_REDIS_TIMEOUT_MS"])
+        let socket: FastCGIListenAddress = parsed["SIWA_FCGI_SOCKET"]
+        let mode: UInt32 = parsed["SIWA_FCGI_SOCKET_MODE"]
+        let group: String? = parsed["SIWA_FCGI_SOCKET_GROUP"]
+        fastCGI = FastCGISettings(
+            socket: values["SIWA_FCGI_SOCKET"] ?? Self.defaultValue(of: "SIWA_FCGI_SOCKET"),
+            address: socket.with(mode: mode, group: group), workers: parsed["SIWA_WORKERS"],
+            maximumBodyBytes: parsed["SIWA_MAX_BODY_BYTES"], shutdownTimeout: parsed["SIWA_SHUTDOWN_TIMEOUT_SECONDS"])
+        store = StoreSettings(
+            keyPrefix: parsed["SIWA_KEY_PREFIX"], seenMarkerTTL: parsed["SIWA_SEEN_TTL_SECONDS"],
+            streamMaximumLength: parsed["SIWA_STREAM_MAXLEN"])
+        spool = SpoolSettings(directory: parsed["SIWA_SPOOL_DIR"])
+        requests = RequestSettings(
+            notificationPath: parsed["SIWA_NOTIFICATION_PATH"], maximumBodyBytes: parsed["SIWA_MAX_BODY_BYTES"],
+            leeway: parsed["SIWA_LEEWAY_SECONDS"], retryAfter: parsed["SIWA_RETRY_AFTER_SECONDS"])
+    }
 
-        jwksURL = values["SIWA_JWKS_URL"] ?? "https://appleid.apple.com/auth/keys"
-        guard let url = URL(string: jwksURL), let scheme = url.scheme?.lowercased(), let host = url.host, !host.isEmpty,
-            scheme == "https" || (scheme == "http" && HTTPSFetcher.isLoopbackHost(host))
-        else {
-            throw ConfigurationError(setting: "SIWA_JWKS_URL", "must be an https URL (http only to a loopback host)")
-        }
-        jwksCAFile = values["SIWA_JWKS_CA_FILE"]
-        if let jwksCAFile, !FileManager.default.isReadableFile(atPath: jwksCAFile) {
-            throw ConfigurationError(setting: "SIWA_JWKS_CA_FILE", "cannot read \(jwksCAFile)")
-        }
-        jwksCachePath = try reader.path("SIWA_JWKS_CACHE", default: "/var/lib/siwa-endpoint/jwks.json")
-        jwksRefreshSeconds = try reader.integer("SIWA_JWKS_REFRESH_SECONDS", default: 3600, in: 60...86_400)
-        jwksUnknownKeyIDRefreshSeconds = try reader.integer(
-            "SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS", default: 60, in: 1...3600)
-        jwksTimeoutSeconds = try reader.integer("SIWA_JWKS_TIMEOUT_SECONDS", default: 5, in: 1...60)
+    /// The documented default of a row (for rows whose default is a literal value).
+    static func defaultValue(of name: String) -> String {
+        settings.first { $0.name == name }?.defaultValue ?? ""
+    }
 
-        redisURL = values["SIWA_REDIS_URL"] ?? "redis://127.0.0.1:6379/0"
-        guard redisURL.hasPrefix("redis://") || redisURL.hasPrefix("unix:///") else {
-            throw ConfigurationError(setting: "SIWA_REDIS_URL", "must be redis://host:port/db or unix:///path")
+    private static func readEnvFile(_ envFile: String) throws(ConfigurationError) -> [String: String] {
+        guard let text = try? String(contentsOfFile: envFile, encoding: .utf8) else {
+            throw ConfigurationError(setting: "--env-file", "cannot read \(envFile)")
         }
-        redisTimeoutMilliseconds = try reader.integer("SIWA_REDIS_TIMEOUT_MS", default: 1000, in: 10...60_000)
+        var values: [String: String] = [:]
+        for (number, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let line = rawLine.trimmingCharacters(in: .whitespaces)
+            if line.isEmpty || line.hasPrefix("#") { continue }
+            guard let equals = line.firstIndex(of: "="), equals != line.startIndex else {
+                throw ConfigurationError(setting: "--env-file", "line \(number + 1) of \(envFile) is not NAME=value")
+            }
+            var value = String(line[line.index(after: equals)...])
+            if value.count >= 2, value.first == value.last, value.first == "\"" || value.first == "'" {
+                value = String(value.dropFirst().dropLast())
+            }
+            values[String(line[..<equals])] = value
+        }
+        return values
+    }
+}
 
-        fastCGISocket = values["SIWA_FCGI_SOCKET"] ?? "/run/siwa-endpoint/fcgi.sock"
-        guard fastCGISocket.hasPrefix("/") || Self.isLoopbackAddress(fastCGISocket) else {
-            throw ConfigurationError(
-                setting: "SIWA_FCGI_SOCKET", "must be an absolute unix socket path or a loopback 127.0.0.1:PORT")
-        }
-        let modeText = values["SIWA_FCGI_SOCKET_MODE"] ?? "0660"
-        guard let mode = UInt16(modeText, radix: 8), mode <= 0o777 else {
-            throw ConfigurationError(setting: "SIWA_FCGI_SOCKET_MODE", "must be an octal mode such as 0660")
-        }
-        fastCGISocketMode = mode
-        fastCGISocketGroup = values["SIWA_FCGI_SOCKET_GROUP"].flatMap { $0.isEmpty ? nil : $0 }
+// MARK: - The typed groups
 
-        spoolDirectory = try reader.path("SIWA_SPOOL_DIR", default: "/var/lib/siwa-endpoint/spool")
-        keyPrefix = values["SIWA_KEY_PREFIX"] ?? "siwa"
-        guard !keyPrefix.isEmpty, keyPrefix.count <= 64,
-            keyPrefix.unicodeScalars.allSatisfy({
-                CharacterSet.alphanumerics.contains($0) || "-_.:".unicodeScalars.contains($0)
-            })
-        else {
-            throw ConfigurationError(
-                setting: "SIWA_KEY_PREFIX", "must be 1 to 64 letters, digits, '-', '_', '.' or ':'")
+/// Apple's keys: where from, how often, the cache file.
+public struct JWKSSettings: Sendable, Equatable {
+    /// The JWKS URL, checked with libcurl's URL parser, the one the fetch uses.
+    public var url: String
+    /// A CA bundle for the JWKS fetch (tests and private mirrors); nil means the system store.
+    public var caFile: String?
+    public var cachePath: String
+    public var refreshInterval: Duration
+    public var unknownKeyIDRefreshInterval: Duration
+    public var timeout: Duration
+}
+
+/// Where Redis is and how long a call may take.
+public struct RedisSettings: Sendable, Equatable {
+    /// The setting's text (it may hold a password: log `endpoint.description` instead).
+    public var url: String
+    public var endpoint: RedisEndpoint
+    /// Connect and command timeout.
+    public var timeout: Duration
+}
+
+/// Where the responder listens, with how many workers.
+public struct FastCGISettings: Sendable, Equatable {
+    /// The setting's text, as logged at start.
+    public var socket: String
+    /// The parsed address, with the socket's mode and group.
+    public var address: FastCGIListenAddress
+    public var workers: Int
+    public var maximumBodyBytes: Int
+    /// How long SIGTERM waits for requests in flight.
+    public var shutdownTimeout: Duration
+}
+
+/// How notifications are written into Redis.
+public struct StoreSettings: Sendable, Equatable {
+    public var keyPrefix: String
+    public var seenMarkerTTL: Duration
+    public var streamMaximumLength: Int
+}
+
+/// Where verified notifications wait while Redis cannot take them.
+public struct SpoolSettings: Sendable, Equatable {
+    public var directory: String
+    /// Where records that can never be applied are set aside.
+    public var rejectedDirectory: String { directory + "/rejected" }
+}
+
+/// What a request may be and how it is answered.
+public struct RequestSettings: Sendable, Equatable {
+    public var notificationPath: String
+    public var maximumBodyBytes: Int
+    /// Clock leeway for `exp` and `iat`.
+    public var leeway: Duration
+    /// The `Retry-After` of a 503.
+    public var retryAfter: Duration
+}
+
+// MARK: - The parsers of the table
+
+extension ServerConfiguration {
+    @Sendable static func clientIDList(_ text: String) throws(SettingProblem) -> Set<String> {
+        let list = text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+        guard !list.isEmpty, list.allSatisfy(isValidClientID) else {
+            throw SettingProblem("must be a comma-separated list of client IDs (visible ASCII, no braces or colons)")
         }
-        notificationPath = values["SIWA_NOTIFICATION_PATH"] ?? "/apple/notifications"
-        guard notificationPath.hasPrefix("/"), !notificationPath.contains("?"), !notificationPath.contains(" "),
-            notificationPath != "/healthz", notificationPath != "/metrics"
-        else {
-            throw ConfigurationError(
-                setting: "SIWA_NOTIFICATION_PATH", "must be an absolute path other than /healthz and /metrics")
-        }
-        workers = try reader.integer(
-            "SIWA_WORKERS", default: 2 * ProcessInfo.processInfo.activeProcessorCount, in: 1...256)
-        maximumBodyBytes = try reader.integer("SIWA_MAX_BODY_BYTES", default: 65_536, in: 1024...1_048_576)
-        leewaySeconds = try reader.integer("SIWA_LEEWAY_SECONDS", default: 60, in: 0...600)
-        seenTTLSeconds = try reader.integer("SIWA_SEEN_TTL_SECONDS", default: 2_592_000, in: 60...31_536_000)
-        streamMaximumLength = try reader.integer("SIWA_STREAM_MAXLEN", default: 1_000_000, in: 1000...1_000_000_000)
-        shutdownTimeoutSeconds = try reader.integer("SIWA_SHUTDOWN_TIMEOUT_SECONDS", default: 10, in: 1...300)
-        retryAfterSeconds = try reader.integer("SIWA_RETRY_AFTER_SECONDS", default: 30, in: 1...3600)
+        return Set(list)
     }
 
     static func isValidClientID(_ id: String) -> Bool {
@@ -166,12 +216,76 @@ public struct ServerConfiguration: Sendable, Equatable {
             }
     }
 
-    static func isLoopbackAddress(_ address: String) -> Bool {
-        guard let colon = address.lastIndex(of: ":"), let port = Int(address[address.index(after: colon)...]),
-            (1...65_535).contains(port)
-        else { return false }
-        let host = String(address[..<colon])
-        return host == "[::1]" || (host.hasPrefix("127.") && host.split(separator: ".").count == 4)
+    @Sendable static func jwksURL(_ text: String) throws(SettingProblem) -> String {
+        do throws(HTTPSFetchError) {
+            try HTTPSFetcher.checkURL(text)
+        } catch {
+            throw SettingProblem("must be an https URL (http only to a loopback host): \(error.message)")
+        }
+        return text
+    }
+
+    @Sendable static func readableFile(_ text: String) throws(SettingProblem) -> String {
+        guard FileManager.default.isReadableFile(atPath: text) else { throw SettingProblem("cannot read \(text)") }
+        return text
+    }
+
+    @Sendable static func redisEndpoint(_ text: String) throws(SettingProblem) -> RedisEndpoint {
+        do throws(RedisError) {
+            return try RedisEndpoint(parsing: text)
+        } catch {
+            throw SettingProblem("is not a usable Redis URL: \(error.message)")
+        }
+    }
+
+    @Sendable static func listenAddress(_ text: String) throws(SettingProblem) -> FastCGIListenAddress {
+        do throws(FastCGIError) {
+            return try FastCGIListenAddress.parse(text)
+        } catch {
+            throw SettingProblem(
+                "must be an absolute unix socket path or a loopback 127.0.0.1:PORT / [::1]:PORT: \(error.message)")
+        }
+    }
+
+    @Sendable static func socketMode(_ text: String) throws(SettingProblem) -> UInt32 {
+        guard let mode = UInt32(text, radix: 8), mode <= 0o777 else {
+            throw SettingProblem("must be an octal mode such as 0660")
+        }
+        return mode
+    }
+
+    @Sendable static func groupName(_ text: String) throws(SettingProblem) -> String {
+        guard !text.contains("\0"), !text.contains("/") else { throw SettingProblem("must be a group name") }
+        return text
+    }
+
+    @Sendable static func keyPrefix(_ text: String) throws(SettingProblem) -> String {
+        guard !text.isEmpty, text.count <= 64,
+            text.unicodeScalars.allSatisfy({
+                $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "-_.:".unicodeScalars.contains($0))
+            })
+        else {
+            throw SettingProblem("must be 1 to 64 letters, digits, '-', '_', '.' or ':'")
+        }
+        return text
+    }
+
+    @Sendable static func notificationPath(_ text: String) throws(SettingProblem) -> String {
+        guard text.hasPrefix("/"), !text.contains("?"), !text.contains(" "), text != "/healthz", text != "/metrics"
+        else {
+            throw SettingProblem("must be an absolute path other than /healthz and /metrics")
+        }
+        return text
+    }
+}
+
+extension FastCGIListenAddress {
+    /// The same address with the unix socket's mode and group (a TCP address has neither).
+    func with(mode: UInt32, group: String?) -> FastCGIListenAddress {
+        switch self {
+        case .unixSocket(let path, _, _): .unixSocket(path: path, mode: mode, group: group)
+        case .loopbackTCP: self
+        }
     }
 }
 
@@ -180,30 +294,10 @@ public struct ConfigurationError: Error, Sendable, CustomStringConvertible {
     public let setting: String
     public let problem: String
 
-    init(setting: String, _ problem: String) {
+    public init(setting: String, _ problem: String) {
         self.setting = setting
         self.problem = problem
     }
 
     public var description: String { "\(setting) \(problem)" }
-}
-
-private struct SettingReader {
-    let values: [String: String]
-
-    func integer(_ name: String, default value: Int, in range: ClosedRange<Int>) throws(ConfigurationError) -> Int {
-        guard let text = values[name] else { return value }
-        guard let number = Int(text.trimmingCharacters(in: .whitespaces)), range.contains(number) else {
-            throw ConfigurationError(
-                setting: name, "must be a whole number from \(range.lowerBound) to \(range.upperBound), got \"\(text)\""
-            )
-        }
-        return number
-    }
-
-    func path(_ name: String, default value: String) throws(ConfigurationError) -> String {
-        let path = values[name] ?? value
-        guard path.hasPrefix("/") else { throw ConfigurationError(setting: name, "must be an absolute path") }
-        return path
-    }
 }

@@ -344,7 +344,7 @@ struct FastCGIServerTests {
     func nonLoopbackRefused() throws {
         for text in [
             "0.0.0.0:9000", ":9000", "10.0.0.1:9000", "192.168.1.10:80", "example.com:9000", "127.0.0.1.nip.io:80",
-            "[::]:9000", "[::ffff:10.0.0.1]:80",
+            "[::]:9000", "[::ffff:10.0.0.1]:80", "localhost:9001", "127.1.2.300:9000",
         ] {
             #expect(throws: FastCGIError(.nonLoopbackHost, ""), "\(text)") { try FastCGIListenAddress.parse(text) }
         }
@@ -353,7 +353,6 @@ struct FastCGIServerTests {
         #expect(throws: FastCGIError(.invalidListenAddress, "")) { try FastCGIListenAddress.parse("relative.sock") }
         #expect(try FastCGIListenAddress.parse("127.0.0.1:9000") == .loopbackTCP(host: "127.0.0.1", port: 9000))
         #expect(try FastCGIListenAddress.parse("[::1]:9002") == .loopbackTCP(host: "::1", port: 9002))
-        #expect(try FastCGIListenAddress.parse("localhost:9001") == .loopbackTCP(host: "127.0.0.1", port: 9001))
         #expect(try FastCGIListenAddress.parse("unix:/run/siwa/fcgi.sock") == .unixSocket(path: "/run/siwa/fcgi.sock"))
         #expect(throws: FastCGIError(.nonLoopbackHost, "")) {
             try FastCGIServer(

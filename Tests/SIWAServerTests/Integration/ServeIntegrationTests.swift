@@ -288,7 +288,10 @@ struct ServeIntegrationTests {
         let text = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
         #expect(process.terminationStatus == 2)
-        #expect(text.contains(#"siwa-endpoint serve: SIWA_WORKERS must be a whole number from 1 to 256, got "lots""#))
+        // One JSON line, naming the setting (the JSON escapes the value's quotes).
+        #expect(text.split(separator: "\n").count == 1)
+        #expect(text.contains(#""event":"configuration_invalid","setting":"SIWA_WORKERS""#))
+        #expect(text.contains(#"SIWA_WORKERS must be a whole number from 1 to 256, got \"lots\""#))
     }
 
     @Test("a record Redis refuses for good is set aside, and does not hold back the spool")

@@ -10,23 +10,39 @@ struct ServerConfigurationTests {
     func defaults() throws {
         let configuration = try ServerConfiguration(environment: Self.minimal)
         #expect(configuration.clientIDs == ["com.example.app"])
-        #expect(configuration.jwksURL == "https://appleid.apple.com/auth/keys")
-        #expect(configuration.jwksCAFile == nil)
-        #expect(configuration.jwksCachePath == "/var/lib/siwa-endpoint/jwks.json")
-        #expect(configuration.jwksRefreshSeconds == 3600)
-        #expect(configuration.jwksUnknownKeyIDRefreshSeconds == 60)
-        #expect(configuration.redisURL == "redis://127.0.0.1:6379/0")
-        #expect(configuration.fastCGISocket == "/run/siwa-endpoint/fcgi.sock")
-        #expect(configuration.fastCGISocketMode == 0o660)
-        #expect(configuration.spoolDirectory == "/var/lib/siwa-endpoint/spool")
-        #expect(configuration.keyPrefix == "siwa")
-        #expect(configuration.notificationPath == "/apple/notifications")
-        #expect(configuration.workers == 2 * ProcessInfo.processInfo.activeProcessorCount)
-        #expect(configuration.maximumBodyBytes == 65_536)
-        #expect(configuration.leewaySeconds == 60)
-        #expect(configuration.seenTTLSeconds == 2_592_000)
-        #expect(configuration.streamMaximumLength == 1_000_000)
+        #expect(configuration.jwks.url == "https://appleid.apple.com/auth/keys")
+        #expect(configuration.jwks.caFile == nil)
+        #expect(configuration.jwks.cachePath == "/var/lib/siwa-endpoint/jwks.json")
+        #expect(configuration.jwks.refreshInterval == .seconds(3600))
+        #expect(configuration.jwks.unknownKeyIDRefreshInterval == .seconds(60))
+        #expect(configuration.jwks.timeout == .seconds(5))
+        #expect(configuration.redis.url == "redis://127.0.0.1:6379/0")
+        #expect(configuration.redis.endpoint == RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 6379)))
+        #expect(configuration.redis.timeout == .milliseconds(1000))
+        #expect(configuration.fastCGI.socket == "/run/siwa-endpoint/fcgi.sock")
+        #expect(configuration.fastCGI.address == .unixSocket(path: "/run/siwa-endpoint/fcgi.sock", mode: 0o660))
+        #expect(configuration.fastCGI.workers == 2 * ProcessInfo.processInfo.activeProcessorCount)
+        #expect(configuration.fastCGI.shutdownTimeout == .seconds(10))
+        #expect(configuration.spool.directory == "/var/lib/siwa-endpoint/spool")
+        #expect(configuration.store.keyPrefix == "siwa")
+        #expect(configuration.store.seenMarkerTTL == .seconds(2_592_000))
+        #expect(configuration.store.streamMaximumLength == 1_000_000)
+        #expect(configuration.requests.notificationPath == "/apple/notifications")
+        #expect(configuration.requests.maximumBodyBytes == 65_536)
+        #expect(configuration.requests.leeway == .seconds(60))
+        #expect(configuration.requests.retryAfter == .seconds(30))
         #expect(configuration.unknownSettings == [])
+    }
+
+    @Test("the socket mode and group go into the listen address")
+    func socketModeAndGroup() throws {
+        var environment = Self.minimal
+        environment["SIWA_FCGI_SOCKET_MODE"] = "0600"
+        environment["SIWA_FCGI_SOCKET_GROUP"] = "www-data"
+        let configuration = try ServerConfiguration(environment: environment)
+        #expect(
+            configuration.fastCGI.address
+                == .unixSocket(path: "/run/siwa-endpoint/fcgi.sock", mode: 0o600, group: "www-data"))
     }
 
     @Test(
@@ -41,6 +57,11 @@ struct ServerConfigurationTests {
             ("SIWA_FCGI_SOCKET", "relative.sock"), ("SIWA_FCGI_SOCKET_MODE", "0999"), ("SIWA_KEY_PREFIX", "a b"),
             ("SIWA_NOTIFICATION_PATH", "/healthz"), ("SIWA_NOTIFICATION_PATH", "apple"), ("SIWA_WORKERS", "0"),
             ("SIWA_WORKERS", "many"), ("SIWA_MAX_BODY_BYTES", "10"), ("SIWA_SEEN_TTL_SECONDS", "-1"),
+            // Values that --check once passed and serve then refused (issue: settings checked once).
+            ("SIWA_REDIS_URL", "redis://"), ("SIWA_REDIS_URL", "redis://h:99999"),
+            ("SIWA_REDIS_URL", "redis://127.0.0.1:6379/abc"), ("SIWA_REDIS_URL", "redis://:@127.0.0.1:6379/0"),
+            ("SIWA_REDIS_URL", "redis://127.0.0.1:6379/0?db=1"), ("SIWA_FCGI_SOCKET", "127.1.2.300:9000"),
+            ("SIWA_FCGI_SOCKET", "localhost:9000"), ("SIWA_JWKS_URL", "https://"),
         ])
     func badValue(_ name: String, _ value: String) {
         var environment = Self.minimal
@@ -68,7 +89,8 @@ struct ServerConfigurationTests {
         environment["SIWA_FCGI_SOCKET"] = "127.0.0.1:9000"
         environment["SIWA_CLIENT_IDS"] = "com.example.app, com.example.watch"
         let configuration = try ServerConfiguration(environment: environment)
-        #expect(configuration.fastCGISocket == "127.0.0.1:9000")
+        #expect(configuration.fastCGI.socket == "127.0.0.1:9000")
+        #expect(configuration.fastCGI.address == .loopbackTCP(host: "127.0.0.1", port: 9000))
         #expect(configuration.clientIDs == ["com.example.app", "com.example.watch"])
     }
 
@@ -84,8 +106,8 @@ struct ServerConfigurationTests {
         SIWA_WROKERS=3
         """.write(to: file, atomically: true, encoding: .utf8)
         let configuration = try ServerConfiguration(environment: ["SIWA_KEY_PREFIX": "from-env"], envFile: file.path)
-        #expect(configuration.workers == 7)
-        #expect(configuration.keyPrefix == "from-env")
+        #expect(configuration.fastCGI.workers == 7)
+        #expect(configuration.store.keyPrefix == "from-env")
         #expect(configuration.unknownSettings == ["SIWA_WROKERS"])
         #expect {
             try ServerConfiguration(environment: [:], envFile: "/nonexistent/env")

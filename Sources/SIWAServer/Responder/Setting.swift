@@ -1,0 +1,148 @@
+import Foundation
+
+/// One row of the settings table: the name, the default as the README, `deploy/env.example`
+/// and `serve --help` show it (nil when the setting is required), what it means, and how
+/// its text is read into a typed value. Adding a setting is adding one row to
+/// `ServerConfiguration.settings` (and reading its value into a group).
+public struct Setting: Sendable {
+    public let name: String
+    /// The documented default; nil when the setting is required.
+    public let defaultValue: String?
+    public let meaning: String
+    /// True when `defaultValue` is the value itself (`3600`), false when it describes one
+    /// ("2 per core", "(system trust store)") or the setting is required.
+    public let isLiteralDefault: Bool
+    /// Reads the text (nil when unset) into the typed value; a problem names no setting,
+    /// the caller adds the name.
+    let read: @Sendable (String?) throws(SettingProblem) -> any Sendable
+
+    init(
+        _ name: String, _ defaultValue: String?, _ meaning: String, isLiteralDefault: Bool? = nil,
+        read: @escaping @Sendable (String?) throws(SettingProblem) -> any Sendable
+    ) {
+        self.name = name
+        self.defaultValue = defaultValue
+        self.meaning = meaning
+        self.isLiteralDefault = isLiteralDefault ?? (defaultValue.map { !$0.hasPrefix("(") } ?? false)
+        self.read = read
+    }
+
+    /// A free-text setting; unset gives `defaultValue` (nil: required). The value is a `String`
+    /// (or `String?` when `defaultValue` is shown in parentheses, i.e. "unset").
+    public static func text(_ name: String, _ defaultValue: String?, _ meaning: String) -> Setting {
+        if let defaultValue, defaultValue.hasPrefix("(") {
+            return Setting(name, defaultValue, meaning) { text throws(SettingProblem) -> any Sendable in
+                text.flatMap { $0.isEmpty ? nil : $0 } as String?
+            }
+        }
+        return Setting(name, defaultValue, meaning) { text throws(SettingProblem) -> any Sendable in
+            guard let value = text ?? defaultValue else { throw SettingProblem("is required") }
+            return value
+        }
+    }
+
+    /// A whole number within `range`; unset gives `defaultValue`.
+    static func integer(
+        _ name: String, default defaultValue: Int, in range: ClosedRange<Int>, _ meaning: String
+    ) -> Setting {
+        Setting(name, "\(defaultValue)", meaning) { text throws(SettingProblem) -> any Sendable in
+            try text.map { text throws(SettingProblem) in try wholeNumber(text, in: range) } ?? defaultValue
+        }
+    }
+
+    /// A whole number within `range` whose default is computed at start (e.g. "2 per core").
+    static func integer(
+        _ name: String, shown: String, default defaultValue: @escaping @Sendable () -> Int, in range: ClosedRange<Int>,
+        _ meaning: String
+    ) -> Setting {
+        Setting(name, shown, meaning, isLiteralDefault: false) { text throws(SettingProblem) -> any Sendable in
+            guard let text else { return defaultValue() }
+            return try wholeNumber(text, in: range)
+        }
+    }
+
+    /// A time within `range` (in `unit`s), read as a `Duration`.
+    static func duration(
+        _ name: String, default defaultValue: Int, in range: ClosedRange<Int>, unit: DurationUnit, _ meaning: String
+    ) -> Setting {
+        Setting(name, "\(defaultValue)", meaning) { text throws(SettingProblem) -> any Sendable in
+            let number =
+                try text.map { text throws(SettingProblem) in try wholeNumber(text, in: range) } ?? defaultValue
+            return unit == .seconds ? Duration.seconds(number) : Duration.milliseconds(number)
+        }
+    }
+
+    enum DurationUnit { case seconds, milliseconds }
+
+    /// An absolute path.
+    static func path(_ name: String, default defaultValue: String, _ meaning: String) -> Setting {
+        parsed(name, default: defaultValue, meaning) { text throws(SettingProblem) in
+            guard text.hasPrefix("/"), !text.contains("\0") else { throw SettingProblem("must be an absolute path") }
+            return text
+        }
+    }
+
+    /// Any value read by `parse`; unset reads `defaultValue` through the same parser
+    /// (nil: required).
+    static func parsed<Value: Sendable>(
+        _ name: String, default defaultValue: String?, _ meaning: String,
+        _ parse: @escaping @Sendable (String) throws(SettingProblem) -> Value
+    ) -> Setting {
+        Setting(name, defaultValue, meaning) { text throws(SettingProblem) -> any Sendable in
+            guard let value = text ?? defaultValue else { throw SettingProblem("is required") }
+            return try parse(value)
+        }
+    }
+
+    /// A value that may be unset (`shown` says what unset means), read by `parse` when set.
+    static func optional<Value: Sendable>(
+        _ name: String, shown: String, _ meaning: String,
+        _ parse: @escaping @Sendable (String) throws(SettingProblem) -> Value
+    ) -> Setting {
+        Setting(name, shown, meaning, isLiteralDefault: false) { text throws(SettingProblem) -> any Sendable in
+            guard let text, !text.isEmpty else { return Value?.none as any Sendable }
+            return try parse(text) as Value?
+        }
+    }
+
+    static func wholeNumber(_ text: String, in range: ClosedRange<Int>) throws(SettingProblem) -> Int {
+        guard let number = Int(text.trimmingCharacters(in: .whitespaces)), range.contains(number) else {
+            throw SettingProblem(
+                "must be a whole number from \(range.lowerBound) to \(range.upperBound), got \"\(text)\"")
+        }
+        return number
+    }
+}
+
+/// What is wrong with one setting's value (the setting's name is added by the reader).
+struct SettingProblem: Error {
+    let text: String
+    init(_ text: String) { self.text = text }
+}
+
+/// The typed values of every row, read once.
+struct SettingValues {
+    private let values: [String: any Sendable]
+
+    /// Reads every row of `table` from `text`, in table order; the first bad value throws.
+    init(table: [Setting], text: [String: String]) throws(ConfigurationError) {
+        var values: [String: any Sendable] = [:]
+        for setting in table {
+            do throws(SettingProblem) {
+                values[setting.name] = try setting.read(text[setting.name])
+            } catch {
+                throw ConfigurationError(setting: setting.name, error.text)
+            }
+        }
+        self.values = values
+    }
+
+    /// The value of `name`, of the type its row reads. A missing row or another type is a
+    /// programming error (the table and a group disagree), caught by the defaults test.
+    subscript<Value>(_ name: String, as type: Value.Type = Value.self) -> Value {
+        guard let value = values[name] as? Value else {
+            preconditionFailure("setting \(name) is not in the table or is not a \(Value.self)")
+        }
+        return value
+    }
+}

@@ -1,0 +1,148 @@
+import Foundation
+import Glibc
+import Testing
+
+/// `serve --check` and `serve` refuse the same values the same way: exit 2, one
+/// `configuration_invalid` JSON line naming the setting, and no `started` line.
+@Suite("Settings refused by serve and serve --check alike")
+struct SettingsRefusalTests {
+    /// A temporary directory with a valid set of settings pointing into it.
+    final class Scratch {
+        let directory: URL
+        init() throws {
+            directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+                "siwa-settings-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            _ = FileManager.default.createFile(atPath: path("regular-file"), contents: Data("x".utf8))
+        }
+        deinit { try? FileManager.default.removeItem(at: directory) }
+
+        func path(_ name: String) -> String { directory.appendingPathComponent(name).path }
+
+        /// Valid settings: nothing here can be reached (port 1), so a `serve` that is not
+        /// refused starts, spools and keeps running.
+        var environment: [String: String] {
+            [
+                "SIWA_CLIENT_IDS": "com.example.app", "SIWA_JWKS_URL": "http://127.0.0.1:1/keys",
+                "SIWA_JWKS_CACHE": path("jwks.json"), "SIWA_REDIS_URL": "redis://127.0.0.1:1/0",
+                "SIWA_FCGI_SOCKET": path("fcgi.sock"), "SIWA_SPOOL_DIR": path("spool"), "SIWA_WORKERS": "1",
+                "SIWA_JWKS_TIMEOUT_SECONDS": "1", "PATH": "/usr/bin:/bin",
+            ]
+        }
+    }
+
+    struct Outcome {
+        var status: Int32?
+        var standardOutput: String
+        var standardError: String
+    }
+
+    /// Runs the binary; a run still going after `timeout` (a serve that was not refused) is
+    /// killed and reported with a nil status.
+    static func run(_ arguments: [String], environment: [String: String], timeout: TimeInterval = 20) throws -> Outcome
+    {
+        let process = Process()
+        process.executableURL = EndpointBinary.url
+        process.arguments = arguments
+        process.environment = environment
+        let output = Pipe()
+        let errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        process.standardInput = FileHandle.nullDevice
+        let exited = DispatchSemaphore(value: 0)
+        process.terminationHandler = { _ in exited.signal() }
+        try process.run()
+        var status: Int32?
+        if exited.wait(timeout: .now() + timeout) == .success {
+            status = process.terminationStatus
+        } else {
+            kill(process.processIdentifier, SIGKILL)
+            exited.wait()
+        }
+        return Outcome(
+            status: status,
+            standardOutput: String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self),
+            standardError: String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))
+    }
+
+    /// Exit 2, nothing on standard output, the refusal as one JSON line naming `setting`, and
+    /// no `started` line. `alone`: the refusal is the only line (a setting refused before
+    /// anything runs); otherwise it is the last line (the socket is made after the keys load).
+    static func expectRefused(_ outcome: Outcome, setting: String, alone: Bool = true, _ context: String) {
+        #expect(outcome.status == 2, "\(context): \(outcome.standardError)")
+        #expect(outcome.standardOutput.isEmpty, "\(context)")
+        let lines = outcome.standardError.split(separator: "\n")
+        if alone { #expect(lines.count == 1, "\(context): \(outcome.standardError)") }
+        #expect(!outcome.standardError.contains(#""event":"started""#), "\(context)")
+        guard let line = lines.last,
+            let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+        else {
+            Issue.record("\(context): not a JSON line: \(outcome.standardError)")
+            return
+        }
+        #expect(object["event"] as? String == "configuration_invalid", "\(context)")
+        #expect(object["setting"] as? String == setting, "\(context)")
+        #expect((object["message"] as? String)?.hasPrefix(setting + " ") == true, "\(context)")
+    }
+
+    /// What each case sets, given the scratch directory.
+    static let cases: [(setting: String, value: @Sendable (Scratch) -> String)] = [
+        ("SIWA_REDIS_URL", { _ in "redis://" }),
+        ("SIWA_REDIS_URL", { _ in "redis://h:99999" }),
+        ("SIWA_REDIS_URL", { _ in "redis://127.0.0.1:6379/abc" }),
+        ("SIWA_REDIS_URL", { _ in "redis://:@127.0.0.1:6379/0" }),
+        ("SIWA_REDIS_URL", { _ in "redis://127.0.0.1:6379/0?db=1" }),
+        ("SIWA_SPOOL_DIR", { $0.path("regular-file") }),
+        ("SIWA_SPOOL_DIR", { $0.path("regular-file/spool") }),
+        ("SIWA_FCGI_SOCKET", { _ in "127.1.2.300:9000" }),
+        ("SIWA_FCGI_SOCKET", { $0.path("regular-file") }),
+        ("SIWA_FCGI_SOCKET", { $0.path("no-such-directory/fcgi.sock") }),
+        ("SIWA_FCGI_SOCKET_GROUP", { _ in "siwa-no-such-group" }),
+    ]
+
+    @Test("each value is refused by --check and by serve, naming its setting", arguments: 0..<cases.count)
+    func refused(_ index: Int) throws {
+        let scratch = try Scratch()
+        let (setting, value) = Self.cases[index]
+        var environment = scratch.environment
+        environment[setting] = value(scratch)
+        let context = "\(setting)=\(environment[setting]!)"
+        Self.expectRefused(
+            try Self.run(["serve", "--check"], environment: environment), setting: setting, "--check " + context)
+        Self.expectRefused(try Self.run(["serve"], environment: environment), setting: setting, "serve " + context)
+        // Refused means untouched: the regular file is still what it was.
+        #expect(try String(contentsOfFile: scratch.path("regular-file"), encoding: .utf8) == "x")
+    }
+
+    @Test("the valid settings of these cases pass --check")
+    func baselineIsValid() throws {
+        let scratch = try Scratch()
+        let outcome = try Self.run(["serve", "--check"], environment: scratch.environment)
+        #expect(outcome.status == 0, "\(outcome.standardError)")
+        #expect(outcome.standardOutput == "settings are valid\n")
+    }
+
+    @Test("a TCP port already taken stops serve with the setting named, before started")
+    func portInUse() throws {
+        let scratch = try Scratch()
+        // Hold a loopback port, listening, so serve's bind fails.
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        try withUnsafeMutablePointer(to: &address) { pointer in
+            try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw in
+                guard bind(fd, raw, length) == 0, listen(fd, 1) == 0, getsockname(fd, raw, &length) == 0 else {
+                    throw POSIXError(.EADDRINUSE)
+                }
+            }
+        }
+        var environment = scratch.environment
+        environment["SIWA_FCGI_SOCKET"] = "127.0.0.1:\(UInt16(bigEndian: address.sin_port))"
+        Self.expectRefused(
+            try Self.run(["serve"], environment: environment), setting: "SIWA_FCGI_SOCKET", alone: false, "port in use")
+    }
+}
