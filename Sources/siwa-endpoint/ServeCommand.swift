@@ -66,6 +66,9 @@ enum ServeCommand {
         // A peer that hangs up must not kill the process; SIGTERM/SIGINT may arrive
         // blocked from a parent, and the FastCGI server turns them into a clean stop.
         signal(SIGPIPE, SIG_IGN)
+        // SIGHUP never stops serve: ignored until the signal watcher takes it over (and
+        // again after), which reloads the JWKS cache file on it.
+        signal(SIGHUP, SIG_IGN)
         var unblock = sigset_t()
         sigemptyset(&unblock)
         sigaddset(&unblock, SIGTERM)
@@ -138,7 +141,7 @@ enum ServeCommand {
         }
         let drained: Bool
         do throws(FastCGIError) {
-            drained = try server.run(handlingSignals: true) {
+            drained = try server.run(handlingSignals: true, onHangUp: { reloadKeys(keys) }) {
                 EventLog.event(
                     "started",
                     [
@@ -160,5 +163,17 @@ enum ServeCommand {
         _ = refresher.stop()
         EventLog.event("stopped", level: drained ? "info" : "warning", [("drained", .bool(drained))])
         return 0
+    }
+
+    /// SIGHUP: the JWKS cache file is read again (an operator may have put keys there);
+    /// nothing else is re-read, and nothing stops.
+    static func reloadKeys(_ keys: JWKSProvider) {
+        let (count, failure) = keys.reloadCacheFile()
+        EventLog.event(
+            "jwks_cache_reloaded", level: failure == nil ? "info" : "warning",
+            [
+                ("signal", .string("SIGHUP")), ("keys", .integer(Int64(count))),
+                ("failure", failure.map { .string($0) } ?? .null),
+            ])
     }
 }

@@ -85,14 +85,19 @@ public final class FastCGIServer: @unchecked Sendable {
     /// Starts, then serves until SIGTERM or SIGINT (when `handlingSignals`) or `stop()`,
     /// then waits up to `shutdownTimeout` for requests in flight. Returns true when every
     /// worker finished in time. `whenListening` runs once the socket accepts connections
-    /// (so a "started" line never comes before a failure to listen).
+    /// (so a "started" line never comes before a failure to listen). SIGHUP does not stop
+    /// the server: it calls `onHangUp` on the signal thread.
     @discardableResult
-    public func run(handlingSignals: Bool = true, whenListening: () -> Void = {}) throws(FastCGIError) -> Bool {
+    public func run(
+        handlingSignals: Bool = true, onHangUp: @escaping @Sendable () -> Void = {}, whenListening: () -> Void = {}
+    ) throws(FastCGIError) -> Bool {
         try start()
         var watcher: FastCGISignalWatcher?
         if handlingSignals {
             do throws(FastCGIError) {
-                watcher = try FastCGISignalWatcher { [self] _ in requestStop() }
+                watcher = try FastCGISignalWatcher { [self] signal in
+                    if signal == SIGHUP { onHangUp() } else { requestStop() }
+                }
             } catch {
                 _ = stop()
                 throw error

@@ -6,7 +6,7 @@ import Glibc
 /// installed and cleared only after the handler is removed.
 nonisolated(unsafe) private var signalPipeWriteEnd: Int32 = -1
 
-/// Turns SIGTERM and SIGINT into a call on an ordinary thread.
+/// Turns SIGTERM, SIGINT and SIGHUP into a call on an ordinary thread.
 ///
 /// Why not sigwait: a process-directed signal goes to any thread that does not block it,
 /// and threads created before us (the Swift runtime's, Foundation's) do not block it. A
@@ -22,7 +22,9 @@ final class FastCGISignalWatcher: @unchecked Sendable {
     private var previous: [Int32: sigaction] = [:]
     private let finished = DispatchSemaphore(value: 0)
 
-    static let signals: [Int32] = [SIGTERM, SIGINT]
+    /// SIGHUP is caught too, so that it never ends the process (its default action):
+    /// `serve` reloads the JWKS cache file on it.
+    static let signals: [Int32] = [SIGTERM, SIGINT, SIGHUP]
 
     /// Installs the handlers; `onSignal` runs on the watcher thread, once per signal.
     init(onSignal: @escaping @Sendable (Int32) -> Void) throws(FastCGIError) {

@@ -59,6 +59,21 @@ public final class JWKSProvider: @unchecked Sendable {
         return refresh(now: clock()) { _ in true }
     }
 
+    /// Reads the cache file again (what SIGHUP does): when it holds a usable JWKS, its
+    /// keys replace the held ones. Nothing is fetched. Returns the usable key count after
+    /// the reload, and why the file was not taken, if it was not.
+    public func reloadCacheFile() -> (keys: Int, failure: String?) {
+        guard let cacheFile else { return (keys.usableKeyIDs.count, "no cache file is configured") }
+        let failuresBefore = condition.withLock { cacheFailures }
+        let present = (try? cacheFile.load()) != nil
+        loadCache(cacheFile)
+        return condition.withLock {
+            let failure =
+                cacheFailures > failuresBefore ? lastFailure : present ? nil : "the cache file does not exist"
+            return (keySet.usableKeyIDs.count, failure)
+        }
+    }
+
     /// Fetches when the scheduled interval has passed since the last fetch (or the
     /// shorter retry interval, when that fetch failed).
     @discardableResult

@@ -1,0 +1,62 @@
+import Foundation
+import Glibc
+import SIWAServer
+import SIWATestKit
+import Testing
+
+/// Signals and restarts of the real `serve`: SIGHUP reloads the JWKS cache file and
+/// stops nothing; a socket file left by a crash never blocks the next start.
+@Suite("serve: signals and restarts", .serialized)
+struct ServeSignalTests {
+    @Test("SIGHUP reloads the JWKS cache file, logs it, and serve keeps serving")
+    func hangUpReloadsTheCacheFile() throws {
+        let stack = try ServeStack()
+        defer { stack.shutdown() }
+        guard let serve = stack.serve else { throw ServeProcess.StartFailure(description: "no serve") }
+        // An operator puts a key into the cache file that the JWKS server does not publish.
+        // No fetch can bring it (an unknown kid refreshes at most once a minute, and the one
+        // at start used that), so only reading the file makes it verify.
+        let placed = try TestSigningKey.generate(keyID: "test-apple-key-placed")
+        let cachePath = stack.directory.appendingPathComponent("jwks-cache.json").path
+        try TestSigningKey.jwksDocument([stack.key, placed]).write(toFile: cachePath, atomically: true, encoding: .utf8)
+
+        kill(serve.process.processIdentifier, SIGHUP)
+        #expect(stack.waitUntil(timeout: 10) { !serve.logLines(event: "jwks_cache_reloaded").isEmpty })
+        let line = serve.logLines(event: "jwks_cache_reloaded").first ?? ""
+        #expect(line.contains(#""keys":2"#), "\(line)")
+        #expect(line.contains(#""failure":null"#), "\(line)")
+        #expect(serve.process.isRunning)
+        let placedPost = try stack.post(
+            try stack.body(type: "consent-revoked", sub: "000031.a.0001", signedWith: placed))
+        #expect(placedPost.bodyText == #"{"status":"applied"}"#)
+        #expect(try stack.request("GET", "/healthz").status == 200)
+
+        // A second SIGHUP, with the file now unreadable as a JWKS: the held keys stay.
+        try "not a jwks".write(toFile: cachePath, atomically: true, encoding: .utf8)
+        kill(serve.process.processIdentifier, SIGHUP)
+        #expect(stack.waitUntil(timeout: 10) { serve.logLines(event: "jwks_cache_reloaded").count == 2 })
+        #expect(serve.logLines(event: "jwks_cache_reloaded").last?.contains(#""level":"warning""#) == true)
+        #expect(
+            try stack.post(try stack.body(type: "consent-revoked", sub: "000031.a.0002", signedWith: placed)).status
+                == 200)
+        #expect(serve.logLines(event: "stopped").isEmpty)
+
+        // SIGTERM still stops it cleanly.
+        serve.terminate()
+        #expect(serve.waitForExit(timeout: 15) == 0)
+    }
+
+    @Test("a socket file left by a crash (SIGKILL) does not block the next start")
+    func staleSocketAfterCrash() throws {
+        let stack = try ServeStack()
+        defer { stack.shutdown() }
+        stack.serve?.kill()
+        // The crash left the socket file behind, and nobody listens on it.
+        var info = stat()
+        #expect(lstat(stack.socketPath, &info) == 0 && info.st_mode & S_IFMT == S_IFSOCK)
+        #expect(!ServeProcess.accepts(stack.socketPath))
+        try stack.startServe()
+        #expect(try stack.request("GET", "/healthz").status == 200)
+        #expect(stack.serve?.logLines(event: "started").count == 2)
+    }
+}
