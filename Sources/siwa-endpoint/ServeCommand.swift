@@ -133,12 +133,13 @@ enum ServeCommand {
             server = try FastCGIServer(
                 configuration: FastCGIServerConfiguration(
                     address: fastCGI.address, workerCount: fastCGI.workers, maxBodyBytes: fastCGI.maximumBodyBytes,
-                    shutdownTimeout: fastCGI.shutdownTimeout),
+                    backlog: Int32(fastCGI.backlog), shutdownTimeout: fastCGI.shutdownTimeout),
                 handler: { responder.handle($0) })
         } catch {
             refuse(ConfigurationError(setting: "SIWA_FCGI_SOCKET", "cannot be served: \(error)"))
             return 2
         }
+        warnIfBacklogCapped(fastCGI.backlog)
         let drained: Bool
         do throws(FastCGIError) {
             drained = try server.run(handlingSignals: true, onHangUp: { reloadKeys(keys) }) {
@@ -174,6 +175,19 @@ enum ServeCommand {
             [
                 ("signal", .string("SIGHUP")), ("keys", .integer(Int64(count))),
                 ("failure", failure.map { .string($0) } ?? .null),
+            ])
+    }
+
+    /// The kernel silently caps a listen backlog at net.core.somaxconn: say so at start.
+    static func warnIfBacklogCapped(_ backlog: Int) {
+        guard let text = try? String(contentsOfFile: "/proc/sys/net/core/somaxconn", encoding: .utf8),
+            let limit = Int(text.trimmingCharacters(in: .whitespacesAndNewlines)), limit < backlog
+        else { return }
+        EventLog.event(
+            "fcgi_backlog_capped", level: "warning",
+            [
+                ("setting", .string("SIWA_FCGI_BACKLOG")), ("backlog", .integer(Int64(backlog))),
+                ("somaxconn", .integer(Int64(limit))),
             ])
     }
 }

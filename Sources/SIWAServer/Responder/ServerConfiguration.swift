@@ -73,6 +73,9 @@ public struct ServerConfiguration: Sendable, Equatable {
             "SIWA_SHUTDOWN_TIMEOUT_SECONDS", default: 10, in: 1...300, unit: .seconds,
             "how long SIGTERM waits for requests in flight"),
         .duration("SIWA_RETRY_AFTER_SECONDS", default: 30, in: 1...3600, unit: .seconds, "the `Retry-After` of a 503"),
+        .integer(
+            "SIWA_FCGI_BACKLOG", default: 1024, in: 16...65_535,
+            "connections queued on the socket while every worker is busy (`net.core.somaxconn` caps it)"),
     ]
 
     /// Reads the settings from `environment`, after the lines of `envFile` (`NAME=value`,
@@ -103,7 +106,8 @@ public struct ServerConfiguration: Sendable, Equatable {
         fastCGI = FastCGISettings(
             socket: values["SIWA_FCGI_SOCKET"] ?? Self.defaultValue(of: "SIWA_FCGI_SOCKET"),
             address: socket.with(mode: mode, group: group), workers: parsed["SIWA_WORKERS"],
-            maximumBodyBytes: parsed["SIWA_MAX_BODY_BYTES"], shutdownTimeout: parsed["SIWA_SHUTDOWN_TIMEOUT_SECONDS"])
+            maximumBodyBytes: parsed["SIWA_MAX_BODY_BYTES"], shutdownTimeout: parsed["SIWA_SHUTDOWN_TIMEOUT_SECONDS"],
+            backlog: parsed["SIWA_FCGI_BACKLOG"])
         store = StoreSettings(
             keyPrefix: parsed["SIWA_KEY_PREFIX"], seenMarkerTTL: parsed["SIWA_SEEN_TTL_SECONDS"],
             streamMaximumLength: parsed["SIWA_STREAM_MAXLEN"])
@@ -172,6 +176,9 @@ public struct FastCGISettings: Sendable, Equatable {
     public var maximumBodyBytes: Int
     /// How long SIGTERM waits for requests in flight.
     public var shutdownTimeout: Duration
+    /// listen(2) backlog: connections the kernel queues while every worker is busy; one
+    /// refused there is a 502 from nginx.
+    public var backlog: Int
 }
 
 /// How notifications are written into Redis.
