@@ -7,8 +7,9 @@ import SIWAServer
 
 /// `user CLIENT_ID SUB`: what the endpoint holds in Redis for one user, for an operator.
 /// Reads only: the state hash, and that user's entries among the stream's newest ones.
-/// Prints no personal data beyond what the hash holds: email addresses in stream entries
-/// are never printed (the hash's own `email`, when it holds one, is).
+/// Prints no personal data beyond what the hash holds: email addresses (and their
+/// private-relay flag) in stream entries are never printed (the hash's own, when it
+/// holds them, are).
 enum UserCommand {
     static let help = """
         usage: siwa-endpoint user CLIENT_ID SUB [--env-file FILE]
@@ -19,7 +20,7 @@ enum UserCommand {
         session that started at the given time is still valid (a line `session
         valid` or `session not valid`), and that user's entries among the newest N
         entries of the events stream (default 1000, at most 100000; email addresses
-        in them are never printed).
+        in them are never printed: only the hash's own, when it holds one).
 
         Redis is reached with serve's settings (SIWA_REDIS_URL, SIWA_REDIS_TIMEOUT_MS,
         SIWA_KEY_PREFIX; from the environment and --env-file, the environment wins).
@@ -119,8 +120,8 @@ enum UserCommand {
         }
         parts.append("applied=\(fields["applied"] ?? "?")")
         if let jti = fields["jti"] { parts.append("jti=\(jti)") }
-        if fields["email"] != nil { parts.append("email=(not shown)") }
-        if let flag = fields["is_private_email"] { parts.append("is_private_email=\(flag)") }
+        // The address and its private-relay flag may be gone from the hash (account-deleted).
+        if fields["email"] != nil || fields["is_private_email"] != nil { parts.append("email=(not shown)") }
         return parts.joined(separator: "  ")
     }
 

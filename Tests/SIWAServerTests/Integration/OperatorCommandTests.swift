@@ -95,6 +95,7 @@ struct UserCommandTests {
         let gone = try user(stack, [ServeStack.clientID, deleted])
         #expect(gone.status == 0)
         #expect(!gone.output.contains("@"))
+        #expect(!gone.output.contains("private"))
         #expect(gone.lines.contains("stream entries for this user among the newest 1000 of siwa:events: 2"))
         #expect(gone.lines.contains { $0.contains("email-disabled") && $0.contains("email=(not shown)") })
         #expect(gone.lines.contains { $0.contains("account-deleted") && $0.contains("applied=1") })
