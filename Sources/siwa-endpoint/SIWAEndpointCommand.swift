@@ -10,6 +10,8 @@ enum SIWAEndpointCommand {
         ("verify", "verify one captured request body and say why it was refused"),
         ("bench", "time full verification against the bare OpenSSL RS256 check"),
         ("load", "drive a running responder's FastCGI socket: notifications vs health checks"),
+        ("user", "what Redis holds for one user: user CLIENT_ID SUB [--session-started T]"),
+        ("status", "a running responder's health over its FastCGI socket (--json: the document)"),
     ]
 
     static let usage = """
@@ -41,6 +43,8 @@ enum SIWAEndpointCommand {
             case "verify": status = try VerifyCommand.run(arguments)
             case "bench": status = try BenchCommand.run(arguments)
             case "load": status = try LoadCommand.run(arguments)
+            case "user": status = try UserCommand.run(arguments)
+            case "status": status = try StatusCommand.run(arguments)
             default: throw UsageError("unknown subcommand \(subcommand)\n\n\(usage)")
             }
         } catch let error as UsageError {

@@ -1,0 +1,31 @@
+import Foundation
+import SIWAServer
+
+/// Serve's settings, read the way `serve` reads them, for the operator commands (`user`).
+enum OperatorSettings {
+    /// `SIWA_*` from the environment and `--env-file` (the environment wins), checked as
+    /// `serve --check` checks them. An operator's shell may lack `SIWA_CLIENT_IDS`, which
+    /// these commands do not use: the client ID asked about stands in for it then.
+    static func load(_ envFile: String?, clientID: String) throws(ConfigurationError) -> ServerConfiguration {
+        let environment = ProcessInfo.processInfo.environment
+        do {
+            return try ServerConfiguration(environment: environment, envFile: envFile)
+        } catch  where error.setting == "SIWA_CLIENT_IDS" && environment["SIWA_CLIENT_IDS"] == nil {
+            return try ServerConfiguration(
+                environment: environment.merging(["SIWA_CLIENT_IDS": clientID]) { current, _ in current },
+                envFile: envFile)
+        }
+    }
+
+    /// A connection to serve's Redis, with serve's timeouts.
+    static func redisConnection(_ configuration: ServerConfiguration) throws(UsageError) -> RedisConnection {
+        let endpoint: RedisEndpoint
+        do {
+            endpoint = try RedisEndpoint(parsing: configuration.redisURL)
+        } catch {
+            throw UsageError("SIWA_REDIS_URL: \(error.message)")
+        }
+        let timeout = Duration.milliseconds(configuration.redisTimeoutMilliseconds)
+        return RedisConnection(endpoint: endpoint, connectTimeout: timeout, commandTimeout: timeout)
+    }
+}

@@ -1,0 +1,193 @@
+import Foundation
+import SIWAServer
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `user CLIENT_ID SUB`: what the endpoint holds in Redis for one user, for an operator.
+/// Reads only: the state hash, and that user's entries among the stream's newest ones.
+/// Prints no personal data beyond what the hash holds: email addresses (and their
+/// private-relay flag) in stream entries are never printed (the hash's own, when it
+/// holds them, are).
+enum UserCommand {
+    static let help = """
+        usage: siwa-endpoint user CLIENT_ID SUB [--env-file FILE]
+                                  [--session-started ISO8601|MS] [--recent N]
+
+        Prints what siwa-endpoint holds in Redis for one user of one app: the state
+        hash (times as Unix milliseconds with the UTC date beside them), whether a
+        session that started at the given time is still valid (a line `session
+        valid` or `session not valid`), and that user's entries among the newest N
+        entries of the events stream (default 1000, at most 100000; email addresses
+        in them are never printed: only the hash's own, when it holds one).
+
+        Redis is reached with serve's settings (SIWA_REDIS_URL, SIWA_REDIS_TIMEOUT_MS,
+        SIWA_KEY_PREFIX; from the environment and --env-file, the environment wins).
+
+        Exit status: 0 something is held for this user, 1 nothing is, 2 a usage or
+        settings mistake, 3 Redis did not answer.
+        """
+
+    static let maximumRecent: Int64 = 100_000
+
+    /// The hash fields that hold a time in Unix milliseconds.
+    static let timeFields: Set<String> = [
+        "sessions_revoked_at", "consent_revoked_at", "account_deleted_at", "email_forwarding_at", "last_event_at",
+        "updated_at",
+    ]
+
+    static func run(_ words: [String]) throws -> Int32 {
+        if words.contains("--help") {
+            Output.line(help)
+            return 0
+        }
+        let arguments = try CommandLineArguments(
+            words, valueOptions: ["--env-file", "--session-started", "--recent"])
+        guard arguments.positionals.count == 2 else { throw UsageError("user takes CLIENT_ID and SUB\n\n\(help)") }
+        let clientID = arguments.positionals[0]
+        let sub = arguments.positionals[1]
+        // The same rules the responder applies: both become part of a Redis key's hash tag.
+        guard isKeyPart(clientID) else { throw UsageError("CLIENT_ID must be visible ASCII without { } or :") }
+        guard isKeyPart(sub, allowingColon: true) else { throw UsageError("SUB must be visible ASCII without { or }") }
+        let sessionStarted = try arguments.value("--session-started").map(parseSessionStart)
+        let recent = try arguments.integer("--recent") ?? 1000
+        guard (1...maximumRecent).contains(recent) else {
+            throw UsageError("--recent must be between 1 and \(maximumRecent), got \(recent)")
+        }
+
+        let configuration: ServerConfiguration
+        do {
+            configuration = try OperatorSettings.load(arguments.value("--env-file"), clientID: clientID)
+        } catch {
+            Output.error("siwa-endpoint user: \(error.description)")
+            return 2
+        }
+        let connection = try OperatorSettings.redisConnection(configuration)
+        let prefix = configuration.keyPrefix
+        let userKey = "\(prefix):user:{\(clientID):\(sub)}"
+
+        let hash: [String: String]
+        let entries: [(id: String, fields: [String: String])]
+        do {
+            hash = try connection.command("HGETALL", userKey).fieldMap ?? [:]
+            entries = try recentEntries(
+                connection, stream: "\(prefix):events", clientID: clientID, sub: sub, count: recent)
+        } catch {
+            Output.error("siwa-endpoint user: Redis: \(error.message)")
+            return 3
+        }
+
+        Output.line("key \(userKey)")
+        if hash.isEmpty {
+            Output.line("state: nothing held")
+        } else {
+            Output.line("state:")
+            let width = hash.keys.map(\.count).max() ?? 0
+            for field in hash.keys.sorted() {
+                let value = hash[field] ?? ""
+                var line = "  " + field.padding(toLength: width, withPad: " ", startingAt: 0) + "  " + value
+                if timeFields.contains(field), let milliseconds = Int64(value) {
+                    line += "  " + utcDate(milliseconds)
+                }
+                Output.line(line)
+            }
+        }
+        if let sessionStarted {
+            Output.line("session started at \(sessionStarted)  \(utcDate(sessionStarted))")
+            // The contract's rule: a session that began at or before sessions_revoked_at is invalid.
+            let revokedAt = hash["sessions_revoked_at"].flatMap { Int64($0) }
+            Output.line(revokedAt.map { sessionStarted > $0 } ?? true ? "session valid" : "session not valid")
+        }
+        Output.line("stream entries for this user among the newest \(recent) of \(prefix):events: \(entries.count)")
+        for entry in entries {
+            Output.line("  " + describe(entry))
+        }
+        return hash.isEmpty && entries.isEmpty ? 1 : 0
+    }
+
+    /// One stream entry on one line; the email address is never printed.
+    static func describe(_ entry: (id: String, fields: [String: String])) -> String {
+        let fields = entry.fields
+        var parts = [entry.id]
+        if let milliseconds = entry.id.split(separator: "-").first.flatMap({ Int64($0) }) {
+            parts.append("received \(utcDate(milliseconds))")
+        }
+        parts.append(fields["type"] ?? "?")
+        if let raw = fields["raw_type"], raw != fields["type"] { parts.append("raw_type=\(raw)") }
+        if let time = fields["event_time"], let milliseconds = Int64(time) {
+            parts.append("event_time=\(time) \(utcDate(milliseconds))")
+        }
+        parts.append("applied=\(fields["applied"] ?? "?")")
+        if let jti = fields["jti"] { parts.append("jti=\(jti)") }
+        // The address and its private-relay flag may be gone from the hash (account-deleted).
+        if fields["email"] != nil || fields["is_private_email"] != nil { parts.append("email=(not shown)") }
+        return parts.joined(separator: "  ")
+    }
+
+    /// This user's entries among the newest `count` of the stream, oldest first.
+    static func recentEntries(
+        _ connection: RedisConnection, stream: String, clientID: String, sub: String, count: Int64
+    ) throws(RedisError) -> [(id: String, fields: [String: String])] {
+        let reply = try connection.command("XREVRANGE", stream, "+", "-", "COUNT", String(count))
+        var found: [(id: String, fields: [String: String])] = []
+        for entry in reply.array ?? [] {
+            guard let parts = entry.array, parts.count == 2, let id = parts[0].string,
+                let fields = parts[1].fieldMap, fields["client_id"] == clientID, fields["sub"] == sub
+            else { continue }
+            found.append((id, fields))
+        }
+        return found.reversed()
+    }
+
+    static func isKeyPart(_ text: String, allowingColon: Bool = false) -> Bool {
+        !text.isEmpty && text.utf8.count <= 255
+            && text.utf8.allSatisfy {
+                $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "{") && $0 != UInt8(ascii: "}")
+                    && (allowingColon || $0 != UInt8(ascii: ":"))
+            }
+    }
+
+    /// Unix milliseconds, or an ISO 8601 date and time with a zone (`Z` or `+01:00`),
+    /// fractional seconds optional.
+    static func parseSessionStart(_ text: String) throws(UsageError) -> Int64 {
+        if !text.isEmpty, text.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) {
+            guard text.count <= 15, let milliseconds = Int64(text) else {
+                throw UsageError("--session-started \(text) is out of range")
+            }
+            // Seconds given by mistake would compare as 1970: refuse them, as the
+            // responder reads event times below 10^11 as seconds.
+            guard milliseconds >= 100_000_000_000 else {
+                throw UsageError("--session-started \(text) looks like seconds; give Unix milliseconds")
+            }
+            return milliseconds
+        }
+        for options: ISO8601DateFormatter.Options in [
+            [.withInternetDateTime, .withFractionalSeconds], [.withInternetDateTime],
+        ] {
+            let formatter = ISO8601DateFormatter()
+            formatter.formatOptions = options
+            if let date = formatter.date(from: text) {
+                return Int64((date.timeIntervalSince1970 * 1000).rounded())
+            }
+        }
+        throw UsageError(
+            "--session-started must be Unix milliseconds or an ISO 8601 time such as 2026-11-30T08:00:00Z")
+    }
+
+    /// `2026-11-30T08:00:00.000Z`.
+    static func utcDate(_ milliseconds: Int64) -> String {
+        var seconds = time_t(milliseconds.quotientAndRemainder(dividingBy: 1000).quotient)
+        var remainder = milliseconds % 1000
+        if remainder < 0 {
+            seconds -= 1
+            remainder += 1000
+        }
+        var parts = tm()
+        guard gmtime_r(&seconds, &parts) != nil else { return "?" }
+        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        let millisecondsText = String(remainder + 1000).dropFirst()
+        return "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))T\(two(parts.tm_hour)):"
+            + "\(two(parts.tm_min)):\(two(parts.tm_sec)).\(millisecondsText)Z"
+    }
+}

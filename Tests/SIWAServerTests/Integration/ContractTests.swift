@@ -1,0 +1,232 @@
+import Foundation
+import SIWAVerification
+import Testing
+
+/// The example readers' files, the README and the machine-readable contract.
+enum ExampleFiles {
+    static let packageRoot = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+
+    static func path(_ relative: String) -> String { packageRoot.appendingPathComponent(relative).path }
+
+    static func text(_ relative: String) throws -> String {
+        try String(contentsOfFile: path(relative), encoding: .utf8)
+    }
+
+    /// Every reader the README shows: Python, Node.js, Ruby.
+    static let readers = [
+        "examples/python/siwa_state.py", "examples/python/siwa_deletions.py", "examples/node/siwa_reader.js",
+        "examples/ruby/siwa_reader.rb",
+    ]
+
+    /// A flat JSON object as strings (`null`, `true`/`false`, numbers as their text).
+    static func flatJSON(_ text: String) throws -> [String: String] {
+        guard case .object(let members) = try StrictJSONParser.parse(Array(text.utf8)) else { return [:] }
+        return members.mapValues { value in
+            switch value {
+            case .bool(let flag): flag ? "true" : "false"
+            case .integer(let number): String(number)
+            case .string(let text): text
+            default: "null"
+            }
+        }
+    }
+
+    /// examples/contract.json.
+    struct Contract {
+        let object: [String: JSONValue]
+
+        init() throws {
+            guard case .object(let object) = try StrictJSONParser.parse(Array(try text("examples/contract.json").utf8))
+            else { throw Failure(description: "examples/contract.json is not an object") }
+            self.object = object
+        }
+
+        func names(_ member: String) -> Set<String> {
+            guard case .object(let fields)? = object[member] else { return [] }
+            return Set(fields.keys)
+        }
+
+        func strings(_ member: String) -> [String] {
+            guard case .array(let values)? = object[member] else { return [] }
+            return values.compactMap { if case .string(let text) = $0 { text } else { nil } }
+        }
+
+        func unit(_ member: String, _ field: String) -> String? {
+            guard case .object(let fields)? = object[member], case .string(let unit)? = fields[field] else {
+                return nil
+            }
+            return unit
+        }
+
+        /// A key pattern with the default prefix: `siwa:user:{<client_id>:<sub>}`.
+        func keyPattern(_ name: String) -> String? {
+            guard case .object(let keys)? = object["keys"], case .object(let key)? = keys[name],
+                case .string(let pattern)? = key["pattern"]
+            else { return nil }
+            return pattern.replacingOccurrences(of: "<prefix>", with: "siwa")
+        }
+    }
+
+    struct Failure: Error, CustomStringConvertible { let description: String }
+}
+
+/// The contract stated once (README, examples/contract.json), and checked three ways: against
+/// what the real responder writes, against the README, and against every example reader.
+@Suite("The Redis contract", .serialized)
+struct ContractTests {
+    @Test("what the real responder writes has exactly the contract's keys, fields, units and message members")
+    func responderWritesTheContract() throws {
+        let contract = try ExampleFiles.Contract()
+        let stack = try ServeStack()
+        defer { stack.shutdown() }
+        let subscriber = try RedisTestSubscriber(port: stack.redis.port, channel: "siwa:notifications")
+        let posts: [(String, String, String?)] = [
+            ("email-enabled", "000030.c.0001", "c@privaterelay.appleid.com"), ("consent-revoked", "000030.c.0002", nil),
+            ("account-deleted", "000030.c.0003", nil), ("email-disabled", "000030.c.0004", "d@example.com"),
+            ("some-new-type", "000030.c.0005", nil),
+        ]
+        for (type, sub, email) in posts {
+            let body = try stack.body(type: type, sub: sub, email: email, isPrivateEmail: email.map { _ in true })
+            #expect(try stack.post(body).status == 200)
+        }
+        let connection = stack.redisConnection()
+
+        // Keys: every key is one of the contract's patterns, with its type.
+        let keys = (try connection.command("KEYS", "*").array ?? []).compactMap(\.string)
+        for key in keys {
+            let type = try connection.command("TYPE", key).string
+            if key == "siwa:events" {
+                #expect(type == "stream")
+            } else if key.hasPrefix("siwa:user:{\(ServeStack.clientID):000030.c.") && key.hasSuffix("}") {
+                #expect(type == "hash")
+            } else {
+                #expect(key.hasPrefix("siwa:seen:{\(ServeStack.clientID):000030.c.") && type == "string", "\(key)")
+            }
+        }
+        #expect(keys.filter { $0.hasPrefix("siwa:seen:") }.count == posts.count)
+        #expect(contract.keyPattern("user") == "siwa:user:{<client_id>:<sub>}")
+        #expect(contract.keyPattern("seen") == "siwa:seen:{<client_id>:<sub>}:<jti>")
+        #expect(contract.keyPattern("events") == "siwa:events")
+        #expect(contract.keyPattern("notifications") == "siwa:notifications")
+
+        // The hash: the union of the fields written is the contract's, and times are ms.
+        var hashFields: Set<String> = []
+        for (_, sub, _) in posts {
+            for (field, value) in try stack.userHash(sub: sub) {
+                hashFields.insert(field)
+                if contract.unit("user_fields", field) == "ms" {
+                    #expect(Int64(value).map { $0 > 1_000_000_000_000 } == true, "\(field)=\(value) is not ms")
+                }
+            }
+        }
+        #expect(hashFields == contract.names("user_fields"))
+
+        // The stream: the same.
+        var streamFields: Set<String> = []
+        let entries = try connection.command("XRANGE", "siwa:events", "-", "+").array ?? []
+        #expect(entries.count == posts.count)
+        for entry in entries {
+            let fields = entry.array?.last?.fieldMap ?? [:]
+            streamFields.formUnion(fields.keys)
+            #expect(contract.strings("types").contains(fields["type"] ?? ""), "\(fields["type"] ?? "")")
+            #expect(Int64(fields["event_time"] ?? "").map { $0 > 1_000_000_000_000 } == true)
+        }
+        #expect(streamFields == contract.names("stream_fields"))
+
+        // The channel: one message per notification, with exactly the contract's members.
+        let messages = try subscriber.messages(within: 10, limit: posts.count)
+        #expect(messages.count == posts.count)
+        for message in messages {
+            #expect(Set(try ExampleFiles.flatJSON(message).keys) == contract.names("message_fields"))
+            #expect(!message.contains("@"), "a message never carries an email address")
+        }
+    }
+
+    /// The backticked names in the first column of the first table after `heading`.
+    static func tableNames(_ readme: String, after heading: String) -> Set<String> {
+        let lines = readme.components(separatedBy: "\n")
+        guard let start = lines.firstIndex(where: { $0.hasPrefix(heading) }) else { return [] }
+        var names: Set<String> = []
+        var inTable = false
+        for line in lines[(start + 1)...] {
+            if line.hasPrefix("|") {
+                inTable = true
+                let cell = line.split(separator: "|", omittingEmptySubsequences: true).first ?? ""
+                let parts = cell.split(separator: "`", omittingEmptySubsequences: false)
+                for (index, part) in parts.enumerated() where index % 2 == 1 { names.insert(String(part)) }
+            } else if inTable {
+                break
+            }
+        }
+        return names
+    }
+
+    @Test("the README states the contract's keys, hash fields, stream fields and message members")
+    func readmeStatesTheContract() throws {
+        let contract = try ExampleFiles.Contract()
+        let readme = try ExampleFiles.text("README.md")
+        #expect(Self.tableNames(readme, after: "**`siwa:user:{<client_id>:<sub>}`**") == contract.names("user_fields"))
+        #expect(Self.tableNames(readme, after: "**`siwa:events`**") == contract.names("stream_fields"))
+        #expect(Self.tableNames(readme, after: "**Channel `siwa:notifications`**") == contract.names("message_fields"))
+        #expect(readme.contains("**`siwa:seen:{<client_id>:<sub>}:<jti>`**"))
+        #expect(readme.contains("`examples/contract.json`"))
+    }
+
+    /// Names a reader uses that look like contract names: quoted snake_case words (and
+    /// JavaScript's `object.snake_case` properties), and quoted event types.
+    static func contractLikeNames(_ source: String, javaScript: Bool) -> Set<String> {
+        var names: Set<String> = []
+        var patterns = [
+            #"["'`]([a-z]+(?:_[a-z]+)+)["'`]"#, #"["'`]((?:email|consent|account)-[a-z]+)["'`]"#,
+            #"%w\[([a-z\- ]+)\]"#,
+        ]
+        if javaScript { patterns.append(#"\.([a-z]+(?:_[a-z]+)+)\b(?!\s*\()"#) }
+        for pattern in patterns {
+            let expression = try! NSRegularExpression(pattern: pattern)
+            let range = NSRange(source.startIndex..., in: source)
+            for match in expression.matches(in: source, range: range) {
+                guard let found = Range(match.range(at: 1), in: source) else { continue }
+                names.formUnion(source[found].split(separator: " ").map(String.init))
+            }
+        }
+        return names
+    }
+
+    @Test("every name a reader uses for a field or a type is one the contract defines", arguments: ExampleFiles.readers)
+    func readersUseTheContractsNames(_ reader: String) throws {
+        let contract = try ExampleFiles.Contract()
+        // The readers' own output members and their consumer group's name, which are not Redis's.
+        let ownNames: Set<String> = ["account_deleted", "session_valid", "account-cleanup"]
+        let known = contract.names("user_fields").union(contract.names("stream_fields"))
+            .union(contract.names("message_fields")).union(contract.strings("types")).union(ownNames)
+        let used = Self.contractLikeNames(
+            try ExampleFiles.text(reader), javaScript: reader.hasSuffix(".js"))
+        #expect(used.subtracting(known) == [], "names the contract does not define")
+        #expect(used.contains("sessions_revoked_at") || reader.hasSuffix("siwa_deletions.py"))
+        #expect(used.contains("account-deleted") || reader.hasSuffix("siwa_state.py"))
+    }
+
+    @Test("each code block the README marks as tested is a verbatim part of its example file")
+    func readmeShowsTheTestedCode() throws {
+        let readme = try ExampleFiles.text("README.md")
+        let lines = readme.components(separatedBy: "\n")
+        var shown: [String: Int] = [:]
+        for (index, line) in lines.enumerated() where line.hasPrefix("<!-- tested: ") {
+            let file = line.dropFirst("<!-- tested: ".count).replacingOccurrences(of: " -->", with: "")
+            let source = try ExampleFiles.text(file)
+            #expect(lines[index + 1].hasPrefix("```"), "a fenced block follows the marker for \(file)")
+            guard let end = lines[(index + 2)...].firstIndex(where: { $0.hasPrefix("```") }) else {
+                Issue.record("an unclosed block for \(file)")
+                continue
+            }
+            let block = lines[(index + 2)..<end].joined(separator: "\n")
+            #expect(block.count > 80 && source.contains(block + "\n"), "the README's block differs from \(file)")
+            shown[file, default: 0] += 1
+        }
+        for reader in ExampleFiles.readers {
+            #expect(shown[reader, default: 0] >= 1, "the README shows no tested code of \(reader)")
+        }
+    }
+}

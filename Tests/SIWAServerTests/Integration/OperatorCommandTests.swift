@@ -1,0 +1,204 @@
+import Foundation
+import SIWATestKit
+import SIWAVerification
+import Testing
+
+/// Runs the real `siwa-endpoint` binary with its own environment, as an operator would.
+struct EndpointRun {
+    let status: Int32
+    let output: String
+    let errors: String
+
+    var lines: [String] { output.split(separator: "\n", omittingEmptySubsequences: false).map(String.init) }
+
+    static func run(_ arguments: [String], environment: [String: String] = [:]) throws -> EndpointRun {
+        let process = Process()
+        process.executableURL = ServeProcess.binaryURL
+        process.arguments = arguments
+        process.environment = environment.merging(["PATH": "/usr/bin:/bin"]) { current, _ in current }
+        let output = Pipe()
+        let errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let outputData = output.fileHandleForReading.readDataToEndOfFile()
+        let errorData = errors.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return EndpointRun(
+            status: process.terminationStatus, output: String(decoding: outputData, as: UTF8.self),
+            errors: String(decoding: errorData, as: UTF8.self))
+    }
+}
+
+/// `siwa-endpoint user`: what Redis holds for one user, read from state the real responder wrote.
+@Suite("siwa-endpoint user", .serialized)
+struct UserCommandTests {
+    static let revokedAt: Int64 = 1_796_000_000_000  // 2026-11-30T00:53:20.000Z
+
+    func user(_ stack: ServeStack, _ words: [String], environment: [String: String]? = nil) throws -> EndpointRun {
+        try EndpointRun.run(["user"] + words, environment: environment ?? ["SIWA_REDIS_URL": stack.redis.url()])
+    }
+
+    @Test("the hash with UTC dates, a session before or at the revocation is not valid, one after is")
+    func consentRevoked() throws {
+        let stack = try ServeStack()
+        defer { stack.shutdown() }
+        let sub = "000020.u.0001"
+        #expect(
+            try stack.post(
+                try stack.body(type: "consent-revoked", sub: sub, eventTimeMilliseconds: Self.revokedAt)
+            ).status == 200)
+        let atRevocation = try user(stack, [ServeStack.clientID, sub, "--session-started", String(Self.revokedAt)])
+        #expect(atRevocation.status == 0, "\(atRevocation.errors)")
+        let lines = atRevocation.lines
+        #expect(lines.first == "key siwa:user:{com.example.app:000020.u.0001}")
+        #expect(lines.contains("  sessions_revoked_at  1796000000000  2026-11-30T00:53:20.000Z"))
+        #expect(lines.contains("  consent_revoked_at   1796000000000  2026-11-30T00:53:20.000Z"))
+        #expect(lines.contains("  last_event_type      consent-revoked"))
+        #expect(lines.contains("session started at 1796000000000  2026-11-30T00:53:20.000Z"))
+        #expect(lines.contains("session not valid"))
+        #expect(!lines.contains("session valid"))
+        #expect(lines.contains("stream entries for this user among the newest 1000 of siwa:events: 1"))
+        #expect(
+            lines.contains {
+                $0.hasPrefix("  ")
+                    && $0.contains("consent-revoked  event_time=1796000000000 2026-11-30T00:53:20.000Z  applied=1")
+            })
+
+        let later = try user(stack, [ServeStack.clientID, sub, "--session-started", "2026-11-30T00:53:20.001Z"])
+        #expect(later.status == 0)
+        #expect(later.lines.contains("session valid"))
+        #expect(!later.lines.contains("session not valid"))
+        let offset = try user(stack, [ServeStack.clientID, sub, "--session-started", "2026-11-30T01:53:20+01:00"])
+        #expect(offset.lines.contains("session not valid"))
+    }
+
+    @Test("no email address from the stream when the hash holds none; the hash's own is shown")
+    func emailNeverBeyondTheHash() throws {
+        let stack = try ServeStack()
+        defer { stack.shutdown() }
+        let deleted = "000020.u.0002"
+        let forwarding = "000020.u.0003"
+        for (type, sub, time, email) in [
+            ("email-disabled", deleted, Self.revokedAt, "gone@privaterelay.appleid.com"),
+            ("account-deleted", deleted, Self.revokedAt + 1000, nil),
+            ("email-enabled", forwarding, Self.revokedAt, "kept@privaterelay.appleid.com"),
+        ] {
+            #expect(
+                try stack.post(
+                    try stack.body(
+                        type: type, sub: sub, eventTimeMilliseconds: time, email: email,
+                        isPrivateEmail: email == nil ? nil : true)
+                ).status == 200)
+        }
+        let gone = try user(stack, [ServeStack.clientID, deleted])
+        #expect(gone.status == 0)
+        #expect(!gone.output.contains("@"))
+        #expect(!gone.output.contains("private"))
+        #expect(gone.lines.contains("stream entries for this user among the newest 1000 of siwa:events: 2"))
+        #expect(gone.lines.contains { $0.contains("email-disabled") && $0.contains("email=(not shown)") })
+        #expect(gone.lines.contains { $0.contains("account-deleted") && $0.contains("applied=1") })
+        #expect(!gone.lines.contains { $0.hasPrefix("session") })
+
+        let kept = try user(stack, [ServeStack.clientID, forwarding])
+        #expect(kept.lines.contains("  email                kept@privaterelay.appleid.com"))
+        #expect(kept.output.components(separatedBy: "@").count == 2, "the address once, from the hash")
+    }
+
+    @Test("nothing held exits 1; --recent bounds the scan; settings from --env-file; Redis down exits 3")
+    func boundsAndFailures() throws {
+        let stack = try ServeStack()
+        defer { stack.shutdown() }
+        let sub = "000020.u.0004"
+        #expect(try stack.post(try stack.body(type: "consent-revoked", sub: sub)).status == 200)
+        #expect(try stack.post(try stack.body(type: "consent-revoked", sub: "000020.u.0005")).status == 200)
+
+        let nobody = try user(stack, [ServeStack.clientID, "000020.u.0404", "--session-started", "1796000000000"])
+        #expect(nobody.status == 1)
+        #expect(nobody.lines.contains("state: nothing held"))
+        #expect(nobody.lines.contains("session valid"))
+        #expect(nobody.lines.contains("stream entries for this user among the newest 1000 of siwa:events: 0"))
+
+        // Only the newest entry is scanned: it is the other user's.
+        let newestOnly = try user(stack, [ServeStack.clientID, sub, "--recent", "1"])
+        #expect(newestOnly.status == 0)
+        #expect(newestOnly.lines.contains("stream entries for this user among the newest 1 of siwa:events: 0"))
+        #expect(try user(stack, [ServeStack.clientID, sub, "--recent", "0"]).status == 2)
+        #expect(try user(stack, [ServeStack.clientID, sub, "--recent", "100001"]).status == 2)
+        #expect(try user(stack, [ServeStack.clientID, sub, "--session-started", "1796000000"]).status == 2)
+        #expect(try user(stack, [ServeStack.clientID, sub, "--session-started", "yesterday"]).status == 2)
+        #expect(try user(stack, ["com.example:app", sub]).status == 2)
+        #expect(try user(stack, [ServeStack.clientID]).status == 2)
+
+        let envFile = stack.directory.appendingPathComponent("operator.env")
+        try Data("SIWA_CLIENT_IDS=com.example.app\nSIWA_REDIS_URL=\(stack.redis.url())\n".utf8).write(to: envFile)
+        let fromFile = try user(stack, [ServeStack.clientID, sub, "--env-file", envFile.path], environment: [:])
+        #expect(fromFile.status == 0, "\(fromFile.errors)")
+        #expect(fromFile.lines.contains { $0.hasPrefix("  sessions_revoked_at") })
+
+        let badSetting = try user(stack, [ServeStack.clientID, sub], environment: ["SIWA_REDIS_TIMEOUT_MS": "0"])
+        #expect(badSetting.status == 2)
+        #expect(badSetting.errors.contains("SIWA_REDIS_TIMEOUT_MS"))
+
+        stack.redis.stop()
+        let down = try user(stack, [ServeStack.clientID, sub])
+        #expect(down.status == 3)
+        #expect(down.errors.contains("Redis"))
+        #expect(down.output.isEmpty)
+    }
+}
+
+/// `siwa-endpoint status`: the responder's health over its FastCGI socket, from a real serve.
+@Suite("siwa-endpoint status", .serialized)
+struct StatusCommandTests {
+    @Test("healthy: a table or the /healthz document, exit 0; the socket from SIWA_FCGI_SOCKET")
+    func healthy() throws {
+        let stack = try ServeStack()
+        defer { stack.shutdown() }
+        let table = try EndpointRun.run(["status", "--socket", stack.socketPath])
+        #expect(table.status == 0, "\(table.errors)")
+        #expect(
+            table.lines == [
+                "socket       \(stack.socketPath)", "health       ok", "keys         1 of Apple's signing keys loaded",
+                "redis        ok", "spool depth  0 notifications waiting for Redis", "",
+            ])
+        let json = try EndpointRun.run(["status", "--json"], environment: ["SIWA_FCGI_SOCKET": stack.socketPath])
+        #expect(json.status == 0)
+        #expect(json.output == #"{"status":"ok","keys":1,"redis":"ok","spool_depth":0}"# + "\n")
+    }
+
+    @Test("Redis down: not healthy, exit 1, the spool depth and the reason shown")
+    func unhealthy() throws {
+        let stack = try ServeStack()
+        defer { stack.shutdown() }
+        stack.redis.stop()
+        #expect(
+            try stack.post(try stack.body(type: "consent-revoked", sub: "000021.s.0001")).jsonFields["status"]
+                == "spooled")
+        let table = try EndpointRun.run(["status", "--socket", stack.socketPath])
+        #expect(table.status == 1)
+        #expect(table.lines.contains("health       NOT HEALTHY (HTTP 503)"))
+        #expect(table.lines.contains("redis        down"))
+        #expect(table.lines.contains("spool depth  1 notifications waiting for Redis"))
+        #expect(table.lines.contains("reason       Redis does not answer"))
+        let json = try EndpointRun.run(["status", "--socket", stack.socketPath, "--json"])
+        #expect(json.status == 1)
+        #expect(
+            json.output
+                == #"{"status":"unavailable","keys":1,"redis":"down","spool_depth":1,"reason":"Redis does not answer"}"#
+                + "\n")
+    }
+
+    @Test("nothing listening exits 3; a bad --socket is a usage mistake")
+    func noAnswer() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "siwa-status-\(UUID().uuidString)")
+        let missing = try EndpointRun.run(["status", "--socket", directory.appendingPathComponent("none.sock").path])
+        #expect(missing.status == 3)
+        #expect(missing.output.isEmpty)
+        #expect(missing.errors.contains("no answer"))
+        #expect(try EndpointRun.run(["status", "--socket", "localhost"]).status == 2)
+        #expect(try EndpointRun.run(["status", "--socket", "/x", "--timeout", "0"]).status == 2)
+    }
+}

@@ -1,0 +1,134 @@
+#!/usr/bin/env node
+// Reads the state siwa-endpoint writes to Redis, with node-redis (the `redis` client, v4;
+// Debian: apt-get install node-redis). Only the Redis contract is used (README, "The
+// Redis contract"). As a module: sessionIsValid, userState, drainDeletions, subscribeToRevocations.
+//
+//   node siwa_reader.js state --redis-url redis://127.0.0.1:6379/0 --client-id com.example.app \
+//       --sub 001234.abc.0123 --session-started-at 1796000000000
+//   node siwa_reader.js deletions --redis-url URL [--group account-cleanup]
+//   node siwa_reader.js subscribe --redis-url URL [--count N]
+//
+// Debian installs node-redis under /usr/share/nodejs, which Debian's own node searches;
+// another node finds it with NODE_PATH=/usr/share/nodejs.
+"use strict";
+
+const { createClient } = require("redis");
+
+// The contract's names, in one place.
+const userKey = (clientId, sub, prefix = "siwa") => `${prefix}:user:{${clientId}:${sub}}`; // {client_id:sub}: a hash tag
+const eventsStream = (prefix = "siwa") => `${prefix}:events`;
+const notificationsChannel = (prefix = "siwa") => `${prefix}:notifications`;
+
+// A session is invalid if it began at or before the latest consent-revoked or
+// account-deleted event for this user in this app (times in Unix milliseconds).
+async function sessionIsValid(redis, clientId, sub, sessionStartedAtMs, prefix = "siwa") {
+  const revokedAt = await redis.hGet(userKey(clientId, sub, prefix), "sessions_revoked_at");
+  return revokedAt == null || sessionStartedAtMs > Number(revokedAt);
+}
+
+async function userState(redis, clientId, sub, prefix = "siwa") {
+  const fields = await redis.hGetAll(userKey(clientId, sub, prefix));
+  return {
+    account_deleted: "account_deleted_at" in fields,
+    email_forwarding: fields.email_forwarding ?? null, // "enabled", "disabled" or null
+    sessions_revoked_at: "sessions_revoked_at" in fields ? Number(fields.sessions_revoked_at) : null,
+    last_event_type: fields.last_event_type ?? null,
+  };
+}
+
+// Acts once per account deletion: a consumer group on the events stream. Each entry is
+// acknowledged after it is handled, so a crash re-delivers it (at least once: make
+// `handle` idempotent). Returns how many deletions were handled when nothing new is left.
+async function drainDeletions(redis, handle, group = "account-cleanup", consumer = "worker-1", prefix = "siwa") {
+  const stream = eventsStream(prefix);
+  try {
+    await redis.xGroupCreate(stream, group, "0", { MKSTREAM: true });
+  } catch (error) {
+    if (!String(error.message).startsWith("BUSYGROUP")) throw error; // the group exists already: fine
+  }
+  let handled = 0;
+  for (;;) {
+    const batches = await redis.xReadGroup(group, consumer, { key: stream, id: ">" }, { COUNT: 100 });
+    if (!batches || batches.every((batch) => batch.messages.length === 0)) return handled;
+    for (const { messages } of batches) {
+      for (const { id, message } of messages) {
+        if (message.type === "account-deleted") {
+          await handle(message.client_id, message.sub, Number(message.event_time));
+          handled += 1;
+        }
+        await redis.xAck(stream, group, id);
+      }
+    }
+  }
+}
+
+// Drops cached sessions the moment a revocation arrives: `onRevocation(clientId, sub, type)`
+// for each applied consent-revoked or account-deleted. Subscribing needs a connection of
+// its own. Returns that connection (quit it to stop).
+async function subscribeToRevocations(redis, onRevocation, prefix = "siwa") {
+  const subscriber = redis.duplicate();
+  await subscriber.connect();
+  await subscriber.subscribe(notificationsChannel(prefix), (text) => {
+    const { client_id, sub, type, applied } = JSON.parse(text); // never an email address
+    if (applied && (type === "consent-revoked" || type === "account-deleted")) {
+      onRevocation(client_id, sub, type);
+    }
+  });
+  return subscriber;
+}
+
+module.exports = { userKey, eventsStream, notificationsChannel, sessionIsValid, userState, drainDeletions,
+  subscribeToRevocations };
+
+function options(words) {
+  const parsed = {};
+  for (let index = 0; index < words.length; index += 2) {
+    if (!words[index].startsWith("--") || index + 1 >= words.length) throw new Error(`bad argument ${words[index]}`);
+    parsed[words[index].slice(2)] = words[index + 1];
+  }
+  if (!parsed["redis-url"]) throw new Error("--redis-url is required");
+  return parsed;
+}
+
+async function main([command, ...words]) {
+  const args = options(words);
+  const prefix = args.prefix ?? "siwa";
+  const redis = createClient({ url: args["redis-url"] });
+  await redis.connect();
+  try {
+    if (command === "state") {
+      const state = await userState(redis, args["client-id"], args.sub, prefix);
+      state.session_valid = await sessionIsValid(redis, args["client-id"], args.sub,
+        Number(args["session-started-at"]), prefix);
+      console.log(JSON.stringify(state));
+    } else if (command === "deletions") {
+      await drainDeletions(redis, (clientId, sub, eventTime) => {
+        // Your deletion duty goes here: delete what you hold for (clientId, sub).
+        console.log(JSON.stringify({ client_id: clientId, sub, event_time: eventTime }));
+      }, args.group, args.consumer, prefix);
+    } else if (command === "subscribe") {
+      let left = Number(args.count ?? 1);
+      let finish;
+      const finished = new Promise((resolve) => { finish = resolve; });
+      const subscriber = await subscribeToRevocations(redis, (clientId, sub, type) => {
+        console.log(JSON.stringify({ client_id: clientId, sub, type })); // your code: drop cached sessions
+        left -= 1;
+        if (left === 0) finish();
+      }, prefix);
+      console.log("subscribed");
+      await finished;
+      await subscriber.quit();
+    } else {
+      throw new Error("the command is state, deletions or subscribe");
+    }
+  } finally {
+    await redis.quit();
+  }
+}
+
+if (require.main === module) {
+  main(process.argv.slice(2)).catch((error) => {
+    console.error(`siwa_reader.js: ${error.message}`);
+    process.exit(1);
+  });
+}

@@ -1,0 +1,135 @@
+#!/usr/bin/env ruby
+# frozen_string_literal: true
+
+# Reads the state siwa-endpoint writes to Redis, with redis-rb (Debian: apt-get install
+# ruby-redis). Only the Redis contract is used (README, "The Redis contract"). As a
+# library: SIWAReader.session_valid?, user_state, drain_deletions, subscribe_to_revocations.
+#
+#   ruby siwa_reader.rb state --redis-url redis://127.0.0.1:6379/0 --client-id com.example.app \
+#       --sub 001234.abc.0123 --session-started-at 1796000000000
+#   ruby siwa_reader.rb deletions --redis-url URL [--group account-cleanup]
+#   ruby siwa_reader.rb subscribe --redis-url URL [--count N]
+
+require "json"
+require "redis"
+
+module SIWAReader
+  module_function
+
+  # The contract's names, in one place.
+  def user_key(client_id, sub, prefix = "siwa")
+    "#{prefix}:user:{#{client_id}:#{sub}}" # {client_id:sub}: a hash tag
+  end
+
+  def events_stream(prefix = "siwa") = "#{prefix}:events"
+  def notifications_channel(prefix = "siwa") = "#{prefix}:notifications"
+
+  # A session is invalid if it began at or before the latest consent-revoked or
+  # account-deleted event for this user in this app (times in Unix milliseconds).
+  def session_valid?(redis, client_id, sub, session_started_at_ms, prefix = "siwa")
+    revoked_at = redis.hget(user_key(client_id, sub, prefix), "sessions_revoked_at")
+    revoked_at.nil? || session_started_at_ms > Integer(revoked_at)
+  end
+
+  def user_state(redis, client_id, sub, prefix = "siwa")
+    fields = redis.hgetall(user_key(client_id, sub, prefix))
+    {
+      "account_deleted" => fields.key?("account_deleted_at"),
+      "email_forwarding" => fields["email_forwarding"], # "enabled", "disabled" or nil
+      "sessions_revoked_at" => fields.key?("sessions_revoked_at") ? Integer(fields["sessions_revoked_at"]) : nil,
+      "last_event_type" => fields["last_event_type"]
+    }
+  end
+
+  # Acts once per account deletion: a consumer group on the events stream. Each entry is
+  # acknowledged after it is handled, so a crash re-delivers it (at least once: make the
+  # block idempotent). Returns how many deletions were handled when nothing new is left.
+  def drain_deletions(redis, group: "account-cleanup", consumer: "worker-1", prefix: "siwa")
+    stream = events_stream(prefix)
+    begin
+      redis.xgroup(:create, stream, group, "0", mkstream: true)
+    rescue Redis::CommandError => e
+      raise unless e.message.start_with?("BUSYGROUP") # the group exists already: fine
+    end
+    handled = 0
+    loop do
+      entries = redis.xreadgroup(group, consumer, stream, ">", count: 100)[stream] || []
+      return handled if entries.empty?
+
+      entries.each do |id, fields|
+        if fields["type"] == "account-deleted"
+          yield fields["client_id"], fields["sub"], Integer(fields["event_time"])
+          handled += 1
+        end
+        redis.xack(stream, group, id)
+      end
+    end
+  end
+
+  # Drops cached sessions the moment a revocation arrives: yields client_id, sub, type for
+  # each applied consent-revoked or account-deleted. Blocks; subscribing takes the
+  # connection, so give it one of its own. The block may `throw :stop` to return.
+  def subscribe_to_revocations(subscriber, prefix = "siwa", on_subscribed: nil)
+    catch(:stop) do
+      subscriber.subscribe(notifications_channel(prefix)) do |on|
+        on.subscribe { on_subscribed&.call }
+        on.message do |_channel, text|
+          message = JSON.parse(text) # never an email address
+          if message["applied"] && %w[consent-revoked account-deleted].include?(message["type"])
+            yield message["client_id"], message["sub"], message["type"]
+          end
+        end
+      end
+    end
+  end
+end
+
+def options(words)
+  raise ArgumentError, "arguments come as --name value" unless words.length.even?
+
+  parsed = words.each_slice(2).to_h { |name, value| [name.delete_prefix("--"), value] }
+  raise ArgumentError, "--redis-url is required" unless parsed["redis-url"]
+
+  parsed
+end
+
+def main(command, words)
+  args = options(words)
+  prefix = args.fetch("prefix", "siwa")
+  redis = Redis.new(url: args["redis-url"])
+  case command
+  when "state"
+    state = SIWAReader.user_state(redis, args["client-id"], args["sub"], prefix)
+    state["session_valid"] = SIWAReader.session_valid?(redis, args["client-id"], args["sub"],
+                                                        Integer(args["session-started-at"]), prefix)
+    puts JSON.generate(state)
+  when "deletions"
+    SIWAReader.drain_deletions(redis, group: args.fetch("group", "account-cleanup"),
+                                      consumer: args.fetch("consumer", "worker-1"), prefix: prefix) do |client_id, sub, event_time|
+      # Your deletion duty goes here: delete what you hold for (client_id, sub).
+      puts JSON.generate({ "client_id" => client_id, "sub" => sub, "event_time" => event_time })
+    end
+  when "subscribe"
+    left = Integer(args.fetch("count", "1"))
+    SIWAReader.subscribe_to_revocations(Redis.new(url: args["redis-url"]), prefix,
+                                        on_subscribed: -> { puts "subscribed" }) do |client_id, sub, type|
+      puts JSON.generate({ "client_id" => client_id, "sub" => sub, "type" => type }) # your code: drop cached sessions
+      left -= 1
+      throw :stop if left.zero?
+    end
+  else
+    raise ArgumentError, "the command is state, deletions or subscribe"
+  end
+ensure
+  redis&.close
+end
+
+if $PROGRAM_NAME == __FILE__
+  $stdout.sync = true
+  begin
+    main(ARGV.first, ARGV.drop(1))
+  rescue StandardError => e
+    warn "siwa_reader.rb: #{e.message}"
+    exit 1
+  end
+end

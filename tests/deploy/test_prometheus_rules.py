@@ -1,0 +1,64 @@
+"""The shipped Prometheus alert rules (deploy/prometheus): promtool checks them and runs
+their unit tests; every alert has a case that fires and one that does not, uses only
+metrics the responder exports, and is explained in the README's Operations section."""
+
+import re
+import shutil
+import subprocess
+
+from deploy_harness import REPO
+
+RULES_DIR = REPO / "deploy" / "prometheus"
+RULES = RULES_DIR / "siwa-endpoint-rules.yml"
+RULE_TESTS = RULES_DIR / "siwa-endpoint-rules.test.yml"
+
+
+def promtool(*args):
+    tool = shutil.which("promtool")
+    assert tool is not None, "promtool is missing (scripts/install-deps installs the prometheus package)"
+    return subprocess.run([tool, *args], capture_output=True, text=True, timeout=120, cwd=RULES_DIR)
+
+
+def alert_names():
+    return re.findall(r"^\s+- alert: (\w+)$", RULES.read_text(), flags=re.M)
+
+
+def test_promtool_checks_the_rules_and_their_tests_pass():
+    checked = promtool("check", "rules", RULES.name)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"SUCCESS: {len(alert_names())} rules found" in checked.stdout
+    tested = promtool("test", "rules", RULE_TESTS.name)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert "SUCCESS" in tested.stdout
+
+
+def test_every_alert_has_a_firing_case_and_a_quiet_one():
+    names = alert_names()
+    assert len(names) == len(set(names)) == 9
+    text = RULE_TESTS.read_text()
+    for name in names:
+        evaluations = re.findall(rf"alertname: {name}\n        exp_alerts:( \[\])?", text)
+        assert len(evaluations) == 2, name
+        assert sorted(evaluations) == ["", " []"], f"{name}: one evaluation that fires, one that does not"
+        # The firing case names the instance that fires; its other instance must stay quiet.
+        case = text.split(f"  # {name}:")[1].split("\n  # ")[0]
+        assert 'instance="fires:9102"' in case and 'instance="quiet:9102"' in case, name
+
+
+def test_rules_use_only_metrics_the_responder_exports():
+    source = (REPO / "Sources/SIWAServer/Responder/ServerMetrics.swift").read_text()
+    exported = set(re.findall(r"# TYPE (siwa_[a-z_]+) ", source))
+    assert "siwa_spool_depth" in exported
+    used = set(re.findall(r"\b(siwa_[a-z_]+)\b", RULES.read_text())) - {"siwa_endpoint"}
+    assert used and used <= exported, used - exported
+
+
+def test_each_summary_says_what_to_do_and_points_at_the_readme():
+    readme = (REPO / "README.md").read_text()
+    operations = readme.split("\n## Operations\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.split(r"\n      - alert: ", RULES.read_text())[1:]
+    assert len(blocks) == len(alert_names())
+    for block in blocks:
+        name = block.split("\n", 1)[0]
+        assert f"(README: Operations, {name})." in " ".join(block.split()), name  # YAML folds lines
+        assert f"`{name}`" in operations, f"the README's Operations section does not explain {name}"
