@@ -18,14 +18,8 @@ enum OperatorSettings {
     }
 
     /// A connection to serve's Redis, with serve's timeouts.
-    static func redisConnection(_ configuration: ServerConfiguration) throws(UsageError) -> RedisConnection {
-        let endpoint: RedisEndpoint
-        do {
-            endpoint = try RedisEndpoint(parsing: configuration.redisURL)
-        } catch {
-            throw UsageError("SIWA_REDIS_URL: \(error.message)")
-        }
-        let timeout = Duration.milliseconds(configuration.redisTimeoutMilliseconds)
-        return RedisConnection(endpoint: endpoint, connectTimeout: timeout, commandTimeout: timeout)
+    static func redisConnection(_ configuration: ServerConfiguration) -> RedisConnection {
+        let timeout = configuration.redis.timeout
+        return RedisConnection(endpoint: configuration.redis.endpoint, connectTimeout: timeout, commandTimeout: timeout)
     }
 }

@@ -63,8 +63,8 @@ enum UserCommand {
             Output.error("siwa-endpoint user: \(error.description)")
             return 2
         }
-        let connection = try OperatorSettings.redisConnection(configuration)
-        let prefix = configuration.keyPrefix
+        let connection = OperatorSettings.redisConnection(configuration)
+        let prefix = configuration.store.keyPrefix
         let userKey = "\(prefix):user:{\(clientID):\(sub)}"
 
         let hash: [String: String]
