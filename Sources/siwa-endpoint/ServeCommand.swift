@@ -47,6 +47,13 @@ enum ServeCommand {
             Output.line("settings are valid")
             return 0
         }
+        if let refusal = checkRedis(configuration) {
+            EventLog.event(
+                "configuration_invalid", level: "error",
+                [("setting", .string("SIWA_REDIS_URL")), ("message", .string(refusal))])
+            Output.error("siwa-endpoint serve: SIWA_REDIS_URL \(refusal)")
+            return 2
+        }
         return try serve(configuration)
     }
 
@@ -90,15 +97,15 @@ enum ServeCommand {
                 streamMaxLength: configuration.streamMaximumLength)
         }
         let spool = try NotificationSpool(directory: configuration.spoolDirectory)
-        let rejected = try NotificationSpool(directory: configuration.spoolDirectory + "/rejected")
         let replayer = SpoolReplayer(
-            spool: spool, rejected: rejected, store: makeStore(), metrics: metrics, clockMilliseconds: clockMilliseconds
-        )
+            spool: spool, setAside: try SpoolSetAsideStore(spoolDirectory: configuration.spoolDirectory),
+            store: makeStore(), metrics: metrics, clientIDs: configuration.clientIDs,
+            retentionDays: configuration.spoolRetentionDays, clockMilliseconds: clockMilliseconds)
         if spool.depth > 0 {
+            // Replayed by the replayer's first pass, once the socket listens: a long spool
+            // must not keep nginx answering 502 after a restart.
             EventLog.event("spool_pending_at_start", level: "warning", [("depth", .integer(Int64(spool.depth)))])
-            replayer.replayOnce()
         }
-        replayer.start()
 
         let responder = NotificationResponder(
             configuration: configuration, keys: keys, stores: NotificationStorePool(makeStore: makeStore), spool: spool,
@@ -111,6 +118,7 @@ enum ServeCommand {
                 address: address, workerCount: configuration.workers, maxBodyBytes: configuration.maximumBodyBytes,
                 shutdownTimeout: .seconds(configuration.shutdownTimeoutSeconds)),
             handler: { responder.handle($0) })
+        replayer.start()
         EventLog.event(
             "started",
             [
@@ -123,5 +131,22 @@ enum ServeCommand {
         _ = refresher.stop()
         EventLog.event("stopped", level: drained ? "info" : "warning", [("drained", .bool(drained))])
         return 0
+    }
+
+    /// Whether Redis can do the endpoint's work (see `RedisCapabilityCheck`): the refusal
+    /// to stop with, or nil to start (a Redis that is only unreachable is an outage: spool).
+    static func checkRedis(_ configuration: ServerConfiguration) -> String? {
+        // A URL that does not parse is the settings check's to report.
+        guard let endpoint = try? RedisEndpoint(parsing: configuration.redisURL) else { return nil }
+        let result = RedisCapabilityCheck.run(
+            endpoint: endpoint, timeout: .milliseconds(configuration.redisTimeoutMilliseconds),
+            keyPrefix: configuration.keyPrefix, streamMaxLength: configuration.streamMaximumLength)
+        switch result {
+        case .ready: return nil
+        case .unavailable(let why):
+            EventLog.event("redis_unavailable_at_start", level: "warning", [("reason", .string(why))])
+            return nil
+        case .refused(let what): return "cannot be used for the endpoint's work: \(what)"
+        }
     }
 }

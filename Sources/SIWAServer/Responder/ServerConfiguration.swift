@@ -29,6 +29,8 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var streamMaximumLength: Int
     public var shutdownTimeoutSeconds: Int
     public var retryAfterSeconds: Int
+    /// Days set-aside and torn spool files are kept before they are deleted.
+    public var spoolRetentionDays: Int
     /// `SIWA_*` names that are not settings (misspelt?): logged as a warning at start.
     public var unknownSettings: [String]
 
@@ -56,6 +58,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         ("SIWA_STREAM_MAXLEN", "1000000", "approximate cap of the `events` stream"),
         ("SIWA_SHUTDOWN_TIMEOUT_SECONDS", "10", "how long SIGTERM waits for requests in flight"),
         ("SIWA_RETRY_AFTER_SECONDS", "30", "the `Retry-After` of a 503"),
+        ("SIWA_SPOOL_RETENTION_DAYS", "14", "days set-aside and torn spool files are kept, then deleted (logged)"),
     ]
 
     /// Reads the settings from `environment`, after the lines of `envFile` (`NAME=value`,
@@ -157,6 +160,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         streamMaximumLength = try reader.integer("SIWA_STREAM_MAXLEN", default: 1_000_000, in: 1000...1_000_000_000)
         shutdownTimeoutSeconds = try reader.integer("SIWA_SHUTDOWN_TIMEOUT_SECONDS", default: 10, in: 1...300)
         retryAfterSeconds = try reader.integer("SIWA_RETRY_AFTER_SECONDS", default: 30, in: 1...3600)
+        spoolRetentionDays = try reader.integer("SIWA_SPOOL_RETENTION_DAYS", default: 14, in: 1...3650)
     }
 
     static func isValidClientID(_ id: String) -> Bool {
