@@ -54,7 +54,8 @@ public struct NotificationVerifier: Sendable {
         guard event.eventTimeMilliseconds / 1000 <= latest else {
             throw VerificationError(
                 .eventTimeInFuture,
-                "event_time \(event.eventTimeMilliseconds) ms is after iat \(claims.issuedAt) plus the leeway of \(leewaySeconds) s")
+                "event_time \(event.eventTimeMilliseconds) ms is after iat \(claims.issuedAt) plus the leeway of \(leewaySeconds) s"
+            )
         }
         return VerifiedNotification(
             clientID: claims.clientID, subject: event.subject, type: event.type, rawType: event.rawType,

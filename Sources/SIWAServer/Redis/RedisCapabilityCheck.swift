@@ -38,7 +38,10 @@ public enum RedisCapabilityCheck {
                     endpoint.password.map { ["AUTH"] + (endpoint.username.map { [$0] } ?? []) + [$0] } ?? []
                 }
             ),
-            ("SELECT \(endpoint.database) (the database in the URL)", { endpoint.database == 0 ? [] : ["SELECT", String(endpoint.database)] }),
+            (
+                "SELECT \(endpoint.database) (the database in the URL)",
+                { endpoint.database == 0 ? [] : ["SELECT", String(endpoint.database)] }
+            ),
             ("PING", { ["PING"] }),
             ("SCRIPT LOAD of the apply script", { ["SCRIPT", "LOAD", NotificationStore.applyScript] }),
         ]

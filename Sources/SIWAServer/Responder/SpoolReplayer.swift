@@ -168,7 +168,7 @@ public final class SpoolReplayer: @unchecked Sendable {
                 }
                 first = false
                 spool.checkWritable()
-                if spool.depth == 0 {
+                if !spool.hasWaitingRecords {
                     setBlocked(nil)
                 } else if redisAnswers() {
                     // Ping first: a replay pass against a Redis that is down only churns segments.

@@ -113,6 +113,12 @@ public final class NotificationSpool: Sendable {
     /// every replay).
     public var depth: Int { max(0, waiting.load(ordering: .relaxed)) }
 
+    /// True when records wait: counted ones, or files `spool requeue` put back in line
+    /// that the next replay will take.
+    public var hasWaitingRecords: Bool {
+        depth > 0 || !((try? Self.requeuedNames(directory)) ?? []).isEmpty
+    }
+
     /// Why the last append failed, when no append (or write check) has succeeded since:
     /// the spool cannot take writes now (a full disk, a read-only file system).
     public var writeProblem: SpoolError? { writeFailure.withLock { $0 } }
@@ -228,7 +234,9 @@ public final class NotificationSpool: Sendable {
         var onDisk = 0
         for sequence in sealed {
             let start = saved.sequence == sequence ? saved.offset : 0
-            guard let counted = try? SpoolSegmentReader.countRecords(path: Self.segmentPath(directory, sequence), from: start)
+            guard
+                let counted = try? SpoolSegmentReader.countRecords(
+                    path: Self.segmentPath(directory, sequence), from: start)
             else { return }  // unreadable now: keep the running count rather than guess
             onDisk += counted.count
         }
