@@ -107,6 +107,7 @@ public final class NotificationResponder: Sendable {
                 try store.apply(notification, receivedAt: clockMilliseconds())
             }
             result.outcome = outcome.rawValue
+            replayer?.accountDeleted(notification)
         } catch {
             metrics.recordRedisError()
             EventLog.event("redis_error", level: "warning", [("error", .string(error.code.rawValue))])

@@ -55,7 +55,9 @@ public final class SpoolReplayer: @unchecked Sendable {
                     notification, code: "aud_not_served", reason: "the record's aud is not in SIWA_CLIENT_IDS")
             }
             do {
-                return try store.apply(notification, receivedAt: clock()).rawValue
+                let outcome = try store.apply(notification, receivedAt: clock()).rawValue
+                accountDeleted(notification)
+                return outcome
             } catch let error as RedisError where error.isRecordSpecific {
                 return try setRecordAside(notification, code: error.code.rawValue, reason: error.message)
             }
@@ -95,6 +97,23 @@ public final class SpoolReplayer: @unchecked Sendable {
             setBlocked(nil)
         }
         return report
+    }
+
+    /// After an `account-deleted` was stored (live or replayed): set-aside records of that
+    /// user lose their email address.
+    public func accountDeleted(_ notification: VerifiedNotification) {
+        guard notification.type == .accountDeleted else { return }
+        do {
+            let scrubbed = try setAside.forgetEmail(clientID: notification.clientID, subject: notification.subject)
+            if scrubbed > 0 {
+                EventLog.event(
+                    "spool_set_aside_email_removed",
+                    [("client_id", .string(notification.clientID)), ("records", .integer(Int64(scrubbed)))])
+            }
+        } catch {
+            EventLog.event(
+                "spool_set_aside_email_not_removed", level: "error", [("error", .string(error.description))])
+        }
     }
 
     private func setRecordAside(_ notification: VerifiedNotification, code: String, reason: String) throws -> String {

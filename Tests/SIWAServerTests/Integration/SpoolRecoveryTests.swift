@@ -360,6 +360,43 @@ struct SpoolRecoveryTests {
         #expect(!log.contains("@"))
     }
 
+    /// A set-aside email event keeps its address only until the user's account-deleted.
+    @Test("account-deleted removes the user's address from set-aside records")
+    func accountDeletedScrubsSetAsideRecords() throws {
+        let stack = try ServeStack()
+        defer { stack.shutdown() }
+        let sub = "000039.m.0001"
+        let key = "siwa:user:{\(ServeStack.clientID):\(sub)}"
+        _ = try stack.redisConnection().command("SET", key, "not a hash")
+        let now = Int64(Date().timeIntervalSince1970)
+        #expect(
+            try stack.post(
+                try stack.body(
+                    type: "email-enabled", sub: sub, eventTimeMilliseconds: (now - 20) * 1000,
+                    email: "relay-39@privaterelay.appleid.com", isPrivateEmail: true)
+            ).bodyText == #"{"status":"spooled"}"#)
+        #expect(stack.waitUntil(timeout: 15) { stack.serve?.logLines(event: "spool_record_rejected").count == 1 })
+        let rejected = stack.spoolDirectory + "/rejected"
+        func setAsideText() throws -> String {
+            try FileManager.default.contentsOfDirectory(atPath: rejected).filter { $0.hasSuffix(".log") }
+                .map { try String(contentsOfFile: rejected + "/" + $0, encoding: .utf8) }.joined()
+        }
+        #expect(try setAsideText().contains("relay-39@privaterelay.appleid.com"))
+
+        _ = try stack.redisConnection().command("DEL", key)
+        #expect(
+            try stack.post(try stack.body(type: "account-deleted", sub: sub, eventTimeMilliseconds: (now - 5) * 1000))
+                .bodyText == #"{"status":"applied"}"#)
+        #expect(try !setAsideText().contains("@"))
+        #expect(try setAsideText().contains(#""jti":"#))
+        #expect(stack.serve?.logLines(event: "spool_set_aside_email_removed").count == 1)
+        // Put back in line, the email event is stale: no address comes back.
+        _ = try SpoolDeadEndTests.runEndpoint(
+            ["spool", "requeue", "--spool-dir", stack.spoolDirectory], environment: [:])
+        #expect(try stack.waitUntil(timeout: 15) { try stack.streamLength() == 2 })
+        #expect(try stack.userHash(sub: sub)["email"] == nil)
+    }
+
     /// An authentic event_time later than iat plus the leeway is refused (401
     /// event_time_in_future): times only move forward, so it would lock the user's state.
     @Test("an event_time after iat plus the leeway is refused, and Redis stays untouched")
