@@ -18,8 +18,8 @@ extension NotificationStore {
     ///
     /// Probe mode (two ARGV: channel, stream max length), used by the start-up check: asks
     /// Redis whether this user may run every command below on these keys and this channel
-    /// (`redis.acl_check_cmd`, Redis 7), and returns `ready` or a NOPERM error naming the
-    /// command. It writes nothing.
+    /// (`redis.acl_check_cmd`, Redis 7; Redis 6 only shows the script loads and runs), and
+    /// returns `ready` or a NOPERM error naming the command. It writes nothing.
     ///
     /// No email address goes to the stream: a stream entry cannot be changed, and
     /// `XADD MAXLEN` keeps entries for a long time, so an address written there would
@@ -28,6 +28,8 @@ extension NotificationStore {
     static let applyScript = """
         local user_key, seen_key, stream_key = KEYS[1], KEYS[2], KEYS[3]
         if #ARGV == 2 then
+          -- Redis 6 has no acl_check_cmd: loading and running the script is all it can show.
+          if redis.acl_check_cmd == nil then return 'ready' end
           local checks = {
             {'EXISTS', seen_key}, {'TYPE', user_key}, {'TYPE', stream_key}, {'HGET', user_key, 'f'},
             {'HEXISTS', user_key, 'f'}, {'HSET', user_key, 'f', 'v'}, {'HDEL', user_key, 'f'},
