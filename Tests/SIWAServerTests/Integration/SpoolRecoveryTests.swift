@@ -227,6 +227,25 @@ struct SpoolRecoveryTests {
         return try #require(Int(line.split(separator: " ").dropFirst().first ?? ""))
     }
 
+    /// A replay position that cannot be read stops serve with a message naming the file:
+    /// numbering segments anew could let an older position skip records later.
+    @Test("an unreadable replay position stops serve with a message naming the file")
+    func unreadablePositionStopsServe() throws {
+        let stack = try ServeStack(startingServe: false)
+        defer { stack.shutdown() }
+        try Self.placeSegment(
+            [Self.recordLine(Self.notification(sub: "000040.n.0001", jti: "pos"))], sequence: 7,
+            in: stack.spoolDirectory)
+        let position = stack.spoolDirectory + "/replay-position"
+        #expect(FileManager.default.createFile(atPath: position, contents: Data(repeating: 0x78, count: 128)))
+        let result = try SpoolDeadEndTests.runEndpoint(["serve"], environment: stack.environment)
+        #expect(result.status != 0)
+        #expect(result.errors.contains("spool_position_unreadable"))
+        #expect(result.errors.contains(position))
+        #expect(!result.errors.contains(#""event":"started""#))
+        #expect(try stack.redisSnapshot() == [])
+    }
+
     // MARK: - Set aside, put back in line
 
     /// A record Redis refuses for a reason about the record is set aside; `spool status`
