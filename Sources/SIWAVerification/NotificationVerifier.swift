@@ -50,6 +50,13 @@ public struct NotificationVerifier: Sendable {
         let claims = try NotificationClaims(decoding: bytes, clientIDs: clientIDs)
         try claims.checkTimes(now: now, leewaySeconds: leewaySeconds)
         let event = try NotificationEventClaim(claims.events)
+        let latest = claims.issuedAt.addingReportingOverflow(leewaySeconds).partialValue
+        guard event.eventTimeMilliseconds / 1000 <= latest else {
+            throw VerificationError(
+                .eventTimeInFuture,
+                "event_time \(event.eventTimeMilliseconds) ms is after iat \(claims.issuedAt) plus the leeway of \(leewaySeconds) s"
+            )
+        }
         return VerifiedNotification(
             clientID: claims.clientID, subject: event.subject, type: event.type, rawType: event.rawType,
             eventTimeMilliseconds: event.eventTimeMilliseconds, tokenID: claims.tokenID, issuedAt: claims.issuedAt,

@@ -123,6 +123,10 @@ public struct VerificationError: Error, Sendable, Equatable, CustomStringConvert
         public static let eventSubInvalid = Code("event_sub_invalid", .malformed)
         public static let eventTimeMissing = Code("event_time_missing", .malformed)
         public static let eventTimeInvalid = Code("event_time_invalid", .malformed)
+        /// An authentic event_time later than iat plus the leeway: an event cannot happen after
+        /// the token about it was issued, and a time far ahead would hold the user's state
+        /// (times only move forward) until that time. Apple's real ones are seconds before iat.
+        public static let eventTimeInFuture = Code("event_time_in_future", .notAuthentic)
         public static let emailMissing = Code("email_missing", .malformed)
         public static let emailInvalid = Code("email_invalid", .malformed)
         public static let isPrivateEmailInvalid = Code("is_private_email_invalid", .malformed)
@@ -138,7 +142,7 @@ public struct VerificationError: Error, Sendable, Equatable, CustomStringConvert
             audNotServed, expInvalid, tokenExpired, iatMissing, iatInvalid, iatInFuture, jtiMissing,
             jtiInvalid, eventsMissing, eventsWrongType, eventsNotJSON, eventsTooDeep, eventsDuplicateMember,
             eventsNotObject, eventTypeMissing, eventTypeInvalid, eventSubMissing, eventSubInvalid,
-            eventTimeMissing, eventTimeInvalid, emailMissing, emailInvalid, isPrivateEmailInvalid,
+            eventTimeMissing, eventTimeInvalid, eventTimeInFuture, emailMissing, emailInvalid, isPrivateEmailInvalid,
         ]
     }
 }

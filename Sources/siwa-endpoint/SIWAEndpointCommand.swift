@@ -12,6 +12,7 @@ enum SIWAEndpointCommand {
         ("load", "drive a running responder's FastCGI socket: notifications vs health checks"),
         ("user", "what Redis holds for one user: user CLIENT_ID SUB [--session-started T]"),
         ("status", "a running responder's health over its FastCGI socket (--json: the document)"),
+        ("spool", "spool status (depth, oldest age, set-aside, torn) and spool requeue"),
     ]
 
     static let usage = """
@@ -45,6 +46,7 @@ enum SIWAEndpointCommand {
             case "load": status = try LoadCommand.run(arguments)
             case "user": status = try UserCommand.run(arguments)
             case "status": status = try StatusCommand.run(arguments)
+            case "spool": status = try SpoolCommand.run(arguments)
             default: throw UsageError("unknown subcommand \(subcommand)\n\n\(usage)")
             }
         } catch let error as UsageError {

@@ -34,6 +34,13 @@ enum ServeCommand {
             Output.line("settings are valid")
             return 0
         }
+        if let refusal = checkRedis(configuration) {
+            EventLog.event(
+                "configuration_invalid", level: "error",
+                [("setting", .string("SIWA_REDIS_URL")), ("message", .string(refusal))])
+            Output.error("siwa-endpoint serve: SIWA_REDIS_URL \(refusal)")
+            return 2
+        }
         return try serve(configuration)
     }
 
@@ -107,22 +114,22 @@ enum ServeCommand {
                 streamMaxLength: store.streamMaximumLength)
         }
         let spool: NotificationSpool
-        let rejected: NotificationSpool
+        let setAside: SpoolSetAsideStore
         do throws(SpoolError) {
             spool = try NotificationSpool(directory: configuration.spool.directory)
-            rejected = try NotificationSpool(directory: configuration.spool.rejectedDirectory)
+            setAside = try SpoolSetAsideStore(spoolDirectory: configuration.spool.directory)
         } catch {
             refuse(ConfigurationError(setting: "SIWA_SPOOL_DIR", "cannot be opened: \(error)"))
             return 2
         }
         let replayer = SpoolReplayer(
-            spool: spool, rejected: rejected, store: makeStore(), metrics: metrics, clockMilliseconds: clockMilliseconds
-        )
+            spool: spool, setAside: setAside, store: makeStore(), metrics: metrics, clientIDs: configuration.clientIDs,
+            retentionDays: configuration.spool.retentionDays, clockMilliseconds: clockMilliseconds)
         if spool.depth > 0 {
+            // Replayed by the replayer's first pass, once the socket listens: a long spool
+            // must not keep nginx answering 502 after a restart.
             EventLog.event("spool_pending_at_start", level: "warning", [("depth", .integer(Int64(spool.depth)))])
-            replayer.replayOnce()
         }
-        replayer.start()
 
         let responder = NotificationResponder(
             configuration: configuration, keys: keys, stores: NotificationStorePool(makeStore: makeStore), spool: spool,
@@ -143,6 +150,8 @@ enum ServeCommand {
         let drained: Bool
         do throws(FastCGIError) {
             drained = try server.run(handlingSignals: true, onHangUp: { reloadKeys(keys) }) {
+                // The socket listens: the replayer's first pass replays what waited.
+                replayer.start()
                 EventLog.event(
                     "started",
                     [
@@ -189,5 +198,20 @@ enum ServeCommand {
                 ("setting", .string("SIWA_FCGI_BACKLOG")), ("backlog", .integer(Int64(backlog))),
                 ("somaxconn", .integer(Int64(limit))),
             ])
+    }
+
+    /// Whether Redis can do the endpoint's work (see `RedisCapabilityCheck`): the refusal
+    /// to stop with, or nil to start (a Redis that is only unreachable is an outage: spool).
+    static func checkRedis(_ configuration: ServerConfiguration) -> String? {
+        let result = RedisCapabilityCheck.run(
+            endpoint: configuration.redis.endpoint, timeout: configuration.redis.timeout,
+            keyPrefix: configuration.store.keyPrefix, streamMaxLength: configuration.store.streamMaximumLength)
+        switch result {
+        case .ready: return nil
+        case .unavailable(let why):
+            EventLog.event("redis_unavailable_at_start", level: "warning", [("reason", .string(why))])
+            return nil
+        case .refused(let what): return "cannot be used for the endpoint's work: \(what)"
+        }
     }
 }

@@ -228,6 +228,13 @@ struct HostileInputTests {
         Case("event without event_time", .eventTimeMissing) { withEvent(Fixtures.event(eventTime: nil)) },
         Case("event_time a string", .eventTimeInvalid) { withEvent(Fixtures.event(eventTime: #""1670016125295""#)) },
         Case("event_time a fraction", .eventTimeInvalid) { withEvent(Fixtures.event(eventTime: "1670016125.5")) },
+        // iat is now - 100 and the leeway 60 s: one second past iat + leeway is refused.
+        Case("event_time after iat plus the leeway", .eventTimeInFuture) {
+            withEvent(Fixtures.event(eventTime: "\((Fixtures.now - 100 + 61) * 1000)"))
+        },
+        Case("event_time in seconds after iat plus the leeway", .eventTimeInFuture) {
+            withEvent(Fixtures.event(eventTime: "\(Fixtures.now - 100 + 61)"))
+        },
         Case("is_private_email of \"yes\"", .isPrivateEmailInvalid) {
             withEvent(
                 Fixtures.event(type: #""email-disabled""#, extra: #""email":"a@b.example","is_private_email":"yes""#))

@@ -115,6 +115,6 @@ struct ErrorClassTests {
     func distinctCodes() {
         let all = VerificationError.Code.all.map(\.rawValue)
         #expect(Set(all).count == all.count)
-        #expect(all.count == 59)
+        #expect(all.count == 60)
     }
 }

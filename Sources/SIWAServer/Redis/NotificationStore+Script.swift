@@ -15,8 +15,35 @@ extension NotificationStore {
     /// written last: if anything failed before it, Apple's retry applies the
     /// notification again, and every write here is idempotent (times only move
     /// forward), so a repeat is harmless.
+    ///
+    /// Probe mode (two ARGV: channel, stream max length), used by the start-up check: asks
+    /// Redis whether this user may run every command below on these keys and this channel
+    /// (`redis.acl_check_cmd`, Redis 7; Redis 6 only shows the script loads and runs), and
+    /// returns `ready` or a NOPERM error naming the command. It writes nothing.
+    ///
+    /// No email address goes to the stream: a stream entry cannot be changed, and
+    /// `XADD MAXLEN` keeps entries for a long time, so an address written there would
+    /// outlive the user's `account-deleted`. The address lives in the user hash only,
+    /// which `account-deleted` purges.
     static let applyScript = """
         local user_key, seen_key, stream_key = KEYS[1], KEYS[2], KEYS[3]
+        if #ARGV == 2 then
+          -- Redis 6 has no acl_check_cmd: loading and running the script is all it can show.
+          if redis.acl_check_cmd == nil then return 'ready' end
+          local checks = {
+            {'EXISTS', seen_key}, {'TYPE', user_key}, {'TYPE', stream_key}, {'HGET', user_key, 'f'},
+            {'HEXISTS', user_key, 'f'}, {'HSET', user_key, 'f', 'v'}, {'HDEL', user_key, 'f'},
+            {'XADD', stream_key, 'MAXLEN', '~', ARGV[2], '*', 'f', 'v'}, {'PUBLISH', ARGV[1], 'm'},
+            {'SET', seen_key, 'v', 'PX', '1'},
+          }
+          for _, check in ipairs(checks) do
+            if not redis.acl_check_cmd(unpack(check)) then
+              return redis.error_reply('NOPERM this user may not run ' .. check[1] ..
+                ' on the keys or the channel siwa-endpoint writes (' .. check[2] .. ')')
+            end
+          end
+          return 'ready'
+        end
         local channel, client_id, sub, event_type, raw_type = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
         local event_time_text, jti, email, is_private = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
         local received_at, seen_ttl_ms, stream_maxlen, message_head = ARGV[10], ARGV[11], ARGV[12], ARGV[13]
@@ -48,7 +75,6 @@ extension NotificationStore {
         end
 
         local outcome
-        local stored_email = false
         if event_type == 'consent-revoked' or event_type == 'account-deleted' then
           local own_field = 'consent_revoked_at'
           if event_type == 'account-deleted' then own_field = 'account_deleted_at' end
@@ -78,10 +104,7 @@ extension NotificationStore {
               set('email_forwarding', 'disabled')
             end
             set('email_forwarding_at', event_time_text)
-            if email ~= '' then
-              set('email', email)
-              stored_email = true
-            end
+            if email ~= '' then set('email', email) end
             -- A flag that came with an older address must not describe the new one.
             if is_private ~= '' then set('is_private_email', is_private) else removals = {'is_private_email'} end
           end
@@ -104,14 +127,6 @@ extension NotificationStore {
         if outcome == 'applied' then applied = '1' end
         local fields = {'client_id', client_id, 'sub', sub, 'type', event_type, 'raw_type', raw_type,
           'event_time', event_time_text, 'jti', jti, 'applied', applied}
-        if stored_email then
-          fields[#fields + 1] = 'email'
-          fields[#fields + 1] = email
-          if is_private ~= '' then
-            fields[#fields + 1] = 'is_private_email'
-            fields[#fields + 1] = is_private
-          end
-        end
         redis.call('XADD', stream_key, 'MAXLEN', '~', stream_maxlen, '*', unpack(fields))
         local published = 'false'
         if outcome == 'applied' then published = 'true' end

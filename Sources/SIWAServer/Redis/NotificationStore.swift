@@ -17,8 +17,8 @@ import SIWAVerification
 ///   expiring after the seen-marker TTL.
 /// - `P:events`: a stream, one entry per accepted notification, unknown types too:
 ///   `client_id`, `sub`, `type` (normalised; `unknown` for a new type), `raw_type`,
-///   `event_time`, `jti`, `applied` (`1`/`0`), and `email` / `is_private_email` only
-///   for an email event whose address was stored. `XADD MAXLEN ~ N`.
+///   `event_time`, `jti`, `applied` (`1`/`0`); never an email address (an entry cannot
+///   be scrubbed after `account-deleted`). `XADD MAXLEN ~ N`.
 /// - Channel `P:notifications`: one JSON message per accepted notification:
 ///   `{"client_id","sub","type","raw_type","event_time","jti","applied"}` with
 ///   `event_time` a JSON integer (ms) and `applied` a JSON boolean. Never an email address.

@@ -27,6 +27,23 @@ public struct RedisError: CodedError {
         isConnectionError || (code == .serverError && Self.transientReplyPrefixes.contains { message.hasPrefix($0) })
     }
 
+    /// True only for a refusal known to be about one record, which the same record would
+    /// meet again whatever is fixed in the deployment: a user key of the wrong type
+    /// (`WRONGTYPE`, written by another program), or a client ID or sub that would break
+    /// the key layout. Everything else (NOPERM, NOAUTH, `ERR max number of clients
+    /// reached`, a script error every call hits, a reply of an unexpected shape, ...) is
+    /// about the deployment: the spool keeps the record, in order, and retries.
+    public var isRecordSpecific: Bool {
+        code == .unsafeKey || (code == .serverError && message.hasPrefix("WRONGTYPE"))
+    }
+
+    /// The first word of Redis's reply (`NOPERM`, `NOAUTH`, `WRONGPASS`, `ERR`, ...), or the
+    /// code for failures that are not a reply: what an operator searches for first.
+    public var replyKind: String {
+        guard code == .serverError, let word = message.split(separator: " ").first else { return code.rawValue }
+        return String(word)
+    }
+
     /// A stable, machine-readable error code. New codes break no caller.
     public struct Code: ErrorCode {
         public let rawValue: String

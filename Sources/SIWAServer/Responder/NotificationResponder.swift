@@ -108,6 +108,7 @@ public final class NotificationResponder: Sendable {
                 try store.apply(notification, receivedAt: clockMilliseconds())
             }
             result.outcome = outcome.rawValue
+            replayer?.accountDeleted(notification)
         } catch {
             metrics.recordRedisError()
             EventLog.event("redis_error", level: "warning", [("error", .string(error.code.rawValue))])
@@ -136,6 +137,8 @@ public final class NotificationResponder: Sendable {
         var reasons: [String] = []
         if keyCount == 0 { reasons.append("no Apple signing keys loaded") }
         if !redisAnswers { reasons.append("Redis does not answer") }
+        if let blocked = replayer?.blockedReason { reasons.append("spool replay blocked: \(blocked)") }
+        if let problem = spool.writeProblem { reasons.append("the spool cannot take writes: \(problem.description)") }
         let members: [(String, JSONValue)] = [
             ("status", .string(reasons.isEmpty ? "ok" : "unavailable")),
             ("keys", .integer(Int64(keyCount))), ("redis", .string(redisAnswers ? "ok" : "down")),

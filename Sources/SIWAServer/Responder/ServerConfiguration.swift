@@ -76,6 +76,9 @@ public struct ServerConfiguration: Sendable, Equatable {
         .integer(
             "SIWA_FCGI_BACKLOG", default: 1024, in: 16...65_535,
             "connections queued on the socket while every worker is busy (`net.core.somaxconn` caps it)"),
+        .integer(
+            "SIWA_SPOOL_RETENTION_DAYS", default: 14, in: 1...3650,
+            "days set-aside and torn spool files are kept, then deleted (logged)"),
     ]
 
     /// Reads the settings from `environment`, after the lines of `envFile` (`NAME=value`,
@@ -111,7 +114,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         store = StoreSettings(
             keyPrefix: parsed["SIWA_KEY_PREFIX"], seenMarkerTTL: parsed["SIWA_SEEN_TTL_SECONDS"],
             streamMaximumLength: parsed["SIWA_STREAM_MAXLEN"])
-        spool = SpoolSettings(directory: parsed["SIWA_SPOOL_DIR"])
+        spool = SpoolSettings(directory: parsed["SIWA_SPOOL_DIR"], retentionDays: parsed["SIWA_SPOOL_RETENTION_DAYS"])
         requests = RequestSettings(
             notificationPath: parsed["SIWA_NOTIFICATION_PATH"], maximumBodyBytes: parsed["SIWA_MAX_BODY_BYTES"],
             leeway: parsed["SIWA_LEEWAY_SECONDS"], retryAfter: parsed["SIWA_RETRY_AFTER_SECONDS"])
@@ -191,6 +194,8 @@ public struct StoreSettings: Sendable, Equatable {
 /// Where verified notifications wait while Redis cannot take them.
 public struct SpoolSettings: Sendable, Equatable {
     public var directory: String
+    /// Days set-aside and torn spool files are kept before they are deleted.
+    public var retentionDays: Int
     /// Where records that can never be applied are set aside.
     public var rejectedDirectory: String { directory + "/rejected" }
 }

@@ -1,85 +1,198 @@
 import Foundation
 import SIWAVerification
+import Synchronization
 
-/// Moves spooled notifications into Redis once it answers again: at start, then every
-/// second while the spool is not empty, on a thread of its own with its own connection.
+/// Moves spooled notifications into Redis once it answers again, on a thread of its own
+/// with its own connection: a first pass as soon as it starts (after the socket is
+/// listening), then every second while the spool is not empty, always after a `PING`.
+///
+/// Retry is the default. Only a refusal known to be about one record (a user key of the
+/// wrong type, an unsafe key part, an `aud` this deployment does not serve) sets that
+/// record aside in `rejected/`; anything else (NOPERM, NOAUTH, `max number of clients`, a
+/// script error every call hits) keeps every record queued in order and is reported as
+/// `blockedReason`, which turns /healthz to 503.
 public final class SpoolReplayer: @unchecked Sendable {
     private let spool: NotificationSpool
-    /// Records Redis refuses for good (a key of the wrong type): kept here, not retried,
-    /// so one bad record cannot hold back every record after it.
-    private let rejected: NotificationSpool
+    private let setAside: SpoolSetAsideStore
     private let store: NotificationStore
     private let metrics: ServerMetrics
+    private let clientIDs: Set<String>
+    private let retentionDays: Int
     private let clock: @Sendable () -> Int64
     private let condition = NSCondition()
     private var stopping = false
     private var running = false
+    private let blocked = Mutex<String?>(nil)
 
     /// `clockMilliseconds` gives the `updated_at` written for replayed notifications.
+    /// `clientIDs` are the ones served now: a record for another is set aside, not applied.
     public init(
-        spool: NotificationSpool, rejected: NotificationSpool, store: NotificationStore, metrics: ServerMetrics,
-        clockMilliseconds: @escaping @Sendable () -> Int64
+        spool: NotificationSpool, setAside: SpoolSetAsideStore, store: NotificationStore, metrics: ServerMetrics,
+        clientIDs: Set<String>, retentionDays: Int = 14, clockMilliseconds: @escaping @Sendable () -> Int64
     ) {
         self.spool = spool
-        self.rejected = rejected
+        self.setAside = setAside
         self.store = store
         self.metrics = metrics
+        self.clientIDs = clientIDs
+        self.retentionDays = retentionDays
         self.clock = clockMilliseconds
     }
 
-    /// One pass: applies what is waiting, in order, until done or Redis fails.
+    /// Why records wait although Redis answers PING (a refusal, a spool that cannot be
+    /// read), or nil. /healthz names it.
+    public var blockedReason: String? { blocked.withLock { $0 } }
+
+    private struct Stopped: Error {}
+
+    /// One pass: applies what is waiting, in order, until done or something stops it.
     @discardableResult
     public func replayOnce() -> SpoolReplayReport {
-        let report = spool.replay { notification in
-            do {
-                _ = try store.apply(notification, receivedAt: clock())
-            } catch let error as RedisError where !error.isTransient {
-                // Set aside durably before the spool moves past it; if that fails, stop here.
-                try rejected.append(notification)
-                metrics.recordSpoolRejected()
-                EventLog.event(
-                    "spool_record_rejected", level: "error",
-                    [
-                        ("error", .string(error.code.rawValue)), ("reason", .string(error.message)),
-                        ("client_id", .string(notification.clientID)), ("type", .string(notification.type.name)),
-                        ("kept_in", .string(rejected.directory)),
-                    ])
+        let report = spool.replayCounted({ (notification: VerifiedNotification) throws -> String in
+            if condition.withLock({ stopping }) { throw Stopped() }
+            guard clientIDs.contains(notification.clientID) else {
+                return try setRecordAside(
+                    notification, code: "aud_not_served", reason: "the record's aud is not in SIWA_CLIENT_IDS")
             }
-        }
+            do {
+                let outcome = try store.apply(notification, receivedAt: clock()).rawValue
+                accountDeleted(notification)
+                return outcome
+            } catch let error as RedisError where error.isRecordSpecific {
+                return try setRecordAside(notification, code: error.code.rawValue, reason: error.message)
+            }
+        })
+        let setAsideCount = report.outcomes["set_aside"] ?? 0
+        let taken = report.applied - setAsideCount
+        if taken > 0 { metrics.recordSpoolReplayed(taken) }
         if report.applied > 0 {
-            metrics.recordSpoolReplayed(report.applied)
             EventLog.event(
                 "spool_replayed",
-                [("applied", .integer(Int64(report.applied))), ("remaining", .integer(Int64(report.remaining)))])
+                [
+                    ("applied", .integer(Int64(report.outcomes["applied"] ?? 0))),
+                    ("duplicate", .integer(Int64(report.outcomes["duplicate"] ?? 0))),
+                    ("stale", .integer(Int64(report.outcomes["stale"] ?? 0))),
+                    ("recorded", .integer(Int64(report.outcomes["recorded"] ?? 0))),
+                    ("set_aside", .integer(Int64(setAsideCount))),
+                    ("remaining", .integer(Int64(report.remaining))),
+                ])
         }
-        for setAside in report.setAside {
+        for torn in report.setAside {
             metrics.recordTornSpoolRecords(1)
             EventLog.event(
                 "spool_record_set_aside", level: "error",
                 [
-                    ("reason", .string("\(setAside.reason)")), ("segment", .string(setAside.segmentFile)),
-                    ("offset", .integer(Int64(setAside.offset))), ("bytes", .integer(Int64(setAside.byteCount))),
-                    ("kept_in", .string(setAside.tornFile)),
+                    ("reason", .string(torn.reason.rawValue)), ("segment", .string(torn.segmentFile)),
+                    ("offset", .integer(Int64(torn.offset))), ("bytes", .integer(Int64(torn.byteCount))),
+                    ("kept_in", .string(torn.tornFile)),
                 ])
         }
         if let spoolError = report.spoolError {
-            EventLog.event("spool_replay_failed", level: "error", [("error", .string(spoolError.code.rawValue))])
+            setBlocked("the spool cannot be replayed: \(spoolError.code.rawValue): \(spoolError.message)")
+        } else if let redisError = report.applyError as? RedisError, !redisError.isConnectionError {
+            setBlocked("Redis refuses the spooled records (\(redisError.replyKind)): \(redisError.message)")
+        } else if let setAsideError = report.applyError as? SpoolError {
+            setBlocked("a refused record cannot be set aside: \(setAsideError.code.rawValue): \(setAsideError.message)")
+        } else if report.isComplete {
+            setBlocked(nil)
         }
         return report
     }
 
-    /// Starts the background thread.
+    /// After an `account-deleted` was stored (live or replayed): set-aside records of that
+    /// user lose their email address.
+    public func accountDeleted(_ notification: VerifiedNotification) {
+        guard notification.type == .accountDeleted else { return }
+        do {
+            let scrubbed = try setAside.forgetEmail(clientID: notification.clientID, subject: notification.subject)
+            if scrubbed > 0 {
+                EventLog.event(
+                    "spool_set_aside_email_removed",
+                    [("client_id", .string(notification.clientID)), ("records", .integer(Int64(scrubbed)))])
+            }
+        } catch {
+            EventLog.event(
+                "spool_set_aside_email_not_removed", level: "error", [("error", .string(error.description))])
+        }
+    }
+
+    private func setRecordAside(_ notification: VerifiedNotification, code: String, reason: String) throws -> String {
+        // Durably before the spool moves past it; if that fails, the pass stops here.
+        let path = try setAside.add(notification)
+        metrics.recordSpoolRejected()
+        EventLog.event(
+            "spool_record_rejected", level: "error",
+            [
+                ("error", .string(code)), ("reason", .string(reason)), ("client_id", .string(notification.clientID)),
+                ("type", .string(notification.type.name)), ("kept_in", .string(path)),
+            ])
+        return "set_aside"
+    }
+
+    private func setBlocked(_ reason: String?) {
+        let changed = blocked.withLock { current -> Bool in
+            defer { current = reason }
+            return current != reason
+        }
+        guard changed else { return }
+        if let reason {
+            EventLog.event("spool_replay_blocked", level: "error", [("reason", .string(reason))])
+        } else {
+            EventLog.event("spool_replay_unblocked")
+        }
+    }
+
+    /// PING on the replayer's own connection. A refusal (NOAUTH, `max number of clients`)
+    /// is reported as the cause; a Redis that does not answer is /healthz's own finding.
+    private func redisAnswers() -> Bool {
+        do {
+            return try store.connection.command("PING").string == "PONG"
+        } catch {
+            setBlocked(
+                error.isConnectionError
+                    ? nil : "Redis refuses the replayer's PING (\(error.replyKind)): \(error.message)")
+            return false
+        }
+    }
+
+    /// Deletes set-aside and torn files older than the retention, with a log line each.
+    public func expireOldFiles() {
+        let expired = SpoolInspector.expire(
+            spoolDirectory: spool.directory, olderThanDays: retentionDays, now: clock() / 1000)
+        for file in expired {
+            EventLog.event(
+                "spool_file_expired",
+                [
+                    ("kind", .string(file.kind)), ("file", .string(file.path)),
+                    ("age_days", .integer(Int64(file.ageDays))), ("retention_days", .integer(Int64(retentionDays))),
+                ])
+        }
+    }
+
+    /// Starts the background thread; its first pass runs at once.
     public func start() {
         condition.withLock { running = true }
         let thread = Thread { [self] in
+            var first = true
+            var lastExpiry = ContinuousClock.now
             while true {
                 let stop = condition.withLock { () -> Bool in
-                    if !stopping { _ = condition.wait(until: Date(timeIntervalSinceNow: 1)) }
+                    if !stopping && !first { _ = condition.wait(until: Date(timeIntervalSinceNow: 1)) }
                     return stopping
                 }
                 if stop { break }
-                // Ping first: a replay pass against a Redis that is still down only churns segments.
-                if spool.depth > 0, store.ping() { replayOnce() }
+                if first || ContinuousClock.now - lastExpiry > .seconds(3600) {
+                    expireOldFiles()
+                    lastExpiry = ContinuousClock.now
+                }
+                first = false
+                spool.checkWritable()
+                if !spool.hasWaitingRecords {
+                    setBlocked(nil)
+                } else if redisAnswers() {
+                    // Ping first: a replay pass against a Redis that is down only churns segments.
+                    replayOnce()
+                }
             }
             condition.withLock {
                 running = false
@@ -93,7 +206,8 @@ public final class SpoolReplayer: @unchecked Sendable {
     /// Wakes the thread for an immediate pass (after a notification was spooled).
     public func nudge() { condition.withLock { condition.broadcast() } }
 
-    /// Stops the thread, waiting up to `timeoutSeconds` for a pass in progress.
+    /// Stops the thread, waiting up to `timeoutSeconds` for a pass in progress (a pass
+    /// checks the stop flag between records).
     @discardableResult
     public func stop(timeoutSeconds: Double = 10) -> Bool {
         let deadline = Date(timeIntervalSinceNow: timeoutSeconds)

@@ -1,3 +1,4 @@
+import Foundation
 import SIWAVerification
 import Synchronization
 
@@ -9,17 +10,21 @@ import Synchronization
 /// - `segment-<sequence>.log`: records, one per line (see `SpoolRecord`). Appends go to the
 ///   newest segment; each process start and each replay seals it and later appends open a
 ///   new one, so a replay reads only files nobody writes and a torn tail left by a crash is
-///   never followed by new records.
-/// - `replay-position`: how far replay got in the oldest segment, replaced atomically after
-///   every record, so applied records are not sent again after a crash (except the one
-///   being applied at the crash, at most).
+///   never followed by new records. An append that fails in a new segment deletes it.
+/// - `replay-position`: how far replay got (see `SpoolPositionFile`): two fixed slots
+///   overwritten in place after every record, so progress needs no new space and applied
+///   records are not sent again after a crash (except the one being applied, at most).
 /// - `segment-<sequence>.torn`: bytes of torn or corrupt records, set aside by replay.
+/// - `requeue-<name>.log`: set-aside records put back in line by `spool requeue`; the
+///   spool renames each into the next segment number at its next replay (or start), so
+///   only this process ever numbers segments.
+/// - `rejected/`: records Redis refused for good (see `SpoolSetAsideStore`).
 ///
 /// Thread safety: any number of threads may append at once (appends are serialised, each
 /// write and fsync done before it returns); one replay runs at a time, alongside appends.
 public final class NotificationSpool: Sendable {
     public let directory: String
-    /// A segment is sealed once it reaches this size, which bounds what replay reads at once.
+    /// A segment is sealed once it reaches this size.
     public let segmentByteLimit: Int
 
     private struct Writer {
@@ -28,65 +33,72 @@ public final class NotificationSpool: Sendable {
         /// The newest sequence number used. Sequences only grow, never reused.
         var sequence: UInt64
         var size: Int
+        /// Records appended since the last replay sealed the segments (they are in segments
+        /// that replay has not listed yet).
+        var appendedSinceSeal: Int
     }
 
     private let writer: Mutex<Writer>
     /// Held for a whole replay, which is what makes replays one at a time.
-    private let position: Mutex<SpoolPosition?>
+    private let position: Mutex<SpoolPositionFile>
     private let waiting: Atomic<Int>
+    private let writeFailure: Mutex<SpoolError?>
+    private let clockMilliseconds: @Sendable () -> Int64
 
-    private static let segmentPrefix = "segment-"
-    private static let segmentSuffix = ".log"
-    private static let positionFileName = "replay-position"
+    static let segmentPrefix = "segment-"
+    static let segmentSuffix = ".log"
+    static let tornSuffix = ".torn"
+    static let requeuePrefix = "requeue-"
+    static let positionFileName = "replay-position"
     private static let fileMode = SpoolFileSystem.privateFileMode
     private static let directoryMode = SpoolFileSystem.privateDirectoryMode
 
     /// Opens the spool in `directory`, creating it (mode 0700) if needed, and creates a
     /// fresh segment so a write problem shows at start. Counts the records waiting from an
-    /// earlier run; they are applied by the next `replay`.
-    public init(directory: String, segmentByteLimit: Int = 8 << 20) throws(SpoolError) {
+    /// earlier run; they are applied by the next `replay`. Throws `positionUnreadable` when
+    /// a replay position exists but cannot be read: starting anyway could skip records.
+    public init(
+        directory: String, segmentByteLimit: Int = 8 << 20,
+        clockMilliseconds: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
+    ) throws(SpoolError) {
         self.directory = directory
         self.segmentByteLimit = max(1, segmentByteLimit)
+        self.clockMilliseconds = clockMilliseconds
         try SpoolFileSystem.prepareDirectory(directory, mode: Self.directoryMode)
-
-        let positionPath = directory + "/" + Self.positionFileName
-        // An unreadable position only means re-applying records, so it does not stop the start.
-        var saved: SpoolPosition?
-        if let bytes = try? SpoolFileSystem.read(positionPath, code: .readFailed) {
-            saved = SpoolPosition(encoded: bytes)
-        }
-        let sequences = try SpoolFileSystem.list(directory).compactMap(Self.sequence(ofSegment:)).sorted()
-        var waitingRecords = 0
-        var kept: [UInt64] = []
-        for sequence in sequences {
-            let path = Self.segmentPath(directory, sequence)
-            guard let bytes = try SpoolFileSystem.read(path, code: .readFailed) else { continue }
-            if bytes.isEmpty {
-                // Left by a start or a failed append with nothing written after it; harmless if it stays.
-                try? SpoolFileSystem.remove(path)
-                continue
-            }
-            kept.append(sequence)
-            var start = 0
-            if let known = saved, known.sequence == sequence, known.offset <= bytes.count { start = known.offset }
-            waitingRecords += SpoolSegmentReader.countRecords(in: bytes, from: start)
-        }
-        let highest = max(sequences.last ?? 0, saved?.sequence ?? 0)
-        // A position for a segment that is gone (fully replayed) or out of range means nothing now.
-        if let known = saved, !kept.contains(known.sequence) { saved = nil }
-
-        // Always a new segment: a crash may have left the newest one ending in a torn record.
-        let sequence = highest + 1
-        let descriptor = try SpoolFileSystem.createForAppend(Self.segmentPath(directory, sequence), mode: Self.fileMode)
+        let positionFile = try SpoolPositionFile.open(
+            directory: directory, name: Self.positionFileName, mode: Self.fileMode)
+        var highest = positionFile.position.sequence
         do throws(SpoolError) {
-            try SpoolFileSystem.syncDirectory(directory)
+            for sequence in try Self.segmentSequences(directory) {
+                highest = max(highest, sequence)
+                let path = Self.segmentPath(directory, sequence)
+                if SpoolFileSystem.status(path)?.size == 0 {
+                    // Left by a start with nothing written after it; harmless if it stays.
+                    try? SpoolFileSystem.remove(path)
+                }
+            }
+            highest = try Self.adoptRequeued(directory, after: highest)
+            let waitingRecords = try Self.countWaiting(directory, from: positionFile.position).count
+
+            // Always a new segment: a crash may have left the newest one ending in a torn record.
+            let sequence = highest + 1
+            let descriptor = try SpoolFileSystem.createForAppend(
+                Self.segmentPath(directory, sequence), mode: Self.fileMode)
+            do throws(SpoolError) {
+                try SpoolFileSystem.syncDirectory(directory)
+            } catch {
+                SpoolFileSystem.close(descriptor)
+                throw error
+            }
+            writer = Mutex(
+                Writer(descriptor: descriptor, sequence: sequence, size: 0, appendedSinceSeal: 0))
+            waiting = Atomic(waitingRecords)
         } catch {
-            SpoolFileSystem.close(descriptor)
+            positionFile.close()
             throw error
         }
-        writer = Mutex(Writer(descriptor: descriptor, sequence: sequence, size: 0))
-        position = Mutex(saved)
-        waiting = Atomic(waitingRecords)
+        position = Mutex(positionFile)
+        writeFailure = Mutex(nil)
     }
 
     deinit {
@@ -94,121 +106,186 @@ public final class NotificationSpool: Sendable {
             if let descriptor = state.descriptor { SpoolFileSystem.close(descriptor) }
             state.descriptor = nil
         }
+        position.withLock { $0.close() }
     }
 
-    /// Records waiting to be replayed, for metrics and /healthz.
+    /// Records waiting to be replayed, for metrics and /healthz (recounted from disk after
+    /// every replay).
     public var depth: Int { max(0, waiting.load(ordering: .relaxed)) }
 
+    /// True when records wait: counted ones, or files `spool requeue` put back in line
+    /// that the next replay will take.
+    public var hasWaitingRecords: Bool {
+        depth > 0 || !((try? Self.requeuedNames(directory)) ?? []).isEmpty
+    }
+
+    /// Why the last append failed, when no append (or write check) has succeeded since:
+    /// the spool cannot take writes now (a full disk, a read-only file system).
+    public var writeProblem: SpoolError? { writeFailure.withLock { $0 } }
+
+    /// After a failed append, checks whether a small file can be written and fsynced now
+    /// (space freed, say), and clears `writeProblem` when it can.
+    public func checkWritable() {
+        guard writeProblem != nil, SpoolFileSystem.canWrite(in: directory) else { return }
+        writeFailure.withLock { $0 = nil }
+    }
+
     /// Appends one record and fsyncs it. When this returns the notification survives a
-    /// crash, and only then may the responder answer 200; when it throws, answer 503.
+    /// crash, and only then may the responder answer 200; when it throws, answer 503 (and
+    /// nothing of this record is left behind: no partial line, no empty segment).
     public func append(_ notification: VerifiedNotification) throws(SpoolError) {
-        let line = SpoolRecord.encode(notification)
-        try writer.withLock { (state: inout Writer) throws(SpoolError) in
-            if let descriptor = state.descriptor, state.size > 0, state.size + line.count > segmentByteLimit {
-                SpoolFileSystem.close(descriptor)
-                state.descriptor = nil
+        let line = SpoolRecord.encode(notification, spooledAt: clockMilliseconds())
+        do throws(SpoolError) {
+            try writer.withLock { (state: inout Writer) throws(SpoolError) in
+                try append(line, to: &state)
             }
-            let descriptor: Int32
-            if let open = state.descriptor {
-                descriptor = open
-            } else {
-                state.sequence += 1
-                descriptor = try SpoolFileSystem.createForAppend(
-                    Self.segmentPath(directory, state.sequence), mode: Self.fileMode)
-                do throws(SpoolError) {
-                    try SpoolFileSystem.syncDirectory(directory)
-                } catch {
-                    SpoolFileSystem.close(descriptor)
-                    throw error
-                }
-                state.descriptor = descriptor
-                state.size = 0
-            }
-            let path = Self.segmentPath(directory, state.sequence)
+        } catch {
+            writeFailure.withLock { $0 = error }
+            throw error
+        }
+        writeFailure.withLock { $0 = nil }
+    }
+
+    private func append(_ line: [UInt8], to state: inout Writer) throws(SpoolError) {
+        if let descriptor = state.descriptor, state.size > 0, state.size + line.count > segmentByteLimit {
+            SpoolFileSystem.close(descriptor)
+            state.descriptor = nil
+        }
+        let descriptor: Int32
+        if let open = state.descriptor {
+            descriptor = open
+        } else {
+            state.sequence += 1
+            descriptor = try SpoolFileSystem.createForAppend(
+                Self.segmentPath(directory, state.sequence), mode: Self.fileMode)
             do throws(SpoolError) {
-                try SpoolFileSystem.writeAll(descriptor, line, code: .writeFailed, path: path)
-                try SpoolFileSystem.sync(descriptor, path: path)
+                try SpoolFileSystem.syncDirectory(directory)
             } catch {
-                // Take back a partial record, and after a failed write or fsync never trust
-                // this file again: later records go to a new segment. Whatever stays in this
-                // one is either whole (harmless to apply) or a torn tail replay sets aside.
-                _ = SpoolFileSystem.truncate(descriptor, to: state.size)
                 SpoolFileSystem.close(descriptor)
-                state.descriptor = nil
+                try? SpoolFileSystem.remove(Self.segmentPath(directory, state.sequence))
                 throw error
             }
-            state.size += line.count
-            waiting.add(1, ordering: .relaxed)
+            state.descriptor = descriptor
+            state.size = 0
         }
+        let path = Self.segmentPath(directory, state.sequence)
+        do throws(SpoolError) {
+            try SpoolFileSystem.writeAll(descriptor, line, code: .writeFailed, path: path)
+            try SpoolFileSystem.sync(descriptor, path: path)
+        } catch {
+            // Take back a partial record, and after a failed write or fsync never trust
+            // this file again: later records go to a new segment. Whatever stays in this
+            // one is either whole (harmless to apply) or a torn tail replay sets aside.
+            // A segment that holds nothing goes: a full disk must not fill up with names.
+            _ = SpoolFileSystem.truncate(descriptor, to: state.size)
+            SpoolFileSystem.close(descriptor)
+            state.descriptor = nil
+            if state.size == 0 {
+                try? SpoolFileSystem.remove(path)
+                try? SpoolFileSystem.syncDirectory(directory)
+            }
+            throw error
+        }
+        state.size += line.count
+        state.appendedSinceSeal += 1
+        waiting.add(1, ordering: .relaxed)
     }
 
     /// Applies the waiting records in the order they were appended, oldest segment first.
     ///
     /// Stops at the first error `apply` throws: that record and all later ones stay for the
-    /// next replay. Each applied record is committed (the replay position is saved durably)
+    /// next replay. Each record taken is committed (the replay position is saved durably)
     /// before the next one, so a crash re-applies at most the record being applied. Torn or
     /// corrupt records are moved to `.torn` files and listed in the report. Records appended
-    /// while a replay runs go to a new segment and wait for the next replay.
+    /// while a replay runs go to a new segment and wait for the next replay. `apply`
+    /// returns a label for the report's counts (Redis's outcome, or "set_aside").
     ///
     /// `apply` may call `append` but must not call `replay` (replays are one at a time, and
-    /// a nested one would wait for itself). Each record costs a rename and two fsyncs for
-    /// the position, which is slow beside Redis but only runs after an outage.
-    public func replay(_ apply: (VerifiedNotification) throws -> Void) -> SpoolReplayReport {
-        position.withLock { (saved: inout SpoolPosition?) -> SpoolReplayReport in
+    /// a nested one would wait for itself). After the pass, the depth is recounted from disk.
+    public func replayCounted(_ apply: (VerifiedNotification) throws -> String) -> SpoolReplayReport {
+        position.withLock { (file: inout SpoolPositionFile) -> SpoolReplayReport in
             var report = SpoolReplayReport(applied: 0, setAside: [], applyError: nil, spoolError: nil, remaining: 0)
+            var sealed: [UInt64] = []
             do throws(SpoolError) {
-                for sequence in try sealSegments() {
-                    guard try replaySegment(sequence, saved: &saved, report: &report, apply: apply) else { break }
+                sealed = try sealSegments()
+                for sequence in sealed {
+                    guard try replaySegment(sequence, file: &file, report: &report, apply: apply) else { break }
                 }
             } catch {
                 report.spoolError = error
             }
+            recount(sealed: sealed, from: file.position)
             report.remaining = depth
             return report
         }
     }
 
-    /// Seals the open segment if it holds anything and returns every sealed segment, oldest first.
+    /// Applies the waiting records, counting every one as "applied".
+    public func replay(_ apply: (VerifiedNotification) throws -> Void) -> SpoolReplayReport {
+        replayCounted({ notification in
+            try apply(notification)
+            return "applied"
+        })
+    }
+
+    /// Sets the depth to what the disk holds: the records still waiting in the segments this
+    /// pass listed, plus those appended since (which went to segments it did not list).
+    private func recount(sealed: [UInt64], from saved: SpoolPosition) {
+        var onDisk = 0
+        for sequence in sealed {
+            let start = saved.sequence == sequence ? saved.offset : 0
+            guard
+                let counted = try? SpoolSegmentReader.countRecords(
+                    path: Self.segmentPath(directory, sequence), from: start)
+            else { return }  // unreadable now: keep the running count rather than guess
+            onDisk += counted.count
+        }
+        writer.withLock { state in waiting.store(onDisk + state.appendedSinceSeal, ordering: .relaxed) }
+    }
+
+    /// Seals the open segment, adopts requeued files, and returns every segment, oldest first.
     private func sealSegments() throws(SpoolError) -> [UInt64] {
         try writer.withLock { (state: inout Writer) throws(SpoolError) -> [UInt64] in
-            if let descriptor = state.descriptor, state.size > 0 {
+            if let descriptor = state.descriptor {
                 SpoolFileSystem.close(descriptor)
                 state.descriptor = nil
+                if state.size == 0 { try? SpoolFileSystem.remove(Self.segmentPath(directory, state.sequence)) }
             }
-            let open = state.descriptor == nil ? nil : state.sequence
-            return try SpoolFileSystem.list(directory).compactMap(Self.sequence(ofSegment:)).filter { $0 != open }
-                .sorted()
+            state.appendedSinceSeal = 0
+            state.sequence = try Self.adoptRequeued(directory, after: state.sequence)
+            return try Self.segmentSequences(directory)
         }
     }
 
     /// Replays one sealed segment and deletes it once done; false when the replay must stop.
     private func replaySegment(
-        _ sequence: UInt64, saved: inout SpoolPosition?, report: inout SpoolReplayReport,
-        apply: (VerifiedNotification) throws -> Void
+        _ sequence: UInt64, file: inout SpoolPositionFile, report: inout SpoolReplayReport,
+        apply: (VerifiedNotification) throws -> String
     ) throws(SpoolError) -> Bool {
         let path = Self.segmentPath(directory, sequence)
-        guard let bytes = try SpoolFileSystem.read(path, code: .readFailed) else { return true }
-        var start = 0
-        if let known = saved, known.sequence == sequence, known.offset <= bytes.count { start = known.offset }
-        var reader = SpoolSegmentReader(bytes: bytes, offset: start)
-        while let entry = reader.next() {
+        let saved = file.position
+        let start = saved.sequence == sequence ? saved.offset : 0
+        guard let reader = try SpoolSegmentReader(path: path, offset: start) else { return true }
+        while let entry = try reader.next() {
             switch entry {
-            case .record(let notification, let end):
+            case .record(let notification, _, let end):
+                let label: String
                 do {
-                    try apply(notification)
+                    label = try apply(notification)
                 } catch {
                     report.applyError = error
                     return false
                 }
-                try commit(SpoolPosition(sequence: sequence, offset: end), saved: &saved)
+                try file.save(SpoolPosition(sequence: sequence, offset: end))
                 waiting.subtract(1, ordering: .relaxed)
                 report.applied += 1
+                report.outcomes[label, default: 0] += 1
             case .bad(let reason, let badStart, let end):
                 let tornPath = Self.tornPath(directory, sequence)
                 // Set aside first, then move past: a crash in between copies the bytes twice, never zero times.
-                try SpoolFileSystem.appendDurably(
-                    tornPath, Array(bytes[badStart..<end]), mode: Self.fileMode, directory: directory)
-                try commit(SpoolPosition(sequence: sequence, offset: end), saved: &saved)
+                try SpoolFileSystem.appendRangeDurably(
+                    from: path, badStart, end, to: tornPath, mode: Self.fileMode, directory: directory)
+                try file.save(SpoolPosition(sequence: sequence, offset: end))
                 report.setAside.append(
                     SpoolSetAside(
                         reason: reason, segmentFile: path, offset: badStart, byteCount: end - badStart,
@@ -220,30 +297,69 @@ public final class NotificationSpool: Sendable {
         return true
     }
 
-    private func commit(_ next: SpoolPosition, saved: inout SpoolPosition?) throws(SpoolError) {
-        try SpoolFileSystem.replaceAtomically(
-            directory + "/" + Self.positionFileName, with: next.encoded(), mode: Self.fileMode, directory: directory)
-        saved = next
-    }
+    // MARK: - The layout, shared with `SpoolInspector`
 
-    private static func segmentPath(_ directory: String, _ sequence: UInt64) -> String {
+    static func segmentPath(_ directory: String, _ sequence: UInt64) -> String {
         directory + "/" + segmentPrefix + paddedSequence(sequence) + segmentSuffix
     }
 
-    private static func tornPath(_ directory: String, _ sequence: UInt64) -> String {
-        directory + "/" + segmentPrefix + paddedSequence(sequence) + ".torn"
+    static func tornPath(_ directory: String, _ sequence: UInt64) -> String {
+        directory + "/" + segmentPrefix + paddedSequence(sequence) + tornSuffix
     }
 
     /// Zero-padded so that a directory listing sorts in append order too.
-    private static func paddedSequence(_ sequence: UInt64) -> String {
+    static func paddedSequence(_ sequence: UInt64) -> String {
         let digits = String(sequence)
         return String(repeating: "0", count: max(0, 20 - digits.count)) + digits
     }
 
-    private static func sequence(ofSegment name: String) -> UInt64? {
+    static func sequence(ofSegment name: String) -> UInt64? {
         guard name.hasPrefix(segmentPrefix), name.hasSuffix(segmentSuffix) else { return nil }
         let digits = name.dropFirst(segmentPrefix.count).dropLast(segmentSuffix.count)
         guard digits.count == 20, digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
         return UInt64(digits)
+    }
+
+    static func segmentSequences(_ directory: String) throws(SpoolError) -> [UInt64] {
+        try SpoolFileSystem.list(directory).compactMap(sequence(ofSegment:)).sorted()
+    }
+
+    static func requeuedNames(_ directory: String) throws(SpoolError) -> [String] {
+        try SpoolFileSystem.list(directory).filter { $0.hasPrefix(requeuePrefix) && $0.hasSuffix(segmentSuffix) }
+            .sorted()
+    }
+
+    /// Renames each `requeue-*.log` (oldest name first) to the next segment number after
+    /// `sequence`; returns the last number used. A rename is atomic, so a record is either
+    /// waiting under its requeue name or in a segment, never both.
+    private static func adoptRequeued(_ directory: String, after sequence: UInt64) throws(SpoolError) -> UInt64 {
+        var last = sequence
+        let names = try requeuedNames(directory)
+        for name in names where try SpoolFileSystem.move(directory + "/" + name, to: segmentPath(directory, last + 1)) {
+            last += 1
+        }
+        if !names.isEmpty { try SpoolFileSystem.syncDirectory(directory) }
+        return last
+    }
+
+    /// Records waiting in the segments of `directory` from `position` on, and when the
+    /// oldest of them was spooled.
+    static func countWaiting(_ directory: String, from position: SpoolPosition) throws(SpoolError) -> (
+        count: Int, firstSpooledAt: Int64?, firstSegment: String?
+    ) {
+        var count = 0
+        var first: Int64?
+        var firstSegment: String?
+        for sequence in try segmentSequences(directory) {
+            let path = segmentPath(directory, sequence)
+            let counted = try SpoolSegmentReader.countRecords(
+                path: path, from: position.sequence == sequence ? position.offset : 0)
+            if count == 0 && counted.count > 0 {
+                first = counted.firstSpooledAt
+                firstSegment = path
+            }
+            count += counted.count
+        }
+        return (count, first, firstSegment)
     }
 }

@@ -31,11 +31,16 @@ public struct SpoolError: CodedError {
         public static let setAsideFailed = Code("spool_set_aside_failed")
         /// A fully replayed segment cannot be deleted.
         public static let removeFailed = Code("spool_remove_failed")
+        /// The replay position file exists but cannot be read or does not check out: the
+        /// spool refuses to start rather than guess where replay stopped.
+        public static let positionUnreadable = Code("spool_position_unreadable")
+        /// A set-aside or requeued file cannot be moved where it belongs.
+        public static let moveFailed = Code("spool_move_failed")
 
         /// Every code, for documentation and exhaustive tests.
         public static let all: [Code] = [
             directoryUnusable, openFailed, writeFailed, syncFailed, readFailed, commitFailed, setAsideFailed,
-            removeFailed,
+            removeFailed, positionUnreadable, moveFailed,
         ]
     }
 }

@@ -154,6 +154,152 @@ enum SpoolFileSystem {
         }
     }
 
+    /// Opens an existing file for reading; nil when it does not exist.
+    static func openForReading(_ path: String, code: SpoolError.Code) throws(SpoolError) -> Int32? {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            if errno == ENOENT { return nil }
+            throw failure(code, "cannot open \(path)")
+        }
+        return descriptor
+    }
+
+    /// Opens an existing file for reading and writing in place.
+    static func openForUpdate(_ path: String, code: SpoolError.Code) throws(SpoolError) -> Int32 {
+        let descriptor = open(path, O_RDWR | O_CLOEXEC)
+        guard descriptor >= 0 else { throw failure(code, "cannot open \(path)") }
+        return descriptor
+    }
+
+    /// Reads up to `count` bytes at `offset`; fewer only at the end of the file.
+    static func readAt(_ descriptor: Int32, offset: Int, count: Int, code: SpoolError.Code, path: String)
+        throws(SpoolError) -> [UInt8]
+    {
+        var bytes = [UInt8](repeating: 0, count: count)
+        var done = 0
+        while done < count {
+            let result = bytes.withUnsafeMutableBytes { buffer in
+                pread(descriptor, buffer.baseAddress! + done, count - done, off_t(offset + done))
+            }
+            if result < 0 {
+                if errno == EINTR { continue }
+                throw failure(code, "cannot read \(path)")
+            }
+            if result == 0 { break }
+            done += result
+        }
+        return Array(bytes[0..<done])
+    }
+
+    /// Overwrites bytes in place at `offset` and makes them durable. Within a file's
+    /// existing size this needs no new space, which is what lets replay record its
+    /// progress on a full disk.
+    static func overwriteDurably(_ descriptor: Int32, _ bytes: [UInt8], at offset: Int, path: String)
+        throws(SpoolError)
+    {
+        var done = 0
+        while done < bytes.count {
+            let result = bytes.withUnsafeBytes { buffer in
+                pwrite(descriptor, buffer.baseAddress! + done, buffer.count - done, off_t(offset + done))
+            }
+            if result < 0 {
+                if errno == EINTR { continue }
+                throw failure(.commitFailed, "cannot write \(path)")
+            }
+            done += result
+        }
+        guard fdatasync(descriptor) == 0 else { throw failure(.commitFailed, "cannot fsync \(path)") }
+    }
+
+    /// The file's size in bytes and its last modification (Unix seconds); nil when absent.
+    static func status(_ path: String) -> (size: Int, modified: Int64)? {
+        var status = stat()
+        guard stat(path, &status) == 0 else { return nil }
+        return (Int(status.st_size), Int64(status.st_mtim.tv_sec))
+    }
+
+    static func size(of descriptor: Int32) -> Int? {
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else { return nil }
+        return Int(status.st_size)
+    }
+
+    /// Renames `from` to `to`; false (and nothing changed) when `from` no longer exists.
+    static func move(_ from: String, to destination: String) throws(SpoolError) -> Bool {
+        if rename(from, destination) == 0 { return true }
+        if errno == ENOENT { return false }
+        throw failure(.moveFailed, "cannot rename \(from) to \(destination)")
+    }
+
+    /// Appends the bytes `start..<end` of the file `source` to `path`, in bounded pieces,
+    /// and makes them durable: setting damaged bytes aside never holds a whole segment in memory.
+    static func appendRangeDurably(
+        from source: String, _ start: Int, _ end: Int, to path: String, mode: mode_t, directory: String
+    ) throws(SpoolError) {
+        guard let input = try openForReading(source, code: .setAsideFailed) else {
+            throw SpoolError(.setAsideFailed, "\(source) disappeared while being set aside")
+        }
+        defer { Glibc.close(input) }
+        let existed = access(path, F_OK) == 0
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, mode)
+        guard descriptor >= 0 else { throw failure(.setAsideFailed, "cannot open \(path)") }
+        defer { Glibc.close(descriptor) }
+        guard fchmod(descriptor, mode) == 0 else { throw failure(.setAsideFailed, "cannot set mode on \(path)") }
+        var offset = start
+        while offset < end {
+            let piece = try readAt(
+                input, offset: offset, count: min(64 * 1024, end - offset), code: .setAsideFailed, path: source)
+            if piece.isEmpty { break }
+            try writeAll(descriptor, piece, code: .setAsideFailed, path: path)
+            offset += piece.count
+        }
+        guard fsync(descriptor) == 0 else { throw failure(.setAsideFailed, "cannot fsync \(path)") }
+        if !existed {
+            do { try syncDirectory(directory) } catch { throw SpoolError(.setAsideFailed, error.message) }
+        }
+    }
+
+    /// Writes a new file whole under a temporary name, fsyncs it and renames it into place,
+    /// so `path` never exists half written; the directory is fsynced too.
+    static func createDurably(_ path: String, _ bytes: [UInt8], mode: mode_t, directory: String, code: SpoolError.Code)
+        throws(SpoolError)
+    {
+        let temporary = path + ".tmp"
+        unlink(temporary)
+        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
+        guard descriptor >= 0 else { throw failure(code, "cannot create \(temporary)") }
+        do throws(SpoolError) {
+            guard fchmod(descriptor, mode) == 0 else { throw failure(code, "cannot set mode on \(temporary)") }
+            try writeAll(descriptor, bytes, code: code, path: temporary)
+            guard fsync(descriptor) == 0 else { throw failure(code, "cannot fsync \(temporary)") }
+        } catch {
+            Glibc.close(descriptor)
+            unlink(temporary)
+            throw error
+        }
+        Glibc.close(descriptor)
+        guard rename(temporary, path) == 0 else {
+            let error = failure(code, "cannot rename \(temporary) to \(path)")
+            unlink(temporary)
+            throw error
+        }
+        do { try syncDirectory(directory) } catch { throw SpoolError(code, error.message) }
+    }
+
+    /// Whether a small file can be written and fsynced in `directory` now (then deleted).
+    static func canWrite(in directory: String) -> Bool {
+        let path = directory + "/.write-check"
+        unlink(path)
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, privateFileMode)
+        guard descriptor >= 0 else { return false }
+        defer {
+            Glibc.close(descriptor)
+            unlink(path)
+        }
+        let bytes = [UInt8](repeating: 0x0A, count: 4096)
+        return (try? writeAll(descriptor, bytes, code: .writeFailed, path: path)) != nil && fsync(descriptor) == 0
+    }
+
     static func remove(_ path: String) throws(SpoolError) {
         guard unlink(path) == 0 || errno == ENOENT else { throw failure(.removeFailed, "cannot delete \(path)") }
     }

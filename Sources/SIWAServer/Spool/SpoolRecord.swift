@@ -9,8 +9,10 @@ import SIWAVerification
 enum SpoolRecord {
     static let version: Int64 = 1
 
-    static func encode(_ notification: VerifiedNotification) -> [UInt8] {
-        let json = JSONWriter.object([
+    /// `spooledAt` (Unix ms) is when the record was written, for `spool status`'s oldest age;
+    /// records of earlier releases have none.
+    static func encode(_ notification: VerifiedNotification, spooledAt: Int64? = nil) -> [UInt8] {
+        var members: [(String, JSONValue)] = [
             ("v", .integer(version)),
             ("aud", .string(notification.clientID)),
             ("sub", .string(notification.subject)),
@@ -22,13 +24,15 @@ enum SpoolRecord {
             ("exp", notification.expiresAt.map { .integer($0) } ?? .null),
             ("email", notification.email.map { .string($0) } ?? .null),
             ("is_private_email", notification.isPrivateEmail.map { .bool($0) } ?? .null),
-        ])
+        ]
+        if let spooledAt { members.append(("spooled_at", .integer(spooledAt))) }
+        let json = JSONWriter.object(members)
         let body = Array(json.utf8)
         return Array("\(body.count) \(CRC32.hex(CRC32.checksum(body))) ".utf8) + body + [0x0A]
     }
 
     enum Decoded {
-        case notification(VerifiedNotification)
+        case notification(VerifiedNotification, spooledAt: Int64?)
         case bad(SpoolSetAside.Reason)
     }
 
@@ -45,9 +49,10 @@ enum SpoolRecord {
         let body = line[(firstSpace + 10)...]
         guard body.count == length else { return .bad(.malformed) }
         guard CRC32.checksum(body) == checksum else { return .bad(.checksumMismatch) }
-        guard case .object(let fields)? = try? StrictJSONParser.parse(body), let notification = notification(fields)
+        guard case .object(let fields)? = try? StrictJSONParser.parse(body), let notification = notification(fields),
+            let spooledAt = optionalInteger(fields["spooled_at"] ?? .null)
         else { return .bad(.malformed) }
-        return .notification(notification)
+        return .notification(notification, spooledAt: spooledAt)
     }
 
     private static func notification(_ fields: [String: JSONValue]) -> VerifiedNotification? {

@@ -1,8 +1,11 @@
 /// What one `NotificationSpool.replay` did. It holds no record content, so the
 /// caller can log it as is (except `applyError`, which is the caller's own error).
 public struct SpoolReplayReport: Sendable {
-    /// Records applied and committed by this replay: they will not be sent again.
+    /// Records taken out of the spool and committed by this replay: they will not be sent
+    /// again. `outcomes` says what became of each (Redis's outcome, or "set_aside").
     public var applied: Int
+    /// How many records got each label `apply` returned.
+    public var outcomes: [String: Int] = [:]
     /// Torn or corrupt records moved to `.torn` files; log each one.
     public var setAside: [SpoolSetAside]
     /// What `apply` threw: the replay stopped there, and that record and every later one

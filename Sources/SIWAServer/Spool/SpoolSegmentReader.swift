@@ -1,43 +1,99 @@
 import SIWAVerification
 
-/// Walks the records of one segment's bytes from a starting offset.
-struct SpoolSegmentReader {
+/// Walks the records of one segment file from a starting offset, reading it in pieces of
+/// `chunkBytes`: a segment is never held in memory whole, and a line longer than
+/// `maximumRecordBytes` (no record is: every field of a notification is bounded) is
+/// skipped as malformed without being kept.
+final class SpoolSegmentReader {
     enum Entry {
         /// A whole record; `end` is the offset just past its newline.
-        case record(VerifiedNotification, end: Int)
+        case record(VerifiedNotification, spooledAt: Int64?, end: Int)
         /// Bytes that are not a whole, intact record.
         case bad(SpoolSetAside.Reason, start: Int, end: Int)
     }
 
-    private let bytes: [UInt8]
+    /// Far above any real record (a few hundred bytes; the longest field is bounded by
+    /// verification), far below a hand-placed file of megabytes.
+    static let defaultMaximumRecordBytes = 64 * 1024
+    static let chunkBytes = 64 * 1024
+
+    let path: String
+    let maximumRecordBytes: Int
+    private let descriptor: Int32
+    private var buffer: [UInt8] = []
+    private var bufferIndex = 0
+    private var endOfFile = false
+    /// The file offset of the next byte not yet returned.
     private(set) var offset: Int
 
-    init(bytes: [UInt8], offset: Int) {
-        self.bytes = bytes
-        self.offset = offset
+    /// nil when the file does not exist.
+    init?(path: String, offset: Int, maximumRecordBytes: Int = defaultMaximumRecordBytes) throws(SpoolError) {
+        guard let descriptor = try SpoolFileSystem.openForReading(path, code: .readFailed) else { return nil }
+        self.path = path
+        self.descriptor = descriptor
+        self.maximumRecordBytes = maximumRecordBytes
+        // A position past the end means nothing now (the file is not the one it was about).
+        let size = SpoolFileSystem.size(of: descriptor) ?? 0
+        self.offset = offset <= size ? offset : 0
     }
 
-    mutating func next() -> Entry? {
-        guard offset < bytes.count else { return nil }
+    deinit { SpoolFileSystem.close(descriptor) }
+
+    func next() throws(SpoolError) -> Entry? {
         let start = offset
-        guard let newline = bytes[start...].firstIndex(of: 0x0A) else {
-            offset = bytes.count
-            return .bad(.tornTail, start: start, end: bytes.count)
+        var line: [UInt8] = []
+        var length = 0
+        var oversized = false
+        while true {
+            if bufferIndex == buffer.count {
+                if endOfFile { break }
+                buffer = try SpoolFileSystem.readAt(
+                    descriptor, offset: offset, count: Self.chunkBytes, code: .readFailed, path: path)
+                bufferIndex = 0
+                if buffer.isEmpty {
+                    endOfFile = true
+                    break
+                }
+            }
+            let newline = buffer[bufferIndex...].firstIndex(of: 0x0A)
+            let pieceEnd = newline ?? buffer.count
+            let pieceCount = pieceEnd - bufferIndex
+            if !oversized && length + pieceCount <= maximumRecordBytes {
+                line.append(contentsOf: buffer[bufferIndex..<pieceEnd])
+            } else {
+                oversized = true
+                line = []
+            }
+            length += pieceCount
+            offset += pieceCount
+            bufferIndex = pieceEnd
+            if newline != nil {
+                bufferIndex += 1
+                offset += 1
+                if oversized { return .bad(.malformed, start: start, end: offset) }
+                switch SpoolRecord.decode(line[...]) {
+                case .notification(let notification, let spooledAt):
+                    return .record(notification, spooledAt: spooledAt, end: offset)
+                case .bad(let reason): return .bad(reason, start: start, end: offset)
+                }
+            }
         }
-        offset = newline + 1
-        switch SpoolRecord.decode(bytes[start..<newline]) {
-        case .notification(let notification): return .record(notification, end: offset)
-        case .bad(let reason): return .bad(reason, start: start, end: offset)
-        }
+        return length == 0 ? nil : .bad(.tornTail, start: start, end: offset)
     }
 
-    /// How many whole, intact records lie ahead.
-    static func countRecords(in bytes: [UInt8], from offset: Int) -> Int {
-        var reader = SpoolSegmentReader(bytes: bytes, offset: offset)
+    /// How many whole, intact records of the file at `path` lie from `offset` on, and when
+    /// the first of them was spooled (nil when unknown or none).
+    static func countRecords(path: String, from offset: Int) throws(SpoolError) -> (count: Int, firstSpooledAt: Int64?)
+    {
+        guard let reader = try SpoolSegmentReader(path: path, offset: offset) else { return (0, nil) }
         var count = 0
-        while let entry = reader.next() {
-            if case .record = entry { count += 1 }
+        var first: Int64?
+        while let entry = try reader.next() {
+            if case .record(_, let spooledAt, _) = entry {
+                if count == 0 { first = spooledAt }
+                count += 1
+            }
         }
-        return count
+        return (count, first)
     }
 }

@@ -15,11 +15,13 @@ final class ServeStack {
     let key: TestSigningKey
     var serve: ServeProcess?
     let extraEnvironment: [String: String]
+    /// The SIWA_REDIS_URL serve gets, when not the test Redis's default user.
+    var serveRedisURL: String?
 
     var socketPath: String { directory.appendingPathComponent("fcgi.sock").path }
     var spoolDirectory: String { directory.appendingPathComponent("spool").path }
 
-    init(appendOnlyRedis: Bool = false, extraEnvironment: [String: String] = [:]) throws {
+    init(appendOnlyRedis: Bool = false, extraEnvironment: [String: String] = [:], startingServe: Bool = true) throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("siwa-serve-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         self.extraEnvironment = extraEnvironment
@@ -27,7 +29,7 @@ final class ServeStack {
         jwks = try JWKSTestServer()
         key = try TestSigningKey.generate(keyID: "test-apple-key-\(UUID().uuidString.prefix(8))")
         try jwks.serve(Array(TestSigningKey.jwksDocument([key]).utf8))
-        try startServe()
+        if startingServe { try startServe() }
     }
 
     var environment: [String: String] {
@@ -36,7 +38,7 @@ final class ServeStack {
             "SIWA_JWKS_URL": jwks.keysURL,
             "SIWA_JWKS_CA_FILE": jwks.authority.caCertificatePath,
             "SIWA_JWKS_CACHE": directory.appendingPathComponent("jwks-cache.json").path,
-            "SIWA_REDIS_URL": redis.url(),
+            "SIWA_REDIS_URL": serveRedisURL ?? redis.url(),
             "SIWA_REDIS_TIMEOUT_MS": "500",
             "SIWA_FCGI_SOCKET": socketPath,
             "SIWA_SPOOL_DIR": spoolDirectory,

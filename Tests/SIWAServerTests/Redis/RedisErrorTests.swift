@@ -24,6 +24,27 @@ struct RedisErrorTests {
         ])
     func permanent(_ error: RedisError) { #expect(!error.isTransient) }
 
+    @Test(
+        "record-specific: only what is about the record sets it aside",
+        arguments: [
+            RedisError(.serverError, "WRONGTYPE the user key does not hold a hash"),
+            RedisError(.unsafeKey, "brace in sub"),
+        ])
+    func recordSpecific(_ error: RedisError) { #expect(error.isRecordSpecific) }
+
+    @Test(
+        "about the deployment: retried, the record stays queued",
+        arguments: [
+            RedisError(.serverError, "NOPERM this user has no permissions to run the 'evalsha' command"),
+            RedisError(.serverError, "NOAUTH Authentication required."),
+            RedisError(.serverError, "ERR max number of clients reached"),
+            RedisError(.serverError, "ERR Error running script (call to f_0123): @user_script:1: some bug"),
+            RedisError(.serverError, "LOADING Redis is loading the dataset in memory"),
+            RedisError(.unexpectedReply, "not a status"), RedisError(.connectionLost, "reset"),
+            RedisError(.connectionFailed, "AUTH or SELECT failed: WRONGPASS"),
+        ])
+    func aboutTheDeployment(_ error: RedisError) { #expect(!error.isRecordSpecific) }
+
     @Test("coded errors compare by code and describe themselves as code: message")
     func codedError() {
         #expect(RedisError(.serverError, "WRONGTYPE a") == RedisError(.serverError, "ERR b"))

@@ -50,7 +50,10 @@ struct SpoolCrashTests {
         }
     }
 
-    @Test func aDamagedPositionFileMeansReapplyingNeverLosing() throws {
+    /// The position file has two slots written in turn: a save torn by a crash (here, a bit
+    /// flip in the newest slot) falls back to the previous position, which re-applies one
+    /// record and loses none.
+    @Test func aDamagedNewestPositionFallsBackToThePreviousOne() throws {
         try withSpoolDirectory { directory in
             let spool = try NotificationSpool(directory: directory)
             for index in 1...4 { try spool.append(spoolNotification(index)) }
@@ -58,16 +61,67 @@ struct SpoolCrashTests {
             _ = spool.replay { notification in
                 if notification.tokenID == "t3" { atCrash = try snapshot(directory) }
             }
-            try #require(atCrash["replay-position"] != nil)
-            // A bit flip in the saved offset: its checksum no longer matches.
-            atCrash["replay-position"]![2] ^= 0x01
+            // t1 and t2 are committed: generations 2 (slot 0, after t1) and 3 (slot 1, after t2).
+            var position = try #require(atCrash["replay-position"])
+            try #require(position.count == 128)
+            position[64 + 2] ^= 0x01
+            atCrash["replay-position"] = position
             try withSpoolDirectory { copy in
                 try restore(atCrash, into: copy)
                 let restarted = try NotificationSpool(directory: copy)
                 var applied: [String] = []
                 _ = restarted.replay { applied.append($0.tokenID) }
-                #expect(applied == ["t1", "t2", "t3", "t4"])
+                #expect(applied == ["t2", "t3", "t4"])
             }
+        }
+    }
+
+    /// A position file that exists but holds no valid position stops the spool from opening,
+    /// with a message that names the file and what to do: guessing could skip records.
+    @Test func anUnreadablePositionRefusesToStart() throws {
+        try withSpoolDirectory { directory in
+            do {
+                let spool = try NotificationSpool(directory: directory)
+                for index in 1...3 { try spool.append(spoolNotification(index)) }
+                _ = spool.replay { notification in
+                    if notification.tokenID == "t2" { throw RedisDown() }
+                }
+            }
+            try writeBytes([UInt8](repeating: UInt8(ascii: "x"), count: 128), to: directory + "/replay-position")
+            #expect {
+                _ = try NotificationSpool(directory: directory)
+            } throws: { error in
+                let spoolError = error as? SpoolError
+                return spoolError?.code == .positionUnreadable
+                    && spoolError?.message.contains(directory + "/replay-position") == true
+                    && spoolError?.message.contains("delete it") == true
+            }
+            // Unchanged: the segment and the damaged file stay for the operator.
+            #expect(try fileBytes(directory + "/replay-position") == [UInt8](repeating: UInt8(ascii: "x"), count: 128))
+            #expect(try segmentNames(directory).count == 1)
+        }
+    }
+
+    /// A position file written by an earlier release (one line) is read and converted.
+    @Test func aLegacyPositionLineIsConverted() throws {
+        try withSpoolDirectory { directory in
+            do {
+                let spool = try NotificationSpool(directory: directory)
+                for index in 1...3 { try spool.append(spoolNotification(index)) }
+            }
+            let segment = try onlyNonEmptySegment(directory)
+            let sequence = String(segment.split(separator: "-").last!.prefix(20))
+            let firstLength = recordLines(try fileBytes(segment))[0].count
+            let fields = "\(UInt64(sequence)!) \(firstLength)"
+            let checksum = String(CRC32Hex.of(fields), radix: 16)
+            let padded = String(repeating: "0", count: 8 - checksum.count) + checksum
+            try writeBytes(Array("\(fields) \(padded)\n".utf8), to: directory + "/replay-position")
+            let reopened = try NotificationSpool(directory: directory)
+            #expect(reopened.depth == 2)
+            var applied: [String] = []
+            _ = reopened.replay { applied.append($0.tokenID) }
+            #expect(applied == ["t2", "t3"])
+            #expect(try fileBytes(directory + "/replay-position").count == 128)
         }
     }
 

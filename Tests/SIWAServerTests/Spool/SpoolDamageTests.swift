@@ -120,4 +120,19 @@ struct SpoolDamageTests {
             #expect(report.setAside.map(\.reason) == [.malformed])
         }
     }
+
+    /// A line far longer than any record (5 MB, no newline until its end) is set aside as
+    /// malformed in bounded pieces, and the records around it replay.
+    @Test func aHugeLineIsSetAsideAndTheRecordsAroundItReplay() throws {
+        try withSpoolDirectory { directory in
+            let huge = [UInt8](repeating: UInt8(ascii: "x"), count: 5_000_000) + [0x0A]
+            let (spool, _, _) = try damagedSpool(directory) { lines in lines[0] + huge + lines[2] }
+            var applied: [String] = []
+            let report = spool.replay { applied.append($0.tokenID) }
+            #expect(applied == ["t1", "t3"])
+            #expect(report.setAside.map(\.reason) == [.malformed])
+            #expect(report.setAside.first?.byteCount == huge.count)
+            #expect(try fileBytes(report.setAside[0].tornFile) == huge)
+        }
+    }
 }

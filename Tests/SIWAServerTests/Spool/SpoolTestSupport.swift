@@ -70,3 +70,15 @@ func recordLines(_ bytes: [UInt8]) -> [[UInt8]] {
 
 /// What `apply` throws in tests to stand for Redis refusing a record.
 struct RedisDown: Error, Equatable {}
+
+/// CRC-32 (zlib polynomial) of a string's UTF-8, to write files in a legacy format by hand.
+enum CRC32Hex {
+    static func of(_ text: String) -> UInt32 {
+        var crc: UInt32 = 0xFFFF_FFFF
+        for byte in text.utf8 {
+            crc ^= UInt32(byte)
+            for _ in 0..<8 { crc = crc & 1 == 1 ? 0xEDB8_8320 ^ (crc >> 1) : crc >> 1 }
+        }
+        return crc ^ 0xFFFF_FFFF
+    }
+}

@@ -1,0 +1,81 @@
+/// The start-up check of `serve`: can this Redis, with these credentials, do the
+/// endpoint's work? It logs in step by step (AUTH, SELECT), loads the apply script and
+/// runs it in its probe mode, which asks Redis (`redis.acl_check_cmd`) whether this user
+/// may run each command the script runs, on the keys and channel it writes, and changes
+/// nothing.
+///
+/// A Redis that refuses (wrong credentials, a missing permission, a database out of
+/// range, a script that does not load) is a deployment mistake: `serve` stops. A Redis
+/// that does not answer, or answers "not now" (loading, `max number of clients`), is an
+/// outage: `serve` starts and spools, as it would during the outage.
+public enum RedisCapabilityCheck {
+    public enum Result: Sendable, Equatable {
+        case ready
+        /// Not reachable now, or busy: start anyway. The text says why.
+        case unavailable(String)
+        /// Reachable, and refuses what the endpoint needs: the text says what is missing.
+        case refused(String)
+    }
+
+    public static func run(
+        endpoint: RedisEndpoint, timeout: Duration, keyPrefix: String, streamMaxLength: Int
+    ) -> Result {
+        // Logged in by hand, so that each step's refusal is told apart from an outage.
+        let bare = RedisEndpoint(address: endpoint.address)
+        let connection = RedisConnection(endpoint: bare, connectTimeout: timeout, commandTimeout: timeout)
+        defer { connection.disconnect() }
+        do {
+            try connection.connect()
+        } catch {
+            return .unavailable(error.message)
+        }
+        let store = NotificationStore(connection: connection, keyPrefix: keyPrefix, streamMaxLength: streamMaxLength)
+        let probeClient = "siwa-endpoint-start-check"
+        let steps: [(what: String, arguments: () -> [String])] = [
+            (
+                "AUTH (the user name and password in the URL)",
+                {
+                    endpoint.password.map { ["AUTH"] + (endpoint.username.map { [$0] } ?? []) + [$0] } ?? []
+                }
+            ),
+            (
+                "SELECT \(endpoint.database) (the database in the URL)",
+                { endpoint.database == 0 ? [] : ["SELECT", String(endpoint.database)] }
+            ),
+            ("PING", { ["PING"] }),
+            ("SCRIPT LOAD of the apply script", { ["SCRIPT", "LOAD", NotificationStore.applyScript] }),
+        ]
+        var sha = ""
+        for step in steps {
+            let arguments = step.arguments()
+            if arguments.isEmpty { continue }
+            do {
+                let reply = try connection.command(arguments)
+                if arguments[0] == "SCRIPT" { sha = reply.string ?? "" }
+            } catch {
+                return classify(error, step: step.what)
+            }
+        }
+        do {
+            let reply = try connection.command([
+                "EVALSHA", sha, "3", store.userKey(clientID: probeClient, subject: "probe"),
+                store.seenKey(clientID: probeClient, subject: "probe", tokenID: "probe"), store.streamKey,
+                store.channel, String(max(1, streamMaxLength)),
+            ])
+            guard reply.string == "ready" else {
+                return .refused("the apply script's check did not answer \"ready\" (a different script under its SHA?)")
+            }
+        } catch {
+            return classify(error, step: "running the apply script (EVALSHA)")
+        }
+        return .ready
+    }
+
+    private static func classify(_ error: RedisError, step: String) -> Result {
+        if error.isConnectionError { return .unavailable(error.message) }
+        let busy = error.isTransient || error.message.hasPrefix("ERR max number of clients")
+        if busy { return .unavailable("\(step): \(error.message)") }
+        let hint = error.replyKind == "NOAUTH" ? " (Redis requires a password: put it in the URL)" : ""
+        return .refused("\(step) refused: \(error.message)\(hint)")
+    }
+}
