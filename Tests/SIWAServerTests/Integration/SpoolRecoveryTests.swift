@@ -124,6 +124,8 @@ struct SpoolRecoveryTests {
         try Self.placeSegment(lines, sequence: 1, in: stack.spoolDirectory)
         try stack.startServe()
         #expect(try stack.waitUntil(timeout: 60) { try stack.streamLength() == 1000 })
+        // The pass logs once it has committed its last record, a moment after Redis has it.
+        #expect(stack.waitUntil(timeout: 15) { stack.serve?.logLines(event: "spool_replayed").isEmpty == false })
         let log = stack.serve?.logText.split(separator: "\n").map(String.init) ?? []
         let started = log.firstIndex { $0.contains(#""event":"started""#) }
         let replayed = log.firstIndex { $0.contains(#""event":"spool_replayed""#) }
@@ -191,6 +193,8 @@ struct SpoolRecoveryTests {
         #expect(try stack.userHash(sub: "000033.g.0004")["last_event_type"] == "consent-revoked")
         #expect(try stack.userHash(sub: "000033.g.0002", clientID: "com.not.served") == [:])
         #expect(try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)["set_aside"] == "2")
+        // The pass logs its counts once it has committed its last record.
+        #expect(stack.waitUntil(timeout: 15) { stack.serve?.logLines(event: "spool_replayed").isEmpty == false })
         let replayed = stack.serve?.logLines(event: "spool_replayed") ?? []
         #expect(replayed.compactMap { SpoolDeadEndTests.integerField("applied", in: $0) }.reduce(0, +) == 2)
         #expect(replayed.compactMap { SpoolDeadEndTests.integerField("set_aside", in: $0) }.reduce(0, +) == 2)
@@ -362,6 +366,8 @@ struct SpoolRecoveryTests {
                 .bodyText == #"{"status":"spooled"}"#)
         try stack.redis.start()
         #expect(try stack.waitUntil(timeout: 15) { try stack.streamLength() == 3 })
+        // Logged after the pass deleted the replayed segment.
+        #expect(stack.waitUntil(timeout: 15) { stack.serve?.logLines(event: "spool_replayed").isEmpty == false })
         #expect(
             try stack.waitUntil(timeout: 10) { try stack.request("GET", "/healthz").jsonFields["spool_depth"] == "0" })
         let entries = try #require(try stack.redisConnection().command("XRANGE", "siwa:events", "-", "+").array)
