@@ -102,9 +102,10 @@ struct ServeBacklogTests {
         let (sockets, refused) = Self.connectAll(stack.socketPath, count: 300)
         kill(serve.process.processIdentifier, SIGCONT)
         for fd in sockets { close(fd) }
-        // Linux queues backlog + 1 on a unix socket (plus, here, up to one per worker that was
-        // already inside accept(2) when serve stopped); everything after is refused with EAGAIN.
-        #expect((129...131).contains(sockets.count), "\(sockets.count) connected")
+        // Linux queues the backlog, or the backlog + 1, on a unix socket (seen both on this
+        // kind of machine), plus up to one per worker that was already inside accept(2) when
+        // serve stopped; everything after is refused with EAGAIN.
+        #expect((128...131).contains(sockets.count), "\(sockets.count) connected")
         #expect(refused == 300 - sockets.count)
     }
 }

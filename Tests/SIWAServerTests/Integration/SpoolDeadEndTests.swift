@@ -53,8 +53,18 @@ struct SpoolDeadEndTests {
         }
     }
 
+    /// Settings that pass the checks before Redis's (the socket's directory, the spool), in
+    /// a directory of the test's own, so the Redis check is what decides.
     static func serveEnvironment(redisURL: String) -> [String: String] {
-        ["SIWA_CLIENT_IDS": ServeStack.clientID, "SIWA_REDIS_URL": redisURL, "SIWA_REDIS_TIMEOUT_MS": "500"]
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "siwa-start-check-\(UUID().uuidString)")
+        try? FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        return [
+            "SIWA_CLIENT_IDS": ServeStack.clientID, "SIWA_REDIS_URL": redisURL, "SIWA_REDIS_TIMEOUT_MS": "500",
+            "SIWA_FCGI_SOCKET": directory.appendingPathComponent("fcgi.sock").path,
+            "SIWA_SPOOL_DIR": directory.appendingPathComponent("spool").path,
+            "SIWA_JWKS_CACHE": directory.appendingPathComponent("jwks.json").path,
+        ]
     }
 
     // MARK: - A Redis that answers but refuses: at start
