@@ -83,17 +83,25 @@ enum ServeCommand {
 
         let redis = try RedisEndpoint(parsing: configuration.redisURL)
         let timeout = Duration.milliseconds(configuration.redisTimeoutMilliseconds)
+        let locator: RedisPrimaryLocator?
+        switch try locatePrimaryAtStart(configuration, timeout: timeout) {
+        case .success(let found): locator = found
+        case .failure(let refused): return refused.exitStatus
+        }
         let makeStore: @Sendable () -> NotificationStore = {
             NotificationStore(
-                connection: RedisConnection(endpoint: redis, connectTimeout: timeout, commandTimeout: timeout),
+                connection: RedisConnection(
+                    endpoint: redis, connectTimeout: timeout, commandTimeout: timeout, locator: locator),
                 keyPrefix: configuration.keyPrefix, seenMarkerTTL: .seconds(configuration.seenTTLSeconds),
                 streamMaxLength: configuration.streamMaximumLength)
         }
         let spool = try NotificationSpool(directory: configuration.spoolDirectory)
         let rejected = try NotificationSpool(directory: configuration.spoolDirectory + "/rejected")
         let replayer = SpoolReplayer(
-            spool: spool, rejected: rejected, store: makeStore(), metrics: metrics, clockMilliseconds: clockMilliseconds
-        )
+            spool: spool, rejected: rejected, store: makeStore(), metrics: metrics,
+            clockMilliseconds: clockMilliseconds,
+            minimumReplicas: configuration.redisMinimumReplicas,
+            replicaTimeout: .milliseconds(configuration.redisReplicaTimeoutMilliseconds))
         if spool.depth > 0 {
             EventLog.event("spool_pending_at_start", level: "warning", [("depth", .integer(Int64(spool.depth)))])
             replayer.replayOnce()
@@ -102,7 +110,7 @@ enum ServeCommand {
 
         let responder = NotificationResponder(
             configuration: configuration, keys: keys, stores: NotificationStorePool(makeStore: makeStore), spool: spool,
-            replayer: replayer, metrics: metrics, clockMilliseconds: clockMilliseconds)
+            replayer: replayer, metrics: metrics, clockMilliseconds: clockMilliseconds, primaryLocator: locator)
         let address = try FastCGIListenAddress.parse(
             configuration.fastCGISocket, mode: UInt32(configuration.fastCGISocketMode),
             group: configuration.fastCGISocketGroup)

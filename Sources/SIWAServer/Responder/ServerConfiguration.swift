@@ -29,6 +29,13 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var streamMaximumLength: Int
     public var shutdownTimeoutSeconds: Int
     public var retryAfterSeconds: Int
+    /// With Sentinel (`SIWA_REDIS_SENTINELS`), the primary is found through them and
+    /// `redisURL` gives only the database, user and password.
+    public var redisSentinels: [RedisPrimaryLocator.Sentinel]
+    public var redisSentinelMaster: String?
+    public var redisSentinelPassword: String?
+    public var redisMinimumReplicas: Int
+    public var redisReplicaTimeoutMilliseconds: Int
     /// `SIWA_*` names that are not settings (misspelt?): logged as a warning at start.
     public var unknownSettings: [String]
 
@@ -56,6 +63,20 @@ public struct ServerConfiguration: Sendable, Equatable {
         ("SIWA_STREAM_MAXLEN", "1000000", "approximate cap of the `events` stream"),
         ("SIWA_SHUTDOWN_TIMEOUT_SECONDS", "10", "how long SIGTERM waits for requests in flight"),
         ("SIWA_RETRY_AFTER_SECONDS", "30", "the `Retry-After` of a 503"),
+        (
+            "SIWA_REDIS_SENTINELS", "(none)",
+            "`host:port,...` of Redis Sentinels; when set, the primary is found through them and SIWA_REDIS_URL gives only the database, user and password (its host and port are not used)"
+        ),
+        (
+            "SIWA_REDIS_SENTINEL_MASTER", "(none)",
+            "the master name the sentinels monitor (required with SIWA_REDIS_SENTINELS)"
+        ),
+        ("SIWA_REDIS_SENTINEL_PASSWORD", "(none)", "password of the sentinels (`requirepass`), when they have one"),
+        (
+            "SIWA_REDIS_MIN_REPLICAS", "0",
+            "replicas that must acknowledge a write (WAIT) before it counts as safe; fewer: a copy is spooled"
+        ),
+        ("SIWA_REDIS_REPLICA_TIMEOUT_MS", "100", "how long to WAIT for those replicas"),
     ]
 
     /// Reads the settings from `environment`, after the lines of `envFile` (`NAME=value`,
@@ -157,6 +178,10 @@ public struct ServerConfiguration: Sendable, Equatable {
         streamMaximumLength = try reader.integer("SIWA_STREAM_MAXLEN", default: 1_000_000, in: 1000...1_000_000_000)
         shutdownTimeoutSeconds = try reader.integer("SIWA_SHUTDOWN_TIMEOUT_SECONDS", default: 10, in: 1...300)
         retryAfterSeconds = try reader.integer("SIWA_RETRY_AFTER_SECONDS", default: 30, in: 1...3600)
+        (redisSentinels, redisSentinelMaster, redisSentinelPassword) = try Self.sentinelSettings(values)
+        redisMinimumReplicas = try reader.integer("SIWA_REDIS_MIN_REPLICAS", default: 0, in: 0...16)
+        redisReplicaTimeoutMilliseconds = try reader.integer(
+            "SIWA_REDIS_REPLICA_TIMEOUT_MS", default: 100, in: 1...60_000)
     }
 
     static func isValidClientID(_ id: String) -> Bool {

@@ -11,6 +11,9 @@ public final class SpoolReplayer: @unchecked Sendable {
     private let store: NotificationStore
     private let metrics: ServerMetrics
     private let clock: @Sendable () -> Int64
+    /// A record leaves the spool only once this many replicas hold it (`SIWA_REDIS_MIN_REPLICAS`).
+    private let minimumReplicas: Int
+    private let replicaTimeout: Duration
     private let condition = NSCondition()
     private var stopping = false
     private var running = false
@@ -18,8 +21,11 @@ public final class SpoolReplayer: @unchecked Sendable {
     /// `clockMilliseconds` gives the `updated_at` written for replayed notifications.
     public init(
         spool: NotificationSpool, rejected: NotificationSpool, store: NotificationStore, metrics: ServerMetrics,
-        clockMilliseconds: @escaping @Sendable () -> Int64
+        clockMilliseconds: @escaping @Sendable () -> Int64, minimumReplicas: Int = 0,
+        replicaTimeout: Duration = .milliseconds(100)
     ) {
+        self.minimumReplicas = minimumReplicas
+        self.replicaTimeout = replicaTimeout
         self.spool = spool
         self.rejected = rejected
         self.store = store
@@ -32,7 +38,12 @@ public final class SpoolReplayer: @unchecked Sendable {
     public func replayOnce() -> SpoolReplayReport {
         let report = spool.replay { notification in
             do {
-                _ = try store.apply(notification, receivedAt: clock())
+                let acknowledged = try store.apply(
+                    notification, receivedAt: clock(), minimumReplicas: minimumReplicas, replicaTimeout: replicaTimeout)
+                if acknowledged.isShortfall {
+                    // Kept until enough replicas hold it; the pass stops here and tries again later.
+                    throw RedisError(.replicaShortfall, "fewer replicas than SIWA_REDIS_MIN_REPLICAS acknowledged")
+                }
             } catch let error as RedisError where !error.isTransient {
                 // Set aside durably before the spool moves past it; if that fails, stop here.
                 try rejected.append(notification)
