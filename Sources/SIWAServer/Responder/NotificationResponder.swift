@@ -144,16 +144,16 @@ public final class NotificationResponder: Sendable {
         var reasons: [String] = []
         if keyCount == 0 { reasons.append("no Apple signing keys loaded") }
         if !redisAnswers { reasons.append("Redis does not answer") }
-        let members: [(String, JSONValue)] =
-            [
-                ("status", .string(reasons.isEmpty ? "ok" : "unavailable")),
-                ("keys", .integer(Int64(keyCount))), ("redis", .string(redisAnswers ? "ok" : "down")),
-                ("spool_depth", .integer(Int64(depth))),
-            ] + redisPrimaryMembers()
+        let members: [(String, JSONValue)] = [
+            ("status", .string(reasons.isEmpty ? "ok" : "unavailable")),
+            ("keys", .integer(Int64(keyCount))), ("redis", .string(redisAnswers ? "ok" : "down")),
+            ("spool_depth", .integer(Int64(depth))),
+        ]
         var result = Result(
             status: reasons.isEmpty ? 200 : 503, outcome: reasons.isEmpty ? "healthy" : "unhealthy",
             body: JSONWriter.object(
-                members + (reasons.isEmpty ? [] : [("reason", .string(reasons.joined(separator: "; ")))])))
+                members + redisPrimaryMembers()
+                    + (reasons.isEmpty ? [] : [("reason", .string(reasons.joined(separator: "; ")))])))
         if !reasons.isEmpty { result.headers = [.init("Retry-After", String(configuration.retryAfterSeconds))] }
         return result
     }
