@@ -34,14 +34,19 @@ enum ServeCommand {
             Output.line("settings are valid")
             return 0
         }
-        if let refusal = checkRedis(configuration) {
+        let locator: RedisPrimaryLocator?
+        switch locatePrimaryAtStart(configuration) {
+        case .success(let found): locator = found
+        case .failure(let refused): return refused.exitStatus
+        }
+        if let refusal = checkRedis(configuration, primary: locator?.current) {
             EventLog.event(
                 "configuration_invalid", level: "error",
                 [("setting", .string("SIWA_REDIS_URL")), ("message", .string(refusal))])
             Output.error("siwa-endpoint serve: SIWA_REDIS_URL \(refusal)")
             return 2
         }
-        return try serve(configuration)
+        return try serve(configuration, locator: locator)
     }
 
     /// The one validation path of `serve` and `serve --check`: the settings table, then the
@@ -69,7 +74,7 @@ enum ServeCommand {
             [("setting", .string(error.setting)), ("message", .string(error.description))])
     }
 
-    static func serve(_ configuration: ServerConfiguration) throws -> Int32 {
+    static func serve(_ configuration: ServerConfiguration, locator: RedisPrimaryLocator?) throws -> Int32 {
         // A peer that hangs up must not kill the process; SIGTERM/SIGINT may arrive
         // blocked from a parent, and the FastCGI server turns them into a clean stop.
         signal(SIGPIPE, SIG_IGN)
@@ -109,7 +114,8 @@ enum ServeCommand {
         let store = configuration.store
         let makeStore: @Sendable () -> NotificationStore = {
             NotificationStore(
-                connection: RedisConnection(endpoint: redis, connectTimeout: timeout, commandTimeout: timeout),
+                connection: RedisConnection(
+                    endpoint: redis, connectTimeout: timeout, commandTimeout: timeout, locator: locator),
                 keyPrefix: store.keyPrefix, seenMarkerTTL: store.seenMarkerTTL,
                 streamMaxLength: store.streamMaximumLength)
         }
@@ -124,7 +130,8 @@ enum ServeCommand {
         }
         let replayer = SpoolReplayer(
             spool: spool, setAside: setAside, store: makeStore(), metrics: metrics, clientIDs: configuration.clientIDs,
-            retentionDays: configuration.spool.retentionDays, clockMilliseconds: clockMilliseconds)
+            retentionDays: configuration.spool.retentionDays, clockMilliseconds: clockMilliseconds,
+            minimumReplicas: configuration.redis.minimumReplicas, replicaTimeout: configuration.redis.replicaTimeout)
         if spool.depth > 0 {
             // Replayed by the replayer's first pass, once the socket listens: a long spool
             // must not keep nginx answering 502 after a restart.
@@ -133,7 +140,7 @@ enum ServeCommand {
 
         let responder = NotificationResponder(
             configuration: configuration, keys: keys, stores: NotificationStorePool(makeStore: makeStore), spool: spool,
-            replayer: replayer, metrics: metrics, clockMilliseconds: clockMilliseconds)
+            replayer: replayer, metrics: metrics, clockMilliseconds: clockMilliseconds, primaryLocator: locator)
         let fastCGI = configuration.fastCGI
         let server: FastCGIServer
         do throws(FastCGIError) {
@@ -202,9 +209,18 @@ enum ServeCommand {
 
     /// Whether Redis can do the endpoint's work (see `RedisCapabilityCheck`): the refusal
     /// to stop with, or nil to start (a Redis that is only unreachable is an outage: spool).
-    static func checkRedis(_ configuration: ServerConfiguration) -> String? {
+    static func checkRedis(_ configuration: ServerConfiguration, primary: RedisPrimaryLocator.Primary?) -> String? {
+        var endpoint = configuration.redis.endpoint
+        if let primary {
+            // With Sentinel, the URL gives the database and credentials; the primary its address.
+            endpoint = RedisEndpoint(
+                address: .tcp(host: primary.host, port: primary.port), database: endpoint.database,
+                username: endpoint.username, password: endpoint.password)
+        } else if configuration.redis.sentinel != nil {
+            return nil  // no primary known yet: an outage, reported by /healthz; serve spools
+        }
         let result = RedisCapabilityCheck.run(
-            endpoint: configuration.redis.endpoint, timeout: configuration.redis.timeout,
+            endpoint: endpoint, timeout: configuration.redis.timeout,
             keyPrefix: configuration.store.keyPrefix, streamMaxLength: configuration.store.streamMaximumLength)
         switch result {
         case .ready: return nil

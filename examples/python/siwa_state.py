@@ -7,6 +7,8 @@ Only the Redis contract is used (see README, "The Redis contract"):
 
     python3 siwa_state.py --redis-url redis://127.0.0.1:6379/0 \
         --client-id com.example.app --sub 001234.abc.0123 --session-started-at 1796000000000
+
+With Redis Sentinel: --sentinels host:port,... --sentinel-master NAME (see siwa_redis.py).
 """
 
 import argparse
@@ -14,6 +16,8 @@ import json
 import sys
 
 import redis  # redis-py
+
+from siwa_redis import add_arguments, connect, with_retry
 
 
 def user_key(client_id: str, sub: str, prefix: str = "siwa") -> str:
@@ -41,16 +45,17 @@ def user_state(r: redis.Redis, client_id: str, sub: str, prefix: str = "siwa") -
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--redis-url", required=True)
+    add_arguments(parser)
     parser.add_argument("--client-id", required=True)
     parser.add_argument("--sub", required=True)
     parser.add_argument("--session-started-at", type=int, required=True, help="Unix milliseconds")
     parser.add_argument("--prefix", default="siwa")
     args = parser.parse_args()
 
-    r = redis.Redis.from_url(args.redis_url)
-    state = user_state(r, args.client_id, args.sub, args.prefix)
-    state["session_valid"] = session_is_valid(r, args.client_id, args.sub, args.session_started_at, args.prefix)
+    r = connect(args)
+    state = with_retry(lambda: user_state(r, args.client_id, args.sub, args.prefix))
+    state["session_valid"] = with_retry(
+        lambda: session_is_valid(r, args.client_id, args.sub, args.session_started_at, args.prefix))
     print(json.dumps(state, sort_keys=True))
     return 0
 

@@ -23,11 +23,20 @@ public final class RedisConnection {
     /// Connected, timeout set, authenticated and on the right database.
     private var ready = false
 
-    public init(endpoint: RedisEndpoint, connectTimeout: Duration = .seconds(1), commandTimeout: Duration = .seconds(2))
-    {
+    /// With Sentinel: where the primary is. `endpoint` then gives only the database, user
+    /// and password; its host and port are not used.
+    public let locator: RedisPrimaryLocator?
+    /// The primary this connection is on (with a locator).
+    private var connectedPrimary: RedisPrimaryLocator.Primary?
+
+    public init(
+        endpoint: RedisEndpoint, connectTimeout: Duration = .seconds(1), commandTimeout: Duration = .seconds(2),
+        locator: RedisPrimaryLocator? = nil
+    ) {
         self.endpoint = endpoint
         self.connectTimeout = connectTimeout
         self.commandTimeout = commandTimeout
+        self.locator = locator
     }
 
     deinit {
@@ -39,18 +48,64 @@ public final class RedisConnection {
 
     /// Connects now if not connected; commands call this themselves.
     public func connect() throws(RedisError) {
-        if ready { return }
+        if ready {
+            // Another connection found a new primary: follow it rather than stay on a demoted node.
+            guard let locator, let connectedPrimary, let current = locator.current, current != connectedPrimary
+            else { return }
+            disconnect()
+        }
+        if let locator {
+            try connectToPrimary(locator)
+            return
+        }
+        try open(endpoint.address)
+        ready = true
+    }
+
+    /// Connects to the primary the sentinels name and confirms it with ROLE. Twice at most:
+    /// an address that fails or is not master is forgotten, so the second try asks again.
+    private func connectToPrimary(_ locator: RedisPrimaryLocator) throws(RedisError) {
+        var lastError = RedisError(.connectionFailed, "no Redis primary")
+        for _ in 0..<2 {
+            let primary = try locator.primary()
+            disconnect()
+            connectedPrimary = primary
+            do {
+                try open(.tcp(host: primary.host, port: primary.port))
+                try confirmPrimary(primary)
+                ready = true
+                return
+            } catch {
+                locator.forget(primary)
+                disconnect()
+                lastError = error
+            }
+        }
+        throw lastError
+    }
+
+    /// Sentinel's answer may be stale during a failover: only a node whose ROLE is master is used.
+    private func confirmPrimary(_ primary: RedisPrimaryLocator.Primary) throws(RedisError) {
+        guard let context else { throw RedisError(.connectionFailed, "no Redis connection") }
+        let role = try send([Array("ROLE".utf8)], on: context).array?.first?.string ?? "?"
+        guard role == "master" else {
+            throw RedisError(
+                .connectionFailed, "\(primary) is not the master (ROLE: \(role)); asking the sentinels again")
+        }
+    }
+
+    private func open(_ address: RedisEndpoint.Address) throws(RedisError) {
         if let context {
             guard redisReconnect(context) == REDIS_OK else { throw failure(.connectionFailed, context) }
         } else {
             let connectTimeval = Self.makeTimeval(connectTimeout)
             let created: UnsafeMutablePointer<redisContext>? =
-                switch endpoint.address {
+                switch address {
                 case .tcp(let host, let port): redisConnectWithTimeout(host, Int32(port), connectTimeval)
                 case .unixSocket(let path): redisConnectUnixWithTimeout(path, connectTimeval)
                 }
             guard let created else {
-                throw RedisError(.connectionFailed, "could not allocate a Redis connection to \(endpoint)")
+                throw RedisError(.connectionFailed, "could not allocate a Redis connection to \(target)")
             }
             // Kept even when the connect failed: redisReconnect reuses its address.
             context = created
@@ -61,7 +116,6 @@ public final class RedisConnection {
             throw failure(.connectionFailed, context)
         }
         try login(context)
-        ready = true
     }
 
     /// Closes the socket; the next command reconnects.
@@ -69,6 +123,14 @@ public final class RedisConnection {
         if let context { redisFree(context) }
         context = nil
         ready = false
+    }
+
+    /// The primary this connection uses (with Sentinel), else nil.
+    public var primary: RedisPrimaryLocator.Primary? { ready ? connectedPrimary : nil }
+
+    /// The node failed or is no longer the primary: the next connection asks the sentinels.
+    private func forgetPrimary() {
+        if let locator, let connectedPrimary { locator.forget(connectedPrimary) }
     }
 
     /// Sends one command; arguments are binary safe. A top-level error reply throws
@@ -105,7 +167,7 @@ public final class RedisConnection {
             // connection must not be used: drop it and start over next time.
             disconnect()
             let step = endpoint.password == nil ? "SELECT \(endpoint.database)" : "AUTH or SELECT"
-            throw RedisError(.connectionFailed, "\(step) failed on \(endpoint): \(error.message)")
+            throw RedisError(.connectionFailed, "\(step) failed on \(target): \(error.message)")
         }
     }
 
@@ -137,13 +199,21 @@ public final class RedisConnection {
         }
         guard let raw else {
             ready = false
+            forgetPrimary()
             throw failure(.connectionLost, context)
         }
         let replyPointer = raw.assumingMemoryBound(to: redisReply.self)
-        defer { freeReplyObject(raw) }
         let reply = Self.convert(replyPointer)
+        freeReplyObject(raw)
         if case .error(let text) = reply {
-            throw RedisError(.serverError, String(text.prefix(Self.maximumServerErrorLength)))
+            let shown = String(text.prefix(Self.maximumServerErrorLength))
+            if locator != nil, text.hasPrefix("READONLY") || text.contains("READONLY You can't write") {
+                // A demoted primary: a connection problem, so the caller retries on the new one.
+                forgetPrimary()
+                disconnect()
+                throw RedisError(.connectionLost, "\(shown) (the node is a replica now; asking the sentinels again)")
+            }
+            throw RedisError(.serverError, shown)
         }
         return reply
     }
@@ -175,7 +245,13 @@ public final class RedisConnection {
             String(decoding: buffer.prefix(while: { $0 != 0 }), as: UTF8.self)
         }
         let verb = code == .connectionFailed ? "could not connect to" : "lost the connection to"
-        return RedisError(code, "\(verb) \(endpoint): \(detail.isEmpty ? "unknown error" : detail)")
+        return RedisError(code, "\(verb) \(target): \(detail.isEmpty ? "unknown error" : detail)")
+    }
+
+    /// What the messages name: the endpoint, or the primary the sentinels gave.
+    private var target: String {
+        guard locator != nil else { return endpoint.description }
+        return "the Redis primary \(connectedPrimary.map(\.description) ?? "(unknown)") (from the sentinels)"
     }
 
     private static func makeTimeval(_ duration: Duration) -> timeval {

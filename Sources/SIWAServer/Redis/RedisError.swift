@@ -13,7 +13,11 @@ public struct RedisError: CodedError {
 
     /// True when the failure is about reaching Redis, not about what Redis answered:
     /// the caller may retry later, and the connection reconnects on its next command.
-    public var isConnectionError: Bool { code == .connectionFailed || code == .connectionLost }
+    /// The sentinel codes count too: without a primary's address, Redis cannot be reached.
+    public var isConnectionError: Bool {
+        code == .connectionFailed || code == .connectionLost || code == .sentinelUnreachable
+            || code == .sentinelUnknownMaster || code == .sentinelLoginRefused
+    }
 
     /// Server replies that say "not now" rather than "never": Redis loading its data after a
     /// restart, a busy script, out of memory, a read-only replica, a cluster in trouble.
@@ -24,7 +28,8 @@ public struct RedisError: CodedError {
     /// True when the same command may succeed later: connection trouble or a transient reply.
     /// False for what would fail again the same way (a key of the wrong type, a script error).
     public var isTransient: Bool {
-        isConnectionError || (code == .serverError && Self.transientReplyPrefixes.contains { message.hasPrefix($0) })
+        isConnectionError || code == .replicaShortfall
+            || (code == .serverError && Self.transientReplyPrefixes.contains { message.hasPrefix($0) })
     }
 
     /// True only for a refusal known to be about one record, which the same record would
@@ -63,5 +68,13 @@ public struct RedisError: CodedError {
         /// A client ID or subject would break the key layout (a hash-tag brace, or a
         /// colon in the client ID), so it cannot be stored safely.
         public static let unsafeKey = Code("redis_unsafe_key")
+        /// No sentinel of `SIWA_REDIS_SENTINELS` answered.
+        public static let sentinelUnreachable = Code("redis_sentinel_unreachable")
+        /// The sentinels answered, but none monitors `SIWA_REDIS_SENTINEL_MASTER`.
+        public static let sentinelUnknownMaster = Code("redis_sentinel_unknown_master")
+        /// The sentinels refused `SIWA_REDIS_SENTINEL_PASSWORD` (or want one and got none).
+        public static let sentinelLoginRefused = Code("redis_sentinel_login_refused")
+        /// Fewer replicas than `SIWA_REDIS_MIN_REPLICAS` acknowledged a write in time.
+        public static let replicaShortfall = Code("redis_replica_shortfall")
     }
 }

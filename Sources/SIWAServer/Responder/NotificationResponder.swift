@@ -9,16 +9,20 @@ public final class NotificationResponder: Sendable {
     private let verifier: NotificationVerifier
     private let keys: JWKSProvider
     private let stores: NotificationStorePool
-    private let spool: NotificationSpool
+    let spool: NotificationSpool
     private let replayer: SpoolReplayer?
     public let metrics: ServerMetrics
     private let clockMilliseconds: @Sendable () -> Int64
+    /// With Sentinel: names the primary in /healthz, counts discoveries in /metrics.
+    let primaryLocator: RedisPrimaryLocator?
 
     public init(
         configuration: ServerConfiguration, keys: JWKSProvider, stores: NotificationStorePool, spool: NotificationSpool,
         replayer: SpoolReplayer?, metrics: ServerMetrics,
-        clockMilliseconds: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
+        clockMilliseconds: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) },
+        primaryLocator: RedisPrimaryLocator? = nil
     ) {
+        self.primaryLocator = primaryLocator
         self.configuration = configuration
         self.verifier = NotificationVerifier(
             keys: JSONWebKeySet(), clientIDs: configuration.clientIDs,
@@ -104,10 +108,15 @@ public final class NotificationResponder: Sendable {
                 [("raw_type", .string(notification.rawType)), ("client_id", .string(notification.clientID))])
         }
         do {
-            let outcome = try stores.withStore { store throws(RedisError) in
-                try store.apply(notification, receivedAt: clockMilliseconds())
+            let acknowledged = try stores.withStore { store throws(RedisError) in
+                try store.apply(
+                    notification, receivedAt: clockMilliseconds(), minimumReplicas: configuration.redis.minimumReplicas,
+                    replicaTimeout: configuration.redis.replicaTimeout)
             }
-            result.outcome = outcome.rawValue
+            result.outcome = acknowledged.outcome.rawValue
+            if acknowledged.isShortfall, let unavailable = keepCopy(notification, acknowledged, result) {
+                return unavailable
+            }
             replayer?.accountDeleted(notification)
         } catch {
             metrics.recordRedisError()
@@ -147,7 +156,8 @@ public final class NotificationResponder: Sendable {
         var result = Result(
             status: reasons.isEmpty ? 200 : 503, outcome: reasons.isEmpty ? "healthy" : "unhealthy",
             body: JSONWriter.object(
-                members + (reasons.isEmpty ? [] : [("reason", .string(reasons.joined(separator: "; ")))])))
+                members + redisPrimaryMembers()
+                    + (reasons.isEmpty ? [] : [("reason", .string(reasons.joined(separator: "; ")))])))
         if !reasons.isEmpty {
             result.headers = [.init("Retry-After", String(configuration.requests.retryAfter.components.seconds))]
         }
@@ -159,7 +169,9 @@ public final class NotificationResponder: Sendable {
         let text = metrics.render(
             spoolDepth: spool.depth, jwksAgeSeconds: jwks.ageSeconds.map(Double.init),
             jwksRefreshFailures: jwks.refreshFailures, jwksKeys: jwks.usableKeyCount)
-        return Result(status: 200, outcome: "metrics", body: text, contentType: "text/plain; version=0.0.4")
+        return Result(
+            status: 200, outcome: "metrics", body: text + (primaryLocator?.metricsText() ?? ""),
+            contentType: "text/plain; version=0.0.4")
     }
 
     func refusal(_ error: VerificationError) -> Result {

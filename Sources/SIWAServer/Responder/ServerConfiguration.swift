@@ -79,6 +79,22 @@ public struct ServerConfiguration: Sendable, Equatable {
         .integer(
             "SIWA_SPOOL_RETENTION_DAYS", default: 14, in: 1...3650,
             "days set-aside and torn spool files are kept, then deleted (logged)"),
+        .optional(
+            "SIWA_REDIS_SENTINELS", shown: "(none)",
+            "`host:port,...` of Redis Sentinels; when set, the primary is found through them and `SIWA_REDIS_URL` gives only the database, user and password (its host and port are not used)",
+            sentinelList),
+        .optional(
+            "SIWA_REDIS_SENTINEL_MASTER", shown: "(none)",
+            "the master name the sentinels monitor (required with `SIWA_REDIS_SENTINELS`)", sentinelMasterName),
+        .optional(
+            "SIWA_REDIS_SENTINEL_PASSWORD", shown: "(none)",
+            "password of the sentinels (`requirepass`), when they have one", { text throws(SettingProblem) in text }),
+        .integer(
+            "SIWA_REDIS_MIN_REPLICAS", default: 0, in: 0...16,
+            "replicas that must acknowledge a write (`WAIT`) before it counts as safe; fewer: a copy is spooled"),
+        .duration(
+            "SIWA_REDIS_REPLICA_TIMEOUT_MS", default: 100, in: 1...60_000, unit: .milliseconds,
+            "how long to `WAIT` for those replicas"),
     ]
 
     /// Reads the settings from `environment`, after the lines of `envFile` (`NAME=value`,
@@ -99,10 +115,14 @@ public struct ServerConfiguration: Sendable, Equatable {
             refreshInterval: parsed["SIWA_JWKS_REFRESH_SECONDS"],
             unknownKeyIDRefreshInterval: parsed["SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS"],
             timeout: parsed["SIWA_JWKS_TIMEOUT_SECONDS"])
+        let sentinel = try Self.sentinelSettings(
+            sentinels: parsed["SIWA_REDIS_SENTINELS"], master: parsed["SIWA_REDIS_SENTINEL_MASTER"],
+            password: parsed["SIWA_REDIS_SENTINEL_PASSWORD"])
         redis = RedisSettings(
             url: values["SIWA_REDIS_URL"] ?? Self.defaultValue(of: "SIWA_REDIS_URL"),
             endpoint: parsed["SIWA_REDIS_URL"],
-            timeout: parsed["SIWA_REDIS_TIMEOUT_MS"])
+            timeout: parsed["SIWA_REDIS_TIMEOUT_MS"], sentinel: sentinel,
+            minimumReplicas: parsed["SIWA_REDIS_MIN_REPLICAS"], replicaTimeout: parsed["SIWA_REDIS_REPLICA_TIMEOUT_MS"])
         let socket: FastCGIListenAddress = parsed["SIWA_FCGI_SOCKET"]
         let mode: UInt32 = parsed["SIWA_FCGI_SOCKET_MODE"]
         let group: String? = parsed["SIWA_FCGI_SOCKET_GROUP"]
@@ -167,6 +187,19 @@ public struct RedisSettings: Sendable, Equatable {
     public var endpoint: RedisEndpoint
     /// Connect and command timeout.
     public var timeout: Duration
+    /// With Sentinel, where the primary is found (then `endpoint` gives only the database,
+    /// user and password); nil for one fixed address.
+    public var sentinel: SentinelSettings?
+    /// Replicas that must acknowledge a write (`WAIT`); fewer, and a copy is spooled.
+    public var minimumReplicas: Int
+    public var replicaTimeout: Duration
+}
+
+/// `SIWA_REDIS_SENTINELS`, `SIWA_REDIS_SENTINEL_MASTER`, `SIWA_REDIS_SENTINEL_PASSWORD`.
+public struct SentinelSettings: Sendable, Equatable {
+    public var sentinels: [RedisPrimaryLocator.Sentinel]
+    public var masterName: String
+    public var password: String?
 }
 
 /// Where the responder listens, with how many workers.

@@ -18,6 +18,7 @@ public final class ServerMetrics: Sendable {
         var spoolReplayed = 0
         var tornSpoolRecords = 0
         var rejectedSpoolRecords = 0
+        var replicaShortfalls = 0
     }
 
     /// Upper bounds of the request-duration histogram, in seconds.
@@ -43,6 +44,7 @@ public final class ServerMetrics: Sendable {
     public func recordSpoolReplayed(_ count: Int) { state.withLock { $0.spoolReplayed += count } }
     public func recordTornSpoolRecords(_ count: Int) { state.withLock { $0.tornSpoolRecords += count } }
     public func recordSpoolRejected() { state.withLock { $0.rejectedSpoolRecords += 1 } }
+    public func recordReplicaShortfall() { state.withLock { $0.replicaShortfalls += 1 } }
 
     /// The request count for one label set (tests and /healthz use it).
     public func requestCount(status: Int, outcome: String) -> Int {
@@ -93,6 +95,11 @@ public final class ServerMetrics: Sendable {
             "# HELP siwa_spool_rejected_total Spooled notifications Redis refused for good, kept in spool/rejected.")
         lines.append("# TYPE siwa_spool_rejected_total counter")
         lines.append("siwa_spool_rejected_total \(snapshot.rejectedSpoolRecords)")
+        lines.append(
+            "# HELP siwa_redis_replica_shortfalls_total Writes fewer replicas than SIWA_REDIS_MIN_REPLICAS acknowledged in time (a copy was spooled)."
+        )
+        lines.append("# TYPE siwa_redis_replica_shortfalls_total counter")
+        lines.append("siwa_redis_replica_shortfalls_total \(snapshot.replicaShortfalls)")
         lines.append("# HELP siwa_jwks_age_seconds Seconds since Apple's keys were last fetched or loaded.")
         lines.append("# TYPE siwa_jwks_age_seconds gauge")
         lines.append("siwa_jwks_age_seconds \(jwksAgeSeconds.map { String($0) } ?? "NaN")")

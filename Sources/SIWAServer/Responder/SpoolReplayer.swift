@@ -19,6 +19,9 @@ public final class SpoolReplayer: @unchecked Sendable {
     private let clientIDs: Set<String>
     private let retentionDays: Int
     private let clock: @Sendable () -> Int64
+    /// A record leaves the spool only once this many replicas hold it (`SIWA_REDIS_MIN_REPLICAS`).
+    private let minimumReplicas: Int
+    private let replicaTimeout: Duration
     private let condition = NSCondition()
     private var stopping = false
     private var running = false
@@ -28,8 +31,11 @@ public final class SpoolReplayer: @unchecked Sendable {
     /// `clientIDs` are the ones served now: a record for another is set aside, not applied.
     public init(
         spool: NotificationSpool, setAside: SpoolSetAsideStore, store: NotificationStore, metrics: ServerMetrics,
-        clientIDs: Set<String>, retentionDays: Int = 14, clockMilliseconds: @escaping @Sendable () -> Int64
+        clientIDs: Set<String>, retentionDays: Int = 14, clockMilliseconds: @escaping @Sendable () -> Int64,
+        minimumReplicas: Int = 0, replicaTimeout: Duration = .milliseconds(100)
     ) {
+        self.minimumReplicas = minimumReplicas
+        self.replicaTimeout = replicaTimeout
         self.spool = spool
         self.setAside = setAside
         self.store = store
@@ -55,9 +61,15 @@ public final class SpoolReplayer: @unchecked Sendable {
                     notification, code: "aud_not_served", reason: "the record's aud is not in SIWA_CLIENT_IDS")
             }
             do {
-                let outcome = try store.apply(notification, receivedAt: clock()).rawValue
+                let acknowledged = try store.apply(
+                    notification, receivedAt: clock(), minimumReplicas: minimumReplicas, replicaTimeout: replicaTimeout)
                 accountDeleted(notification)
-                return outcome
+                if acknowledged.isShortfall {
+                    // Kept until enough replicas hold it; the pass stops here and tries again
+                    // later (the repeat is a `duplicate` in Redis).
+                    throw RedisError(.replicaShortfall, "fewer replicas than SIWA_REDIS_MIN_REPLICAS acknowledged")
+                }
+                return acknowledged.outcome.rawValue
             } catch let error as RedisError where error.isRecordSpecific {
                 return try setRecordAside(notification, code: error.code.rawValue, reason: error.message)
             }

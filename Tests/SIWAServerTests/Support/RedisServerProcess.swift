@@ -138,7 +138,7 @@ final class RedisServerProcess: @unchecked Sendable {
     }
 
     /// Asks the kernel for a free port by binding port 0, then releases it.
-    private static func freeLoopbackPort() throws -> Int {
+    static func freeLoopbackPort() throws -> Int {
         let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard descriptor >= 0 else { throw StartError(description: "socket() failed") }
         defer { close(descriptor) }

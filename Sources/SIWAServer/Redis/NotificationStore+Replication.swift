@@ -1,0 +1,39 @@
+import SIWAVerification
+
+extension NotificationStore {
+    /// What applying one notification did, and how many replicas acknowledged it.
+    public struct Acknowledged: Sendable, Equatable {
+        public let outcome: Outcome
+        /// Replicas that acknowledged the write within the timeout; nil when none were asked for.
+        public let replicas: Int?
+        /// Fewer replicas than asked for acknowledged in time: the primary may lose the write
+        /// with its machine, so the caller keeps a copy (the spool) until a replay confirms it.
+        public let isShortfall: Bool
+    }
+
+    /// Applies one notification, then, when `minimumReplicas` > 0, sends `WAIT` on the same
+    /// connection for that many replicas (at most `replicaTimeout`).
+    ///
+    /// WAIT counts the replicas that hold everything this connection wrote. A `duplicate`
+    /// wrote nothing, yet the first copy may still be unreplicated (its request may have
+    /// ended in a timeout), so one PUBLISH on `<prefix>:replication-probe` (no subscriber,
+    /// replicated like any write) moves this connection's replication offset to now first.
+    /// A WAIT that fails (the connection broke after the script ran) counts as a shortfall:
+    /// the write may or may not have reached a replica.
+    public func apply(
+        _ notification: VerifiedNotification, receivedAt: Int64, minimumReplicas: Int, replicaTimeout: Duration
+    ) throws(RedisError) -> Acknowledged {
+        let outcome = try apply(notification, receivedAt: receivedAt)
+        guard minimumReplicas > 0 else { return Acknowledged(outcome: outcome, replicas: nil, isShortfall: false) }
+        let timeout = replicaTimeout.components
+        let milliseconds = max(1, timeout.seconds * 1000 + timeout.attoseconds / 1_000_000_000_000_000)
+        var replicas = 0
+        do {
+            if outcome == .duplicate { _ = try connection.command("PUBLISH", "\(keyPrefix):replication-probe", "") }
+            replicas = Int(try connection.command("WAIT", String(minimumReplicas), String(milliseconds)).integer ?? 0)
+        } catch {
+            replicas = 0
+        }
+        return Acknowledged(outcome: outcome, replicas: replicas, isShortfall: replicas < minimumReplicas)
+    }
+}

@@ -1,0 +1,41 @@
+import SIWAVerification
+
+extension NotificationResponder {
+    /// Fewer replicas than `SIWA_REDIS_MIN_REPLICAS` acknowledged an applied notification:
+    /// a copy goes to the spool (fsync'd) before the 200, so a failover that loses the write
+    /// re-applies it on replay, and one that kept it turns the replay into a `duplicate`.
+    /// The answer stays what was applied. Returns a 503 only when the copy cannot be kept.
+    func keepCopy(
+        _ notification: VerifiedNotification, _ acknowledged: NotificationStore.Acknowledged, _ result: Result
+    )
+        -> Result?
+    {
+        metrics.recordReplicaShortfall()
+        EventLog.event(
+            "redis_replica_shortfall", level: "warning",
+            [
+                ("replicas", .integer(Int64(acknowledged.replicas ?? 0))),
+                ("wanted", .integer(Int64(configuration.redis.minimumReplicas))),
+                ("outcome", .string(acknowledged.outcome.rawValue)), ("client_id", .string(notification.clientID)),
+            ])
+        do {
+            try spool.append(notification)
+            return nil
+        } catch {
+            EventLog.event("spool_append_failed", level: "error", [("error", .string(error.code.rawValue))])
+            var unavailable = result
+            unavailable.status = 503
+            unavailable.outcome = "unavailable"
+            unavailable.errorCode = "store_unavailable"
+            unavailable.headers = [.init("Retry-After", String(configuration.requests.retryAfter.components.seconds))]
+            unavailable.body = Self.json(["status": "unavailable", "error": "store_unavailable"])
+            return unavailable
+        }
+    }
+
+    /// `/healthz`'s member naming the primary in use, with Sentinel.
+    func redisPrimaryMembers() -> [(String, JSONValue)] {
+        guard let primaryLocator else { return [] }
+        return [("redis_primary", primaryLocator.current.map { .string($0.description) } ?? .null)]
+    }
+}

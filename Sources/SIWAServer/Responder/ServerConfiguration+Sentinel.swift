@@ -1,0 +1,40 @@
+extension ServerConfiguration {
+    @Sendable static func sentinelList(_ text: String) throws(SettingProblem) -> [RedisPrimaryLocator.Sentinel] {
+        switch RedisPrimaryLocator.parseSentinels(text) {
+        case .success(let parsed): return parsed
+        case .failure(let error): throw SettingProblem(String(error.message.dropFirst("SIWA_REDIS_SENTINELS ".count)))
+        }
+    }
+
+    @Sendable static func sentinelMasterName(_ text: String) throws(SettingProblem) -> String {
+        guard text.utf8.count <= 255, text.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+            throw SettingProblem("must be a name of visible ASCII characters")
+        }
+        return text
+    }
+
+    /// The three Sentinel settings go together: all or nothing (a password alone, or a
+    /// master name alone, is a mistake worth stopping for).
+    static func sentinelSettings(
+        sentinels: [RedisPrimaryLocator.Sentinel]?, master: String?, password: String?
+    ) throws(ConfigurationError) -> SentinelSettings? {
+        guard let sentinels, !sentinels.isEmpty else {
+            if master != nil {
+                throw ConfigurationError(
+                    setting: "SIWA_REDIS_SENTINEL_MASTER", "is set but SIWA_REDIS_SENTINELS is not: name the sentinels")
+            }
+            if password != nil {
+                throw ConfigurationError(
+                    setting: "SIWA_REDIS_SENTINEL_PASSWORD",
+                    "is set but SIWA_REDIS_SENTINELS is not: name the sentinels")
+            }
+            return nil
+        }
+        guard let master else {
+            throw ConfigurationError(
+                setting: "SIWA_REDIS_SENTINEL_MASTER",
+                "is required with SIWA_REDIS_SENTINELS: the monitored master's name")
+        }
+        return SentinelSettings(sentinels: sentinels, masterName: master, password: password)
+    }
+}

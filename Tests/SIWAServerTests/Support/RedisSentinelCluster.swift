@@ -1,0 +1,181 @@
+import Foundation
+import SIWAServer
+
+/// Redis as teams run it for availability, on loopback: one primary, two replicas and
+/// three sentinels (real `redis-server`, the sentinels as `redis-server --sentinel`),
+/// each on its own free port and in one temporary directory. No persistence: a node
+/// that is killed loses what it held, as a lost machine does. Always call `shutdown()`.
+final class RedisSentinelCluster: @unchecked Sendable {
+    static let masterName = "siwa-test-master"
+
+    struct StartError: Error, CustomStringConvertible { let description: String }
+
+    /// One redis-server process (data node or sentinel).
+    final class Node: @unchecked Sendable {
+        let port: Int
+        let arguments: [String]
+        let logPath: String
+        private(set) var process: Process?
+
+        init(port: Int, arguments: [String], logPath: String) {
+            self.port = port
+            self.arguments = arguments
+            self.logPath = logPath
+        }
+
+        func start() throws {
+            let server = Process()
+            server.executableURL = URL(fileURLWithPath: "/usr/bin/redis-server")
+            server.arguments = arguments
+            server.standardOutput = FileHandle.nullDevice
+            server.standardError = FileHandle.nullDevice
+            try server.run()
+            process = server
+        }
+
+        /// A lost machine: SIGKILL, nothing flushed, no connection closed politely.
+        func kill() {
+            guard let process, process.isRunning else { return }
+            Foundation.kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+
+        var isRunning: Bool { process?.isRunning ?? false }
+    }
+
+    let directory: URL
+    let dataNodes: [Node]
+    let sentinels: [Node]
+    let sentinelPassword: String?
+
+    /// `downAfterMilliseconds`: how long the primary may be silent before the sentinels call it down.
+    init(downAfterMilliseconds: Int = 1000, sentinelPassword: String? = nil) throws {
+        signal(SIGPIPE, SIG_IGN)
+        directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("siwa-sentinel-\(UUID().uuidString)", isDirectory: true)
+        let directory = self.directory
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        self.sentinelPassword = sentinelPassword
+        let dataPorts = try (0..<3).map { _ in try RedisServerProcess.freeLoopbackPort() }
+        let primaryPort = dataPorts[0]
+        dataNodes = dataPorts.enumerated().map { index, port in
+            let nodeDirectory = Self.makeDirectory(in: directory, "data-\(index)")
+            var arguments = [
+                "--port", String(port), "--bind", "127.0.0.1", "--dir", nodeDirectory, "--save", "",
+                "--appendonly", "no", "--daemonize", "no", "--logfile", nodeDirectory + "/redis.log",
+            ]
+            if index > 0 { arguments += ["--replicaof", "127.0.0.1", String(primaryPort)] }
+            return Node(port: port, arguments: arguments, logPath: nodeDirectory + "/redis.log")
+        }
+        sentinels = try (0..<3).map { index in
+            let port = try RedisServerProcess.freeLoopbackPort()
+            let nodeDirectory = Self.makeDirectory(in: directory, "sentinel-\(index)")
+            var config = """
+                port \(port)
+                bind 127.0.0.1
+                dir \(nodeDirectory)
+                logfile \(nodeDirectory)/sentinel.log
+                sentinel monitor \(Self.masterName) 127.0.0.1 \(primaryPort) 2
+                sentinel down-after-milliseconds \(Self.masterName) \(downAfterMilliseconds)
+                sentinel failover-timeout \(Self.masterName) 10000
+                sentinel parallel-syncs \(Self.masterName) 2
+
+                """
+            if let sentinelPassword { config += "requirepass \(sentinelPassword)\n" }
+            // Sentinels rewrite their file with what they learn: one writable file each.
+            let configPath = nodeDirectory + "/sentinel.conf"
+            try config.write(toFile: configPath, atomically: true, encoding: .utf8)
+            return Node(port: port, arguments: [configPath, "--sentinel"], logPath: nodeDirectory + "/sentinel.log")
+        }
+        do {
+            for node in dataNodes { try node.start() }
+            for node in sentinels { try node.start() }
+            try waitUntilFormed(timeout: 30)
+        } catch {
+            shutdown()
+            throw error
+        }
+    }
+
+    deinit { shutdown() }
+
+    private static func makeDirectory(in parent: URL, _ name: String) -> String {
+        let url = parent.appendingPathComponent(name, isDirectory: true)
+        try? FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        return url.path
+    }
+
+    /// `SIWA_REDIS_SENTINELS` for this cluster.
+    var sentinelList: String { sentinels.map { "127.0.0.1:\($0.port)" }.joined(separator: ",") }
+
+    /// A plain connection to one node.
+    func connection(port: Int, password: String? = nil) -> RedisConnection {
+        RedisConnection(
+            endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: port), password: password),
+            connectTimeout: .milliseconds(500), commandTimeout: .seconds(2))
+    }
+
+    /// The port the first answering sentinel names as the master's, or nil.
+    func masterPortFromSentinels() -> Int? {
+        for sentinel in sentinels where sentinel.isRunning {
+            let reply = try? connection(port: sentinel.port, password: sentinelPassword)
+                .command("SENTINEL", "get-master-addr-by-name", Self.masterName)
+            if let pair = reply?.array, pair.count == 2, let port = pair[1].string.flatMap({ Int($0) }) { return port }
+        }
+        return nil
+    }
+
+    /// The data node whose ROLE is master, among those running.
+    func currentPrimary() -> Node? {
+        dataNodes.first { node in
+            node.isRunning && (try? connection(port: node.port).command("ROLE"))?.array?.first?.string == "master"
+        }
+    }
+
+    /// The node started as the primary.
+    var initialPrimary: Node { dataNodes[0] }
+
+    /// Every sentinel knows the two replicas and the two other sentinels; both replicas are in sync.
+    private func waitUntilFormed(timeout: TimeInterval) throws {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if formed() { return }
+            usleep(100_000)
+        }
+        throw StartError(
+            description: "the sentinel cluster did not form within \(timeout) s (logs in \(directory.path))")
+    }
+
+    private func formed() -> Bool {
+        for sentinel in sentinels {
+            guard
+                let fields =
+                    (try? connection(port: sentinel.port, password: sentinelPassword)
+                    .command("SENTINEL", "master", Self.masterName))?.fieldMap,
+                fields["num-slaves"] == "2", fields["num-other-sentinels"] == "2"
+            else { return false }
+        }
+        let info = (try? connection(port: initialPrimary.port).command("INFO", "replication"))?.string ?? ""
+        return info.components(separatedBy: "state=online").count - 1 == 2
+    }
+
+    /// Waits until the sentinels name a master other than `oldPort` and that node's ROLE is master.
+    func waitForFailover(from oldPort: Int, timeout: TimeInterval) -> Node? {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if let port = masterPortFromSentinels(), port != oldPort,
+                let node = dataNodes.first(where: { $0.port == port }),
+                (try? connection(port: port).command("ROLE"))?.array?.first?.string == "master"
+            {
+                return node
+            }
+            usleep(100_000)
+        }
+        return nil
+    }
+
+    func shutdown() {
+        for node in sentinels + dataNodes { node.kill() }
+        try? FileManager.default.removeItem(at: directory)
+    }
+}
