@@ -41,7 +41,7 @@ let package = Package(
         // `swift build --product siwa-fuzz --sanitize=fuzzer --sanitize=address`.
         .executableTarget(
             name: "siwa-fuzz",
-            dependencies: ["SIWAVerification", "SIWATestKit"]
+            dependencies: ["SIWAVerification", "SIWATestKit", "SIWAServer"]
         ),
 
         .testTarget(

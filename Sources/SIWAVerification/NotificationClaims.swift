@@ -82,8 +82,11 @@ struct NotificationClaims {
                     : "the token expired at \(expiry) (now \(now), leeway \(leewaySeconds) s)")
         }
         guard issuedAt <= now + leewaySeconds else {
-            throw VerificationError(
+            var error = VerificationError(
                 .iatInFuture, "iat \(issuedAt) is in the future (now \(now), leeway \(leewaySeconds) s)")
+            error.issuedAt = issuedAt
+            error.serverTime = now
+            throw error
         }
     }
 

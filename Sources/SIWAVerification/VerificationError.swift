@@ -3,6 +3,10 @@
 public struct VerificationError: Error, Sendable, Equatable, CustomStringConvertible {
     public let code: Code
     public let message: String
+    /// For `iat_in_future`: the token's `iat` and the verifier's clock, in Unix seconds, so
+    /// the log can show a host clock that is behind. Nil for every other code.
+    public internal(set) var issuedAt: Int64? = nil
+    public internal(set) var serverTime: Int64? = nil
 
     public init(_ code: Code, _ message: String) {
         self.code = code

@@ -1,43 +1,25 @@
-import SIWAVerification
+import SIWAServer
+import SIWATestKit
 
 #if canImport(Glibc)
     import Glibc
 #endif
 
-// libFuzzer target over the whole body-to-result path. Build and run:
+// libFuzzer target over every parser of outside input (the first byte picks one: see
+// FuzzTarget), above all the whole body-to-result path. Build and run:
 //   swift build --scratch-path .build/fuzz --product siwa-fuzz \
 //     --sanitize=fuzzer --sanitize=address -Xswiftc -DSIWA_FUZZING \
 //     -Xswiftc -sanitize-coverage=edge,inline-8bit-counters,pc-table
 //   .build/fuzz/debug/siwa-fuzz -max_total_time=60 Fuzz/corpus
 // Without SIWA_FUZZING the executable replays files given as arguments (regression).
 
-/// The TEST FIXTURE JWKS that signed the seed corpus (Fuzz/test-fixture-jwks.json).
-let fuzzFixtureJWKS = #"""
-    {"keys":[{"alg":"RS256","e":"AQAB","kid":"fuzz-fixture-key","kty":"RSA","n":"528bYvL6XUteZT967neeQhiEnjRN_zArWArvooH4jXYZjPh_v9ZwkJhvgAmveF4Qzbux8-6Pw0YqStLsVREjlOF8CoOtcfiE-epvt7iWrNPUq8_hbN1E75QzaqXV8wcK505YASpbSkRtkpaLEMi1YbV7-BQhquhbINhI1RstNnUXNmXI5Rn55Or5xQnSe9TjTrIAqxBnqVEBryaX2i2BcQl68CJctKl5opSF2VuZfFp3iEzj1hwriu2BeLNAaleHXSeH5fXOcgnPnX9kWusDuW0BjxowtpteFH1uInc4jEXyVoxxsHcmog6YyQvDEk4ImrkEnr7oKJ30jEjWTvG3EQ","use":"sig"}]}
-    """#
+/// The target over the TEST FIXTURE keys that signed the seed corpus (one definition:
+/// the test kit's `FuzzFixture`); what each input does is `FuzzTarget` in SIWAServer,
+/// shared with the corpus test.
+let fuzzTarget = try! FuzzTarget(
+    jwks: FuzzFixture.jwksDocument, clientID: FuzzFixture.clientID, now: FuzzFixture.now)
 
-let fuzzVerifier = NotificationVerifier(
-    keys: try! JSONWebKeySet(jsonBytes: Array(fuzzFixtureJWKS.utf8)), clientIDs: ["com.example.app"])
-
-/// The seeds were signed at this time (Unix seconds), so they verify and the fuzzer
-/// explores beyond the signature check by mutating signed claims' neighbours.
-let fuzzNow: Int64 = 1_796_000_000
-
-/// A first byte of 0 fuzzes the claims-to-notification step directly (mutated claims can
-/// never carry a valid signature, so the whole-body path alone would not reach it);
-/// anything else is a whole request body.
-func checkOneInput(_ bytes: [UInt8]) {
-    do {
-        let notification =
-            bytes.first == 0
-            ? try fuzzVerifier.interpret(claims: Array(bytes.dropFirst()), now: fuzzNow)
-            : try fuzzVerifier.verify(body: bytes, now: fuzzNow)
-        // A verified result always names a served client and a non-empty subject.
-        precondition(notification.clientID == "com.example.app" && !notification.subject.isEmpty)
-    } catch {
-        precondition(!error.code.rawValue.isEmpty && (400...503).contains(error.httpStatus))
-    }
-}
+func checkOneInput(_ bytes: [UInt8]) { fuzzTarget.check(bytes) }
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzTestOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {

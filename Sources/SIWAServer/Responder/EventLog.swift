@@ -12,7 +12,7 @@ public enum EventLog {
     /// One line per request.
     public static func request(
         requestID: String, method: String, path: String, status: Int, outcome: String, errorCode: String?,
-        type: String?, clientID: String?, durationMilliseconds: Double
+        type: String?, clientID: String?, durationMilliseconds: Double, extra: [(String, JSONValue)] = []
     ) {
         var members: [(String, JSONValue)] = [
             ("time", .string(timestamp())), ("level", .string(status >= 500 ? "warning" : "info")),
@@ -22,6 +22,7 @@ public enum EventLog {
         if let errorCode { members.append(("error", .string(errorCode))) }
         if let type { members.append(("type", .string(type))) }
         if let clientID { members.append(("client_id", .string(clientID))) }
+        members += extra
         members.append(("duration_ms", .number((durationMilliseconds * 1000).rounded() / 1000)))
         write(members)
     }

@@ -46,6 +46,8 @@ public final class NotificationResponder: Sendable {
         var body: String
         var contentType = "application/json"
         var headers: [FastCGIResponse.Header] = []
+        /// More fields for the request's log line (numbers only, never token content).
+        var logFields: [(String, JSONValue)] = []
     }
 
     public func handle(_ request: FastCGIRequest) -> FastCGIResponse {
@@ -60,7 +62,7 @@ public final class NotificationResponder: Sendable {
             EventLog.request(
                 requestID: request.requestID ?? "-", method: request.method, path: Self.loggablePath(request.path),
                 status: result.status, outcome: result.outcome, errorCode: result.errorCode, type: result.type,
-                clientID: result.clientID, durationMilliseconds: seconds * 1000)
+                clientID: result.clientID, durationMilliseconds: seconds * 1000, extra: result.logFields)
         }
         var headers = result.headers
         headers.append(FastCGIResponse.Header("Cache-Control", "no-store"))
@@ -176,11 +178,16 @@ public final class NotificationResponder: Sendable {
 
     func refusal(_ error: VerificationError) -> Result {
         let retryable = error.failureClass == .retryable
-        return Result(
+        var result = Result(
             status: error.httpStatus, outcome: retryable ? "unavailable" : "refused", errorCode: error.code.rawValue,
             body: Self.json(["status": retryable ? "unavailable" : "refused", "error": error.code.rawValue]),
             headers: retryable
                 ? [.init("Retry-After", String(configuration.requests.retryAfter.components.seconds))] : [])
+        // A token from the future usually means this host's clock is behind: show both times.
+        if let issuedAt = error.issuedAt, let serverTime = error.serverTime {
+            result.logFields = [("iat", .integer(issuedAt)), ("server_time", .integer(serverTime))]
+        }
+        return result
     }
 
     static func status(

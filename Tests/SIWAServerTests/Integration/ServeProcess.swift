@@ -19,8 +19,12 @@ final class ServeProcess {
 
     struct StartFailure: Error, CustomStringConvertible { let description: String }
 
-    /// Starts serve and waits (bounded) until its socket accepts a connection.
-    init(environment: [String: String], socketPath: String, logURL: URL, timeout: TimeInterval = 15) throws {
+    /// Starts serve and waits (bounded) until its socket accepts a connection. `launcher`,
+    /// when given, runs serve under another program (strace): its arguments, then serve's.
+    init(
+        environment: [String: String], socketPath: String, logURL: URL, timeout: TimeInterval = 15,
+        launcher: [String] = []
+    ) throws {
         self.socketPath = socketPath
         self.logURL = logURL
         if !FileManager.default.fileExists(atPath: logURL.path) {
@@ -29,8 +33,13 @@ final class ServeProcess {
         let log = try FileHandle(forWritingTo: logURL)
         log.seekToEndOfFile()
         process = Process()
-        process.executableURL = Self.binaryURL
-        process.arguments = ["serve"]
+        if let program = launcher.first {
+            process.executableURL = URL(fileURLWithPath: program)
+            process.arguments = Array(launcher.dropFirst()) + [Self.binaryURL.path, "serve"]
+        } else {
+            process.executableURL = Self.binaryURL
+            process.arguments = ["serve"]
+        }
         process.environment = environment.merging(["PATH": "/usr/bin:/bin"]) { current, _ in current }
         process.standardError = log
         process.standardOutput = log

@@ -17,18 +17,24 @@ final class ServeStack {
     let extraEnvironment: [String: String]
     /// The SIWA_REDIS_URL serve gets, when not the test Redis's default user.
     var serveRedisURL: String?
+    /// A program serve runs under (strace), empty for none.
+    var launcher: [String] = []
 
     var socketPath: String { directory.appendingPathComponent("fcgi.sock").path }
     var spoolDirectory: String { directory.appendingPathComponent("spool").path }
 
-    init(appendOnlyRedis: Bool = false, extraEnvironment: [String: String] = [:], startingServe: Bool = true) throws {
+    init(
+        appendOnlyRedis: Bool = false, extraEnvironment: [String: String] = [:], startingServe: Bool = true,
+        launcher: [String] = [], initialJWKSDocument: String? = nil
+    ) throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("siwa-serve-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         self.extraEnvironment = extraEnvironment
+        self.launcher = launcher
         redis = try RedisServerProcess(appendOnly: appendOnlyRedis)
         jwks = try JWKSTestServer()
         key = try TestSigningKey.generate(keyID: "test-apple-key-\(UUID().uuidString.prefix(8))")
-        try jwks.serve(Array(TestSigningKey.jwksDocument([key]).utf8))
+        try jwks.serve(Array((initialJWKSDocument ?? TestSigningKey.jwksDocument([key])).utf8))
         if startingServe { try startServe() }
     }
 
@@ -48,7 +54,8 @@ final class ServeStack {
 
     func startServe() throws {
         serve = try ServeProcess(
-            environment: environment, socketPath: socketPath, logURL: directory.appendingPathComponent("serve.log"))
+            environment: environment, socketPath: socketPath, logURL: directory.appendingPathComponent("serve.log"),
+            launcher: launcher)
     }
 
     /// A signed request body, as Apple sends it.
