@@ -17,9 +17,16 @@ enum OperatorSettings {
         }
     }
 
-    /// A connection to serve's Redis, with serve's timeouts.
+    /// A connection to serve's Redis, with serve's timeouts; with Sentinel, to the primary
+    /// the sentinels name (confirmed by ROLE), as serve finds it.
     static func redisConnection(_ configuration: ServerConfiguration) -> RedisConnection {
-        let timeout = configuration.redis.timeout
-        return RedisConnection(endpoint: configuration.redis.endpoint, connectTimeout: timeout, commandTimeout: timeout)
+        let redis = configuration.redis
+        let locator = redis.sentinel.map {
+            RedisPrimaryLocator(
+                sentinels: $0.sentinels, masterName: $0.masterName, sentinelPassword: $0.password,
+                timeout: redis.timeout)
+        }
+        return RedisConnection(
+            endpoint: redis.endpoint, connectTimeout: redis.timeout, commandTimeout: redis.timeout, locator: locator)
     }
 }

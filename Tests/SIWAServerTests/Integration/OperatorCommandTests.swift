@@ -203,3 +203,29 @@ struct StatusCommandTests {
         #expect(try EndpointRun.run(["status", "--socket", "/x", "--timeout", "0"]).status == 2)
     }
 }
+
+/// `siwa-endpoint user` with serve's Sentinel settings reads the primary the sentinels name,
+/// not the host of `SIWA_REDIS_URL` (which, with Sentinel, gives only the database).
+@Suite("siwa-endpoint user, with Sentinel", .serialized)
+struct UserCommandSentinelTests {
+    @Test("the state is read from the primary the sentinels name; the URL's host is not used")
+    func readsThePrimaryTheSentinelsName() throws {
+        let cluster = try RedisSentinelCluster()
+        defer { cluster.shutdown() }
+        let primary = try #require(cluster.currentPrimary())
+        let key = "siwa:user:{com.example.sentinel:000030.u.0001}"
+        _ = try cluster.connection(port: primary.port).command(
+            "HSET", key, "sessions_revoked_at", "1796000000000", "updated_at", "1796000000412")
+        // A port nothing listens on: only the sentinels can lead the command to the data.
+        let unused = try RedisServerProcess.freeLoopbackPort()
+        let run = try EndpointRun.run(
+            ["user", "com.example.sentinel", "000030.u.0001", "--session-started", "1796000000000"],
+            environment: [
+                "SIWA_REDIS_URL": "redis://127.0.0.1:\(unused)/0", "SIWA_REDIS_SENTINELS": cluster.sentinelList,
+                "SIWA_REDIS_SENTINEL_MASTER": RedisSentinelCluster.masterName,
+            ])
+        #expect(run.status == 0, "\(run.errors)")
+        #expect(run.lines.contains("  sessions_revoked_at  1796000000000  2026-11-30T00:53:20.000Z"))
+        #expect(run.lines.contains("session not valid"))
+    }
+}
