@@ -72,6 +72,42 @@ struct SentinelSettingsTests {
         #expect(metrics.contains("\nsiwa_redis_replica_shortfalls_total 0\n"))
     }
 
+    @Test(
+        "a planned failover (SENTINEL FAILOVER): the next notification is applied on the new primary, not the demoted one"
+    )
+    func followsAPlannedFailover() throws {
+        let cluster = try RedisSentinelCluster()
+        defer { cluster.shutdown() }
+        let stack = try ServeStack(extraEnvironment: Self.environment(cluster))
+        defer { stack.shutdown() }
+        #expect(
+            try stack.post(try stack.body(type: "consent-revoked", sub: "001.planned.a")).jsonFields["status"]
+                == "applied")
+
+        let oldPort = cluster.initialPrimary.port
+        _ = try cluster.connection(port: cluster.sentinels[0].port).command(
+            "SENTINEL", "FAILOVER", RedisSentinelCluster.masterName)
+        let newPrimary = try #require(cluster.waitForFailover(from: oldPort, timeout: 30))
+        // Until the sentinels demote it, the old node is still a master that takes writes
+        // (lost when it resyncs, unless SIWA_REDIS_MIN_REPLICAS kept a copy): wait for that.
+        #expect(
+            stack.waitUntil(timeout: 20) {
+                (try? cluster.connection(port: oldPort).command("ROLE"))?.array?.first?.string == "slave"
+            })
+
+        // The worker's connection still points at the demoted node: it must not stay there.
+        let after = try stack.post(try stack.body(type: "consent-revoked", sub: "001.planned.b"))
+        #expect(after.jsonFields["status"] == "applied")
+        #expect(
+            try cluster.connection(port: newPrimary.port).command(
+                "HGET", "siwa:user:{\(ServeStack.clientID):001.planned.b}", "last_event_type"
+            ).string == "consent-revoked")
+        let health = try stack.request("GET", "/healthz")
+        #expect(health.jsonFields["redis_primary"] == "127.0.0.1:\(newPrimary.port)")
+        let metrics = String(decoding: try stack.request("GET", "/metrics").body, as: UTF8.self)
+        #expect(metrics.contains("\nsiwa_redis_failovers_total 1\n"), "\(metrics)")
+    }
+
     @Test("sentinels unreachable at start: serve starts, spools (200), /healthz 503, Redis untouched")
     func sentinelsUnreachable() throws {
         let ports = try (0..<2).map { _ in try RedisServerProcess.freeLoopbackPort() }
