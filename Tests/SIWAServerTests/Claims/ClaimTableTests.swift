@@ -1,0 +1,30 @@
+import Foundation
+import Testing
+
+/// Tests/CLAIMS.md maps README claims to tests: every test it names must exist, so the
+/// table cannot point at a test that was renamed or removed.
+@Suite("README claim table")
+struct ClaimTableTests {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().deletingLastPathComponent()
+
+    @Test("every test named in Tests/CLAIMS.md exists")
+    func everyNamedTestExists() throws {
+        let table = try String(contentsOf: Self.root.appendingPathComponent("Tests/CLAIMS.md"), encoding: .utf8)
+        var references = 0
+        for cell in table.components(separatedBy: "`") where cell.contains("#") || cell.contains("::") {
+            let swift = cell.components(separatedBy: "#")
+            let python = cell.components(separatedBy: "::")
+            let (path, name, declaration) =
+                swift.count == 2
+                ? (swift[0], swift[1], "func \(swift[1])(") : (python[0], python[1], "def \(python[1])(")
+            guard path.hasPrefix("Tests/") || path.hasPrefix("tests/") else { continue }
+            references += 1
+            let text = try? String(contentsOf: Self.root.appendingPathComponent(path), encoding: .utf8)
+            #expect(text != nil, "Tests/CLAIMS.md names \(path), which does not exist")
+            #expect(
+                text?.contains(declaration) == true, "Tests/CLAIMS.md names \(name) in \(path), which has no such test")
+        }
+        #expect(references >= 40)
+    }
+}
