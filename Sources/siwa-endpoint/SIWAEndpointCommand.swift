@@ -10,6 +10,7 @@ enum SIWAEndpointCommand {
         ("verify", "verify one captured request body and say why it was refused"),
         ("bench", "time full verification against the bare OpenSSL RS256 check"),
         ("load", "drive a running responder's FastCGI socket: notifications vs health checks"),
+        ("reconcile", "ask Apple, once a day per user, which refresh tokens it refuses; end those sessions"),
     ]
 
     static let usage = """
@@ -41,6 +42,7 @@ enum SIWAEndpointCommand {
             case "verify": status = try VerifyCommand.run(arguments)
             case "bench": status = try BenchCommand.run(arguments)
             case "load": status = try LoadCommand.run(arguments)
+            case "reconcile": status = try ReconcileCommand.run(arguments)
             default: throw UsageError("unknown subcommand \(subcommand)\n\n\(usage)")
             }
         } catch let error as UsageError {

@@ -33,54 +33,48 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var unknownSettings: [String]
 
     /// One row per setting: name, default (nil when required), meaning. The README's table.
-    public static let settings: [(name: String, defaultValue: String?, meaning: String)] = [
-        ("SIWA_CLIENT_IDS", nil, "comma-separated client IDs served (`aud` must name one)"),
-        ("SIWA_JWKS_URL", "https://appleid.apple.com/auth/keys", "Apple's JWKS; https only (http only to loopback)"),
-        ("SIWA_JWKS_CA_FILE", "(system trust store)", "CA bundle for the JWKS fetch"),
-        ("SIWA_JWKS_CACHE", "/var/lib/siwa-endpoint/jwks.json", "last good JWKS, written atomically, loaded at start"),
-        ("SIWA_JWKS_REFRESH_SECONDS", "3600", "scheduled JWKS refresh"),
-        ("SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS", "60", "at most one refresh per this many seconds on an unknown kid"),
-        ("SIWA_JWKS_TIMEOUT_SECONDS", "5", "whole JWKS fetch timeout"),
-        ("SIWA_REDIS_URL", "redis://127.0.0.1:6379/0", "`redis://[:password@]host:port/db` or `unix:///path[?db=N]`"),
-        ("SIWA_REDIS_TIMEOUT_MS", "1000", "Redis connect and command timeout"),
-        ("SIWA_FCGI_SOCKET", "/run/siwa-endpoint/fcgi.sock", "unix socket path, or `127.0.0.1:PORT`"),
-        ("SIWA_FCGI_SOCKET_MODE", "0660", "unix socket mode (octal), so nginx can connect"),
-        ("SIWA_FCGI_SOCKET_GROUP", "(process group)", "unix socket group, e.g. `www-data`"),
-        ("SIWA_SPOOL_DIR", "/var/lib/siwa-endpoint/spool", "where verified notifications wait while Redis is down"),
-        ("SIWA_KEY_PREFIX", "siwa", "prefix of every Redis key and the channel"),
-        ("SIWA_NOTIFICATION_PATH", "/apple/notifications", "the path Apple posts to"),
-        ("SIWA_WORKERS", "2 per core", "FastCGI worker threads, one Redis connection each"),
-        ("SIWA_MAX_BODY_BYTES", "65536", "request body limit (413 above it)"),
-        ("SIWA_LEEWAY_SECONDS", "60", "clock leeway for `exp` and `iat`"),
-        ("SIWA_SEEN_TTL_SECONDS", "2592000", "how long a `jti` is remembered for duplicates (30 days)"),
-        ("SIWA_STREAM_MAXLEN", "1000000", "approximate cap of the `events` stream"),
-        ("SIWA_SHUTDOWN_TIMEOUT_SECONDS", "10", "how long SIGTERM waits for requests in flight"),
-        ("SIWA_RETRY_AFTER_SECONDS", "30", "the `Retry-After` of a 503"),
-    ]
+    public static let settings: [(name: String, defaultValue: String?, meaning: String)] =
+        [
+            ("SIWA_CLIENT_IDS", nil, "comma-separated client IDs served (`aud` must name one)"),
+            (
+                "SIWA_JWKS_URL", "https://appleid.apple.com/auth/keys",
+                "Apple's JWKS; https only (http only to loopback)"
+            ),
+            ("SIWA_JWKS_CA_FILE", "(system trust store)", "CA bundle for the JWKS fetch"),
+            (
+                "SIWA_JWKS_CACHE", "/var/lib/siwa-endpoint/jwks.json",
+                "last good JWKS, written atomically, loaded at start"
+            ),
+            ("SIWA_JWKS_REFRESH_SECONDS", "3600", "scheduled JWKS refresh"),
+            (
+                "SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS", "60",
+                "at most one refresh per this many seconds on an unknown kid"
+            ),
+            ("SIWA_JWKS_TIMEOUT_SECONDS", "5", "whole JWKS fetch timeout"),
+            (
+                "SIWA_REDIS_URL", "redis://127.0.0.1:6379/0",
+                "`redis://[:password@]host:port/db` or `unix:///path[?db=N]`"
+            ),
+            ("SIWA_REDIS_TIMEOUT_MS", "1000", "Redis connect and command timeout"),
+            ("SIWA_FCGI_SOCKET", "/run/siwa-endpoint/fcgi.sock", "unix socket path, or `127.0.0.1:PORT`"),
+            ("SIWA_FCGI_SOCKET_MODE", "0660", "unix socket mode (octal), so nginx can connect"),
+            ("SIWA_FCGI_SOCKET_GROUP", "(process group)", "unix socket group, e.g. `www-data`"),
+            ("SIWA_SPOOL_DIR", "/var/lib/siwa-endpoint/spool", "where verified notifications wait while Redis is down"),
+            ("SIWA_KEY_PREFIX", "siwa", "prefix of every Redis key and the channel"),
+            ("SIWA_NOTIFICATION_PATH", "/apple/notifications", "the path Apple posts to"),
+            ("SIWA_WORKERS", "2 per core", "FastCGI worker threads, one Redis connection each"),
+            ("SIWA_MAX_BODY_BYTES", "65536", "request body limit (413 above it)"),
+            ("SIWA_LEEWAY_SECONDS", "60", "clock leeway for `exp` and `iat`"),
+            ("SIWA_SEEN_TTL_SECONDS", "2592000", "how long a `jti` is remembered for duplicates (30 days)"),
+            ("SIWA_STREAM_MAXLEN", "1000000", "approximate cap of the `events` stream"),
+            ("SIWA_SHUTDOWN_TIMEOUT_SECONDS", "10", "how long SIGTERM waits for requests in flight"),
+            ("SIWA_RETRY_AFTER_SECONDS", "30", "the `Retry-After` of a 503"),
+        ] + ReconcileConfiguration.appleSettings
 
     /// Reads the settings from `environment`, after the lines of `envFile` (`NAME=value`,
     /// `#` comments); the process environment wins over the file.
     public init(environment: [String: String], envFile: String? = nil) throws(ConfigurationError) {
-        var values: [String: String] = [:]
-        if let envFile {
-            guard let text = try? String(contentsOfFile: envFile, encoding: .utf8) else {
-                throw ConfigurationError(setting: "--env-file", "cannot read \(envFile)")
-            }
-            for (number, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-                let line = rawLine.trimmingCharacters(in: .whitespaces)
-                if line.isEmpty || line.hasPrefix("#") { continue }
-                guard let equals = line.firstIndex(of: "="), equals != line.startIndex else {
-                    throw ConfigurationError(
-                        setting: "--env-file", "line \(number + 1) of \(envFile) is not NAME=value")
-                }
-                var value = String(line[line.index(after: equals)...])
-                if value.count >= 2, value.first == value.last, value.first == "\"" || value.first == "'" {
-                    value = String(value.dropFirst().dropLast())
-                }
-                values[String(line[..<equals])] = value
-            }
-        }
-        for (name, value) in environment where name.hasPrefix("SIWA_") { values[name] = value }
+        let values = try SettingReader.values(environment: environment, envFile: envFile)
 
         let knownNames = Set(Self.settings.map(\.name))
         // Warned about, not refused: other tools may share the prefix in a shell's environment.
@@ -98,12 +92,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         }
         clientIDs = Set(list)
 
-        jwksURL = values["SIWA_JWKS_URL"] ?? "https://appleid.apple.com/auth/keys"
-        guard let url = URL(string: jwksURL), let scheme = url.scheme?.lowercased(), let host = url.host, !host.isEmpty,
-            scheme == "https" || (scheme == "http" && HTTPSFetcher.isLoopbackHost(host))
-        else {
-            throw ConfigurationError(setting: "SIWA_JWKS_URL", "must be an https URL (http only to a loopback host)")
-        }
+        jwksURL = try reader.httpsURL("SIWA_JWKS_URL", default: "https://appleid.apple.com/auth/keys")
         jwksCAFile = values["SIWA_JWKS_CA_FILE"]
         if let jwksCAFile, !FileManager.default.isReadableFile(atPath: jwksCAFile) {
             throw ConfigurationError(setting: "SIWA_JWKS_CA_FILE", "cannot read \(jwksCAFile)")
@@ -114,10 +103,7 @@ public struct ServerConfiguration: Sendable, Equatable {
             "SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS", default: 60, in: 1...3600)
         jwksTimeoutSeconds = try reader.integer("SIWA_JWKS_TIMEOUT_SECONDS", default: 5, in: 1...60)
 
-        redisURL = values["SIWA_REDIS_URL"] ?? "redis://127.0.0.1:6379/0"
-        guard redisURL.hasPrefix("redis://") || redisURL.hasPrefix("unix:///") else {
-            throw ConfigurationError(setting: "SIWA_REDIS_URL", "must be redis://host:port/db or unix:///path")
-        }
+        redisURL = try reader.redisURL()
         redisTimeoutMilliseconds = try reader.integer("SIWA_REDIS_TIMEOUT_MS", default: 1000, in: 10...60_000)
 
         fastCGISocket = values["SIWA_FCGI_SOCKET"] ?? "/run/siwa-endpoint/fcgi.sock"
@@ -133,15 +119,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         fastCGISocketGroup = values["SIWA_FCGI_SOCKET_GROUP"].flatMap { $0.isEmpty ? nil : $0 }
 
         spoolDirectory = try reader.path("SIWA_SPOOL_DIR", default: "/var/lib/siwa-endpoint/spool")
-        keyPrefix = values["SIWA_KEY_PREFIX"] ?? "siwa"
-        guard !keyPrefix.isEmpty, keyPrefix.count <= 64,
-            keyPrefix.unicodeScalars.allSatisfy({
-                CharacterSet.alphanumerics.contains($0) || "-_.:".unicodeScalars.contains($0)
-            })
-        else {
-            throw ConfigurationError(
-                setting: "SIWA_KEY_PREFIX", "must be 1 to 64 letters, digits, '-', '_', '.' or ':'")
-        }
+        keyPrefix = try reader.keyPrefix()
         notificationPath = values["SIWA_NOTIFICATION_PATH"] ?? "/apple/notifications"
         guard notificationPath.hasPrefix("/"), !notificationPath.contains("?"), !notificationPath.contains(" "),
             notificationPath != "/healthz", notificationPath != "/metrics"
@@ -186,24 +164,4 @@ public struct ConfigurationError: Error, Sendable, CustomStringConvertible {
     }
 
     public var description: String { "\(setting) \(problem)" }
-}
-
-private struct SettingReader {
-    let values: [String: String]
-
-    func integer(_ name: String, default value: Int, in range: ClosedRange<Int>) throws(ConfigurationError) -> Int {
-        guard let text = values[name] else { return value }
-        guard let number = Int(text.trimmingCharacters(in: .whitespaces)), range.contains(number) else {
-            throw ConfigurationError(
-                setting: name, "must be a whole number from \(range.lowerBound) to \(range.upperBound), got \"\(text)\""
-            )
-        }
-        return number
-    }
-
-    func path(_ name: String, default value: String) throws(ConfigurationError) -> String {
-        let path = values[name] ?? value
-        guard path.hasPrefix("/") else { throw ConfigurationError(setting: name, "must be an absolute path") }
-        return path
-    }
 }
