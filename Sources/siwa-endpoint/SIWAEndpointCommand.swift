@@ -17,7 +17,7 @@ enum SIWAEndpointCommand {
         usage: siwa-endpoint <subcommand> [options]
 
         subcommands:
-        \(subcommands.map { "  " + $0.name.padding(toLength: 8, withPad: " ", startingAt: 0) + $0.summary }.joined(separator: "\n"))
+        \(subcommands.map { "  " + $0.name.padding(toLength: 11, withPad: " ", startingAt: 0) + $0.summary }.joined(separator: "\n"))
 
         Run `siwa-endpoint <subcommand> --help` for its options.
         """
