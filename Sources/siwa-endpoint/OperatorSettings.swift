@@ -19,8 +19,7 @@ enum OperatorSettings {
 
     /// A connection to serve's Redis, with serve's timeouts; with Sentinel, to the primary
     /// the sentinels name (confirmed by ROLE), as serve finds it.
-    static func redisConnection(_ configuration: ServerConfiguration) -> RedisConnection {
-        let redis = configuration.redis
+    static func redisConnection(_ redis: RedisSettings) -> RedisConnection {
         let locator = redis.sentinel.map {
             RedisPrimaryLocator(
                 sentinels: $0.sentinels, masterName: $0.masterName, sentinelPassword: $0.password,

@@ -13,13 +13,14 @@ enum SIWAEndpointCommand {
         ("user", "what Redis holds for one user: user CLIENT_ID SUB [--session-started T]"),
         ("status", "a running responder's health over its FastCGI socket (--json: the document)"),
         ("spool", "spool status (depth, oldest age, set-aside, torn) and spool requeue"),
+        ("reconcile", "ask Apple, once a day per user, which refresh tokens it refuses; end those sessions"),
     ]
 
     static let usage = """
         usage: siwa-endpoint <subcommand> [options]
 
         subcommands:
-        \(subcommands.map { "  " + $0.name.padding(toLength: 8, withPad: " ", startingAt: 0) + $0.summary }.joined(separator: "\n"))
+        \(subcommands.map { "  " + $0.name.padding(toLength: 11, withPad: " ", startingAt: 0) + $0.summary }.joined(separator: "\n"))
 
         Run `siwa-endpoint <subcommand> --help` for its options.
         """
@@ -47,6 +48,7 @@ enum SIWAEndpointCommand {
             case "user": status = try UserCommand.run(arguments)
             case "status": status = try StatusCommand.run(arguments)
             case "spool": status = try SpoolCommand.run(arguments)
+            case "reconcile": status = try ReconcileCommand.run(arguments)
             default: throw UsageError("unknown subcommand \(subcommand)\n\n\(usage)")
             }
         } catch let error as UsageError {

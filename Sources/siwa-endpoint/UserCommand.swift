@@ -63,7 +63,7 @@ enum UserCommand {
             Output.error("siwa-endpoint user: \(error.description)")
             return 2
         }
-        let connection = OperatorSettings.redisConnection(configuration)
+        let connection = OperatorSettings.redisConnection(configuration.redis)
         let prefix = configuration.store.keyPrefix
         let userKey = "\(prefix):user:{\(clientID):\(sub)}"
 

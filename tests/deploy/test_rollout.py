@@ -347,3 +347,25 @@ def test_systemd_unit_passes_systemd_analyze_verify(workdir, binary):
                     "Environment=SIWA_SPOOL_DIR=/var/lib/siwa-endpoint/spool-%i", "LimitNOFILE=1024",
                     "RuntimeDirectoryPreserve=yes", "KillSignal=SIGTERM", "TimeoutStopSec=20"):
         assert setting in unit.splitlines()
+
+
+def test_reconcile_units_pass_systemd_analyze_verify(workdir, binary):
+    analyze = shutil.which("systemd-analyze")
+    assert analyze is not None, "systemd-analyze is missing (scripts/install-deps installs the systemd package)"
+    service = (DEPLOY / "siwa-endpoint-reconcile.service").read_text()
+    timer = (DEPLOY / "siwa-endpoint-reconcile.timer").read_text()
+    installed = "/usr/local/lib/siwa-endpoint/current-blue/siwa-endpoint"
+    assert service.count(installed) == 1
+    directory = workdir / "reconcile-units"
+    directory.mkdir(exist_ok=True)
+    (directory / "siwa-endpoint-reconcile.service").write_text(service.replace(installed, str(binary)))
+    (directory / "siwa-endpoint-reconcile.timer").write_text(timer)
+    result = subprocess.run([analyze, "verify", str(directory / "siwa-endpoint-reconcile.timer"),
+                             str(directory / "siwa-endpoint-reconcile.service")], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout + result.stderr == ""
+    assert "OnCalendar=daily" in timer.splitlines()
+    assert "Type=oneshot" in service.splitlines()
+    exec_start = next(line for line in service.splitlines() if line.startswith("ExecStart="))
+    assert exec_start.split()[1:4] == ["reconcile", "--env-file", "/etc/siwa-endpoint/env"]

@@ -1,6 +1,7 @@
 import CCurl
 
-/// Fetches one small document over HTTPS with libcurl, or says exactly why not.
+/// Fetches one small document (GET) or posts one small form (POST) over HTTPS with
+/// libcurl, or says exactly why not.
 ///
 /// Foundation's URLSession on Linux cannot take a per-request CA file, so this is
 /// the thin wrapper over libcurl: every libcurl pointer lives in this file.
@@ -42,6 +43,43 @@ public struct HTTPSFetcher: Sendable {
 
     /// GETs `url` and returns the body of a 200 response.
     public func fetch(_ url: String) throws(HTTPSFetchError) -> [UInt8] {
+        let response = try perform(url, postBody: nil)
+        guard response.status == 200 else {
+            throw HTTPSFetchError(
+                .httpStatusNotOK, "the server answered HTTP \(response.status), not 200", httpStatus: response.status)
+        }
+        return response.body
+    }
+
+    /// POSTs `form` (`application/x-www-form-urlencoded`) to `url` and returns the
+    /// response, whatever its status: the caller decides what a status means.
+    /// The body sent is never part of an error message.
+    public func post(_ url: String, form: [(name: String, value: String)]) throws(HTTPSFetchError) -> HTTPSResponse {
+        let body = form.map { Self.formEncode($0.name) + "=" + Self.formEncode($0.value) }.joined(separator: "&")
+        return try perform(url, postBody: body)
+    }
+
+    /// Percent-encodes everything but RFC 3986's unreserved characters.
+    static func formEncode(_ text: String) -> String {
+        var out = ""
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
+                UInt8(ascii: "~"):
+                out.unicodeScalars.append(Unicode.Scalar(byte))
+            default:
+                let hex = Array("0123456789ABCDEF".unicodeScalars)
+                out.unicodeScalars.append("%")
+                out.unicodeScalars.append(hex[Int(byte >> 4)])
+                out.unicodeScalars.append(hex[Int(byte & 0x0F)])
+            }
+        }
+        return out
+    }
+
+    /// One transfer: a GET, or a POST of `postBody` (already encoded, no NUL bytes).
+    private func perform(_ url: String, postBody: String?) throws(HTTPSFetchError) -> HTTPSResponse {
         guard Self.globalInit == CURLE_OK else {
             throw HTTPSFetchError(.clientUnavailable, "libcurl global initialisation failed")
         }
@@ -80,6 +118,11 @@ public struct HTTPSFetcher: Sendable {
                 set(siwa_curl_setopt_pointer(handle, CURLOPT_ERRORBUFFER, errorPointer.baseAddress))
                 set(siwa_curl_setopt_pointer(handle, CURLOPT_WRITEDATA, sinkPointer))
                 set(siwa_curl_setopt_write_function(handle, responseSinkWrite))
+                if let postBody {
+                    // The size first: COPYPOSTFIELDS then copies exactly that many bytes.
+                    set(siwa_curl_setopt_long(handle, CURLOPT_POSTFIELDSIZE, postBody.utf8.count))
+                    set(siwa_curl_setopt_string(handle, CURLOPT_COPYPOSTFIELDS, postBody))
+                }
                 guard setup == CURLE_OK else { return (setup, 0) }
                 let result = curl_easy_perform(handle)
                 return (result, siwa_curl_response_code(handle))
@@ -87,10 +130,7 @@ public struct HTTPSFetcher: Sendable {
         }
         let detail = String(decoding: errorBuffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
         guard result == CURLE_OK else { throw Self.error(for: result, detail: detail, sink: sink) }
-        guard status == 200 else {
-            throw HTTPSFetchError(.httpStatusNotOK, "the server answered HTTP \(status), not 200", httpStatus: status)
-        }
-        return sink.bytes
+        return HTTPSResponse(status: status, body: sink.bytes)
     }
 
     private static func error(for code: CURLcode, detail: String, sink: ResponseSink) -> HTTPSFetchError {
@@ -170,6 +210,17 @@ private final class ParsedURL {
         guard curl_url_get(handle, part, &value, 0) == CURLUE_OK, let value else { return nil }
         defer { curl_free(value) }
         return String(cString: value)
+    }
+}
+
+/// A response of any status, with its body (capped at the fetcher's maximum).
+public struct HTTPSResponse: Sendable, Equatable {
+    public let status: Int
+    public let body: [UInt8]
+
+    public init(status: Int, body: [UInt8]) {
+        self.status = status
+        self.body = body
     }
 }
 

@@ -26,87 +26,90 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var unknownSettings: [String]
 
     /// The settings table: one row per setting, in the README's order.
-    public static let settings: [Setting] = [
-        .parsed(
-            "SIWA_CLIENT_IDS", default: nil, "comma-separated client IDs served (`aud` must name one)", clientIDList),
-        .parsed(
-            "SIWA_JWKS_URL", default: "https://appleid.apple.com/auth/keys",
-            "Apple's JWKS; https only (http only to loopback)", jwksURL),
-        .optional("SIWA_JWKS_CA_FILE", shown: "(system trust store)", "CA bundle for the JWKS fetch", readableFile),
-        .path(
-            "SIWA_JWKS_CACHE", default: "/var/lib/siwa-endpoint/jwks.json",
-            "last good JWKS, written atomically, loaded at start"),
-        .duration(
-            "SIWA_JWKS_REFRESH_SECONDS", default: 3600, in: 60...86_400, unit: .seconds, "scheduled JWKS refresh"),
-        .duration(
-            "SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS", default: 60, in: 1...3600, unit: .seconds,
-            "at most one refresh per this many seconds on an unknown kid"),
-        .duration("SIWA_JWKS_TIMEOUT_SECONDS", default: 5, in: 1...60, unit: .seconds, "whole JWKS fetch timeout"),
-        .parsed(
-            "SIWA_REDIS_URL", default: "redis://127.0.0.1:6379/0",
-            "`redis://[:password@]host:port/db` or `unix:///path[?db=N]`", redisEndpoint),
-        .duration(
-            "SIWA_REDIS_TIMEOUT_MS", default: 1000, in: 10...60_000, unit: .milliseconds,
-            "Redis connect and command timeout"),
-        .parsed(
-            "SIWA_FCGI_SOCKET", default: "/run/siwa-endpoint/fcgi.sock", "unix socket path, or `127.0.0.1:PORT`",
-            listenAddress),
-        .parsed("SIWA_FCGI_SOCKET_MODE", default: "0660", "unix socket mode (octal), so nginx can connect", socketMode),
-        .optional("SIWA_FCGI_SOCKET_GROUP", shown: "(process group)", "unix socket group, e.g. `www-data`", groupName),
-        .path(
-            "SIWA_SPOOL_DIR", default: "/var/lib/siwa-endpoint/spool",
-            "where verified notifications wait while Redis is down"),
-        .parsed("SIWA_KEY_PREFIX", default: "siwa", "prefix of every Redis key and the channel", keyPrefix),
-        .parsed("SIWA_NOTIFICATION_PATH", default: "/apple/notifications", "the path Apple posts to", notificationPath),
-        .integer(
-            "SIWA_WORKERS", shown: "2 per core", default: { 2 * ProcessInfo.processInfo.activeProcessorCount },
-            in: 1...256, "FastCGI worker threads, one Redis connection each"),
-        .integer("SIWA_MAX_BODY_BYTES", default: 65_536, in: 1024...1_048_576, "request body limit (413 above it)"),
-        .duration("SIWA_LEEWAY_SECONDS", default: 60, in: 0...600, unit: .seconds, "clock leeway for `exp` and `iat`"),
-        .duration(
-            "SIWA_SEEN_TTL_SECONDS", default: 2_592_000, in: 60...31_536_000, unit: .seconds,
-            "how long a `jti` is remembered for duplicates (30 days)"),
-        .integer(
-            "SIWA_STREAM_MAXLEN", default: 1_000_000, in: 1000...1_000_000_000,
-            "approximate cap of the `events` stream"),
-        .duration(
-            "SIWA_SHUTDOWN_TIMEOUT_SECONDS", default: 10, in: 1...300, unit: .seconds,
-            "how long SIGTERM waits for requests in flight"),
-        .duration("SIWA_RETRY_AFTER_SECONDS", default: 30, in: 1...3600, unit: .seconds, "the `Retry-After` of a 503"),
-        .integer(
-            "SIWA_FCGI_BACKLOG", default: 1024, in: 16...65_535,
-            "connections queued on the socket while every worker is busy (`net.core.somaxconn` caps it)"),
-        .integer(
-            "SIWA_SPOOL_RETENTION_DAYS", default: 14, in: 1...3650,
-            "days set-aside and torn spool files are kept, then deleted (logged)"),
-        .optional(
-            "SIWA_REDIS_SENTINELS", shown: "(none)",
-            "`host:port,...` of Redis Sentinels; when set, the primary is found through them and `SIWA_REDIS_URL` gives only the database, user and password (its host and port are not used)",
-            sentinelList),
-        .optional(
-            "SIWA_REDIS_SENTINEL_MASTER", shown: "(none)",
-            "the master name the sentinels monitor (required with `SIWA_REDIS_SENTINELS`)", sentinelMasterName),
-        .optional(
-            "SIWA_REDIS_SENTINEL_PASSWORD", shown: "(none)",
-            "password of the sentinels (`requirepass`), when they have one", { text throws(SettingProblem) in text }),
-        .integer(
-            "SIWA_REDIS_MIN_REPLICAS", default: 0, in: 0...16,
-            "replicas that must acknowledge a write (`WAIT`) before it counts as safe; fewer: a copy is spooled"),
-        .duration(
-            "SIWA_REDIS_REPLICA_TIMEOUT_MS", default: 100, in: 1...60_000, unit: .milliseconds,
-            "how long to `WAIT` for those replicas"),
-    ]
+    public static let settings: [Setting] =
+        [
+            .parsed(
+                "SIWA_CLIENT_IDS", default: nil, "comma-separated client IDs served (`aud` must name one)", clientIDList
+            ),
+            .parsed(
+                "SIWA_JWKS_URL", default: "https://appleid.apple.com/auth/keys",
+                "Apple's JWKS; https only (http only to loopback)", httpsURL),
+            .optional("SIWA_JWKS_CA_FILE", shown: "(system trust store)", "CA bundle for the JWKS fetch", readableFile),
+            .path(
+                "SIWA_JWKS_CACHE", default: "/var/lib/siwa-endpoint/jwks.json",
+                "last good JWKS, written atomically, loaded at start"),
+            .duration(
+                "SIWA_JWKS_REFRESH_SECONDS", default: 3600, in: 60...86_400, unit: .seconds, "scheduled JWKS refresh"),
+            .duration(
+                "SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS", default: 60, in: 1...3600, unit: .seconds,
+                "at most one refresh per this many seconds on an unknown kid"),
+            .duration("SIWA_JWKS_TIMEOUT_SECONDS", default: 5, in: 1...60, unit: .seconds, "whole JWKS fetch timeout"),
+            .parsed(
+                "SIWA_REDIS_URL", default: "redis://127.0.0.1:6379/0",
+                "`redis://[:password@]host:port/db` or `unix:///path[?db=N]`", redisEndpoint),
+            .duration(
+                "SIWA_REDIS_TIMEOUT_MS", default: 1000, in: 10...60_000, unit: .milliseconds,
+                "Redis connect and command timeout"),
+            .parsed(
+                "SIWA_FCGI_SOCKET", default: "/run/siwa-endpoint/fcgi.sock", "unix socket path, or `127.0.0.1:PORT`",
+                listenAddress),
+            .parsed(
+                "SIWA_FCGI_SOCKET_MODE", default: "0660", "unix socket mode (octal), so nginx can connect", socketMode),
+            .optional(
+                "SIWA_FCGI_SOCKET_GROUP", shown: "(process group)", "unix socket group, e.g. `www-data`", groupName),
+            .path(
+                "SIWA_SPOOL_DIR", default: "/var/lib/siwa-endpoint/spool",
+                "where verified notifications wait while Redis is down"),
+            .parsed("SIWA_KEY_PREFIX", default: "siwa", "prefix of every Redis key and the channel", keyPrefix),
+            .parsed(
+                "SIWA_NOTIFICATION_PATH", default: "/apple/notifications", "the path Apple posts to", notificationPath),
+            .integer(
+                "SIWA_WORKERS", shown: "2 per core", default: { 2 * ProcessInfo.processInfo.activeProcessorCount },
+                in: 1...256, "FastCGI worker threads, one Redis connection each"),
+            .integer("SIWA_MAX_BODY_BYTES", default: 65_536, in: 1024...1_048_576, "request body limit (413 above it)"),
+            .duration(
+                "SIWA_LEEWAY_SECONDS", default: 60, in: 0...600, unit: .seconds, "clock leeway for `exp` and `iat`"),
+            .duration(
+                "SIWA_SEEN_TTL_SECONDS", default: 2_592_000, in: 60...31_536_000, unit: .seconds,
+                "how long a `jti` is remembered for duplicates (30 days)"),
+            .integer(
+                "SIWA_STREAM_MAXLEN", default: 1_000_000, in: 1000...1_000_000_000,
+                "approximate cap of the `events` stream"),
+            .duration(
+                "SIWA_SHUTDOWN_TIMEOUT_SECONDS", default: 10, in: 1...300, unit: .seconds,
+                "how long SIGTERM waits for requests in flight"),
+            .duration(
+                "SIWA_RETRY_AFTER_SECONDS", default: 30, in: 1...3600, unit: .seconds, "the `Retry-After` of a 503"),
+            .integer(
+                "SIWA_FCGI_BACKLOG", default: 1024, in: 16...65_535,
+                "connections queued on the socket while every worker is busy (`net.core.somaxconn` caps it)"),
+            .integer(
+                "SIWA_SPOOL_RETENTION_DAYS", default: 14, in: 1...3650,
+                "days set-aside and torn spool files are kept, then deleted (logged)"),
+            .optional(
+                "SIWA_REDIS_SENTINELS", shown: "(none)",
+                "`host:port,...` of Redis Sentinels; when set, the primary is found through them and `SIWA_REDIS_URL` gives only the database, user and password (its host and port are not used)",
+                sentinelList),
+            .optional(
+                "SIWA_REDIS_SENTINEL_MASTER", shown: "(none)",
+                "the master name the sentinels monitor (required with `SIWA_REDIS_SENTINELS`)", sentinelMasterName),
+            .optional(
+                "SIWA_REDIS_SENTINEL_PASSWORD", shown: "(none)",
+                "password of the sentinels (`requirepass`), when they have one", { text throws(SettingProblem) in text }
+            ),
+            .integer(
+                "SIWA_REDIS_MIN_REPLICAS", default: 0, in: 0...16,
+                "replicas that must acknowledge a write (`WAIT`) before it counts as safe; fewer: a copy is spooled"),
+            .duration(
+                "SIWA_REDIS_REPLICA_TIMEOUT_MS", default: 100, in: 1...60_000, unit: .milliseconds,
+                "how long to `WAIT` for those replicas"),
+        ] + ReconcileConfiguration.appleSettings
 
     /// Reads the settings from `environment`, after the lines of `envFile` (`NAME=value`,
     /// `#` comments); the process environment wins over the file.
     public init(environment: [String: String], envFile: String? = nil) throws(ConfigurationError) {
-        var values: [String: String] = [:]
-        if let envFile { values = try Self.readEnvFile(envFile) }
-        for (name, value) in environment where name.hasPrefix("SIWA_") { values[name] = value }
-
-        let knownNames = Set(Self.settings.map(\.name))
-        // Warned about, not refused: other tools may share the prefix in a shell's environment.
-        unknownSettings = values.keys.filter { $0.hasPrefix("SIWA_") && !knownNames.contains($0) }.sorted()
+        let values = try Self.settingText(environment: environment, envFile: envFile)
+        unknownSettings = Self.unknownNames(in: values)
         let parsed = try SettingValues(table: Self.settings, text: values)
 
         clientIDs = parsed["SIWA_CLIENT_IDS"]
@@ -115,14 +118,7 @@ public struct ServerConfiguration: Sendable, Equatable {
             refreshInterval: parsed["SIWA_JWKS_REFRESH_SECONDS"],
             unknownKeyIDRefreshInterval: parsed["SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS"],
             timeout: parsed["SIWA_JWKS_TIMEOUT_SECONDS"])
-        let sentinel = try Self.sentinelSettings(
-            sentinels: parsed["SIWA_REDIS_SENTINELS"], master: parsed["SIWA_REDIS_SENTINEL_MASTER"],
-            password: parsed["SIWA_REDIS_SENTINEL_PASSWORD"])
-        redis = RedisSettings(
-            url: values["SIWA_REDIS_URL"] ?? Self.defaultValue(of: "SIWA_REDIS_URL"),
-            endpoint: parsed["SIWA_REDIS_URL"],
-            timeout: parsed["SIWA_REDIS_TIMEOUT_MS"], sentinel: sentinel,
-            minimumReplicas: parsed["SIWA_REDIS_MIN_REPLICAS"], replicaTimeout: parsed["SIWA_REDIS_REPLICA_TIMEOUT_MS"])
+        redis = try Self.redisSettings(parsed, text: values)
         let socket: FastCGIListenAddress = parsed["SIWA_FCGI_SOCKET"]
         let mode: UInt32 = parsed["SIWA_FCGI_SOCKET_MODE"]
         let group: String? = parsed["SIWA_FCGI_SOCKET_GROUP"]
@@ -138,6 +134,38 @@ public struct ServerConfiguration: Sendable, Equatable {
         requests = RequestSettings(
             notificationPath: parsed["SIWA_NOTIFICATION_PATH"], maximumBodyBytes: parsed["SIWA_MAX_BODY_BYTES"],
             leeway: parsed["SIWA_LEEWAY_SECONDS"], retryAfter: parsed["SIWA_RETRY_AFTER_SECONDS"])
+    }
+
+    /// The `SIWA_*` values of `environment`, after the lines of `envFile` (`NAME=value`,
+    /// `#` comments, optional quotes); the process environment wins over the file.
+    static func settingText(environment: [String: String], envFile: String?) throws(ConfigurationError) -> [String:
+        String]
+    {
+        var values: [String: String] = [:]
+        if let envFile { values = try readEnvFile(envFile) }
+        for (name, value) in environment where name.hasPrefix("SIWA_") { values[name] = value }
+        return values
+    }
+
+    /// `SIWA_*` names that are in no row of the table (misspelt?). Warned about, not
+    /// refused: other tools may share the prefix in a shell's environment.
+    static func unknownNames(in values: [String: String]) -> [String] {
+        let knownNames = Set(settings.map(\.name))
+        return values.keys.filter { $0.hasPrefix("SIWA_") && !knownNames.contains($0) }.sorted()
+    }
+
+    /// The Redis group, read the same way by every command that talks to serve's Redis.
+    static func redisSettings(_ parsed: SettingValues, text values: [String: String]) throws(ConfigurationError)
+        -> RedisSettings
+    {
+        let sentinel = try sentinelSettings(
+            sentinels: parsed["SIWA_REDIS_SENTINELS"], master: parsed["SIWA_REDIS_SENTINEL_MASTER"],
+            password: parsed["SIWA_REDIS_SENTINEL_PASSWORD"])
+        return RedisSettings(
+            url: values["SIWA_REDIS_URL"] ?? defaultValue(of: "SIWA_REDIS_URL"),
+            endpoint: parsed["SIWA_REDIS_URL"],
+            timeout: parsed["SIWA_REDIS_TIMEOUT_MS"], sentinel: sentinel,
+            minimumReplicas: parsed["SIWA_REDIS_MIN_REPLICAS"], replicaTimeout: parsed["SIWA_REDIS_REPLICA_TIMEOUT_MS"])
     }
 
     /// The documented default of a row (for rows whose default is a literal value).
@@ -261,7 +289,9 @@ extension ServerConfiguration {
             }
     }
 
-    @Sendable static func jwksURL(_ text: String) throws(SettingProblem) -> String {
+    /// An https URL (http only to a loopback host), checked with libcurl's URL parser, the
+    /// one the fetch uses: the JWKS URL, and reconcile's token URL.
+    @Sendable static func httpsURL(_ text: String) throws(SettingProblem) -> String {
         do throws(HTTPSFetchError) {
             try HTTPSFetcher.checkURL(text)
         } catch {

@@ -1,0 +1,100 @@
+import Foundation
+import SIWAVerification
+
+/// Asks Apple's token endpoint whether it still honours one refresh token.
+///
+/// `200`: still valid. `400 invalid_grant`: refused. `400 invalid_client` or
+/// `unauthorized_client`: our configuration is wrong (key, key ID, team ID, client
+/// ID), never a user's state. `5xx`, `429`, a timeout or a failed connection: retried
+/// with a doubling delay, then unknown. Any other `4xx`: unknown at once (a retry
+/// cannot change it). Nothing here logs; nothing returned holds the token or the secret.
+public struct AppleTokenCheck: Sendable {
+    public enum Verdict: Sendable, Equatable {
+        case valid
+        case refused
+        /// Apple refused the client itself: stop the run. `code` is Apple's error code.
+        case configurationError(code: String)
+        /// No decision after every attempt; `reason` is a short code (`http_503`, `timed_out`, ...).
+        case unknown(reason: String)
+    }
+
+    public let tokenURL: String
+    public let secret: AppleClientSecret
+    public let fetcher: HTTPSFetcher
+    public let attempts: Int
+    public let retryDelayMilliseconds: Int
+    /// Called before every request (the first and each retry): the rate limiter.
+    public let beforeRequest: @Sendable () -> Void
+    public let nowSeconds: @Sendable () -> Int64
+
+    public init(
+        tokenURL: String, secret: AppleClientSecret, fetcher: HTTPSFetcher, attempts: Int, retryDelayMilliseconds: Int,
+        beforeRequest: @escaping @Sendable () -> Void = {},
+        nowSeconds: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
+    ) {
+        self.tokenURL = tokenURL
+        self.secret = secret
+        self.fetcher = fetcher
+        self.attempts = max(1, attempts)
+        self.retryDelayMilliseconds = retryDelayMilliseconds
+        self.beforeRequest = beforeRequest
+        self.nowSeconds = nowSeconds
+    }
+
+    /// Checks `refreshToken` of `clientID`, retrying what may pass later.
+    public func check(clientID: String, refreshToken: String) -> Verdict {
+        var delay = retryDelayMilliseconds
+        var attempt = 1
+        while true {
+            let (verdict, retryable) = attemptOnce(clientID: clientID, refreshToken: refreshToken)
+            guard retryable, attempt < attempts else { return verdict }
+            usleep(UInt32(min(delay, 60_000)) * 1000)
+            delay = min(delay * 2, 60_000)
+            attempt += 1
+        }
+    }
+
+    private func attemptOnce(clientID: String, refreshToken: String) -> (Verdict, retryable: Bool) {
+        let clientSecret: String
+        do {
+            clientSecret = try secret.make(clientID: clientID, issuedAt: nowSeconds())
+        } catch {
+            return (.configurationError(code: "client_secret_signing_failed"), false)
+        }
+        beforeRequest()
+        let response: HTTPSResponse
+        do {
+            response = try fetcher.post(
+                tokenURL,
+                form: [
+                    ("client_id", clientID), ("client_secret", clientSecret), ("grant_type", "refresh_token"),
+                    ("refresh_token", refreshToken),
+                ])
+        } catch {
+            return (.unknown(reason: error.code.rawValue), true)
+        }
+        switch response.status {
+        case 200:
+            return (.valid, false)
+        case 400, 401:
+            let code = Self.errorCode(response.body)
+            switch code {
+            case "invalid_grant": return (.refused, false)
+            case "invalid_client", "unauthorized_client": return (.configurationError(code: code ?? ""), false)
+            default: return (.unknown(reason: "http_\(response.status)_\(code ?? "no_error_code")"), false)
+            }
+        case 429, 500...599:
+            return (.unknown(reason: "http_\(response.status)"), true)
+        default:
+            return (.unknown(reason: "http_\(response.status)"), false)
+        }
+    }
+
+    /// The `error` member of an OAuth error body, when it is a short plain code.
+    static func errorCode(_ body: [UInt8]) -> String? {
+        guard case .object(let members) = try? StrictJSONParser.parse(body), case .string(let code)? = members["error"],
+            !code.isEmpty, code.count <= 64, code.allSatisfy({ $0.isASCII && ($0.isLetter || $0 == "_") })
+        else { return nil }
+        return code
+    }
+}

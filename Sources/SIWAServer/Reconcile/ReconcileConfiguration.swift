@@ -1,0 +1,127 @@
+import Foundation
+import SIWACrypto
+
+/// The settings of `siwa-endpoint reconcile`: Apple's token endpoint and the key that
+/// signs the client secret, plus the Redis settings `serve` uses (the same rows of the
+/// same table, so one value means the same in both). Read from `SIWA_*` environment
+/// variables and optionally an env file; a bad value stops the run with a message naming
+/// the setting.
+public struct ReconcileConfiguration: Sendable {
+    public static let defaultTokenURL = "https://appleid.apple.com/auth/token"
+
+    /// The rows only reconcile reads, part of the one settings table (so `serve` knows
+    /// them and does not warn about them), marked as reconcile's. What `serve` checks is
+    /// their form; the key file and the CA file are read by reconcile alone.
+    public static let appleSettings: [Setting] = [
+        .optional(
+            "SIWA_APPLE_TEAM_ID", shown: "(required by reconcile)",
+            "reconcile only: your Apple team ID (the client secret's `iss`)",
+            { text throws(SettingProblem) in
+                try appleIdentifier(text, what: "team ID")
+            }),
+        .optional(
+            "SIWA_APPLE_KEY_ID", shown: "(required by reconcile)",
+            "reconcile only: the Sign in with Apple key's ID (`kid`)",
+            { text throws(SettingProblem) in
+                try appleIdentifier(text, what: "key ID")
+            }),
+        .optional(
+            "SIWA_APPLE_PRIVATE_KEY_FILE", shown: "(required by reconcile)",
+            "reconcile only: that key's `.p8` file (PKCS#8 PEM, EC P-256)", { text throws(SettingProblem) in text }),
+        .parsed(
+            "SIWA_APPLE_TOKEN_URL", default: defaultTokenURL,
+            "reconcile only: Apple's token endpoint; https only (http only to loopback)", ServerConfiguration.httpsURL),
+        .optional(
+            "SIWA_APPLE_CA_FILE", shown: "(system trust store)", "reconcile only: CA bundle for the token endpoint",
+            { text throws(SettingProblem) in text }),
+        .integer(
+            "SIWA_APPLE_TIMEOUT_SECONDS", default: 10, in: 1...60, "reconcile only: whole timeout of one token request"
+        ),
+        .integer(
+            "SIWA_APPLE_ATTEMPTS", default: 3, in: 1...10, "reconcile only: tries per user on 5xx, 429 or a timeout"),
+        .integer(
+            "SIWA_APPLE_RETRY_DELAY_MS", default: 2000, in: 10...60_000,
+            "reconcile only: wait before the first retry, doubled for each next one"),
+    ]
+
+    /// The rows of the table reconcile reads: its own and serve's Redis settings.
+    static var table: [Setting] {
+        let redisNames: Set<String> = [
+            "SIWA_REDIS_URL", "SIWA_REDIS_TIMEOUT_MS", "SIWA_KEY_PREFIX", "SIWA_STREAM_MAXLEN", "SIWA_REDIS_SENTINELS",
+            "SIWA_REDIS_SENTINEL_MASTER", "SIWA_REDIS_SENTINEL_PASSWORD", "SIWA_REDIS_MIN_REPLICAS",
+            "SIWA_REDIS_REPLICA_TIMEOUT_MS",
+        ]
+        return ServerConfiguration.settings.filter { redisNames.contains($0.name) } + appleSettings
+    }
+
+    /// `reconcile --help`'s lines: reconcile's own rows.
+    public static var helpLines: [String] {
+        appleSettings.map { "  \($0.name) (default: \($0.defaultValue ?? "required")): \($0.meaning)" }
+    }
+
+    public var teamID: String
+    public var keyID: String
+    public var privateKeyFile: String
+    /// The key read from `privateKeyFile` at start, so a bad file stops the run before any request.
+    public var privateKey: ES256PrivateKey
+    public var tokenURL: String
+    public var caFile: String?
+    public var timeoutSeconds: Int
+    public var attempts: Int
+    public var retryDelayMilliseconds: Int
+    /// serve's Redis group (Sentinel included).
+    public var redis: RedisSettings
+    public var keyPrefix: String
+    public var streamMaximumLength: Int
+    /// `SIWA_*` names that are not settings of either command: warned about at start.
+    public var unknownSettings: [String]
+
+    public init(environment: [String: String], envFile: String? = nil) throws(ConfigurationError) {
+        let values = try ServerConfiguration.settingText(environment: environment, envFile: envFile)
+        unknownSettings = ServerConfiguration.unknownNames(in: values)
+        let parsed = try SettingValues(table: Self.table, text: values)
+
+        guard let team: String = parsed["SIWA_APPLE_TEAM_ID"] else {
+            throw ConfigurationError(setting: "SIWA_APPLE_TEAM_ID", "is required: your Apple team ID")
+        }
+        teamID = team
+        guard let key: String = parsed["SIWA_APPLE_KEY_ID"] else {
+            throw ConfigurationError(setting: "SIWA_APPLE_KEY_ID", "is required: your Apple key ID")
+        }
+        keyID = key
+        guard let keyFile: String = parsed["SIWA_APPLE_PRIVATE_KEY_FILE"] else {
+            throw ConfigurationError(
+                setting: "SIWA_APPLE_PRIVATE_KEY_FILE", "is required: the .p8 file of your Sign in with Apple key")
+        }
+        privateKeyFile = keyFile
+        guard let pem = try? String(contentsOfFile: keyFile, encoding: .utf8) else {
+            throw ConfigurationError(setting: "SIWA_APPLE_PRIVATE_KEY_FILE", "cannot read \(keyFile)")
+        }
+        do {
+            privateKey = try ES256PrivateKey(pem: pem)
+        } catch {
+            throw ConfigurationError(setting: "SIWA_APPLE_PRIVATE_KEY_FILE", "is unusable: \(error.description)")
+        }
+        tokenURL = parsed["SIWA_APPLE_TOKEN_URL"]
+        caFile = parsed["SIWA_APPLE_CA_FILE"]
+        if let caFile, !FileManager.default.isReadableFile(atPath: caFile) {
+            throw ConfigurationError(setting: "SIWA_APPLE_CA_FILE", "cannot read \(caFile)")
+        }
+        timeoutSeconds = parsed["SIWA_APPLE_TIMEOUT_SECONDS"]
+        attempts = parsed["SIWA_APPLE_ATTEMPTS"]
+        retryDelayMilliseconds = parsed["SIWA_APPLE_RETRY_DELAY_MS"]
+        redis = try ServerConfiguration.redisSettings(parsed, text: values)
+        keyPrefix = parsed["SIWA_KEY_PREFIX"]
+        streamMaximumLength = parsed["SIWA_STREAM_MAXLEN"]
+    }
+
+    /// Apple's team and key IDs: 10 characters, upper-case letters and digits.
+    @Sendable static func appleIdentifier(_ value: String, what: String) throws(SettingProblem) -> String {
+        guard value.utf8.count == 10,
+            value.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) })
+        else {
+            throw SettingProblem("must be 10 upper-case letters and digits, as Apple shows the \(what)")
+        }
+        return value
+    }
+}

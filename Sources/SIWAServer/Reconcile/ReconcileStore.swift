@@ -1,0 +1,110 @@
+import SIWAVerification
+
+/// What reconciliation writes into the Redis contract.
+///
+/// - `P:reconciled:{<client_id>:<sub>}`: the time (ms) of the user's last decided
+///   check, expiring 24 hours after it: while it exists the user is not checked again
+///   (Apple allows one check a day per user). In the user's hash tag.
+/// - A refused refresh token ends the user's sessions: in one script, `sessions_revoked_at`
+///   moves to the check time (never backwards), `refresh_token_refused_at` is set to
+///   it, `updated_at` too when a field changed; a stream entry and a channel message
+///   of type `reconciled-sessions-revoked` with `source` `reconcile` (not Apple-signed)
+///   say so. `consent_revoked_at` and `account_deleted_at` are never touched: a refused
+///   token does not tell which of them (or a password change) happened.
+///
+/// Not thread safe, like the `RedisConnection` it owns.
+public final class ReconcileStore {
+    public static let eventType = "reconciled-sessions-revoked"
+    public static let checkInterval: Duration = .seconds(86_400)
+
+    public let connection: RedisConnection
+    public let keyPrefix: String
+    public let streamMaxLength: Int
+
+    public init(connection: RedisConnection, keyPrefix: String = "siwa", streamMaxLength: Int = 1_000_000) {
+        self.connection = connection
+        self.keyPrefix = keyPrefix
+        self.streamMaxLength = streamMaxLength
+    }
+
+    public func userKey(clientID: String, subject: String) -> String {
+        "\(keyPrefix):user:{\(clientID):\(subject)}"
+    }
+
+    public func checkKey(clientID: String, subject: String) -> String {
+        "\(keyPrefix):reconciled:{\(clientID):\(subject)}"
+    }
+
+    /// True when the user's last decided check is less than 24 hours old.
+    public func wasCheckedRecently(clientID: String, subject: String) throws(RedisError) -> Bool {
+        try connection.command("EXISTS", checkKey(clientID: clientID, subject: subject)).integer == 1
+    }
+
+    /// Records a decided check at `checkedAt` (ms). For a refused token also ends the
+    /// user's sessions; returns true when `sessions_revoked_at` moved.
+    @discardableResult
+    public func record(clientID: String, subject: String, refused: Bool, checkedAt: Int64) throws(RedisError) -> Bool {
+        let message =
+            String(
+                JSONWriter.object([
+                    ("client_id", .string(clientID)), ("sub", .string(subject)), ("type", .string(Self.eventType)),
+                    ("event_time", .integer(checkedAt)), ("source", .string("reconcile")),
+                ]).dropLast()) + ",\"applied\":"
+        let ttl = Self.checkInterval.components.seconds * 1000
+        let reply = try connection.command([
+            "EVAL", Self.recordScript, "3", userKey(clientID: clientID, subject: subject),
+            checkKey(clientID: clientID, subject: subject), "\(keyPrefix):events", "\(keyPrefix):notifications",
+            clientID, subject, refused ? "refused" : "valid", String(checkedAt), String(ttl),
+            String(max(1, streamMaxLength)), Self.eventType, message,
+        ])
+        guard let outcome = reply.string, ["unchanged", "applied", "recorded"].contains(outcome) else {
+            throw RedisError(.unexpectedReply, "the reconcile script returned something other than an outcome")
+        }
+        return outcome == "applied"
+    }
+
+    /// KEYS: 1 user hash, 2 check marker, 3 events stream. ARGV: 1 channel, 2 client_id,
+    /// 3 sub, 4 `valid`/`refused`, 5 check time (ms), 6 marker TTL (ms), 7 stream max
+    /// length, 8 event type, 9 the published JSON up to the `applied` value.
+    ///
+    /// Refusals happen before any write; the marker is written last, so a run that
+    /// fails midway checks the user again next time.
+    static let recordScript = """
+        local user_key, check_key, stream_key = KEYS[1], KEYS[2], KEYS[3]
+        local channel, client_id, sub, verdict = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+        local checked_at_text, ttl_ms, stream_maxlen, event_type, message_head = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+        local checked_at = tonumber(checked_at_text)
+        if checked_at == nil then return redis.error_reply('ERR check time is not a number') end
+        local user_type = redis.call('TYPE', user_key)['ok']
+        if user_type ~= 'none' and user_type ~= 'hash' then
+          return redis.error_reply('WRONGTYPE the user key does not hold a hash')
+        end
+        local stream_type = redis.call('TYPE', stream_key)['ok']
+        if stream_type ~= 'none' and stream_type ~= 'stream' then
+          return redis.error_reply('WRONGTYPE the events key does not hold a stream')
+        end
+
+        local outcome = 'unchanged'
+        if verdict == 'refused' then
+          local stored = tonumber(redis.call('HGET', user_key, 'sessions_revoked_at') or '')
+          if stored == nil or checked_at > stored then
+            outcome = 'applied'
+            redis.call('HSET', user_key, 'sessions_revoked_at', checked_at_text,
+              'refresh_token_refused_at', checked_at_text, 'updated_at', checked_at_text)
+          else
+            -- Already revoked at or after this check: sessions stay as they are.
+            outcome = 'recorded'
+            redis.call('HSET', user_key, 'refresh_token_refused_at', checked_at_text, 'updated_at', checked_at_text)
+          end
+          local applied = '0'
+          if outcome == 'applied' then applied = '1' end
+          redis.call('XADD', stream_key, 'MAXLEN', '~', stream_maxlen, '*', 'client_id', client_id, 'sub', sub,
+            'type', event_type, 'event_time', checked_at_text, 'applied', applied, 'source', 'reconcile')
+          local published = 'false'
+          if outcome == 'applied' then published = 'true' end
+          redis.call('PUBLISH', channel, message_head .. published .. '}')
+        end
+        redis.call('SET', check_key, checked_at_text, 'PX', ttl_ms)
+        return outcome
+        """
+}

@@ -1,0 +1,235 @@
+import Foundation
+import SIWAServer
+import SIWAVerification
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `reconcile FILE`: asks Apple's token endpoint, once a day per user, whether each
+/// user's refresh token is still honoured, and ends the sessions of users whose token
+/// is refused (a revocation no notification brought). See the README, "Reconcile".
+enum ReconcileCommand {
+    static let help = """
+        usage: siwa-endpoint reconcile [--env-file FILE] [--rate N] FILE
+
+        FILE (or - for standard input): one user per line,
+          {"client_id": "...", "sub": "...", "refresh_token": "..."}
+        For each user not checked in the last 24 hours, posts the refresh token to
+        Apple's token endpoint with a fresh ES256 client secret. 200: still valid.
+        400 invalid_grant: refused, and the user's sessions_revoked_at moves to the
+        check time. 5xx, 429, timeouts: retried, then unknown. 400 invalid_client:
+        a configuration error, the run stops.
+
+        --rate N   at most N requests per second (default 5, at most 100)
+
+        Exit status: 0 every line decided or skipped; 1 some user unknown (or Redis
+        failed); 2 a configuration or usage error (invalid_client included).
+
+        settings (SIWA_* environment variables; the environment wins over --env-file):
+        \(ReconcileConfiguration.helpLines.joined(separator: "\n"))
+          SIWA_REDIS_URL, SIWA_REDIS_TIMEOUT_MS, SIWA_KEY_PREFIX, SIWA_STREAM_MAXLEN and the
+          Sentinel settings (SIWA_REDIS_SENTINELS ...): as for serve
+        """
+
+    static func run(_ words: [String]) throws -> Int32 {
+        if words.contains("--help") {
+            Output.line(help)
+            return 0
+        }
+        let arguments = try CommandLineArguments(words, valueOptions: ["--env-file", "--rate"])
+        guard arguments.positionals.count == 1, let input = arguments.positionals.first else {
+            throw UsageError("reconcile takes one FILE (or - for standard input)")
+        }
+        var rate = 5.0
+        if let text = arguments.value("--rate") {
+            guard let value = Double(text), value > 0, value <= 100 else {
+                throw UsageError("--rate must be a number of requests per second above 0, at most 100")
+            }
+            rate = value
+        }
+        let configuration: ReconcileConfiguration
+        do {
+            configuration = try ReconcileConfiguration(
+                environment: ProcessInfo.processInfo.environment, envFile: arguments.value("--env-file"))
+        } catch {
+            EventLog.event(
+                "configuration_invalid", level: "error",
+                [("setting", .string(error.setting)), ("message", .string(error.description))])
+            Output.error("siwa-endpoint reconcile: \(error.description)")
+            return 2
+        }
+        for name in configuration.unknownSettings {
+            EventLog.event("unknown_setting", level: "warning", [("setting", .string(name))])
+        }
+        guard let file = input == "-" ? fdopen(dup(0), "r") : fopen(input, "r") else {
+            Output.error("siwa-endpoint reconcile: cannot read \(input)")
+            return 2
+        }
+        defer { fclose(file) }
+        signal(SIGPIPE, SIG_IGN)
+        return Run(configuration: configuration, rate: rate).reconcile(file)
+    }
+}
+
+/// One reconcile run: reads lines, checks users, keeps the counts.
+private final class Run {
+    struct Counts {
+        var checked = 0
+        var valid = 0
+        var refused = 0
+        var skipped = 0
+        var unknown = 0
+        var malformed = 0
+
+        var summary: String {
+            "checked=\(checked) still_valid=\(valid) refused=\(refused) skipped=\(skipped) unknown=\(unknown) malformed=\(malformed)"
+        }
+    }
+
+    let configuration: ReconcileConfiguration
+    let store: ReconcileStore
+    let check: AppleTokenCheck
+    let progress = isatty(2) == 1
+    var counts = Counts()
+
+    init(configuration: ReconcileConfiguration, rate: Double) {
+        self.configuration = configuration
+        store = ReconcileStore(
+            connection: OperatorSettings.redisConnection(configuration.redis),
+            keyPrefix: configuration.keyPrefix, streamMaxLength: configuration.streamMaximumLength)
+        let pacer = Pacer(interval: 1 / rate)
+        check = AppleTokenCheck(
+            tokenURL: configuration.tokenURL,
+            secret: AppleClientSecret(
+                teamID: configuration.teamID, keyID: configuration.keyID, key: configuration.privateKey),
+            fetcher: HTTPSFetcher(
+                caFilePath: configuration.caFile, timeoutSeconds: Double(configuration.timeoutSeconds)),
+            attempts: configuration.attempts, retryDelayMilliseconds: configuration.retryDelayMilliseconds,
+            beforeRequest: { pacer.wait() })
+    }
+
+    func reconcile(_ file: UnsafeMutablePointer<FILE>) -> Int32 {
+        EventLog.event(
+            "reconcile_started",
+            [("token_url", .string(configuration.tokenURL)), ("team_id", .string(configuration.teamID))])
+        var buffer: UnsafeMutablePointer<CChar>?
+        var capacity = 0
+        defer { free(buffer) }
+        var lineNumber = 0
+        while true {
+            let length = getline(&buffer, &capacity, file)
+            guard length >= 0, let buffer else { break }
+            lineNumber += 1
+            var bytes = Array(UnsafeRawBufferPointer(start: buffer, count: length))
+            while let last = bytes.last, last == 0x0A || last == 0x0D { bytes.removeLast() }
+            if bytes.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { continue }
+            if let status = process(bytes, lineNumber: lineNumber) { return status }
+            showProgress()
+        }
+        if ferror(file) != 0 {
+            return stop("reading the input failed at line \(lineNumber + 1)", status: 1)
+        }
+        finish()
+        return counts.unknown > 0 ? 1 : 0
+    }
+
+    /// Handles one non-blank line; returns an exit status when the run must stop.
+    private func process(_ bytes: [UInt8], lineNumber: Int) -> Int32? {
+        let user: ReconcileLine
+        do {
+            user = try ReconcileLine(parsing: bytes)
+        } catch {
+            counts.malformed += 1
+            log(
+                "reconcile_line_malformed", level: "warning",
+                [("line", .integer(Int64(lineNumber))), ("reason", .string(error.code))])
+            return nil
+        }
+        let identity: [(String, JSONValue)] = [
+            ("line", .integer(Int64(lineNumber))), ("client_id", .string(user.clientID)),
+            ("sub", .string(user.subject)),
+        ]
+        do {
+            if try store.wasCheckedRecently(clientID: user.clientID, subject: user.subject) {
+                counts.skipped += 1
+                return nil
+            }
+            let verdict = check.check(clientID: user.clientID, refreshToken: user.refreshToken)
+            let checkedAt = Int64(Date().timeIntervalSince1970 * 1000)
+            switch verdict {
+            case .valid:
+                counts.checked += 1
+                counts.valid += 1
+                try store.record(clientID: user.clientID, subject: user.subject, refused: false, checkedAt: checkedAt)
+            case .refused:
+                counts.checked += 1
+                counts.refused += 1
+                let moved = try store.record(
+                    clientID: user.clientID, subject: user.subject, refused: true, checkedAt: checkedAt)
+                log("reconcile_refused", identity + [("sessions_revoked_at_moved", .bool(moved))])
+            case .unknown(let reason):
+                counts.checked += 1
+                counts.unknown += 1
+                log("reconcile_unknown", level: "warning", identity + [("reason", .string(reason))])
+            case .configurationError(let code):
+                log("reconcile_client_refused", level: "error", identity + [("error", .string(code))])
+                return stop(
+                    "Apple refused the client (\(code)) for client ID \(user.clientID) at line \(lineNumber): "
+                        + "check SIWA_APPLE_TEAM_ID, SIWA_APPLE_KEY_ID, SIWA_APPLE_PRIVATE_KEY_FILE and the client ID",
+                    status: 2)
+            }
+        } catch {
+            log(
+                "redis_error", level: "error",
+                [("error", .string(error.code.rawValue)), ("message", .string(error.message))])
+            return stop("Redis failed at line \(lineNumber) (\(error.code.rawValue)); the run stopped", status: 1)
+        }
+        return nil
+    }
+
+    private func stop(_ message: String, status: Int32) -> Int32 {
+        finish()
+        Output.error("siwa-endpoint reconcile: \(message)")
+        return status
+    }
+
+    private func finish() {
+        if progress { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+        EventLog.event(
+            "reconcile_finished", level: counts.unknown > 0 ? "warning" : "info",
+            [
+                ("checked", .integer(Int64(counts.checked))), ("still_valid", .integer(Int64(counts.valid))),
+                ("refused", .integer(Int64(counts.refused))), ("skipped", .integer(Int64(counts.skipped))),
+                ("unknown", .integer(Int64(counts.unknown))), ("malformed", .integer(Int64(counts.malformed))),
+            ])
+        Output.line("reconcile: \(counts.summary)")
+    }
+
+    private func log(_ name: String, level: String = "info", _ fields: [(String, JSONValue)]) {
+        if progress { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+        EventLog.event(name, level: level, fields)
+    }
+
+    private func showProgress() {
+        guard progress else { return }
+        FileHandle.standardError.write(Data("\r\u{1B}[Kreconcile: \(counts.summary)".utf8))
+    }
+}
+
+/// Spaces request starts at least `interval` seconds apart.
+private final class Pacer: @unchecked Sendable {
+    let interval: Double
+    private var next = 0.0
+    private let lock = NSLock()
+
+    init(interval: Double) { self.interval = interval }
+
+    func wait() {
+        lock.lock()
+        defer { lock.unlock() }
+        let now = ProcessInfo.processInfo.systemUptime
+        if next > now { usleep(UInt32((next - now) * 1_000_000)) }
+        next = max(now, next) + interval
+    }
+}

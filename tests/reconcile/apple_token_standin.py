@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""A stand-in for Apple's token endpoint (POST /auth/token), for tests only.
+
+Apple cannot be reached from a test, so this plays its part over HTTPS under a test
+CA. It checks the client secret exactly as Apple defines it (a JWT signed ES256 with
+the team's key: header alg ES256 and kid only; claims iss = team ID, iat, exp at
+most 15777000 s after iat, aud https://appleid.apple.com, sub = client ID; the raw
+64-byte r||s signature verified with the key's public part by the openssl CLI) and
+answers per refresh token, as the --tokens file says:
+
+    {"<refresh token>": {"label": "a", "answer": "valid" | "refused" | "error500"
+                         | "error500_once" | "stall"}}
+
+A token not in the file is refused (invalid_grant); a wrong client secret or client
+ID is answered 400 invalid_client. Every request is logged to --log as one JSON
+line with the token's label (never the token), the answer, and for invalid_client
+the check that failed. Prints "listening PORT" once it accepts connections.
+Standard library only (plus the openssl CLI), so it needs no extra package.
+"""
+
+import argparse
+import base64
+import binascii
+import http.server
+import json
+import os
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+
+AUDIENCE = "https://appleid.apple.com"
+MAX_LIFETIME = 15_777_000
+
+
+def b64url_decode(text: str) -> bytes:
+    if not text or any(c not in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_" for c in text):
+        raise ValueError("not base64url")
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def der_integer(value: bytes) -> bytes:
+    value = value.lstrip(b"\x00") or b"\x00"
+    if value[0] & 0x80:
+        value = b"\x00" + value
+    return b"\x02" + bytes([len(value)]) + value
+
+
+def raw_to_der(raw: bytes) -> bytes:
+    body = der_integer(raw[:32]) + der_integer(raw[32:])
+    return b"\x30" + bytes([len(body)]) + body
+
+
+def verify_es256(public_key_path: str, message: bytes, raw_signature: bytes) -> bool:
+    if len(raw_signature) != 64:
+        return False
+    with tempfile.TemporaryDirectory() as work:
+        message_path = os.path.join(work, "message")
+        signature_path = os.path.join(work, "signature")
+        with open(message_path, "wb") as f:
+            f.write(message)
+        with open(signature_path, "wb") as f:
+            f.write(raw_to_der(raw_signature))
+        result = subprocess.run(["openssl", "dgst", "-sha256", "-verify", public_key_path, "-signature",
+                                 signature_path, message_path], capture_output=True, timeout=10)
+        return result.returncode == 0
+
+
+class Standin:
+    def __init__(self, args):
+        self.args = args
+        with open(args.tokens) as f:
+            self.tokens = json.load(f)
+        self.client_ids = set(args.client_ids.split(","))
+        self.seen = {}
+        self.lock = threading.Lock()
+
+    def log(self, entry: dict) -> None:
+        with self.lock:
+            with open(self.args.log, "a") as f:
+                f.write(json.dumps(entry, sort_keys=True) + "\n")
+
+    def client_problem(self, form: dict):
+        """The first way the request's client authentication differs from Apple's rules, or None."""
+        if form.get("grant_type") != "refresh_token":
+            return "grant_type"
+        client_id = form.get("client_id")
+        if client_id not in self.client_ids:
+            return "client_id"
+        parts = form.get("client_secret", "").split(".")
+        if len(parts) != 3:
+            return "secret_shape"
+        try:
+            header = json.loads(b64url_decode(parts[0]))
+            claims = json.loads(b64url_decode(parts[1]))
+            signature = b64url_decode(parts[2])
+        except (ValueError, binascii.Error):
+            return "secret_encoding"
+        if header != {"alg": "ES256", "kid": self.args.key_id}:
+            return "header"
+        if set(claims) != {"iss", "iat", "exp", "aud", "sub"}:
+            return "claim_names"
+        if claims["iss"] != self.args.team_id:
+            return "iss"
+        if claims["aud"] != AUDIENCE:
+            return "aud"
+        if claims["sub"] != client_id:
+            return "sub"
+        iat, exp = claims["iat"], claims["exp"]
+        if type(iat) is not int or type(exp) is not int:
+            return "times_not_integers"
+        if abs(iat - time.time()) > 60:
+            return "iat"
+        if not iat < exp <= iat + MAX_LIFETIME or exp < time.time():
+            return "exp"
+        if not verify_es256(self.args.public_key, (parts[0] + "." + parts[1]).encode(), signature):
+            return "signature"
+        return None
+
+
+def make_handler(standin: Standin):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *_):  # the request log below is the only log
+            pass
+
+        def answer(self, status: int, body: dict) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self):
+            length = int(self.headers.get("Content-Length", "0"))
+            raw = self.rfile.read(length).decode()
+            if self.path != "/auth/token" or \
+                    self.headers.get("Content-Type") != "application/x-www-form-urlencoded":
+                standin.log({"label": None, "answer": "bad_request"})
+                return self.answer(400, {"error": "invalid_request"})
+            form = dict(urllib.parse.parse_qsl(raw, keep_blank_values=True, strict_parsing=True))
+            problem = standin.client_problem(form)
+            entry = standin.tokens.get(form.get("refresh_token"), {"label": "unlisted", "answer": "refused"})
+            label, answer = entry["label"], entry["answer"]
+            if problem is not None:
+                standin.log({"label": label, "answer": "invalid_client", "problem": problem})
+                return self.answer(400, {"error": "invalid_client"})
+            with standin.lock:
+                standin.seen[label] = standin.seen.get(label, 0) + 1
+                first = standin.seen[label] == 1
+            if answer == "error500_once":
+                answer = "error500" if first else "valid"
+            standin.log({"label": label, "answer": answer})
+            if answer == "valid":
+                return self.answer(200, {"access_token": "standin-access", "token_type": "Bearer", "expires_in": 3600,
+                                         "id_token": "standin-id-token"})
+            if answer == "error500":
+                return self.answer(500, {"error": "server_error"})
+            if answer == "stall":
+                time.sleep(30)  # longer than any client timeout the tests set
+                return self.answer(200, {"access_token": "too-late"})
+            return self.answer(400, {"error": "invalid_grant"})
+
+    return Handler
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cert", required=True)
+    parser.add_argument("--key", required=True)
+    parser.add_argument("--public-key", required=True, help="PEM public key the client secret must verify with")
+    parser.add_argument("--team-id", required=True)
+    parser.add_argument("--key-id", required=True)
+    parser.add_argument("--client-ids", required=True)
+    parser.add_argument("--tokens", required=True)
+    parser.add_argument("--log", required=True)
+    args = parser.parse_args()
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), make_handler(Standin(args)))
+    server.daemon_threads = True
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(args.cert, args.key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    print(f"listening {server.server_address[1]}", flush=True)
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
