@@ -8,13 +8,18 @@ enum SignCommand {
         usage: siwa-endpoint sign --key FILE --kid KID --type TYPE --sub SUB --client-id ID
                                   [--email E --private true|false] [--event-time MS]
                                   [--jti J] [--iat SECONDS] [--documented-shape]
+                                  [--count N]
 
         Prints {"payload":"<JWS>"} as Apple posts it: events as a JSON string,
         event_time in milliseconds, exp = iat + 86400, header {"kid","alg"}.
         --documented-shape gives Apple's documented form instead (events as an
         object, event_time in seconds). TYPE may be any string, including an
         unknown one. --iat defaults to now; --event-time to iat in milliseconds.
+        --count N (at most 100000) prints N distinct bodies, one per line, for
+        load tests: the Nth has sub SUB.N and its own random jti (no --jti).
         """
+
+    static let maximumCount: Int64 = 100_000
 
     static func run(_ words: [String]) throws -> Int32 {
         if words.contains("--help") {
@@ -25,7 +30,7 @@ enum SignCommand {
             words,
             valueOptions: [
                 "--key", "--kid", "--type", "--sub", "--client-id", "--email", "--private", "--event-time", "--jti",
-                "--iat",
+                "--iat", "--count",
             ],
             flagOptions: ["--documented-shape"])
         let keyPath = try arguments.required("--key")
@@ -44,13 +49,31 @@ enum SignCommand {
         case let other?: throw UsageError("--private must be true or false, got \(other)")
         }
         let issuedAt = try arguments.integer("--iat") ?? Int64(Date().timeIntervalSince1970)
-        let notification = TestNotification(
+        let count = try arguments.integer("--count")
+        if let count {
+            guard (1...maximumCount).contains(count) else {
+                throw UsageError("--count must be between 1 and \(maximumCount), got \(count)")
+            }
+            guard arguments.value("--jti") == nil else { throw UsageError("--count gives each body its own jti") }
+        }
+        var notification = TestNotification(
             type: try arguments.required("--type"), subject: try arguments.required("--sub"),
             clientID: try arguments.required("--client-id"), email: arguments.value("--email"),
             isPrivateEmail: isPrivateEmail, eventTimeMilliseconds: try arguments.integer("--event-time"),
             tokenID: arguments.value("--jti"), issuedAt: issuedAt,
             shape: arguments.has("--documented-shape") ? .documented : .apple)
-        Output.line(try notification.requestBody(signedWith: key))
+        guard let count else {
+            Output.line(try notification.requestBody(signedWith: key))
+            return 0
+        }
+        let subject = notification.subject
+        var lines = ""
+        for index in 1...count {
+            notification.subject = "\(subject).\(index)"
+            notification.tokenID = TestNotification.randomTokenID()
+            lines += try notification.requestBody(signedWith: key) + "\n"
+        }
+        FileHandle.standardOutput.write(Data(lines.utf8))
         return 0
     }
 }

@@ -89,6 +89,32 @@ final class CommandLineTests {
         #expect(result["email"] == nil)
     }
 
+    @Test("sign --count: distinct bodies, one per line, each verifies with its own sub and jti")
+    func signCount() throws {
+        let (key, jwks) = try keygen()
+        let base = [
+            "sign", "--key", key, "--kid", "cli-test-key", "--type", "consent-revoked", "--sub", "000111.abc",
+            "--client-id", "com.example.app", "--iat", "1796000001",
+        ]
+        let signed = try EndpointBinary.run(base + ["--count", "3"])
+        #expect(signed.status == 0)
+        let lines = signed.standardOutput.split(separator: "\n").map(String.init)
+        #expect(lines.count == 3)
+        var tokenIDs: Set<String> = []
+        for (index, line) in lines.enumerated() {
+            let verified = try EndpointBinary.run(
+                ["verify", "--jwks", jwks, "--client-id", "com.example.app", "--at", "1796000002", "-"],
+                input: Data(line.utf8))
+            #expect(verified.status == 0)
+            let result = try object(verified.standardOutput)
+            #expect(result["sub"] == .string("000111.abc.\(index + 1)"))
+            if case .string(let tokenID)? = result["jti"] { tokenIDs.insert(tokenID) }
+        }
+        #expect(tokenIDs.count == 3)
+        #expect(try EndpointBinary.run(base + ["--count", "0"]).status == 2)
+        #expect(try EndpointBinary.run(base + ["--count", "2", "--jti", "same"]).status == 2)
+    }
+
     @Test("a refusal exits 1 with the code, the status and a message")
     func refusal() throws {
         let (key, jwks) = try keygen()

@@ -1,9 +1,11 @@
 /// One request as nginx handed it over: every FastCGI parameter copied out of libfcgi at
 /// once (its pointers die at the next accept), and the body read up to the configured limit.
 public struct FastCGIRequest: Sendable {
-    /// Every parameter nginx sent, by name (`REQUEST_METHOD`, `DOCUMENT_URI`, `HTTP_*`, ...).
-    public let params: [String: String]
+    /// Every parameter nginx sent, by name (`REQUEST_METHOD`, `DOCUMENT_URI`, `HTTP_*`, ...),
+    /// built when asked for; the accessors below look up only the names they need.
+    public var params: [String: String] { parameters.dictionary }
     public let body: Body
+    private let parameters: FastCGIParameters
 
     /// The request body, or why there is none to trust.
     public enum Body: Sendable, Equatable {
@@ -18,37 +20,44 @@ public struct FastCGIRequest: Sendable {
     }
 
     public init(params: [String: String], body: Body) {
-        self.params = params
+        self.init(parameters: FastCGIParameters(params), body: body)
+    }
+
+    init(parameters: FastCGIParameters, body: Body) {
+        self.parameters = parameters
         self.body = body
     }
 
-    public var method: String { params["REQUEST_METHOD"] ?? "" }
+    /// One parameter's value, nil when nginx did not send it.
+    public func param(_ name: String) -> String? { parameters.value(name) }
+
+    public var method: String { param("REQUEST_METHOD") ?? "" }
 
     /// The path without the query: nginx's normalised `DOCUMENT_URI`, else
     /// `SCRIPT_NAME` + `PATH_INFO`, else `REQUEST_URI` cut at `?`.
     public var path: String {
-        if let uri = params["DOCUMENT_URI"], !uri.isEmpty { return uri }
-        let script = params["SCRIPT_NAME"] ?? ""
-        let info = params["PATH_INFO"] ?? ""
+        if let uri = param("DOCUMENT_URI"), !uri.isEmpty { return uri }
+        let script = param("SCRIPT_NAME") ?? ""
+        let info = param("PATH_INFO") ?? ""
         if !script.isEmpty || !info.isEmpty { return script + info }
-        let requestURI = params["REQUEST_URI"] ?? ""
+        let requestURI = param("REQUEST_URI") ?? ""
         return String(requestURI.prefix { $0 != "?" })
     }
 
-    public var queryString: String { params["QUERY_STRING"] ?? "" }
+    public var queryString: String { param("QUERY_STRING") ?? "" }
 
-    public var contentType: String? { params["CONTENT_TYPE"].flatMap { $0.isEmpty ? nil : $0 } }
+    public var contentType: String? { param("CONTENT_TYPE").flatMap { $0.isEmpty ? nil : $0 } }
 
     /// `CONTENT_LENGTH` when it is a plain decimal number; nil when absent or malformed.
-    public var contentLength: Int? { params["CONTENT_LENGTH"].flatMap(Self.parseLength) }
+    public var contentLength: Int? { param("CONTENT_LENGTH").flatMap(Self.parseLength) }
 
-    public var remoteAddress: String? { params["REMOTE_ADDR"] }
+    public var remoteAddress: String? { param("REMOTE_ADDR") }
 
     /// nginx's `$request_id`, passed as `REQUEST_ID` by our site file: it ties our log line
     /// to nginx's access log line. A client's own `X-Request-ID` header is never used: a
     /// sender must not choose what our log says.
     public var requestID: String? {
-        guard let id = params["REQUEST_ID"], !id.isEmpty else { return nil }
+        guard let id = param("REQUEST_ID"), !id.isEmpty else { return nil }
         return id
     }
 

@@ -29,23 +29,52 @@ public struct FastCGIResponse: Sendable, Equatable {
     }
 
     /// The bytes on the FastCGI STDOUT stream. A `Content-Length` is added when the handler
-    /// gave none, so nginx can keep the client connection alive.
+    /// gave none, so nginx can keep the client connection alive. Built in one buffer, which
+    /// the worker hands to libfcgi in one call.
     public func serialized() -> [UInt8] {
-        var head = "Status: \(status) \(Self.reasonPhrase(status))\r\n"
+        var output: [UInt8] = []
+        output.reserveCapacity(160 + body.count)
+        output.append(contentsOf: "Status: ".utf8)
+        output.append(contentsOf: String(status).utf8)
+        output.append(UInt8(ascii: " "))
+        output.append(contentsOf: Self.reasonPhrase(status).utf8)
+        output.append(contentsOf: "\r\n".utf8)
         var hasLength = false
         for header in headers {
-            let name = Self.clean(header.name)
-            guard !name.isEmpty, !name.contains(":") else { continue }
-            if name.lowercased() == "content-length" { hasLength = true }
-            head += "\(name): \(Self.clean(header.value))\r\n"
+            let name = Self.cleanBytes(header.name)
+            guard !name.isEmpty, !name.contains(UInt8(ascii: ":")) else { continue }
+            if Self.isContentLength(name) { hasLength = true }
+            output.append(contentsOf: name)
+            output.append(contentsOf: ": ".utf8)
+            output.append(contentsOf: Self.cleanBytes(header.value))
+            output.append(contentsOf: "\r\n".utf8)
         }
-        if !hasLength { head += "Content-Length: \(body.count)\r\n" }
-        head += "\r\n"
-        return Array(head.utf8) + body
+        if !hasLength {
+            output.append(contentsOf: "Content-Length: ".utf8)
+            output.append(contentsOf: String(body.count).utf8)
+            output.append(contentsOf: "\r\n".utf8)
+        }
+        output.append(contentsOf: "\r\n".utf8)
+        output.append(contentsOf: body)
+        return output
     }
 
-    static func clean(_ text: String) -> String {
-        String(text.unicodeScalars.filter { $0 != "\r" && $0 != "\n" && $0 != "\0" })
+    /// The UTF-8 bytes of `text` without CR, LF or NUL (bytes that never occur inside a
+    /// multi-byte UTF-8 sequence, so this removes exactly those three characters).
+    static func cleanBytes(_ text: String) -> [UInt8] {
+        let bytes = Array(text.utf8)
+        guard bytes.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) else { return bytes }
+        return bytes.filter { $0 != 0x0D && $0 != 0x0A && $0 != 0 }
+    }
+
+    /// `Content-Length` in any letter case.
+    private static func isContentLength(_ name: [UInt8]) -> Bool {
+        let wanted = "content-length".utf8
+        guard name.count == wanted.count else { return false }
+        return zip(name, wanted).allSatisfy { pair in
+            let lower = (pair.0 >= 0x41 && pair.0 <= 0x5A) ? pair.0 + 0x20 : pair.0
+            return lower == pair.1
+        }
     }
 
     /// The phrases this endpoint can produce; anything else gets a generic one by class.

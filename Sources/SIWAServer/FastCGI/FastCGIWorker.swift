@@ -81,13 +81,13 @@ final class FastCGIWorker: @unchecked Sendable {
     private func serveAcceptedRequest() {
         let params = copyParams()
         applyTimeouts(to: request.pointee.ipcFd)
-        let body = readBody(declaredLength: params["CONTENT_LENGTH"])
+        let body = readBody(declaredLength: params.value("CONTENT_LENGTH"))
         if case .complete = body {
         } else {
             // Unread or unreliable input is left on the connection: do not reuse it.
             request.pointee.keepConnection = 0
         }
-        let response = handler(FastCGIRequest(params: params, body: body))
+        let response = handler(FastCGIRequest(parameters: params, body: body))
         let bytes = response.serialized()
         bytes.withUnsafeBufferPointer { buffer in
             guard let base = buffer.baseAddress else { return }
@@ -99,14 +99,14 @@ final class FastCGIWorker: @unchecked Sendable {
         FCGX_Finish_r(request)
     }
 
-    /// Every parameter, copied now: libfcgi frees them at the next finish or accept.
-    private func copyParams() -> [String: String] {
-        var params: [String: String] = [:]
+    /// Every parameter, copied now (as bytes into one buffer, no `String` made yet):
+    /// libfcgi frees them at the next finish or accept.
+    private func copyParams() -> FastCGIParameters {
+        var params = FastCGIParameters()
         guard var cursor = request.pointee.envp else { return params }
         while let entry = cursor.pointee {
-            let pair = String(cString: entry)
-            if let equals = pair.firstIndex(of: "=") {
-                params[String(pair[..<equals])] = String(pair[pair.index(after: equals)...])
+            entry.withMemoryRebound(to: UInt8.self, capacity: 1) { start in
+                params.append(entry: UnsafeBufferPointer(start: start, count: strlen(entry)))
             }
             cursor += 1
         }

@@ -99,9 +99,10 @@ public final class NotificationStore {
     private func checkKeyParts(_ notification: VerifiedNotification) throws(RedisError) {
         // A brace would move the hash tag; a colon in the client ID would let two
         // (client, sub) pairs name the same key. Apple's values never hold them.
-        let braces: Set<Character> = ["{", "}"]
-        guard !notification.clientID.contains(where: { braces.contains($0) || $0 == ":" }),
-            !notification.subject.contains(where: braces.contains)
+        // Bytes, not Characters: what Redis sees is the bytes.
+        let braces = { (byte: UInt8) in byte == UInt8(ascii: "{") || byte == UInt8(ascii: "}") }
+        guard !notification.clientID.utf8.contains(where: { braces($0) || $0 == UInt8(ascii: ":") }),
+            !notification.subject.utf8.contains(where: braces)
         else {
             throw RedisError(.unsafeKey, "the client ID or sub holds a character that would break the key layout")
         }
@@ -112,11 +113,12 @@ public final class NotificationStore {
         let arguments = scriptArguments(notification, receivedAt: receivedAt)
         let reply: RedisReply
         do {
-            reply = try connection.command(["EVALSHA", sha, "3"] + arguments)
+            reply = try connection.command([Array("EVALSHA".utf8), Array(sha.utf8), [UInt8(ascii: "3")]] + arguments)
         } catch  where error.code == .serverError && error.message.hasPrefix("NOSCRIPT") {
             // Redis restarted or SCRIPT FLUSH ran: load it again and retry once.
             scriptSHA = nil
-            reply = try connection.command(["EVALSHA", try loadedScriptSHA(), "3"] + arguments)
+            reply = try connection.command(
+                [Array("EVALSHA".utf8), Array(try loadedScriptSHA().utf8), [UInt8(ascii: "3")]] + arguments)
         }
         guard let text = reply.string, let outcome = Outcome(rawValue: text) else {
             throw RedisError(.unexpectedReply, "the apply script returned something other than an outcome name")
@@ -134,26 +136,46 @@ public final class NotificationStore {
         return sha
     }
 
-    /// KEYS then ARGV, in the order the script reads them.
-    private func scriptArguments(_ notification: VerifiedNotification, receivedAt: Int64) -> [String] {
-        let eventTime = String(notification.eventTimeMilliseconds)
+    /// KEYS then ARGV, in the order the script reads them, as the bytes Redis receives
+    /// (no intermediate `String` per argument: this runs for every notification).
+    private func scriptArguments(_ notification: VerifiedNotification, receivedAt: Int64) -> [[UInt8]] {
+        let clientID = Array(notification.clientID.utf8)
+        let subject = Array(notification.subject.utf8)
+        let tokenID = Array(notification.tokenID.utf8)
+        let typeName = Array(notification.type.name.utf8)
+        let rawType = Array(notification.rawType.utf8)
+        let prefix = Array(keyPrefix.utf8)
+        // P:user:{client:sub} and P:seen:{client:sub}:jti, as userKey and seenKey spell them.
+        var hashTag: [UInt8] = [UInt8(ascii: "{")]
+        hashTag += clientID
+        hashTag.append(UInt8(ascii: ":"))
+        hashTag += subject
+        hashTag.append(UInt8(ascii: "}"))
+        let userKey = prefix + Array(":user:".utf8) + hashTag
+        var seenKey = prefix + Array(":seen:".utf8) + hashTag
+        seenKey.append(UInt8(ascii: ":"))
+        seenKey += tokenID
+
         let privateFlag = notification.isPrivateEmail.map { $0 ? "true" : "false" } ?? ""
-        let message = JSONWriter.object([
-            ("client_id", .string(notification.clientID)), ("sub", .string(notification.subject)),
-            ("type", .string(notification.type.name)), ("raw_type", .string(notification.rawType)),
-            ("event_time", .integer(notification.eventTimeMilliseconds)), ("jti", .string(notification.tokenID)),
-        ])
+        var messageHead: [UInt8] = []
+        messageHead.reserveCapacity(256)
+        JSONWriter.writeObject(
+            [
+                ("client_id", .string(notification.clientID)), ("sub", .string(notification.subject)),
+                ("type", .string(notification.type.name)), ("raw_type", .string(notification.rawType)),
+                ("event_time", .integer(notification.eventTimeMilliseconds)), ("jti", .string(notification.tokenID)),
+            ], to: &messageHead)
         // The script appends the applied flag, which only it knows.
-        let messageHead = String(message.dropLast()) + ",\"applied\":"
+        messageHead.removeLast()
+        messageHead += Array(",\"applied\":".utf8)
         let ttl = seenMarkerTTL.components
         let ttlMilliseconds = max(1, ttl.seconds * 1000 + ttl.attoseconds / 1_000_000_000_000_000)
         return [
-            userKey(clientID: notification.clientID, subject: notification.subject),
-            seenKey(clientID: notification.clientID, subject: notification.subject, tokenID: notification.tokenID),
-            streamKey,
-            channel, notification.clientID, notification.subject, notification.type.name, notification.rawType,
-            eventTime, notification.tokenID, notification.email ?? "", privateFlag, String(receivedAt),
-            String(ttlMilliseconds), String(max(1, streamMaxLength)), messageHead,
+            userKey, seenKey, Array(streamKey.utf8),
+            Array(channel.utf8), clientID, subject, typeName, rawType,
+            Array(String(notification.eventTimeMilliseconds).utf8), tokenID, Array((notification.email ?? "").utf8),
+            Array(privateFlag.utf8), Array(String(receivedAt).utf8),
+            Array(String(ttlMilliseconds).utf8), Array(String(max(1, streamMaxLength)).utf8), messageHead,
         ]
     }
 }

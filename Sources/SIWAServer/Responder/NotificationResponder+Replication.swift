@@ -28,7 +28,7 @@ extension NotificationResponder {
             unavailable.outcome = "unavailable"
             unavailable.errorCode = "store_unavailable"
             unavailable.headers = [.init("Retry-After", String(configuration.requests.retryAfter.components.seconds))]
-            unavailable.body = Self.json(["status": "unavailable", "error": "store_unavailable"])
+            unavailable.body = Self.json(status: "unavailable", error: "store_unavailable")
             return unavailable
         }
     }

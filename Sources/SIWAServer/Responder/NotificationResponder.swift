@@ -133,11 +133,11 @@ public final class NotificationResponder: Sendable {
                 result.outcome = "unavailable"
                 result.errorCode = "store_unavailable"
                 result.headers = [.init("Retry-After", String(configuration.requests.retryAfter.components.seconds))]
-                result.body = Self.json(["status": "unavailable", "error": "store_unavailable"])
+                result.body = Self.json(status: "unavailable", error: "store_unavailable")
                 return result
             }
         }
-        result.body = Self.json(["status": result.outcome])
+        result.body = Self.json(status: result.outcome)
         return result
     }
 
@@ -180,7 +180,7 @@ public final class NotificationResponder: Sendable {
         let retryable = error.failureClass == .retryable
         var result = Result(
             status: error.httpStatus, outcome: retryable ? "unavailable" : "refused", errorCode: error.code.rawValue,
-            body: Self.json(["status": retryable ? "unavailable" : "refused", "error": error.code.rawValue]),
+            body: Self.json(status: retryable ? "unavailable" : "refused", error: error.code.rawValue),
             headers: retryable
                 ? [.init("Retry-After", String(configuration.requests.retryAfter.components.seconds))] : [])
         // A token from the future usually means this host's clock is behind: show both times.
@@ -193,13 +193,26 @@ public final class NotificationResponder: Sendable {
     static func status(
         _ status: Int, _ name: String, errorCode: String? = nil, headers: [FastCGIResponse.Header] = []
     ) -> Result {
-        var members = ["status": name]
-        if let errorCode { members["error"] = errorCode }
-        return Result(status: status, outcome: name, errorCode: errorCode, body: json(members), headers: headers)
+        Result(
+            status: status, outcome: name, errorCode: errorCode, body: json(status: name, error: errorCode),
+            headers: headers)
     }
 
-    static func json(_ members: [String: String]) -> String {
-        JSONWriter.serialize(.object(members.mapValues { .string($0) }))
+    /// `{"error":…,"status":…}`: the members in sorted order, as every response body has
+    /// always been written.
+    static func json(status: String, error: String? = nil) -> String {
+        var output: [UInt8] = []
+        output.reserveCapacity(64)
+        output.append(UInt8(ascii: "{"))
+        if let error {
+            output.append(contentsOf: #""error":"#.utf8)
+            JSONWriter.writeString(error, to: &output)
+            output.append(UInt8(ascii: ","))
+        }
+        output.append(contentsOf: #""status":"#.utf8)
+        JSONWriter.writeString(status, to: &output)
+        output.append(UInt8(ascii: "}"))
+        return String(decoding: output, as: UTF8.self)
     }
 
     /// Paths go to the log only when they are ours; anything else is just "other".

@@ -51,4 +51,39 @@ struct FastCGIMessageTests {
                 == "Status: 204 No Content\r\ncontent-length: 0\r\n\r\n")
         #expect(FastCGIResponse.reasonPhrase(418) == "Client Error")
     }
+
+    @Test("parameters as libfcgi hands them: looked up whole, the last of a repeated name wins, no = is skipped")
+    func parametersFromEntries() {
+        var parameters = FastCGIParameters()
+        for entry in [
+            "REQUEST_METHOD=GET", "PATH_INFO=/x", "NO_EQUALS", "REQUEST_METHOD=POST", "QUERY_STRING=a=b",
+            "CONTENT_TYPE=", "=nameless", "DOCUMENT_URI=/caf\u{E9}",
+        ] {
+            var bytes = Array(entry.utf8)
+            bytes.withUnsafeMutableBufferPointer { parameters.append(entry: UnsafeBufferPointer($0)) }
+        }
+        let request = FastCGIRequest(parameters: parameters, body: .complete([]))
+        #expect(request.method == "POST")
+        #expect(request.queryString == "a=b")
+        #expect(request.path == "/caf\u{E9}")
+        #expect(request.param("PATH") == nil)
+        #expect(request.param("PATH_INF") == nil)
+        #expect(request.param("PATH_INFO") == "/x")
+        #expect(request.param("NO_EQUALS") == nil)
+        #expect(request.param("CONTENT_TYPE") == "")
+        #expect(request.contentType == nil)
+        #expect(request.param("") == "nameless")
+        #expect(
+            request.params == [
+                "REQUEST_METHOD": "POST", "PATH_INFO": "/x", "QUERY_STRING": "a=b", "CONTENT_TYPE": "",
+                "": "nameless", "DOCUMENT_URI": "/caf\u{E9}",
+            ])
+    }
+
+    @Test("a handler's Content-Length in any letter case is kept and none is added")
+    func contentLengthAnyCase() {
+        let response = FastCGIResponse(status: 200, headers: [.init("CONTENT-Length", "2")], body: Array("ok".utf8))
+        #expect(
+            String(decoding: response.serialized(), as: UTF8.self) == "Status: 200 OK\r\nCONTENT-Length: 2\r\n\r\nok")
+    }
 }
