@@ -314,8 +314,10 @@ def test_env_example_names_every_setting_and_is_valid_uncommented(binary, workdi
     # Every line uncommented is a valid configuration (paths moved to a temp dir).
     uncommented = workdir / "env-uncommented"
     uncommented.write_text("".join(line[1:] + "\n" for line in example.splitlines() if line.startswith("#SIWA_")))
+    # --check also checks this machine (the socket's directory must exist, as systemd's
+    # RuntimeDirectory makes it): the socket goes to the temp dir too.
     overrides = {"SIWA_JWKS_CACHE": str(workdir / "jwks.json"), "SIWA_SPOOL_DIR": str(workdir / "spool"),
-                 "SIWA_FCGI_SOCKET_GROUP": ""}
+                 "SIWA_FCGI_SOCKET": str(workdir / "fcgi.sock"), "SIWA_FCGI_SOCKET_GROUP": ""}
     checked = subprocess.run([str(binary), "serve", "--env-file", str(uncommented), "--check"],
                              capture_output=True, text=True, timeout=30, env={"PATH": os.environ["PATH"], **overrides})
     assert checked.returncode == 0, checked.stderr
