@@ -314,7 +314,8 @@ def test_env_example_names_every_setting_and_is_valid_uncommented(binary, workdi
     # Every line uncommented is a valid configuration (paths moved to a temp dir).
     uncommented = workdir / "env-uncommented"
     uncommented.write_text("".join(line[1:] + "\n" for line in example.splitlines() if line.startswith("#SIWA_")))
-    # serve --check also checks this machine (the socket's directory exists, the group is known).
+    # --check also checks this machine (the socket's directory must exist, as systemd's
+    # RuntimeDirectory makes it): the socket goes to the temp dir too.
     overrides = {"SIWA_JWKS_CACHE": str(workdir / "jwks.json"), "SIWA_SPOOL_DIR": str(workdir / "spool"),
                  "SIWA_FCGI_SOCKET": str(workdir / "fcgi.sock"), "SIWA_FCGI_SOCKET_GROUP": ""}
     checked = subprocess.run([str(binary), "serve", "--env-file", str(uncommented), "--check"],

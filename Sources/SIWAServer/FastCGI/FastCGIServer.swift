@@ -54,13 +54,15 @@ public final class FastCGIServer: @unchecked Sendable {
             throw error
         }
         var workers: [FastCGIWorker] = []
+        let acceptor: FastCGIAcceptor
         do throws(FastCGIError) {
+            acceptor = try FastCGIAcceptor(
+                listenFD: listener.fileDescriptor, stopFD: ends.read, headerTimeout: configuration.ioTimeout)
             for _ in 0..<configuration.workerCount {
                 workers.append(
                     try FastCGIWorker(
-                        listenFD: listener.fileDescriptor, stopSignalFD: ends.read,
-                        maxBodyBytes: configuration.maxBodyBytes, ioTimeout: configuration.ioTimeout,
-                        handler: handler, isStopping: { [self] in isStopping }))
+                        acceptor: acceptor, maxBodyBytes: configuration.maxBodyBytes,
+                        ioTimeout: configuration.ioTimeout, handler: handler))
             }
         } catch {
             listener.closeAndRemove()
@@ -71,7 +73,14 @@ public final class FastCGIServer: @unchecked Sendable {
         self.listener = listener
         stopPipe = ends
         started = true
-        liveWorkers = workers.count
+        // The acceptor thread counts as a worker: the socket closes only after it is out too.
+        liveWorkers = workers.count + 1
+        let acceptorThread = Thread { [self] in
+            acceptor.run()
+            workerExited()
+        }
+        acceptorThread.name = "fastcgi-acceptor"
+        acceptorThread.start()
         for (index, worker) in workers.enumerated() {
             let thread = Thread { [self] in
                 worker.run()

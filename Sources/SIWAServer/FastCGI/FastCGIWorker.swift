@@ -7,74 +7,52 @@ final class FastCGIWorker: @unchecked Sendable {
     private let request: UnsafeMutablePointer<FCGX_Request>
     private let maxBodyBytes: Int
     private let ioTimeout: Duration
-    private let stopSignalFD: Int32
+    private let acceptor: FastCGIAcceptor
     private let handler: @Sendable (FastCGIRequest) -> FastCGIResponse
-    private let isStopping: @Sendable () -> Bool
 
-    /// `stopSignalFD` becomes readable (and stays so) once the server is stopping; an idle
-    /// kept connection is watched together with it.
+    /// Connections come from `acceptor`, each with its whole request waiting; libfcgi
+    /// never accepts by itself (its listening socket is -1), so it never reads a
+    /// connection that could keep it waiting without a timeout.
     init(
-        listenFD: Int32,
-        stopSignalFD: Int32,
+        acceptor: FastCGIAcceptor,
         maxBodyBytes: Int,
         ioTimeout: Duration,
-        handler: @escaping @Sendable (FastCGIRequest) -> FastCGIResponse,
-        isStopping: @escaping @Sendable () -> Bool
+        handler: @escaping @Sendable (FastCGIRequest) -> FastCGIResponse
     ) throws(FastCGIError) {
         request = .allocate(capacity: 1)
-        guard FCGX_InitRequest(request, listenFD, 0) == 0 else {
+        guard FCGX_InitRequest(request, -1, 0) == 0 else {
             request.deallocate()
             throw FastCGIError(.libraryFailed, "FCGX_InitRequest failed")
         }
-        self.stopSignalFD = stopSignalFD
+        self.acceptor = acceptor
         self.maxBodyBytes = maxBodyBytes
         self.ioTimeout = ioTimeout
         self.handler = handler
-        self.isStopping = isStopping
     }
 
-    /// Serves until the server stops; then closes any kept connection and frees the request.
+    /// Serves until the server stops and no accepted request is left; then frees the request.
     func run() {
         defer {
             FCGX_Free(request, 1)
             request.deallocate()
         }
-        while true {
-            if request.pointee.ipcFd >= 0 {
-                // nginx (fastcgi_keep_conn on) kept the connection: libfcgi would block in
-                // read(2) for its next request, where no stop could reach it. Wait here instead.
-                guard waitForNextRequest() else {
-                    // Idle and stopping. Shut both directions first: libfcgi's close would
-                    // otherwise wait up to 2 s for nginx to close its end.
-                    shutdown(request.pointee.ipcFd, Int32(SHUT_RDWR))
-                    return
-                }
-            } else if isStopping() {
-                return
-            }
-            let status = FCGX_Accept_r(request)
-            if status < 0 {
-                if isStopping() { return }
-                // EMFILE and the like: back off briefly rather than spin on a full table.
-                usleep(50_000)
-                continue
-            }
+        while let fd = acceptor.next() {
+            applyTimeouts(to: fd)
+            request.pointee.ipcFd = fd
+            // So that the finish inside FCGX_Accept_r keeps (does not close) this connection.
+            request.pointee.keepConnection = 1
+            // Reads the begin record and the parameters, already waiting in the socket. On a
+            // protocol error libfcgi closes the connection and, with no listening socket,
+            // returns a negative status instead of accepting another.
+            guard FCGX_Accept_r(request) >= 0 else { continue }
             serveAcceptedRequest()
-        }
-    }
-
-    /// True when the kept connection has bytes (or its end) to read; false when the server
-    /// is stopping and the connection is idle.
-    private func waitForNextRequest() -> Bool {
-        var fds = [
-            pollfd(fd: request.pointee.ipcFd, events: Int16(POLLIN), revents: 0),
-            pollfd(fd: stopSignalFD, events: Int16(POLLIN), revents: 0),
-        ]
-        while true {
-            let ready = poll(&fds, nfds_t(fds.count), -1)
-            if ready < 0 && errno == EINTR { continue }
-            if fds[0].revents != 0 { return true }
-            return false
+            if request.pointee.ipcFd >= 0 {
+                // nginx (fastcgi_keep_conn on) kept the connection: it is watched for its
+                // next request by the acceptor, not by this worker.
+                let kept = request.pointee.ipcFd
+                request.pointee.ipcFd = -1
+                acceptor.watchAgain(kept)
+            }
         }
     }
 

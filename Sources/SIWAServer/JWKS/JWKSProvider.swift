@@ -87,6 +87,13 @@ public final class JWKSProvider: @unchecked Sendable {
         }
     }
 
+    /// Fetches now when no usable key is held (a cold start without a cache file while the
+    /// network is not up yet): the refresher calls it with a short backoff until keys load.
+    @discardableResult
+    public func refreshIfEmpty(now: Int64) -> JWKSRefreshOutcome {
+        refresh(now: now) { provider in provider.keySet.usableKeyIDs.isEmpty }
+    }
+
     /// Fetches because a token named a kid we do not hold, at most once per
     /// `unknownKeyIDRefreshIntervalSeconds` counted from the last fetch of any kind.
     @discardableResult

@@ -46,14 +46,32 @@ public final class JWKSRefresher: @unchecked Sendable {
         return true
     }
 
+    /// While no usable key is held, a fetch is retried after 1 s, then 2, 4, ... up to the
+    /// unknown-kid interval (a boot where the network comes up late must not leave every
+    /// notification at 503 for a whole retry interval); with keys, the schedule is checked
+    /// every `checkIntervalSeconds`.
     private func run() {
+        let longestBackoff = max(1, Double(provider.settings.unknownKeyIDRefreshIntervalSeconds))
+        var backoff = 1.0
         while true {
             let stopping = condition.withLock { stopRequested }
             if stopping { break }
-            provider.refreshIfDue(now: provider.now())
+            if provider.keys.usableKeyIDs.isEmpty {
+                provider.refreshIfEmpty(now: provider.now())
+            } else {
+                provider.refreshIfDue(now: provider.now())
+            }
+            let wait: Double
+            if provider.keys.usableKeyIDs.isEmpty {
+                wait = backoff
+                backoff = min(backoff * 2, longestBackoff)
+            } else {
+                wait = checkIntervalSeconds
+                backoff = 1
+            }
             condition.lock()
             if !stopRequested {
-                _ = condition.wait(until: Date(timeIntervalSinceNow: checkIntervalSeconds))
+                _ = condition.wait(until: Date(timeIntervalSinceNow: wait))
             }
             condition.unlock()
         }

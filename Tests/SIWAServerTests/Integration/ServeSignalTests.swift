@@ -60,3 +60,31 @@ struct ServeSignalTests {
         #expect(stack.serve?.logLines(event: "started").count == 2)
     }
 }
+
+/// A cold start without keys: no cache file, and the JWKS host not serving yet.
+@Suite("serve: Apple's keys at a cold start")
+struct ServeColdStartTests {
+    @Test("while no key is held the fetch is retried with a short backoff: keys load soon after the host is up")
+    func keysLoadSoonAfterTheHostComesUp() throws {
+        let stack = try ServeStack()
+        defer { stack.shutdown() }
+        stack.serve?.kill()
+        try? FileManager.default.removeItem(atPath: stack.directory.appendingPathComponent("jwks-cache.json").path)
+        // The JWKS host answers 404 until the keys are put back: every fetch fails.
+        let keysFile = stack.jwks.directory.appendingPathComponent("www/keys.json").path
+        let document = try Data(contentsOf: URL(fileURLWithPath: keysFile))
+        try FileManager.default.removeItem(atPath: keysFile)
+        try stack.startServe()
+        #expect(stack.serve?.logLines(event: "jwks_loaded").last?.contains(#""keys":0"#) == true)
+        #expect(try stack.request("GET", "/healthz").status == 503)
+        // Long enough for a few failed retries (1 s, 2 s, ...), so the backoff has grown.
+        usleep(3_500_000)
+        try stack.jwks.serve(Array(document))
+        let up = ContinuousClock.now
+        // Before this change the next try came after the 60 s retry interval. The bound is
+        // generous for a loaded machine; the backoff at this point is 4 s.
+        #expect(try stack.waitUntil(timeout: 20) { try stack.request("GET", "/healthz").status == 200 })
+        #expect(ContinuousClock.now - up < .seconds(20))
+        #expect(try stack.post(try stack.body(type: "consent-revoked", sub: "000032.c.0001")).status == 200)
+    }
+}
