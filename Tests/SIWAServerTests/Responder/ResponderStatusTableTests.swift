@@ -53,6 +53,15 @@ final class ResponderStatusTableTests {
         return (response.status, String(decoding: response.body, as: UTF8.self), headers)
     }
 
+    /// The `siwa_requests_total` count /metrics shows for these labels (the log line's
+    /// status, outcome and error code are the same values).
+    func requestCount(_ status: Int, _ outcome: String, type: String = "consent-revoked", code: String = "") -> String?
+    {
+        let labels = #"siwa_requests_total{status="\#(status)",outcome="\#(outcome)",type="\#(type)",code="\#(code)"} "#
+        return request("GET", path: "/metrics").body.split(separator: "\n").first { $0.hasPrefix(labels) }
+            .map { String($0.dropFirst(labels.count)) }
+    }
+
     func post(_ body: [UInt8]) -> (status: Int, body: String, headers: [String: String]) {
         request(body: .complete(body))
     }
@@ -93,6 +102,7 @@ final class ResponderStatusTableTests {
         #expect(response.body == #"{"error":"store_unavailable","status":"unavailable"}"#)
         #expect(response.headers["Retry-After"] == "30")
         #expect(spool.depth == 1)
+        #expect(requestCount(503, "unavailable", code: "store_unavailable") == "1")
     }
 
     @Test("replica shortfall: 200 with a spool copy; 503 store_unavailable when the copy cannot be kept")
@@ -106,6 +116,7 @@ final class ResponderStatusTableTests {
         let lost = post(try signed())
         #expect(lost.status == 503)
         #expect(lost.body == #"{"error":"store_unavailable","status":"unavailable"}"#)
+        #expect(requestCount(503, "unavailable", code: "store_unavailable") == "1")
     }
 
     @Test("refusals: 400, 401, 403, 413, each with its code, the store never asked")
@@ -129,6 +140,9 @@ final class ResponderStatusTableTests {
         #expect(tooLarge.body == #"{"error":"body_too_large","status":"refused"}"#)
         #expect(store.applied.isEmpty)
         #expect(spool.depth == 0)
+        #expect(requestCount(400, "refused", type: "", code: "body_incomplete") == "1")
+        #expect(requestCount(401, "refused", type: "", code: "kid_unknown") == "1")
+        #expect(requestCount(413, "refused", type: "", code: "body_too_large") == "1")
     }
 
     @Test("an unknown kid with no fetch possible: 503 keys_unavailable with Retry-After")
@@ -140,6 +154,7 @@ final class ResponderStatusTableTests {
         #expect(response.headers["Retry-After"] == "30")
         #expect(fetcher.fetchCount == 2)
         #expect(store.applied.isEmpty)
+        #expect(requestCount(503, "unavailable", type: "", code: "keys_unavailable") == "1")
     }
 
     @Test("404 for other paths, 405 with Allow for other methods")
