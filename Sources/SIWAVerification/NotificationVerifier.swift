@@ -2,22 +2,27 @@ import SIWACrypto
 
 /// Turns a request body into a `VerifiedNotification`, or says exactly why not.
 ///
-/// Pure: it takes bytes, keys and a clock reading, and does no I/O. The steps run
+/// Pure: it takes bytes, keys and a clock reading, and does no I/O of its own. The steps run
 /// top to bottom: body → payload → compact JWS → header (alg pinned) → key by kid →
 /// signature → claims → events. Nothing in the claims is read before the signature
 /// checks out.
+///
+/// The keys come either fixed (`keys`, for `verify(body:now:)`: a kid the set lacks is
+/// `kid_unknown`) or from a `SigningKeySource` that can be refreshed
+/// (`verify(body:keys:now:)`, which owns the unknown-kid rule).
 public struct NotificationVerifier: Sendable {
     public static let appleIssuer = "https://appleid.apple.com"
     public static let defaultMaximumBodyBytes = 64 * 1024
     public static let defaultLeewaySeconds: Int64 = 60
 
-    public var keys: JSONWebKeySet
+    /// The fixed key set `verify(body:now:)` uses; empty when the keys come from a source.
+    public let keys: JSONWebKeySet
     public let clientIDs: Set<String>
     public let leewaySeconds: Int64
     public let maximumBodyBytes: Int
 
     public init(
-        keys: JSONWebKeySet, clientIDs: Set<String>, leewaySeconds: Int64 = defaultLeewaySeconds,
+        keys: JSONWebKeySet = JSONWebKeySet(), clientIDs: Set<String>, leewaySeconds: Int64 = defaultLeewaySeconds,
         maximumBodyBytes: Int = defaultMaximumBodyBytes
     ) {
         self.keys = keys
@@ -26,12 +31,49 @@ public struct NotificationVerifier: Sendable {
         self.maximumBodyBytes = maximumBodyBytes
     }
 
-    /// Verifies one request body at `now` (Unix seconds).
+    /// Verifies one request body at `now` (Unix seconds) with the fixed key set `keys`.
     public func verify(body: [UInt8], now: Int64) throws(VerificationError) -> VerifiedNotification {
+        try verify(body: body, now: now) { kid throws(VerificationError) in try keys.key(forKeyID: kid) }
+    }
+
+    /// Verifies one request body at `now` (Unix seconds) with the keys `source` holds; when
+    /// the token names a kid it does not hold, asks it for one refresh and tries once more.
+    ///
+    /// A kid is called unknown (`kid_unknown`, 401: Apple gives up) only when a fetch made
+    /// for this request, or one it waited on, succeeded and still lacks the kid. When no
+    /// fetch could be made (rate limit) or the fetch failed, the key may exist and we
+    /// simply have not seen it: `keys_unavailable`, 503, and Apple retries. Otherwise
+    /// anyone posting made-up kids could keep the rate limit busy and make a genuine
+    /// notification under a newly published key be refused for good.
+    public func verify(
+        body: [UInt8], keys source: some SigningKeySource, now: Int64
+    ) throws(VerificationError) -> VerifiedNotification {
+        let refreshed: Bool
+        do {
+            return try verify(body: body, now: now) { kid throws(VerificationError) in
+                try source.key(forKeyID: kid)
+            }
+        } catch  where error.code == .kidUnknown || error.code == .keysUnavailable {
+            refreshed = source.refreshForUnknownKey(now: now)
+        }
+        do {
+            return try verify(body: body, now: now) { kid throws(VerificationError) in
+                try source.key(forKeyID: kid)
+            }
+        } catch  where error.code == .kidUnknown && !refreshed {
+            throw VerificationError(
+                .keysUnavailable, "the token's kid is unknown and Apple's JWKS could not be fetched again just now")
+        }
+    }
+
+    /// The steps, with `key` naming the key for a kid.
+    private func verify(
+        body: [UInt8], now: Int64, key keyForID: (String) throws(VerificationError) -> RSAPublicKey
+    ) throws(VerificationError) -> VerifiedNotification {
         let token = try NotificationBody.payload(of: body, maximumBytes: maximumBodyBytes)
         let jws = try CompactJWS(token)
         let header = try JWSHeader(decoding: jws.header)
-        let key = try keys.key(forKeyID: header.keyID)
+        let key = try keyForID(header.keyID)
         guard jws.signature.count == key.modulusBytes else {
             throw VerificationError(
                 .signatureLengthMismatch,

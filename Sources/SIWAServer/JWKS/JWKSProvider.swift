@@ -13,7 +13,7 @@ import SIWAVerification
 /// kid is a forgery (401) or a question we cannot answer yet (503).
 public final class JWKSProvider: @unchecked Sendable {
     public let settings: Settings
-    private let fetcher: HTTPSFetcher
+    private let fetcher: any JWKSFetching
     private let cacheFile: JWKSCacheFile?
     private let clock: @Sendable () -> Int64
 
@@ -33,7 +33,7 @@ public final class JWKSProvider: @unchecked Sendable {
 
     /// - Parameter clock: the current Unix time in seconds; tests pass their own.
     public init(
-        settings: Settings, fetcher: HTTPSFetcher = HTTPSFetcher(),
+        settings: Settings, fetcher: any JWKSFetching = HTTPSFetcher(),
         clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
     ) {
         self.settings = settings

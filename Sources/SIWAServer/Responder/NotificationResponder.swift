@@ -25,7 +25,7 @@ public final class NotificationResponder: Sendable {
         self.primaryLocator = primaryLocator
         self.configuration = configuration
         self.verifier = NotificationVerifier(
-            keys: JSONWebKeySet(), clientIDs: configuration.clientIDs,
+            clientIDs: configuration.clientIDs,
             leewaySeconds: configuration.requests.leeway.components.seconds,
             maximumBodyBytes: configuration.requests.maximumBodyBytes)
         self.keys = keys
@@ -96,7 +96,7 @@ public final class NotificationResponder: Sendable {
 
         let notification: VerifiedNotification
         do {
-            notification = try keys.verify(body: bytes, with: verifier, now: clockMilliseconds() / 1000)
+            notification = try verifier.verify(body: bytes, keys: keys, now: clockMilliseconds() / 1000)
         } catch {
             return refusal(error)
         }

@@ -1,0 +1,22 @@
+import SIWAVerification
+
+/// What the responder needs from the Redis store: apply a notification, answer a ping.
+/// `NotificationStore` in service; an in-process stand-in in the responder's status tests.
+public protocol NotificationStoring: AnyObject {
+    /// Applies one notification (see `NotificationStore.apply(_:receivedAt:minimumReplicas:replicaTimeout:)`).
+    func apply(
+        _ notification: VerifiedNotification, receivedAt: Int64, minimumReplicas: Int, replicaTimeout: Duration
+    ) throws(RedisError) -> NotificationStore.Acknowledged
+
+    /// Whether the store answers now.
+    func ping() -> Bool
+}
+
+extension NotificationStore: NotificationStoring {}
+
+extension NotificationStore.Acknowledged {
+    /// An acknowledgement as a store reports it (for stores other than `NotificationStore`).
+    public init(_ outcome: NotificationStore.Outcome, replicas: Int? = nil, isShortfall: Bool = false) {
+        self.init(outcome: outcome, replicas: replicas, isShortfall: isShortfall)
+    }
+}

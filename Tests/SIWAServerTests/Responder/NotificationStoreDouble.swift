@@ -1,0 +1,40 @@
+import SIWAServer
+import SIWAVerification
+import Synchronization
+
+/// An in-process stand-in for the Redis store: answers each apply with a chosen outcome,
+/// or fails the way a lost Redis does, and records what it was asked to apply.
+final class NotificationStoreDouble: NotificationStoring, Sendable {
+    enum Answer: Sendable {
+        case outcome(NotificationStore.Outcome, shortfall: Bool = false)
+        case down
+    }
+
+    private struct State {
+        var answer: Answer = .outcome(.applied)
+        var answersPing = true
+        var applied: [String] = []
+    }
+    private let state = Mutex(State())
+
+    func answer(_ answer: Answer) { state.withLock { $0.answer = answer } }
+    func answerPing(_ answers: Bool) { state.withLock { $0.answersPing = answers } }
+
+    /// The jti of every notification it applied, in order.
+    var applied: [String] { state.withLock { $0.applied } }
+
+    func apply(
+        _ notification: VerifiedNotification, receivedAt: Int64, minimumReplicas: Int, replicaTimeout: Duration
+    ) throws(RedisError) -> NotificationStore.Acknowledged {
+        let answer = state.withLock { $0.answer }
+        switch answer {
+        case .down:
+            throw RedisError(.connectionFailed, "Redis does not answer (test double)")
+        case .outcome(let outcome, let shortfall):
+            state.withLock { $0.applied.append(notification.tokenID) }
+            return NotificationStore.Acknowledged(outcome, replicas: shortfall ? 0 : nil, isShortfall: shortfall)
+        }
+    }
+
+    func ping() -> Bool { state.withLock { $0.answersPing } }
+}

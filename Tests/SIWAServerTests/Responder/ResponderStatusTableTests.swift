@@ -1,0 +1,187 @@
+import Foundation
+import SIWAServer
+import SIWAVerification
+import Testing
+
+/// The responder's whole status table, in process: the JWKS fetch, the Redis store are
+/// in-process doubles (Apple stood in for by the fetch double's document); the spool is a
+/// real one in a temporary directory. The same statuses through nginx, a real Redis and a
+/// real process are in `ServeIntegrationTests`.
+@Suite("Responder status table (in process)")
+final class ResponderStatusTableTests {
+    static let now: Int64 = 1_800_000_000
+    static let path = "/apple/notifications"
+
+    let directory: URL
+    let fetcher = JWKSFetcherDouble()
+    let store = NotificationStoreDouble()
+    let key: JWKSTestKey
+    let keys: JWKSProvider
+    let spool: NotificationSpool
+    let responder: NotificationResponder
+
+    init() throws {
+        directory = try JWKSTestFixtures.temporaryDirectory()
+        key = try JWKSTestKey(kid: "test-apple-key")
+        fetcher.serve(try JWKSTestFixtures.document([key]))
+        keys = JWKSProvider(
+            settings: JWKSProvider.Settings(url: "https://jwks.invalid/auth/keys"), fetcher: fetcher,
+            clock: { Self.now - 3600 })
+        // The start fetch an hour before the requests: an unknown kid may trigger a fetch.
+        keys.start()
+        let spoolDirectory = directory.appendingPathComponent("spool").path
+        // One record per segment: once the directory is gone, the next append must fail.
+        spool = try NotificationSpool(directory: spoolDirectory, segmentByteLimit: 1)
+        let configuration = try ServerConfiguration(environment: [
+            "SIWA_CLIENT_IDS": JWKSTestFixtures.clientID, "SIWA_SPOOL_DIR": spoolDirectory,
+        ])
+        let store = store
+        responder = NotificationResponder(
+            configuration: configuration, keys: keys, stores: NotificationStorePool(makeStore: { store }),
+            spool: spool, replayer: nil, metrics: ServerMetrics(), clockMilliseconds: { Self.now * 1000 })
+    }
+
+    deinit { try? FileManager.default.removeItem(at: directory) }
+
+    func request(
+        _ method: String = "POST", path: String = path, body: FastCGIRequest.Body = .complete([])
+    ) -> (status: Int, body: String, headers: [String: String]) {
+        let response = responder.handle(
+            FastCGIRequest(params: ["REQUEST_METHOD": method, "DOCUMENT_URI": path], body: body))
+        var headers: [String: String] = [:]
+        for header in response.headers { headers[header.name] = header.value }
+        return (response.status, String(decoding: response.body, as: UTF8.self), headers)
+    }
+
+    /// The `siwa_requests_total` count /metrics shows for these labels (the log line's
+    /// status, outcome and error code are the same values).
+    func requestCount(_ status: Int, _ outcome: String, type: String = "consent-revoked", code: String = "") -> String?
+    {
+        let labels = #"siwa_requests_total{status="\#(status)",outcome="\#(outcome)",type="\#(type)",code="\#(code)"} "#
+        return request("GET", path: "/metrics").body.split(separator: "\n").first { $0.hasPrefix(labels) }
+            .map { String($0.dropFirst(labels.count)) }
+    }
+
+    func post(_ body: [UInt8]) -> (status: Int, body: String, headers: [String: String]) {
+        request(body: .complete(body))
+    }
+
+    func signed(_ key: JWKSTestKey? = nil, audience: String = JWKSTestFixtures.clientID) throws -> [UInt8] {
+        try (key ?? self.key).signedBody(audience: audience, issuedAt: Self.now)
+    }
+
+    @Test("200 for each store outcome, with the store asked once")
+    func storeOutcomes() throws {
+        for outcome in [NotificationStore.Outcome.applied, .duplicate, .stale, .recorded] {
+            store.answer(.outcome(outcome))
+            let response = post(try signed())
+            #expect(response.status == 200)
+            #expect(response.body == #"{"status":"\#(outcome.rawValue)"}"#)
+        }
+        #expect(store.applied.count == 4)
+        #expect(spool.depth == 0)
+    }
+
+    @Test("Redis down: 200 spooled, the notification in the spool")
+    func spooled() throws {
+        store.answer(.down)
+        let response = post(try signed())
+        #expect(response.status == 200)
+        #expect(response.body == #"{"status":"spooled"}"#)
+        #expect(spool.depth == 1)
+        #expect(store.applied.isEmpty)
+    }
+
+    @Test("Redis down and the spool cannot take the record: 503 store_unavailable with Retry-After")
+    func storeUnavailable() throws {
+        store.answer(.down)
+        #expect(post(try signed()).status == 200)
+        try FileManager.default.removeItem(atPath: spool.directory)
+        let response = post(try signed())
+        #expect(response.status == 503)
+        #expect(response.body == #"{"error":"store_unavailable","status":"unavailable"}"#)
+        #expect(response.headers["Retry-After"] == "30")
+        #expect(spool.depth == 1)
+        #expect(requestCount(503, "unavailable", code: "store_unavailable") == "1")
+    }
+
+    @Test("replica shortfall: 200 with a spool copy; 503 store_unavailable when the copy cannot be kept")
+    func replicaShortfall() throws {
+        store.answer(.outcome(.applied, shortfall: true))
+        let kept = post(try signed())
+        #expect(kept.status == 200)
+        #expect(kept.body == #"{"status":"applied"}"#)
+        #expect(spool.depth == 1)
+        try FileManager.default.removeItem(atPath: spool.directory)
+        let lost = post(try signed())
+        #expect(lost.status == 503)
+        #expect(lost.body == #"{"error":"store_unavailable","status":"unavailable"}"#)
+        #expect(requestCount(503, "unavailable", code: "store_unavailable") == "1")
+    }
+
+    @Test("refusals: 400, 401, 403, 413, each with its code, the store never asked")
+    func refusals() throws {
+        let incomplete = request(body: .incomplete)
+        #expect(incomplete.status == 400)
+        #expect(incomplete.body == #"{"error":"body_incomplete","status":"refused"}"#)
+        let notJSON = post(Array("payload=x".utf8))
+        #expect(notJSON.status == 400)
+        let stranger = post(try signed(try JWKSTestKey(kid: "stranger")))
+        #expect(stranger.status == 401)
+        #expect(stranger.body == #"{"error":"kid_unknown","status":"refused"}"#)
+        let forgery = post(try signed(try JWKSTestKey(kid: key.kid)))
+        #expect(forgery.status == 401)
+        #expect(forgery.body == #"{"error":"signature_invalid","status":"refused"}"#)
+        let notOurs = post(try signed(audience: "com.example.other"))
+        #expect(notOurs.status == 403)
+        #expect(notOurs.body == #"{"error":"aud_not_served","status":"refused"}"#)
+        let tooLarge = request(body: .tooLarge)
+        #expect(tooLarge.status == 413)
+        #expect(tooLarge.body == #"{"error":"body_too_large","status":"refused"}"#)
+        #expect(store.applied.isEmpty)
+        #expect(spool.depth == 0)
+        #expect(requestCount(400, "refused", type: "", code: "body_incomplete") == "1")
+        #expect(requestCount(401, "refused", type: "", code: "kid_unknown") == "1")
+        #expect(requestCount(413, "refused", type: "", code: "body_too_large") == "1")
+    }
+
+    @Test("an unknown kid with no fetch possible: 503 keys_unavailable with Retry-After")
+    func keysUnavailable() throws {
+        fetcher.serve(nil)
+        let response = post(try signed(try JWKSTestKey(kid: "stranger")))
+        #expect(response.status == 503)
+        #expect(response.body == #"{"error":"keys_unavailable","status":"unavailable"}"#)
+        #expect(response.headers["Retry-After"] == "30")
+        #expect(fetcher.fetchCount == 2)
+        #expect(store.applied.isEmpty)
+        #expect(requestCount(503, "unavailable", type: "", code: "keys_unavailable") == "1")
+    }
+
+    @Test("404 for other paths, 405 with Allow for other methods")
+    func routes() {
+        let missing = request("GET", path: "/other")
+        #expect(missing.status == 404)
+        #expect(missing.body == #"{"status":"not_found"}"#)
+        let getNotification = request("GET")
+        #expect(getNotification.status == 405)
+        #expect(getNotification.headers["Allow"] == "POST")
+        let postHealth = request("POST", path: "/healthz")
+        #expect(postHealth.status == 405)
+        #expect(postHealth.headers["Allow"] == "GET, HEAD")
+    }
+
+    @Test("/healthz: 200 when keys, store and spool are fine; 503 with the reason when the store is down")
+    func health() {
+        let healthy = request("GET", path: "/healthz")
+        #expect(healthy.status == 200)
+        #expect(healthy.body == #"{"status":"ok","keys":1,"redis":"ok","spool_depth":0}"#)
+        store.answerPing(false)
+        let unhealthy = request("GET", path: "/healthz")
+        #expect(unhealthy.status == 503)
+        #expect(
+            unhealthy.body
+                == #"{"status":"unavailable","keys":1,"redis":"down","spool_depth":0,"reason":"Redis does not answer"}"#
+        )
+        #expect(unhealthy.headers["Retry-After"] == "30")
+    }
+}
