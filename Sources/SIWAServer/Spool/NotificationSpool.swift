@@ -52,9 +52,9 @@ public final class NotificationSpool: Sendable {
     static let requeuePrefix = "requeue-"
     static let positionFileName = "replay-position"
     /// Records taken between two saves of the replay position, at most...
-    static let positionBatchRecords = 256
+    public let positionBatchRecords: Int
     /// ...and the longest time between two saves while records are being taken.
-    static let positionBatchInterval = Duration.milliseconds(250)
+    public let positionBatchInterval: Duration
     private static let fileMode = SpoolFileSystem.privateFileMode
     private static let directoryMode = SpoolFileSystem.privateDirectoryMode
 
@@ -63,11 +63,14 @@ public final class NotificationSpool: Sendable {
     /// earlier run; they are applied by the next `replay`. Throws `positionUnreadable` when
     /// a replay position exists but cannot be read: starting anyway could skip records.
     public init(
-        directory: String, segmentByteLimit: Int = 8 << 20,
+        directory: String, segmentByteLimit: Int = 8 << 20, positionBatchRecords: Int = 256,
+        positionBatchInterval: Duration = .milliseconds(250),
         clockMilliseconds: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
     ) throws(SpoolError) {
         self.directory = directory
         self.segmentByteLimit = max(1, segmentByteLimit)
+        self.positionBatchRecords = max(1, positionBatchRecords)
+        self.positionBatchInterval = positionBatchInterval
         self.clockMilliseconds = clockMilliseconds
         try SpoolFileSystem.prepareDirectory(directory, mode: Self.directoryMode)
         let positionFile = try SpoolPositionFile.open(
@@ -271,7 +274,7 @@ public final class NotificationSpool: Sendable {
         let saved = file.position
         let start = saved.sequence == sequence ? saved.offset : 0
         guard let reader = try SpoolSegmentReader(path: path, offset: start) else { return true }
-        // The position is saved once per batch (see `positionBatchRecords`), not per record:
+        // The position is saved once per batch (`positionBatchRecords`, `positionBatchInterval`), not per record:
         // a crash re-applies at most the batch taken since the last save, which Redis's jti
         // markers report as `duplicate`. A set-aside or torn record is committed at once.
         var pending: SpoolPosition?
@@ -301,8 +304,8 @@ public final class NotificationSpool: Sendable {
                     waiting.subtract(1, ordering: .relaxed)
                     report.applied += 1
                     report.outcomes[label, default: 0] += 1
-                    if label == "set_aside" || pendingCount >= Self.positionBatchRecords
-                        || ContinuousClock.now - lastSave >= Self.positionBatchInterval
+                    if label == "set_aside" || pendingCount >= positionBatchRecords
+                        || ContinuousClock.now - lastSave >= positionBatchInterval
                     {
                         try commit()
                     }
