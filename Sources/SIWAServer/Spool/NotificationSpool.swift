@@ -12,8 +12,9 @@ import Synchronization
 ///   new one, so a replay reads only files nobody writes and a torn tail left by a crash is
 ///   never followed by new records. An append that fails in a new segment deletes it.
 /// - `replay-position`: how far replay got (see `SpoolPositionFile`): two fixed slots
-///   overwritten in place after every record, so progress needs no new space and applied
-///   records are not sent again after a crash (except the one being applied, at most).
+///   overwritten in place once per batch of records (every 256 records or 250 ms, before
+///   a set-aside or torn record, and when a pass stops), so progress needs no new space and
+///   a crash re-applies at most one batch (Redis reports those as `duplicate`).
 /// - `segment-<sequence>.torn`: bytes of torn or corrupt records, set aside by replay.
 /// - `requeue-<name>.log`: set-aside records put back in line by `spool requeue`; the
 ///   spool renames each into the next segment number at its next replay (or start), so
@@ -50,6 +51,10 @@ public final class NotificationSpool: Sendable {
     static let tornSuffix = ".torn"
     static let requeuePrefix = "requeue-"
     static let positionFileName = "replay-position"
+    /// Records taken between two saves of the replay position, at most...
+    public let positionBatchRecords: Int
+    /// ...and the longest time between two saves while records are being taken.
+    public let positionBatchInterval: Duration
     private static let fileMode = SpoolFileSystem.privateFileMode
     private static let directoryMode = SpoolFileSystem.privateDirectoryMode
 
@@ -58,11 +63,14 @@ public final class NotificationSpool: Sendable {
     /// earlier run; they are applied by the next `replay`. Throws `positionUnreadable` when
     /// a replay position exists but cannot be read: starting anyway could skip records.
     public init(
-        directory: String, segmentByteLimit: Int = 8 << 20,
+        directory: String, segmentByteLimit: Int = 8 << 20, positionBatchRecords: Int = 256,
+        positionBatchInterval: Duration = .milliseconds(250),
         clockMilliseconds: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
     ) throws(SpoolError) {
         self.directory = directory
         self.segmentByteLimit = max(1, segmentByteLimit)
+        self.positionBatchRecords = max(1, positionBatchRecords)
+        self.positionBatchInterval = positionBatchInterval
         self.clockMilliseconds = clockMilliseconds
         try SpoolFileSystem.prepareDirectory(directory, mode: Self.directoryMode)
         let positionFile = try SpoolPositionFile.open(
@@ -194,8 +202,8 @@ public final class NotificationSpool: Sendable {
     /// Applies the waiting records in the order they were appended, oldest segment first.
     ///
     /// Stops at the first error `apply` throws: that record and all later ones stay for the
-    /// next replay. Each record taken is committed (the replay position is saved durably)
-    /// before the next one, so a crash re-applies at most the record being applied. Torn or
+    /// next replay. Records taken are committed (the replay position saved durably) once
+    /// per batch and whenever the pass stops, so a crash re-applies at most one batch. Torn or
     /// corrupt records are moved to `.torn` files and listed in the report. Records appended
     /// while a replay runs go to a new segment and wait for the next replay. `apply`
     /// returns a label for the report's counts (Redis's outcome, or "set_aside").
@@ -266,31 +274,59 @@ public final class NotificationSpool: Sendable {
         let saved = file.position
         let start = saved.sequence == sequence ? saved.offset : 0
         guard let reader = try SpoolSegmentReader(path: path, offset: start) else { return true }
-        while let entry = try reader.next() {
-            switch entry {
-            case .record(let notification, _, let end):
-                let label: String
-                do {
-                    label = try apply(notification)
-                } catch {
-                    report.applyError = error
-                    return false
+        // The position is saved once per batch (`positionBatchRecords`, `positionBatchInterval`), not per record:
+        // a crash re-applies at most the batch taken since the last save, which Redis's jti
+        // markers report as `duplicate`. A set-aside or torn record is committed at once.
+        var pending: SpoolPosition?
+        var pendingCount = 0
+        var lastSave = ContinuousClock.now
+        func commit() throws(SpoolError) {
+            guard let next = pending else { return }
+            try file.save(next)
+            pending = nil
+            pendingCount = 0
+            lastSave = ContinuousClock.now
+        }
+        do throws(SpoolError) {
+            while let entry = try reader.next() {
+                switch entry {
+                case .record(let notification, _, let end):
+                    let label: String
+                    do {
+                        label = try apply(notification)
+                    } catch {
+                        report.applyError = error
+                        try commit()
+                        return false
+                    }
+                    pending = SpoolPosition(sequence: sequence, offset: end)
+                    pendingCount += 1
+                    waiting.subtract(1, ordering: .relaxed)
+                    report.applied += 1
+                    report.outcomes[label, default: 0] += 1
+                    if label == "set_aside" || pendingCount >= positionBatchRecords
+                        || ContinuousClock.now - lastSave >= positionBatchInterval
+                    {
+                        try commit()
+                    }
+                case .bad(let reason, let badStart, let end):
+                    try commit()
+                    let tornPath = Self.tornPath(directory, sequence)
+                    // Set aside first, then move past: a crash in between copies the bytes twice, never zero times.
+                    try SpoolFileSystem.appendRangeDurably(
+                        from: path, badStart, end, to: tornPath, mode: Self.fileMode, directory: directory)
+                    try file.save(SpoolPosition(sequence: sequence, offset: end))
+                    report.setAside.append(
+                        SpoolSetAside(
+                            reason: reason, segmentFile: path, offset: badStart, byteCount: end - badStart,
+                            tornFile: tornPath))
                 }
-                try file.save(SpoolPosition(sequence: sequence, offset: end))
-                waiting.subtract(1, ordering: .relaxed)
-                report.applied += 1
-                report.outcomes[label, default: 0] += 1
-            case .bad(let reason, let badStart, let end):
-                let tornPath = Self.tornPath(directory, sequence)
-                // Set aside first, then move past: a crash in between copies the bytes twice, never zero times.
-                try SpoolFileSystem.appendRangeDurably(
-                    from: path, badStart, end, to: tornPath, mode: Self.fileMode, directory: directory)
-                try file.save(SpoolPosition(sequence: sequence, offset: end))
-                report.setAside.append(
-                    SpoolSetAside(
-                        reason: reason, segmentFile: path, offset: badStart, byteCount: end - badStart,
-                        tornFile: tornPath))
             }
+            try commit()
+        } catch {
+            // A read error mid-segment: keep what was taken before it (best effort).
+            try? commit()
+            throw error
         }
         try SpoolFileSystem.remove(path)
         do { try SpoolFileSystem.syncDirectory(directory) } catch { throw SpoolError(.removeFailed, error.message) }
