@@ -222,11 +222,24 @@ public final class SpoolReplayer: @unchecked Sendable {
     /// checks the stop flag between records).
     @discardableResult
     public func stop(timeoutSeconds: Double = 10) -> Bool {
-        let deadline = Date(timeIntervalSinceNow: timeoutSeconds)
-        return condition.withLock {
+        stop(until: ContinuousClock.now + .milliseconds(Int64(timeoutSeconds * 1000)))
+    }
+
+    /// Asks the thread to stop without waiting: a pass in progress ends after the record
+    /// it is applying (that record is either applied and consumed, or left for next time).
+    public func requestStop() {
+        condition.withLock {
             stopping = true
             condition.broadcast()
-            while running { if !condition.wait(until: deadline) { return false } }
+        }
+    }
+
+    /// Stops the thread, waiting for it until `deadline` (the shared shutdown deadline).
+    @discardableResult
+    public func stop(until deadline: ContinuousClock.Instant) -> Bool {
+        requestStop()
+        return condition.withLock {
+            while running { if !condition.wait(untilMonotonic: deadline) { return !running } }
             return true
         }
     }
