@@ -155,19 +155,31 @@ enum ServeCommand {
         }
         warnIfBacklogCapped(fastCGI.backlog)
         let drained: Bool
+        // One shutdown deadline (SIGTERM + SIWA_SHUTDOWN_TIMEOUT_SECONDS, monotonic) for the
+        // drain, the replayer and the refresher together: all three are asked to stop at
+        // once and waited for until the same instant, so serve exits within the timeout,
+        // below the unit's TimeoutStopSec (20 s against the default 10 s).
+        var shutdownDeadline: ContinuousClock.Instant?
         do throws(FastCGIError) {
-            drained = try server.run(handlingSignals: true, onHangUp: { reloadKeys(keys) }) {
-                // The socket listens: the replayer's first pass replays what waited.
-                replayer.start()
-                EventLog.event(
-                    "started",
-                    [
-                        ("socket", .string(fastCGI.socket)), ("workers", .integer(Int64(fastCGI.workers))),
-                        ("client_ids", .array(configuration.clientIDs.sorted().map { .string($0) })),
-                        ("notification_path", .string(configuration.requests.notificationPath)),
-                        ("pid", .integer(Int64(getpid()))),
-                    ])
-            }
+            drained = try server.run(
+                handlingSignals: true, onHangUp: { reloadKeys(keys) },
+                whenListening: {
+                    // The socket listens: the replayer's first pass replays what waited.
+                    replayer.start()
+                    EventLog.event(
+                        "started",
+                        [
+                            ("socket", .string(fastCGI.socket)), ("workers", .integer(Int64(fastCGI.workers))),
+                            ("client_ids", .array(configuration.clientIDs.sorted().map { .string($0) })),
+                            ("notification_path", .string(configuration.requests.notificationPath)),
+                            ("pid", .integer(Int64(getpid()))),
+                        ])
+                },
+                whenStopping: { deadline in
+                    shutdownDeadline = deadline
+                    replayer.requestStop()
+                    refresher.requestStop()
+                })
         } catch {
             // The socket could not be made (in use, a permission, a group): named, before `started`.
             replayer.stop()
@@ -176,8 +188,9 @@ enum ServeCommand {
             refuse(ConfigurationError(setting: setting, "cannot be listened on: \(error)"))
             return 2
         }
-        replayer.stop()
-        _ = refresher.stop()
+        let deadline = shutdownDeadline ?? ContinuousClock.now + fastCGI.shutdownTimeout
+        replayer.stop(until: deadline)
+        _ = refresher.stop(until: deadline)
         EventLog.event("stopped", level: drained ? "info" : "warning", [("drained", .bool(drained))])
         return 0
     }

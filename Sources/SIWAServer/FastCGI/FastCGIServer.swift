@@ -95,10 +95,13 @@ public final class FastCGIServer: @unchecked Sendable {
     /// then waits up to `shutdownTimeout` for requests in flight. Returns true when every
     /// worker finished in time. `whenListening` runs once the socket accepts connections
     /// (so a "started" line never comes before a failure to listen). SIGHUP does not stop
-    /// the server: it calls `onHangUp` on the signal thread.
+    /// the server: it calls `onHangUp` on the signal thread. `whenStopping` runs once a stop
+    /// is asked for, before the drain, with the one shutdown deadline (now +
+    /// `shutdownTimeout`, monotonic) that the caller's other services must meet too.
     @discardableResult
     public func run(
-        handlingSignals: Bool = true, onHangUp: @escaping @Sendable () -> Void = {}, whenListening: () -> Void = {}
+        handlingSignals: Bool = true, onHangUp: @escaping @Sendable () -> Void = {}, whenListening: () -> Void = {},
+        whenStopping: (ContinuousClock.Instant) -> Void = { _ in }
     ) throws(FastCGIError) -> Bool {
         try start()
         var watcher: FastCGISignalWatcher?
@@ -117,7 +120,9 @@ public final class FastCGIServer: @unchecked Sendable {
         state.lock()
         while !stopRequested { state.wait() }
         state.unlock()
-        return waitForWorkers(timeout: configuration.shutdownTimeout)
+        let deadline = ContinuousClock.now + configuration.shutdownTimeout
+        whenStopping(deadline)
+        return waitForWorkers(until: deadline)
     }
 
     /// Stops accepting, lets requests in flight finish, and waits for them up to `timeout`
@@ -126,13 +131,7 @@ public final class FastCGIServer: @unchecked Sendable {
     @discardableResult
     public func stop(timeout: Duration? = nil) -> Bool {
         requestStop()
-        return waitForWorkers(timeout: timeout ?? configuration.shutdownTimeout)
-    }
-
-    private var isStopping: Bool {
-        state.lock()
-        defer { state.unlock() }
-        return stopRequested
+        return waitForWorkers(until: ContinuousClock.now + (timeout ?? configuration.shutdownTimeout))
     }
 
     private func requestStop() {
@@ -150,13 +149,11 @@ public final class FastCGIServer: @unchecked Sendable {
         state.broadcast()
     }
 
-    private func waitForWorkers(timeout: Duration) -> Bool {
-        let (seconds, attoseconds) = timeout.components
-        let deadline = Date(timeIntervalSinceNow: Double(seconds) + Double(attoseconds) / 1e18)
+    private func waitForWorkers(until deadline: ContinuousClock.Instant) -> Bool {
         state.lock()
         defer { state.unlock() }
         while !cleanedUp {
-            if !state.wait(until: deadline) { break }
+            if !state.wait(untilMonotonic: deadline) { break }
         }
         return cleanedUp
     }

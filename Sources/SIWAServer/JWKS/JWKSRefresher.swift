@@ -35,13 +35,26 @@ public final class JWKSRefresher: @unchecked Sendable {
     /// progress ends within the fetcher's own timeout). Returns whether it stopped.
     @discardableResult
     public func stop(timeoutSeconds: Double = 10) -> Bool {
-        let deadline = Date(timeIntervalSinceNow: timeoutSeconds)
+        stop(until: ContinuousClock.now + .milliseconds(Int64(timeoutSeconds * 1000)))
+    }
+
+    /// Asks the thread to stop without waiting for it.
+    public func requestStop() {
+        condition.withLock {
+            stopRequested = true
+            condition.broadcast()
+        }
+    }
+
+    /// Stops the thread, waiting for it until `deadline` (the shared shutdown deadline).
+    @discardableResult
+    public func stop(until deadline: ContinuousClock.Instant) -> Bool {
         condition.lock()
         defer { condition.unlock() }
         stopRequested = true
         condition.broadcast()
         while running {
-            guard condition.wait(until: deadline) else { return !running }
+            guard condition.wait(untilMonotonic: deadline) else { return !running }
         }
         return true
     }

@@ -77,7 +77,7 @@ public struct ServerConfiguration: Sendable, Equatable {
                 "approximate cap of the `events` stream"),
             .duration(
                 "SIWA_SHUTDOWN_TIMEOUT_SECONDS", default: 10, in: 1...300, unit: .seconds,
-                "how long SIGTERM waits for requests in flight"),
+                "one deadline after SIGTERM for requests in flight, the spool replay and the key refresher together"),
             .duration(
                 "SIWA_RETRY_AFTER_SECONDS", default: 30, in: 1...3600, unit: .seconds, "the `Retry-After` of a 503"),
             .integer(

@@ -25,6 +25,7 @@ public final class SpoolReplayer: @unchecked Sendable {
     private let condition = NSCondition()
     private var stopping = false
     private var running = false
+    private var nudged = false
     private let blocked = Mutex<String?>(nil)
 
     /// `clockMilliseconds` gives the `updated_at` written for replayed notifications.
@@ -189,7 +190,13 @@ public final class SpoolReplayer: @unchecked Sendable {
             var lastExpiry = ContinuousClock.now
             while true {
                 let stop = condition.withLock { () -> Bool in
-                    if !stopping && !first { _ = condition.wait(until: Date(timeIntervalSinceNow: 1)) }
+                    if !stopping && !first {
+                        // The poll interval on the monotonic clock: a wall clock stepped
+                        // back must not hold the replay.
+                        let until = ContinuousClock.now + .seconds(1)
+                        nudged = false
+                        while !stopping && !nudged { if !condition.wait(untilMonotonic: until) { break } }
+                    }
                     return stopping
                 }
                 if stop { break }
@@ -216,17 +223,35 @@ public final class SpoolReplayer: @unchecked Sendable {
     }
 
     /// Wakes the thread for an immediate pass (after a notification was spooled).
-    public func nudge() { condition.withLock { condition.broadcast() } }
+    public func nudge() {
+        condition.withLock {
+            nudged = true
+            condition.broadcast()
+        }
+    }
 
     /// Stops the thread, waiting up to `timeoutSeconds` for a pass in progress (a pass
     /// checks the stop flag between records).
     @discardableResult
     public func stop(timeoutSeconds: Double = 10) -> Bool {
-        let deadline = Date(timeIntervalSinceNow: timeoutSeconds)
-        return condition.withLock {
+        stop(until: ContinuousClock.now + .milliseconds(Int64(timeoutSeconds * 1000)))
+    }
+
+    /// Asks the thread to stop without waiting: a pass in progress ends after the record
+    /// it is applying (that record is either applied and consumed, or left for next time).
+    public func requestStop() {
+        condition.withLock {
             stopping = true
             condition.broadcast()
-            while running { if !condition.wait(until: deadline) { return false } }
+        }
+    }
+
+    /// Stops the thread, waiting for it until `deadline` (the shared shutdown deadline).
+    @discardableResult
+    public func stop(until deadline: ContinuousClock.Instant) -> Bool {
+        requestStop()
+        return condition.withLock {
+            while running { if !condition.wait(untilMonotonic: deadline) { return !running } }
             return true
         }
     }

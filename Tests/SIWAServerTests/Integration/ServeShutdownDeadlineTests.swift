@@ -1,0 +1,104 @@
+import Foundation
+import Glibc
+import SIWAServer
+import SIWATestKit
+import SIWAVerification
+import Testing
+
+/// SIGTERM meets one shutdown deadline (SIWA_SHUTDOWN_TIMEOUT_SECONDS) for the drain, the
+/// replayer and the refresher together, even during a long replay and with a request
+/// stuck on a partial body; nothing spooled is lost or applied twice.
+@Suite("serve: one shutdown deadline", .serialized)
+struct ServeShutdownDeadlineTests {
+    static let recordCount = 8000
+
+    @Test("SIGTERM during a long replay with a stuck request exits within the deadline; every record applied once")
+    func shutdownDuringReplay() throws {
+        let stack = try ServeStack(extraEnvironment: ["SIWA_SHUTDOWN_TIMEOUT_SECONDS": "2"], startingServe: false)
+        defer { stack.shutdown() }
+        // Records spooled with the spool's own API (as a Redis outage would leave them).
+        try FileManager.default.createDirectory(atPath: stack.spoolDirectory, withIntermediateDirectories: true)
+        do {
+            let spool = try NotificationSpool(directory: stack.spoolDirectory)
+            for index in 0..<Self.recordCount {
+                try spool.append(
+                    VerifiedNotification(
+                        clientID: ServeStack.clientID, subject: "000\(index).deadline.0001", type: .consentRevoked,
+                        rawType: "consent-revoked", eventTimeMilliseconds: 1_670_016_125_295 + Int64(index),
+                        tokenID: "deadline-\(index)", issuedAt: 1_670_016_000, expiresAt: nil, email: nil,
+                        isPrivateEmail: nil))
+            }
+        }
+        try stack.startServe()
+        guard let serve = stack.serve else { throw ServeProcess.StartFailure(description: "no serve") }
+        // A request stuck on a partial body holds a worker through the drain.
+        let stuck = try Self.partialRequest(socketPath: stack.socketPath)
+        defer { close(stuck) }
+        // The replay is under way: some records are in Redis, not all.
+        #expect(stack.waitUntil(timeout: 30) { ((try? stack.streamLength()) ?? 0) > 0 })
+        serve.terminate()
+        let signalled = ContinuousClock.now
+        let status = serve.waitForExit(timeout: 30)
+        let took = ContinuousClock.now - signalled
+        #expect(status == 0)
+        // The deadline is 2 s; the margin is generous for a loaded machine but well below
+        // the three 10 s waits run one after another that this replaces.
+        #expect(took < .seconds(8), "serve took \(took) to stop")
+        #expect(serve.logLines(event: "stopped").first?.contains(#""drained":false"#) == true)
+        // The pass was cut at the deadline between records, not run to its end.
+        let firstApplied = serve.logLines(event: "spool_replayed").reduce(0) { $0 + Self.integer("applied", in: $1) }
+        #expect(firstApplied < Self.recordCount, "the first run applied \(firstApplied), took \(took)")
+        print("first run applied \(firstApplied) of \(Self.recordCount); stop took \(took)")
+
+        // The next start replays the rest: every record exactly once.
+        try stack.startServe()
+        #expect(stack.waitUntil(timeout: 60) { ((try? stack.streamLength()) ?? 0) >= Int64(Self.recordCount) })
+        #expect(try stack.streamLength() == Int64(Self.recordCount))
+        let log = (stack.serve?.logText ?? "")
+        var applied = 0
+        var duplicate = 0
+        for line in log.split(separator: "\n") where line.contains(#""event":"spool_replayed""#) {
+            applied += Self.integer("applied", in: String(line))
+            duplicate += Self.integer("duplicate", in: String(line))
+        }
+        #expect(applied == Self.recordCount, "applied \(applied)")
+        #expect(duplicate == 0)
+    }
+
+    /// `"name":<digits>` in a JSON line.
+    static func integer(_ name: String, in line: String) -> Int {
+        guard let range = line.range(of: #""\#(name)":"#) else { return 0 }
+        return Int(line[range.upperBound...].prefix { $0.isNumber }) ?? 0
+    }
+
+    /// A FastCGI POST that announces 100 body bytes and sends 10: a worker waits on it.
+    static func partialRequest(socketPath: String) throws -> Int32 {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: Array(socketPath.utf8.prefix(raw.count - 1)) + [0])
+        }
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        try #require(connected == 0)
+        func record(_ type: UInt8, _ content: [UInt8]) -> [UInt8] {
+            [1, type, 0, 1, UInt8(content.count >> 8), UInt8(content.count & 0xff), 0, 0] + content
+        }
+        var params: [UInt8] = []
+        for (name, value) in [
+            ("REQUEST_METHOD", "POST"), ("SCRIPT_NAME", "/apple/notifications"),
+            ("REQUEST_URI", "/apple/notifications"), ("CONTENT_TYPE", "application/json"), ("CONTENT_LENGTH", "100"),
+        ] {
+            params += [UInt8(name.utf8.count), UInt8(value.utf8.count)] + Array(name.utf8) + Array(value.utf8)
+        }
+        let bytes =
+            record(1, [0, 1, 0, 0, 0, 0, 0, 0]) + record(4, params) + record(4, [])
+            + record(5, Array(repeating: UInt8(ascii: "{"), count: 10))
+        try #require(write(fd, bytes, bytes.count) == bytes.count)
+        return fd
+    }
+}
