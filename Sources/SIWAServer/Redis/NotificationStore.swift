@@ -78,13 +78,14 @@ public final class NotificationStore {
     /// A connection error on a connection that was up is retried once: the socket may
     /// have been closed by a Redis restart while idle. That is safe because the script
     /// is idempotent per jti: if the first run did commit, the retry answers
-    /// `duplicate`, and the notification is stored either way.
+    /// `duplicate`, and the notification is stored either way. A timeout is not retried: a
+    /// Redis that hangs would make the caller wait twice (it spools instead).
     public func apply(_ notification: VerifiedNotification, receivedAt: Int64) throws(RedisError) -> Outcome {
         try checkKeyParts(notification)
         let wasConnected = connection.isConnected
         do {
             return try runScript(notification, receivedAt: receivedAt)
-        } catch  where error.isConnectionError && wasConnected {
+        } catch  where error.isConnectionError && error.code != .timedOut && wasConnected {
             return try runScript(notification, receivedAt: receivedAt)
         }
     }

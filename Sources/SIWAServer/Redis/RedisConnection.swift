@@ -1,4 +1,5 @@
 import CHiredis
+import Glibc
 
 /// One blocking connection to Redis: the thin wrapper over hiredis, where every
 /// hiredis pointer lives.
@@ -245,7 +246,11 @@ public final class RedisConnection {
             String(decoding: buffer.prefix(while: { $0 != 0 }), as: UTF8.self)
         }
         let verb = code == .connectionFailed ? "could not connect to" : "lost the connection to"
-        return RedisError(code, "\(verb) \(target): \(detail.isEmpty ? "unknown error" : detail)")
+        // hiredis reports a socket timeout as the errno text of EAGAIN (a command) or
+        // ETIMEDOUT (connecting): the call may still run once Redis resumes.
+        let timedOut = [EAGAIN, EWOULDBLOCK, ETIMEDOUT].contains { detail == String(cString: strerror($0)) }
+        return RedisError(
+            timedOut ? .timedOut : code, "\(verb) \(target): \(detail.isEmpty ? "unknown error" : detail)")
     }
 
     /// What the messages name: the endpoint, or the primary the sentinels gave.

@@ -15,7 +15,7 @@ public struct RedisError: CodedError {
     /// the caller may retry later, and the connection reconnects on its next command.
     /// The sentinel codes count too: without a primary's address, Redis cannot be reached.
     public var isConnectionError: Bool {
-        code == .connectionFailed || code == .connectionLost || code == .sentinelUnreachable
+        code == .connectionFailed || code == .connectionLost || code == .timedOut || code == .sentinelUnreachable
             || code == .sentinelUnknownMaster || code == .sentinelLoginRefused
     }
 
@@ -61,6 +61,9 @@ public struct RedisError: CodedError {
         public static let connectionFailed = Code("redis_connection_failed")
         /// An established connection broke, or a command timed out.
         public static let connectionLost = Code("redis_connection_lost")
+        /// Redis did not answer within `SIWA_REDIS_TIMEOUT_MS` (connecting or a command); the
+        /// command may still run when Redis resumes.
+        public static let timedOut = Code("redis_timeout")
         /// Redis answered the command with an error reply; the message is that reply.
         public static let serverError = Code("redis_server_error")
         /// Redis answered with a reply of a shape the caller cannot use.

@@ -33,6 +33,19 @@ extension NotificationResponder {
         }
     }
 
+    /// `/healthz`'s members about the circuit breaker, present only when Redis did not answer:
+    /// `redis_circuit` (`open`: requests spool without calling Redis; `ping_timeout`: PING
+    /// did not answer within /healthz's bound), how long it has been open, the last probe.
+    static func circuitMembers(_ health: RedisCircuitBreaker.Health) -> [(String, JSONValue)] {
+        if let openMilliseconds = health.openMilliseconds {
+            return [
+                ("redis_circuit", .string("open")), ("redis_circuit_open_ms", .integer(openMilliseconds)),
+                ("redis_last_probe", health.lastProbe.map { .string($0) } ?? .null),
+            ]
+        }
+        return health.pingPending ? [("redis_circuit", .string("ping_timeout"))] : []
+    }
+
     /// `/healthz`'s member naming the primary in use, with Sentinel.
     func redisPrimaryMembers() -> [(String, JSONValue)] {
         guard let primaryLocator else { return [] }

@@ -15,6 +15,8 @@ public final class NotificationResponder: Sendable {
     private let clockMilliseconds: @Sendable () -> Int64
     /// With Sentinel: names the primary in /healthz, counts discoveries in /metrics.
     let primaryLocator: RedisPrimaryLocator?
+    /// Redis counts as down for a while after a call could not reach it: requests spool at once.
+    public let breaker: RedisCircuitBreaker
 
     public init(
         configuration: ServerConfiguration, keys: JWKSProvider, stores: NotificationStorePool, spool: NotificationSpool,
@@ -34,6 +36,18 @@ public final class NotificationResponder: Sendable {
         self.replayer = replayer
         self.metrics = metrics
         self.clockMilliseconds = clockMilliseconds
+        self.breaker = RedisCircuitBreaker(retryInterval: configuration.redis.circuitRetryInterval) {
+            [stores] () -> RedisError? in
+            do throws(RedisError) {
+                return try stores.withStore { store throws(RedisError) in
+                    try store.connection.command("PING").string == "PONG"
+                        ? nil : RedisError(.unexpectedReply, "PING was not answered PONG")
+                }
+            } catch {
+                return error
+            }
+        }
+        breaker.setOnClose { [replayer] in replayer?.nudge() }
     }
 
     /// What one request came to, for the response, the metrics and the log line.
@@ -109,6 +123,12 @@ public final class NotificationResponder: Sendable {
                 "unknown_notification_type", level: "warning",
                 [("raw_type", .string(notification.rawType)), ("client_id", .string(notification.clientID))])
         }
+        if breaker.isOpen {
+            // Redis did not answer a moment ago: no worker waits on it again until the probe
+            // finds it back.
+            result.logFields = [("redis_circuit", .string("open"))]
+            return spoolInstead(notification, result)
+        }
         do {
             let acknowledged = try stores.withStore { store throws(RedisError) in
                 try store.apply(
@@ -123,19 +143,28 @@ public final class NotificationResponder: Sendable {
         } catch {
             metrics.recordRedisError()
             EventLog.event("redis_error", level: "warning", [("error", .string(error.code.rawValue))])
-            do {
-                try spool.append(notification)
-                result.outcome = "spooled"
-                replayer?.nudge()
-            } catch {
-                EventLog.event("spool_append_failed", level: "error", [("error", .string(error.code.rawValue))])
-                result.status = 503
-                result.outcome = "unavailable"
-                result.errorCode = "store_unavailable"
-                result.headers = [.init("Retry-After", String(configuration.requests.retryAfter.components.seconds))]
-                result.body = Self.json(status: "unavailable", error: "store_unavailable")
-                return result
-            }
+            breaker.recordFailure(error)
+            return spoolInstead(notification, result)
+        }
+        result.body = Self.json(status: result.outcome)
+        return result
+    }
+
+    /// Redis cannot take it now: the spool does (fsync'd), or the answer is a 503.
+    func spoolInstead(_ notification: VerifiedNotification, _ result: Result) -> Result {
+        var result = result
+        do {
+            try spool.append(notification)
+            result.outcome = "spooled"
+            replayer?.nudge()
+        } catch {
+            EventLog.event("spool_append_failed", level: "error", [("error", .string(error.code.rawValue))])
+            result.status = 503
+            result.outcome = "unavailable"
+            result.errorCode = "store_unavailable"
+            result.headers = [.init("Retry-After", String(configuration.requests.retryAfter.components.seconds))]
+            result.body = Self.json(status: "unavailable", error: "store_unavailable")
+            return result
         }
         result.body = Self.json(status: result.outcome)
         return result
@@ -143,7 +172,8 @@ public final class NotificationResponder: Sendable {
 
     func health() -> Result {
         let keyCount = keys.keys.usableKeyIDs.count
-        let redisAnswers = (try? stores.withStore { store throws(RedisError) in store.ping() }) ?? false
+        let redis = breaker.health(within: Self.healthPingBound)
+        let redisAnswers = redis.answers
         let depth = spool.depth
         var reasons: [String] = []
         if keyCount == 0 { reasons.append("no Apple signing keys loaded") }
@@ -158,13 +188,16 @@ public final class NotificationResponder: Sendable {
         var result = Result(
             status: reasons.isEmpty ? 200 : 503, outcome: reasons.isEmpty ? "healthy" : "unhealthy",
             body: JSONWriter.object(
-                members + redisPrimaryMembers()
+                members + Self.circuitMembers(redis) + redisPrimaryMembers()
                     + (reasons.isEmpty ? [] : [("reason", .string(reasons.joined(separator: "; ")))])))
         if !reasons.isEmpty {
             result.headers = [.init("Retry-After", String(configuration.requests.retryAfter.components.seconds))]
         }
         return result
     }
+
+    /// How long /healthz waits for Redis's PING: it answers within 100 ms whatever Redis does.
+    static let healthPingBound: Duration = .milliseconds(80)
 
     func metricsText() -> Result {
         let jwks = keys.metrics(now: clockMilliseconds() / 1000)

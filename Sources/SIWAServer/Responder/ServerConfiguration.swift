@@ -50,6 +50,9 @@ public struct ServerConfiguration: Sendable, Equatable {
             .duration(
                 "SIWA_REDIS_TIMEOUT_MS", default: 1000, in: 10...60_000, unit: .milliseconds,
                 "Redis connect and command timeout"),
+            .duration(
+                "SIWA_REDIS_RETRY_MS", default: 1000, in: 50...60_000, unit: .milliseconds,
+                "after Redis did not answer: requests spool at once, one probe retries this often"),
             .parsed(
                 "SIWA_FCGI_SOCKET", default: "/run/siwa-endpoint/fcgi.sock", "unix socket path, or `127.0.0.1:PORT`",
                 listenAddress),
@@ -165,7 +168,8 @@ public struct ServerConfiguration: Sendable, Equatable {
             url: values["SIWA_REDIS_URL"] ?? defaultValue(of: "SIWA_REDIS_URL"),
             endpoint: parsed["SIWA_REDIS_URL"],
             timeout: parsed["SIWA_REDIS_TIMEOUT_MS"], sentinel: sentinel,
-            minimumReplicas: parsed["SIWA_REDIS_MIN_REPLICAS"], replicaTimeout: parsed["SIWA_REDIS_REPLICA_TIMEOUT_MS"])
+            minimumReplicas: parsed["SIWA_REDIS_MIN_REPLICAS"], replicaTimeout: parsed["SIWA_REDIS_REPLICA_TIMEOUT_MS"],
+            circuitRetryInterval: parsed["SIWA_REDIS_RETRY_MS"])
     }
 
     /// The documented default of a row (for rows whose default is a literal value).
@@ -221,6 +225,9 @@ public struct RedisSettings: Sendable, Equatable {
     /// Replicas that must acknowledge a write (`WAIT`); fewer, and a copy is spooled.
     public var minimumReplicas: Int
     public var replicaTimeout: Duration
+    /// After a call could not reach Redis, requests spool without calling it, and one probe
+    /// tries Redis this often until it answers (`SIWA_REDIS_RETRY_MS`).
+    public var circuitRetryInterval: Duration = .milliseconds(1000)
 }
 
 /// `SIWA_REDIS_SENTINELS`, `SIWA_REDIS_SENTINEL_MASTER`, `SIWA_REDIS_SENTINEL_PASSWORD`.

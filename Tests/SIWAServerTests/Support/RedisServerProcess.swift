@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 
 /// A real `redis-server` for tests: its own free loopback port, its own temporary
 /// directory, no persistence (`--save "" --appendonly no`), and a Unix socket in that
@@ -103,6 +104,14 @@ final class RedisServerProcess: @unchecked Sendable {
         }
         Self.stop(process, signal: SIGKILL, timeout: timeout)
         self.process = nil
+    }
+
+    /// Sends `signal` to redis-server (SIGSTOP makes a Redis that hangs; SIGCONT resumes it).
+    func send(_ signal: Int32) {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let process, process.isRunning else { return }
+        Glibc.kill(process.processIdentifier, signal)
     }
 
     /// A crash: SIGKILL, no chance to close connections cleanly.

@@ -1,0 +1,58 @@
+import Foundation
+import Glibc
+import Testing
+
+@testable import SIWAServer
+
+/// A Redis that hangs (redis-server stopped with SIGSTOP, always resumed by a `defer`): after
+/// the first timeout the breaker opens, requests are spooled without waiting on Redis,
+/// /healthz answers 503 naming Redis, and once Redis resumes the probe closes the breaker
+/// and the spool drains, each notification applied exactly once.
+@Suite("A Redis that hangs", .serialized)
+struct RedisHangTests {
+    @Test(
+        "SIGSTOP: spooled at once behind an open breaker, /healthz 503, every notification applied once after SIGCONT")
+    func stalledRedis() throws {
+        let stack = try ServeStack(extraEnvironment: ["SIWA_REDIS_TIMEOUT_MS": "300", "SIWA_REDIS_RETRY_MS": "200"])
+        defer { stack.shutdown() }
+        let first = try stack.post(try stack.body(type: "consent-revoked", sub: "000040.h.0000"))
+        try #require(first.jsonFields["status"] == "applied")
+
+        stack.redis.send(SIGSTOP)
+        defer { stack.redis.send(SIGCONT) }
+        var subs: [String] = []
+        for index in 1...12 {
+            let sub = String(format: "000040.h.%04d", index)
+            subs.append(sub)
+            let response = try stack.post(try stack.body(type: "consent-revoked", sub: sub))
+            #expect(response.status == 200)
+            #expect(response.bodyText == #"{"status":"spooled"}"#)
+        }
+        // Only the first request met the timeout; the breaker opened once and the other
+        // eleven never called Redis (their log lines say so).
+        let serve = try #require(stack.serve)
+        #expect(serve.logLines(event: "redis_circuit_opened").count == 1)
+        let requestLines = serve.logText.split(separator: "\n").filter { $0.contains(#""outcome":"spooled""#) }
+        #expect(requestLines.count == 12)
+        #expect(requestLines.filter { $0.contains(#""redis_circuit":"open""#) }.count == 11)
+
+        let health = try stack.request("GET", "/healthz")
+        #expect(health.status == 503)
+        #expect(health.jsonFields["redis"] == "down")
+        #expect(health.jsonFields["redis_circuit"] == "open")
+        #expect(health.jsonFields["reason"]?.hasPrefix("Redis does not answer") == true)
+
+        stack.redis.send(SIGCONT)
+        let drained = try stack.waitUntil(timeout: 20) {
+            try stack.request("GET", "/healthz").status == 200
+                && (try subs.allSatisfy { try stack.userHash(sub: $0)["consent_revoked_at"] != nil })
+        }
+        #expect(drained)
+        #expect(serve.logLines(event: "redis_circuit_closed").count == 1)
+        // Applied exactly once: one stream entry per notification, the first included.
+        #expect(try stack.streamLength() == 13)
+        let healthAfter = try stack.request("GET", "/healthz")
+        #expect(healthAfter.jsonFields["spool_depth"] == "0")
+        #expect(healthAfter.jsonFields["redis_circuit"] == nil)
+    }
+}
