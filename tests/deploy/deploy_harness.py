@@ -74,13 +74,14 @@ class Pki:
             "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1\n"
         )
 
-    def leaf(self, name, key="rsa"):
-        """A valid leaf certificate; key is "rsa" (2048), "rsa1024" (too weak for ATS) or "ec" (P-256)."""
+    def leaf(self, name, key="rsa", digest="sha256", days=90):
+        """A valid leaf certificate; key is "rsa" (2048), "rsa1024" (too weak for ATS) or "ec" (P-256);
+        digest is the CA's signature hash ("sha1" is too weak for ATS); days its validity from now."""
         key_path, csr = self._key_and_request(name, key)
         cert = self.dir / f"{name}.pem"
         run([
             "openssl", "x509", "-req", "-in", str(csr), "-CA", str(self.ca_cert), "-CAkey", str(self.ca_key),
-            "-CAcreateserial", "-days", "90", "-sha256", "-extfile", str(self.extensions), "-out", str(cert),
+            "-CAcreateserial", "-days", str(days), f"-{digest}", "-extfile", str(self.extensions), "-out", str(cert),
         ])
         return cert, key_path
 
@@ -149,7 +150,7 @@ class NginxStack:
     FastCGI stand-in on the upstream socket. `site_edit` lets a test derive a
     deliberately broken variant from the shipped site file."""
 
-    def __init__(self, prefix, cert, key, site_edit=None, with_backend=True):
+    def __init__(self, prefix, cert, key, site_edit=None, with_backend=True, backend_options=None):
         from fcgi_stub import FastCGIStub
 
         self.prefix = pathlib.Path(prefix)
@@ -162,7 +163,7 @@ class NginxStack:
         self.https_port = free_port()
         self.http_port = free_port()
         self.socket_path = self.prefix / "fcgi.sock"
-        self.backend = FastCGIStub(str(self.socket_path)) if with_backend else None
+        self.backend = FastCGIStub(str(self.socket_path), **(backend_options or {})) if with_backend else None
 
         site = render_site(cert, key, self.https_port, self.http_port, self.log_dir)
         if site_edit is not None:

@@ -13,6 +13,7 @@ import os
 import socket
 import struct
 import threading
+import time
 
 FCGI_VERSION = 1
 BEGIN_REQUEST = 1
@@ -80,8 +81,13 @@ def _encode_pairs(pairs):
 class FastCGIStub:
     """Serves FastCGI on a unix socket from a background thread until stop()."""
 
-    def __init__(self, socket_path):
+    def __init__(self, socket_path, notification_status="400 Bad Request", delay=0.0):
+        """notification_status: what a POSTed notification gets (a broken
+        responder answering 2xx is one of the faults check-endpoint must catch);
+        delay: seconds to wait before every answer (a slow responder)."""
         self.socket_path = socket_path
+        self.notification_status = notification_status
+        self.delay = delay
         self.requests = []
         self._lock = threading.Lock()
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -154,7 +160,12 @@ class FastCGIStub:
     def _respond(self, conn, request_id, params, body):
         with self._lock:
             self.requests.append({"params": params, "body_length": len(body)})
+        if self.delay:
+            # Stands in for a responder that takes this long: the wait is the fault.
+            time.sleep(self.delay)
         status, payload = self._answer(params, body)
+        if payload.get("error") == "signature_invalid" and self.notification_status != "400 Bad Request":
+            status, payload = self.notification_status, {"status": "accepted", "request_id": payload["request_id"]}
         text = json.dumps(payload) + "\n"
         response = (
             f"Status: {status}\r\nContent-Type: application/json\r\n"

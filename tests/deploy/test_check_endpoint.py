@@ -134,3 +134,49 @@ def test_nothing_listening_fails_at_connect(workdir):
     code, rows, output = check(f"https://127.0.0.1:{free_port()}/apple/notifications")
     assert code == 1
     assert rows["connect"][0] == "FAIL", output
+
+
+def test_accepting_an_unsigned_notification_fails(stack_factory, rsa_cert, pki):
+    # A responder that answers 2xx to an unsigned token verifies nothing.
+    stack = stack_factory(*rsa_cert, backend_options={"notification_status": "200 OK"})
+    code, rows, output = check(stack.url, "--ca-file", str(pki.ca_cert))
+    assert code == 1
+    assert failures(rows) == {"post-unsigned"}, output
+    assert rows["post-unsigned"][1].startswith("200 in "), output
+    assert rows["post-unsigned"][1].endswith(": an unsigned notification was ACCEPTED"), output
+
+
+def test_slow_answer_fails(stack_factory, rsa_cert, pki):
+    # The stub waits 1.5 s before answering (nginx waits up to 10 s), so the
+    # refusal itself is right but later than the 1 s check-endpoint allows.
+    stack = stack_factory(*rsa_cert, backend_options={"delay": 1.5})
+    code, rows, output = check(stack.url, "--ca-file", str(pki.ca_cert))
+    assert code == 1
+    assert failures(rows) == {"post-unsigned"}, output
+    assert rows["post-unsigned"][1].startswith("400 in "), output
+    assert rows["post-unsigned"][1].endswith(": slower than 1 s"), output
+
+
+def test_certificate_expiring_within_30_days_warns(stack_factory, pki):
+    stack = stack_factory(*pki.leaf("short-leaf", days=10))
+    code, rows, output = check(stack.url, "--ca-file", str(pki.ca_cert))
+    # A warning, not a failure: the endpoint works today.
+    assert code == 0, output
+    assert failures(rows) == set(), output
+    status, detail = rows["cert-expiry"]
+    assert status == "WARN", output
+    assert detail.endswith(("in 9 days: renew now", "in 10 days: renew now")), output
+
+
+def test_sha1_signed_certificate_fails(stack_factory, pki):
+    # OpenSSL refuses to serve a SHA-1-signed certificate at its default
+    # security level; lower it in the site file to make the fault.
+    def allow_sha1(site):
+        return site.replace("ECDHE-RSA-AES256-GCM-SHA384;", "ECDHE-RSA-AES256-GCM-SHA384:@SECLEVEL=0;")
+
+    stack = stack_factory(*pki.leaf("sha1-leaf", digest="sha1"), site_edit=allow_sha1)
+    code, rows, output = check(stack.url, "--ca-file", str(pki.ca_cert))
+    assert code == 1
+    assert rows["cert-signature"] == ("FAIL", "sha1WithRSAEncryption: ATS wants SHA-256 or stronger"), output
+    assert rows["cert-key"][0] == "PASS", output
+    assert rows["cert-expiry"][0] == "PASS", output

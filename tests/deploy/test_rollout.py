@@ -187,6 +187,27 @@ def test_nginx_refusing_the_new_upstream_rolls_back(stack, workdir):
     assert_rolled_back(stack, result, *before)
 
 
+def test_rollout_keeps_the_newest_five_releases(stack):
+    # Six older releases (names sort by time: year 2000 is older than any real one).
+    releases = stack.lib_dir / "releases"
+    for day in range(1, 7):
+        old = releases / f"2000010{day}T000000Z-{day:012d}"
+        old.mkdir()
+        (old / "siwa-endpoint").write_text("#!/bin/sh\nexit 1\n")
+    before = sorted((path.name for path in releases.iterdir() if not path.name.startswith(".")), reverse=True)
+    assert len(before) > 5
+
+    result = stack.rollout()
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    after = sorted((path.name for path in releases.iterdir() if not path.name.startswith(".")), reverse=True)
+    in_use = {os.readlink(stack.lib_dir / f"current-{slot}").split("/", 1)[1]
+              for slot in ("blue", "green") if (stack.lib_dir / f"current-{slot}").is_symlink()}
+    # The newest five stay (the releases the slots point at are among them); the rest are removed.
+    assert in_use <= set(before[:5]), (before, in_use)
+    assert after == before[:5], (before, after)
+
+
 # ---- scripts/install into a temp root ------------------------------------------------
 
 def tree(root):

@@ -174,9 +174,23 @@ struct FastCGIServerTests {
     @Test("concurrent clients, more than workers, are all answered with their own response")
     func concurrentClients() throws {
         let handled = Kit.LockedBox(0)
+        // (in flight now, most ever in flight, whether the first request has waited).
+        let flight = Kit.LockedBox((now: 0, most: 0, waited: false))
         try Kit.withServer(workerCount: 3) { request in
+            let first = flight.withValue { state -> Bool in
+                state.now += 1
+                state.most = max(state.most, state.now)
+                defer { state.waited = true }
+                return !state.waited
+            }
+            // The first request holds its worker until a second one is handled beside it
+            // (bounded: a server that serves one at a time leaves `most` at 1 and fails below).
+            if first {
+                let deadline = Date().addingTimeInterval(10)
+                while flight.current.most < 2 && Date() < deadline { usleep(1_000) }
+            }
             handled.withValue { $0 += 1 }
-            usleep(10_000)
+            flight.withValue { $0.now -= 1 }
             return FastCGIResponse(status: 200, contentType: "text/plain", body: request.queryString)
         } _: { _, client, _ in
             let clients = 8
@@ -193,6 +207,8 @@ struct FastCGIServerTests {
             #expect(result.count == clients * perClient)
             #expect(result.values.allSatisfy { $0 == 1 })
             #expect(handled.current == clients * perClient)
+            // The clients really overlapped: at least two requests were in handlers at once.
+            #expect(flight.current.most >= 2)
         }
     }
 

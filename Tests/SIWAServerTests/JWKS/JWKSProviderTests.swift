@@ -128,17 +128,35 @@ struct JWKSProviderTests {
         let threadCount = 8
         let outcomes = Mutex<[JWKSRefreshOutcome]>([])
         let finished = DispatchSemaphore(value: 0)
+        let ready = DispatchSemaphore(value: 0)
+        let go = DispatchSemaphore(value: 0)
+        // Each call's start and end (monotonic): the calls must overlap for one fetch to be shared.
+        let spans = Mutex<[(start: UInt64, end: UInt64)]>([])
         let now = clock.now
         for _ in 0..<threadCount {
             Thread {
+                ready.signal()
+                go.wait()
+                let start = DispatchTime.now().uptimeNanoseconds
                 let outcome = provider.refreshForUnknownKeyID(now: now)
+                let end = DispatchTime.now().uptimeNanoseconds
+                spans.withLock { $0.append((start, end)) }
                 outcomes.withLock { $0.append(outcome) }
                 finished.signal()
             }.start()
         }
+        // Every thread is running before any call starts: they leave the gate together.
         for _ in 0..<threadCount {
-            #expect(finished.wait(timeout: .now() + 10) == .success)
+            #expect(ready.wait(timeout: .now() + 30) == .success)
         }
+        for _ in 0..<threadCount { go.signal() }
+        for _ in 0..<threadCount {
+            #expect(finished.wait(timeout: .now() + 30) == .success)
+        }
+        // All eight were in refreshForUnknownKeyID at one moment: the last start precedes the first end.
+        let recorded = spans.withLock { $0 }
+        #expect(recorded.count == threadCount)
+        #expect(recorded.map(\.start).max()! < recorded.map(\.end).min()!)
         #expect(outcomes.withLock { $0 } == Array(repeating: .refreshed, count: threadCount))
         #expect(server.nginx.requestCount(path: "/slow/keys.json") == 1)
         #expect(provider.keys.usableKeyIDs == ["k1", "k2", "k3"])
