@@ -1,7 +1,9 @@
 # shellcheck shell=bash
-# Helpers for scripts/run-local: the whole stack (redis-server, `siwa-endpoint
-# serve`, nginx with the shipped site files) on loopback, every file in one
-# directory. Sourced, not run. Nothing here touches /etc, /run or /var: nginx runs
+# The local-stack harness shared by scripts/run-local, scripts/bench-e2e,
+# scripts/bench-serve and the deployment tests (tests/deploy): processes, free
+# ports, the development certificates and the nginx site rendered for loopback
+# (redis-server, `siwa-endpoint serve`, nginx with the shipped site files), every
+# file in one directory. Sourced, not run. Nothing here touches /etc, /run or /var: nginx runs
 # from its own prefix, Redis from its own --dir, serve from its own env file.
 #
 # Every process started goes into STACK_PIDS (with its name in STACK_NAMES), so
@@ -9,10 +11,12 @@
 
 STACK_PIDS=()
 STACK_NAMES=()
+# The name messages start with: the sourcing script's, unless it sets its own.
+STACK_PROGRAM=${STACK_PROGRAM:-${0##*/}}
 
 stack_log() { printf '%s\n' "$*"; }
 stack_die() {
-  printf 'run-local: %s\n' "$*" >&2
+  printf '%s: %s\n' "$STACK_PROGRAM" "$*" >&2
   exit 1
 }
 
@@ -224,7 +228,7 @@ stack_stop_pid() {
     sleep 0.1
   done
   if stack_alive "$pid"; then
-    printf 'run-local: pid %s did not stop within %s s: killing it\n' "$pid" "$seconds" >&2
+    printf '%s: pid %s did not stop within %s s: killing it\n' "$STACK_PROGRAM" "$pid" "$seconds" >&2
     kill -KILL "$pid" 2>/dev/null || true
   fi
   wait "$pid" 2>/dev/null || true
