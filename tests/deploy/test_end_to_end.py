@@ -91,7 +91,7 @@ def test_logs_hold_no_email_and_no_token(real_stack):
     signature = token.rsplit(".", 1)[1]
     # nginx writes its access log line when it finalises the request.
     time.sleep(0.2)
-    logs = real_stack.serve.log_text() + (real_stack.nginx.log_dir / "access.log").read_text()
+    logs = real_stack.serve.log_text() + real_stack.nginx.access_log_path.read_text()
     assert DEMO_EMAIL not in logs
     assert signature not in logs
 
