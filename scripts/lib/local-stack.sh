@@ -1,7 +1,9 @@
 # shellcheck shell=bash
-# Helpers for scripts/run-local: the whole stack (redis-server, `siwa-endpoint
-# serve`, nginx with the shipped site files) on loopback, every file in one
-# directory. Sourced, not run. Nothing here touches /etc, /run or /var: nginx runs
+# The local-stack harness shared by scripts/run-local, scripts/bench-e2e,
+# scripts/bench-serve and the deployment tests (tests/deploy): processes, free
+# ports, the development certificates and the nginx site rendered for loopback
+# (redis-server, `siwa-endpoint serve`, nginx with the shipped site files), every
+# file in one directory. Sourced, not run. Nothing here touches /etc, /run or /var: nginx runs
 # from its own prefix, Redis from its own --dir, serve from its own env file.
 #
 # Every process started goes into STACK_PIDS (with its name in STACK_NAMES), so
@@ -9,10 +11,12 @@
 
 STACK_PIDS=()
 STACK_NAMES=()
+# The name messages start with: the sourcing script's, unless it sets its own.
+STACK_PROGRAM=${STACK_PROGRAM:-${0##*/}}
 
 stack_log() { printf '%s\n' "$*"; }
 stack_die() {
-  printf 'run-local: %s\n' "$*" >&2
+  printf '%s: %s\n' "$STACK_PROGRAM" "$*" >&2
   exit 1
 }
 
@@ -96,18 +100,30 @@ stack_replace() {
   text_ref=${text_ref//"$old"/"$new"}
 }
 
-# Renders the shipped nginx files into CONF_DIR for a loopback run:
+# Renders the shipped nginx files into CONF_DIR for a loopback run, nginx.conf included:
 #   stack_render_nginx REPO CONF_DIR LOG_DIR TEMP_DIR CERT KEY HTTPS_PORT HTTP_PORT
 #                      SOCKET JWKS_PORT JWKS_FILE IPV6(yes|no)
-# The site file keeps every directive it ships with; only the listen addresses,
-# the server name, the certificate, the log paths and the upstream socket change.
-# nginx.conf mirrors Debian's where it matters (the http-context file first,
-# then the site; TLS 1.0/1.1 enabled in http, which the site must override) and
-# adds one more server: the test JWKS over HTTPS, standing in for Apple's.
+# The site (stack_render_site) answers as localhost; nginx.conf
+# (stack_render_nginx_conf) adds the test JWKS server.
 stack_render_nginx() {
   local repo=$1 conf=$2 logs=$3 temp=$4 cert=$5 key=$6 https_port=$7 http_port=$8
   local socket=$9 jwks_port=${10} jwks_file=${11} ipv6=${12}
-  mkdir -p "$conf" "$logs" "$temp"
+  stack_render_site "$repo" "$conf" "$logs" "$cert" "$key" "$https_port" "$http_port" "$socket" "$ipv6" localhost
+  stack_render_nginx_conf "$conf" "$logs" "$temp" "$jwks_port" "$jwks_file" "$cert" "$key"
+}
+
+# Renders the shipped site files into CONF_DIR: the one renderer of the site, which
+# scripts/run-local, scripts/bench-e2e and the deployment tests (tests/deploy) use.
+#   stack_render_site REPO CONF_DIR LOG_DIR CERT KEY HTTPS_PORT HTTP_PORT SOCKET
+#                     IPV6(yes|no) [SERVER_NAME]
+# The site file keeps every directive it ships with; only the listen addresses, the
+# certificate, the log paths (LOG_DIR/siwa-endpoint.access.log and .error.log), the
+# upstream socket and, when SERVER_NAME is given, the server name change (without
+# it the shipped name stays, so its redirect can be checked).
+stack_render_site() {
+  local repo=$1 conf=$2 logs=$3 cert=$4 key=$5 https_port=$6 http_port=$7
+  local socket=$8 ipv6=$9 server_name=${10:-siwa.example.com}
+  mkdir -p "$conf" "$logs"
 
   local site
   site=$(<"$repo/nginx/siwa-endpoint.conf")
@@ -120,7 +136,7 @@ stack_render_nginx() {
   stack_replace site "listen [::]:443 ssl default_server;" "$listen6_tls" 1
   stack_replace site "listen 80;" "listen 127.0.0.1:$http_port;" 1
   stack_replace site "listen [::]:80;" "$listen6_plain" 1
-  stack_replace site "server_name siwa.example.com;" "server_name localhost;" 2
+  stack_replace site "server_name siwa.example.com;" "server_name $server_name;" 2
   stack_replace site "ssl_certificate /etc/ssl/siwa-endpoint/fullchain.pem;" "ssl_certificate $cert;" 1
   stack_replace site "ssl_certificate_key /etc/ssl/siwa-endpoint/privkey.pem;" "ssl_certificate_key $key;" 1
   stack_replace site "access_log /var/log/nginx/siwa-endpoint.access.log siwa_json;" \
@@ -137,6 +153,18 @@ stack_render_nginx() {
   cp "$repo/nginx/siwa-endpoint-http.conf" "$conf/siwa-endpoint-http.conf"
   # The site includes Debian's fastcgi_params by a relative name.
   cp /etc/nginx/fastcgi_params "$conf/fastcgi_params"
+}
+
+# Writes CONF_DIR/nginx.conf around the rendered site (pid TEMP_DIR/nginx.pid, its
+# own logs LOG_DIR/nginx-error.log and nginx-access.log):
+#   stack_render_nginx_conf CONF_DIR LOG_DIR TEMP_DIR [JWKS_PORT JWKS_FILE CERT KEY]
+# It mirrors Debian's nginx.conf where it matters (the http-context file first, then
+# the site; TLS 1.0/1.1 enabled in http, which the site must override). With
+# JWKS_PORT it adds one more server: the test JWKS over HTTPS at
+# https://127.0.0.1:JWKS_PORT/auth/keys, standing in for Apple's.
+stack_render_nginx_conf() {
+  local conf=$1 logs=$2 temp=$3 jwks_port=${4:-} jwks_file=${5:-} cert=${6:-} key=${7:-}
+  mkdir -p "$conf" "$logs" "$temp"
 
   # As root, nginx's workers would otherwise switch to "nobody" and could not
   # enter this private directory or connect to the 0660 socket.
@@ -144,8 +172,26 @@ stack_render_nginx() {
   if [ "$(id -u)" -eq 0 ]; then
     user_line="user root;"
   fi
+  local jwks_server=""
+  if [ -n "$jwks_port" ]; then
+    jwks_server="
+    # The test JWKS, served over HTTPS under the development CA: serve fetches it
+    # as it would fetch https://appleid.apple.com/auth/keys.
+    server {
+        listen 127.0.0.1:$jwks_port ssl;
+        server_name localhost;
+        ssl_certificate $cert;
+        ssl_certificate_key $key;
+        access_log $logs/jwks-access.log;
+        location = /auth/keys {
+            default_type application/json;
+            alias $jwks_file;
+        }
+        location / { return 404; }
+    }"
+  fi
   cat >"$conf/nginx.conf" <<EOF
-# Rendered by scripts/run-local for a loopback run; not for production.
+# Rendered by scripts/lib/local-stack.sh for a loopback run; not for production.
 $user_line
 worker_processes 1;
 daemon off;
@@ -163,21 +209,7 @@ http {
 
     include siwa-endpoint-http.conf;
     include siwa-endpoint.conf;
-
-    # The test JWKS, served over HTTPS under the development CA: serve fetches it
-    # as it would fetch https://appleid.apple.com/auth/keys.
-    server {
-        listen 127.0.0.1:$jwks_port ssl;
-        server_name localhost;
-        ssl_certificate $cert;
-        ssl_certificate_key $key;
-        access_log $logs/jwks-access.log;
-        location = /auth/keys {
-            default_type application/json;
-            alias $jwks_file;
-        }
-        location / { return 404; }
-    }
+$jwks_server
 }
 EOF
 }
@@ -224,7 +256,7 @@ stack_stop_pid() {
     sleep 0.1
   done
   if stack_alive "$pid"; then
-    printf 'run-local: pid %s did not stop within %s s: killing it\n' "$pid" "$seconds" >&2
+    printf '%s: pid %s did not stop within %s s: killing it\n' "$STACK_PROGRAM" "$pid" "$seconds" >&2
     kill -KILL "$pid" 2>/dev/null || true
   fi
   wait "$pid" 2>/dev/null || true

@@ -1,9 +1,9 @@
 """Test harness: a test PKI made with the openssl CLI, and a real nginx running
-the shipped site files, rendered into a temp prefix on free loopback ports."""
+the shipped site files, rendered into a temp prefix on free loopback ports by
+scripts/lib/local-stack.sh, the same renderer scripts/run-local uses."""
 
 import os
 import pathlib
-import pwd
 import re
 import shutil
 import socket
@@ -14,23 +14,9 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 NGINX_DIR = REPO / "nginx"
 CHECK_ENDPOINT = REPO / "scripts" / "check-endpoint"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
-# Debian ships fastcgi_params beside nginx.conf; the site file includes it.
-SYSTEM_FASTCGI_PARAMS = pathlib.Path("/etc/nginx/fastcgi_params")
 
-# The placeholders of the shipped files, each replaced exactly as many times as
-# it occurs today: if the site file changes shape, rendering fails loudly
-# instead of silently testing something else.
-SITE_PLACEHOLDERS = {
-    "listen 443 ssl default_server;": 1,
-    "listen [::]:443 ssl default_server;": 1,
-    "listen 80;": 1,
-    "listen [::]:80;": 1,
-    "ssl_certificate /etc/ssl/siwa-endpoint/fullchain.pem;": 1,
-    "ssl_certificate_key /etc/ssl/siwa-endpoint/privkey.pem;": 1,
-    "access_log /var/log/nginx/siwa-endpoint.access.log siwa_json;": 2,
-    "error_log /var/log/nginx/siwa-endpoint.error.log warn;": 1,
-}
-UPSTREAM_PLACEHOLDER = "unix:/run/siwa-endpoint/fcgi.sock"
+# The shell harness the scripts share: the site is rendered by its functions only.
+LOCAL_STACK = REPO / "scripts" / "lib" / "local-stack.sh"
 
 
 def run(args, **kwargs):
@@ -124,25 +110,13 @@ class Pki:
         return key_path, csr
 
 
-def render_site(cert, key, https_port, http_port, log_dir):
-    text = (NGINX_DIR / "siwa-endpoint.conf").read_text()
-    for placeholder, expected in SITE_PLACEHOLDERS.items():
-        found = text.count(placeholder)
-        assert found == expected, f"site file: {placeholder!r} occurs {found} times, expected {expected}"
-    replacements = {
-        "listen 443 ssl default_server;": f"listen 127.0.0.1:{https_port} ssl default_server;",
-        "listen [::]:443 ssl default_server;": f"listen [::1]:{https_port} ssl default_server;",
-        "listen 80;": f"listen 127.0.0.1:{http_port};",
-        "listen [::]:80;": f"listen [::1]:{http_port};",
-        "ssl_certificate /etc/ssl/siwa-endpoint/fullchain.pem;": f"ssl_certificate {cert};",
-        "ssl_certificate_key /etc/ssl/siwa-endpoint/privkey.pem;": f"ssl_certificate_key {key};",
-        "access_log /var/log/nginx/siwa-endpoint.access.log siwa_json;":
-            f"access_log {log_dir / 'access.log'} siwa_json;",
-        "error_log /var/log/nginx/siwa-endpoint.error.log warn;": f"error_log {log_dir / 'error.log'} warn;",
-    }
-    for placeholder, value in replacements.items():
-        text = text.replace(placeholder, value)
-    return text
+def local_stack(function, *args):
+    """Runs one function of scripts/lib/local-stack.sh; its error message on failure."""
+    script = 'set -euo pipefail; source "$0"; "$@"'
+    result = subprocess.run(["bash", "-c", script, str(LOCAL_STACK), function, *map(str, args)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, f"{function} failed: {result.stderr.strip()}"
+    return result.stdout
 
 
 class NginxStack:
@@ -156,7 +130,8 @@ class NginxStack:
         self.prefix = pathlib.Path(prefix)
         self.conf_dir = self.prefix / "conf"
         self.log_dir = self.prefix / "logs"
-        for folder in (self.conf_dir, self.log_dir, self.prefix / "temp"):
+        self.temp_dir = self.prefix / "temp"
+        for folder in (self.conf_dir, self.log_dir, self.temp_dir):
             folder.mkdir(parents=True, exist_ok=True)
         # nginx's workers must reach the socket and logs inside this prefix.
         os.chmod(self.prefix, 0o755)
@@ -165,46 +140,24 @@ class NginxStack:
         self.socket_path = self.prefix / "fcgi.sock"
         self.backend = FastCGIStub(str(self.socket_path), **(backend_options or {})) if with_backend else None
 
-        site = render_site(cert, key, self.https_port, self.http_port, self.log_dir)
+        # The shipped server name stays (its redirect is tested); IPv6 loopback too.
+        local_stack("stack_render_site", REPO, self.conf_dir, self.log_dir, cert, key, self.https_port,
+                    self.http_port, self.socket_path, "yes")
+        self.access_log_path = self.log_dir / "siwa-endpoint.access.log"
+        site_file = self.conf_dir / "siwa-endpoint.conf"
         if site_edit is not None:
+            site = site_file.read_text()
             edited = site_edit(site)
             assert edited != site, "site_edit changed nothing"
-            site = edited
-        (self.conf_dir / "siwa-endpoint.conf").write_text(site)
-        (self.conf_dir / "siwa-endpoint-http.conf").write_text((NGINX_DIR / "siwa-endpoint-http.conf").read_text())
-        upstream = (NGINX_DIR / "siwa-endpoint-upstream.conf").read_text()
-        assert upstream.count(UPSTREAM_PLACEHOLDER) == 1
-        (self.conf_dir / "siwa-endpoint-upstream.conf").write_text(
-            upstream.replace(UPSTREAM_PLACEHOLDER, f"unix:{self.socket_path}"))
-        shutil.copy(SYSTEM_FASTCGI_PARAMS, self.conf_dir / "fastcgi_params")
+            site_file.write_text(edited)
         self.main_conf = self.conf_dir / "nginx.conf"
-        self.main_conf.write_text(self._main_conf())
+        self.pid_file = self.temp_dir / "nginx.pid"
+        local_stack("stack_render_nginx_conf", self.conf_dir, self.log_dir, self.temp_dir, *self._jwks_server())
         self.process = None
 
-    def _main_conf(self):
-        temp = self.prefix / "temp"
-        user = f"user {pwd.getpwuid(os.geteuid()).pw_name};\n" if os.geteuid() == 0 else ""
-        # Mirrors Debian's nginx.conf where it matters: http-context file first
-        # (conf.d), then the site (sites-enabled), and the Debian default of
-        # TLSv1/TLSv1.1 enabled in http, which the site must override.
-        return (
-            f"{user}worker_processes 1;\n"
-            "daemon off;\n"
-            f"pid {self.prefix}/nginx.pid;\n"
-            f"error_log {self.log_dir}/main-error.log warn;\n"
-            "events { worker_connections 256; }\n"
-            "http {\n"
-            "    ssl_protocols TLSv1 TLSv1.1 TLSv1.2 TLSv1.3;\n"
-            f"    access_log {self.log_dir}/main-access.log;\n"
-            f"    client_body_temp_path {temp}/body;\n"
-            f"    fastcgi_temp_path {temp}/fastcgi;\n"
-            f"    proxy_temp_path {temp}/proxy;\n"
-            f"    uwsgi_temp_path {temp}/uwsgi;\n"
-            f"    scgi_temp_path {temp}/scgi;\n"
-            "    include siwa-endpoint-http.conf;\n"
-            "    include siwa-endpoint.conf;\n"
-            "}\n"
-        )
+    def _jwks_server(self):
+        """(port, JWKS file, certificate, key) of an extra JWKS server in nginx.conf; none here."""
+        return ()
 
     def nginx_args(self, *extra):
         return [NGINX, "-p", str(self.prefix), "-c", str(self.main_conf), *extra]
@@ -244,7 +197,7 @@ class NginxStack:
     def access_log(self):
         import json
 
-        path = self.log_dir / "access.log"
+        path = self.access_log_path
         if not path.exists():
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

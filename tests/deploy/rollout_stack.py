@@ -150,7 +150,7 @@ class RolloutStack:
             "--lib-dir", str(self.lib_dir), "--state-dir", str(self.state_dir),
             "--socket-dir", str(self.socket_dir), "--spool-root", str(self.spool_root),
             "--env-file", str(self.env_file), "--upstream", str(self.upstream_file),
-            "--nginx", nginx, "--nginx-pid-file", str(self.nginx.prefix / "nginx.pid"),
+            "--nginx", nginx, "--nginx-pid-file", str(self.nginx.pid_file),
             "--stop-timeout", "15", *extra,
         ]
 

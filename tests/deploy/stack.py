@@ -107,32 +107,18 @@ class RedisServer:
 
 class JWKSNginxStack(NginxStack):
     """The shipped site, exactly as deploy_harness renders it, and one more server in
-    the same nginx: the test JWKS at https://127.0.0.1:<jwks_port>/auth/keys."""
+    the same nginx (rendered by scripts/lib/local-stack.sh as for run-local): the test
+    JWKS at https://127.0.0.1:<jwks_port>/auth/keys."""
 
     def __init__(self, prefix, cert, key, jwks_file):
-        # Set before NginxStack.__init__, which writes nginx.conf through _main_conf.
+        # Set before NginxStack.__init__, which renders nginx.conf with _jwks_server.
         self.jwks_port = free_port()
         self.jwks_file = pathlib.Path(jwks_file)
         self._jwks_cert, self._jwks_key = cert, key
         super().__init__(prefix, cert, key, with_backend=False)
 
-    def _main_conf(self):
-        base = super()._main_conf()
-        assert base.endswith("}\n"), "nginx.conf no longer ends with the http block"
-        jwks_server = (
-            "    server {\n"
-            f"        listen 127.0.0.1:{self.jwks_port} ssl;\n"
-            f"        ssl_certificate {self._jwks_cert};\n"
-            f"        ssl_certificate_key {self._jwks_key};\n"
-            f"        access_log {self.log_dir}/jwks-access.log;\n"
-            "        location = /auth/keys {\n"
-            "            default_type application/json;\n"
-            f"            alias {self.jwks_file};\n"
-            "        }\n"
-            "        location / { return 404; }\n"
-            "    }\n"
-        )
-        return base[:-2] + jwks_server + "}\n"
+    def _jwks_server(self):
+        return (self.jwks_port, self.jwks_file, self._jwks_cert, self._jwks_key)
 
     @property
     def jwks_url(self):

@@ -94,10 +94,10 @@ def test_logs_hold_no_email_and_no_token(real_stack):
     # for its request id in the responder's log and in nginx's access log (nginx
     # writes that line when it finalises the request, after the answer is sent).
     request_id = headers["x-request-id"]
-    access_log = real_stack.nginx.log_dir / "access.log"
+    access_log = real_stack.nginx.access_log_path
     assert wait_until(lambda: request_id in real_stack.serve.log_text()
                       and access_log.exists() and request_id in access_log.read_text(), 10), request_id
-    logs = real_stack.serve.log_text() + (real_stack.nginx.log_dir / "access.log").read_text()
+    logs = real_stack.serve.log_text() + access_log.read_text()
     assert DEMO_EMAIL not in logs
     assert signature not in logs
 

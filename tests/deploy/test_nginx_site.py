@@ -178,7 +178,7 @@ def test_access_log_is_json_without_bodies_or_query_strings(rsa_stack):
     assert entry["upstream_status"] == "400"
     assert isinstance(entry["request_time"], float)
     assert entry["tls_protocol"] in ("TLSv1.2", "TLSv1.3")
-    raw = (rsa_stack.log_dir / "access.log").read_text()
+    raw = rsa_stack.access_log_path.read_text()
     assert "someone" not in raw and "example.com" not in raw
     assert "body.marker" not in raw
 
