@@ -90,9 +90,14 @@ public final class NotificationStore {
         }
     }
 
-    /// True when Redis answers PING now; never throws.
-    public func ping() -> Bool {
-        (try? connection.command("PING"))?.string == "PONG"
+    /// Why Redis does not answer PING now, or nil when it does; never throws.
+    public func probe() -> RedisError? {
+        do throws(RedisError) {
+            return try connection.command("PING").string == "PONG"
+                ? nil : RedisError(.unexpectedReply, "PING was not answered PONG")
+        } catch {
+            return error
+        }
     }
 
     // MARK: - Private

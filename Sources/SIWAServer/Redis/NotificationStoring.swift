@@ -8,8 +8,13 @@ public protocol NotificationStoring: AnyObject {
         _ notification: VerifiedNotification, receivedAt: Int64, minimumReplicas: Int, replicaTimeout: Duration
     ) throws(RedisError) -> NotificationStore.Acknowledged
 
+    /// Why the store does not answer now (a PING), or nil when it does.
+    func probe() -> RedisError?
+}
+
+extension NotificationStoring {
     /// Whether the store answers now.
-    func ping() -> Bool
+    public func ping() -> Bool { probe() == nil }
 }
 
 extension NotificationStore: NotificationStoring {}

@@ -38,14 +38,7 @@ public final class NotificationResponder: Sendable {
         self.clockMilliseconds = clockMilliseconds
         self.breaker = RedisCircuitBreaker(retryInterval: configuration.redis.circuitRetryInterval) {
             [stores] () -> RedisError? in
-            do throws(RedisError) {
-                return try stores.withStore { store throws(RedisError) in
-                    try store.connection.command("PING").string == "PONG"
-                        ? nil : RedisError(.unexpectedReply, "PING was not answered PONG")
-                }
-            } catch {
-                return error
-            }
+            (try? stores.withStore { store throws(RedisError) in store.probe() }) ?? nil
         }
         breaker.setOnClose { [replayer] in replayer?.nudge() }
     }

@@ -36,5 +36,7 @@ final class NotificationStoreDouble: NotificationStoring, Sendable {
         }
     }
 
-    func ping() -> Bool { state.withLock { $0.answersPing } }
+    func probe() -> RedisError? {
+        state.withLock { $0.answersPing } ? nil : RedisError(.connectionFailed, "Redis does not answer (test double)")
+    }
 }
