@@ -47,7 +47,8 @@ public struct ReconcileConfiguration: Sendable {
     /// The rows of the table reconcile reads: its own and serve's Redis settings.
     static var table: [Setting] {
         let redisNames: Set<String> = [
-            "SIWA_REDIS_URL", "SIWA_REDIS_TIMEOUT_MS", "SIWA_KEY_PREFIX", "SIWA_STREAM_MAXLEN", "SIWA_REDIS_SENTINELS",
+            "SIWA_REDIS_URL", "SIWA_REDIS_TIMEOUT_MS", "SIWA_REDIS_RETRY_MS", "SIWA_KEY_PREFIX", "SIWA_STREAM_MAXLEN",
+            "SIWA_REDIS_SENTINELS",
             "SIWA_REDIS_SENTINEL_MASTER", "SIWA_REDIS_SENTINEL_PASSWORD", "SIWA_REDIS_MIN_REPLICAS",
             "SIWA_REDIS_REPLICA_TIMEOUT_MS",
         ]
