@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # The local-stack harness shared by scripts/run-local, scripts/bench-e2e,
-# scripts/bench-serve and the deployment tests (tests/deploy): processes, free
+# scripts/bench-serve and the deployment tests (deploy-tests): processes, free
 # ports, the development certificates and the nginx site rendered for loopback
 # (redis-server, `siwa-endpoint serve`, nginx with the shipped site files), every
 # file in one directory. Sourced, not run. Nothing here touches /etc, /run or /var: nginx runs
@@ -113,7 +113,7 @@ stack_render_nginx() {
 }
 
 # Renders the shipped site files into CONF_DIR: the one renderer of the site, which
-# scripts/run-local, scripts/bench-e2e and the deployment tests (tests/deploy) use.
+# scripts/run-local, scripts/bench-e2e and the deployment tests (deploy-tests) use.
 #   stack_render_site REPO CONF_DIR LOG_DIR CERT KEY HTTPS_PORT HTTP_PORT SOCKET
 #                     IPV6(yes|no) [SERVER_NAME]
 # The site file keeps every directive it ships with; only the listen addresses, the

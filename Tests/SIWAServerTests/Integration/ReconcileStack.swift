@@ -4,7 +4,7 @@ import SIWAVerification
 
 /// A local stack for `siwa-endpoint reconcile`: a real redis-server, EC P-256 test
 /// keys made by the openssl CLI, and a stand-in for Apple's token endpoint
-/// (tests/reconcile/apple_token_standin.py) over HTTPS under a test CA. Apple itself
+/// (deploy-tests/standins/apple_token_standin.py) over HTTPS under a test CA. Apple itself
 /// cannot be reached from a test; the stand-in checks the client secret exactly
 /// (ES256 with the key's public part, every claim) and answers per refresh token.
 final class ReconcileStack {
@@ -14,7 +14,7 @@ final class ReconcileStack {
 
     static let standinScript = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        .appendingPathComponent("tests/reconcile/apple_token_standin.py").path
+        .appendingPathComponent("deploy-tests/standins/apple_token_standin.py").path
 
     /// What the stand-in answers for one token.
     enum Answer: String {

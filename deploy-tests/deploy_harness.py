@@ -10,7 +10,7 @@ import socket
 import subprocess
 import time
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[1]
 NGINX_DIR = REPO / "nginx"
 CHECK_ENDPOINT = REPO / "scripts" / "check-endpoint"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"

@@ -8,7 +8,7 @@ import subprocess
 from deploy_harness import free_port
 from stack import wait_until
 
-SHIPPED = pathlib.Path(__file__).resolve().parents[2] / "deploy" / "redis-siwa.conf"
+SHIPPED = pathlib.Path(__file__).resolve().parents[1] / "deploy" / "redis-siwa.conf"
 
 
 def test_shipped_redis_setting_turns_aof_on_with_everysec(workdir):
