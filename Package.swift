@@ -17,45 +17,65 @@ let package = Package(
         .systemLibrary(name: "CHiredis", path: "Sources/CHiredis"),
         .systemLibrary(name: "CCurl", path: "Sources/CCurl"),
 
-        // The one Swift wrapper over OpenSSL: every OpenSSL pointer lives here.
+        // What every wrapper shares: errors with a stable code, the monotonic wait.
+        .target(name: "SIWASupport"),
+
+        // JSON reading (strict: no duplicate members, bounded depth) and writing, byte by byte.
+        .target(name: "SIWAJSON"),
+
+        // One thin Swift wrapper per C library; none knows anything of notifications.
+        // Every OpenSSL pointer lives in SIWACrypto, every libfcgi pointer in SIWAFastCGI,
+        // every hiredis pointer in SIWARedis, every libcurl pointer in SIWAHTTPS.
         .target(name: "SIWACrypto", dependencies: ["COpenSSL"]),
+        .target(name: "SIWAFastCGI", dependencies: ["CFastCGI", "SIWASupport"]),
+        .target(name: "SIWARedis", dependencies: ["CHiredis", "SIWASupport"]),
+        .target(name: "SIWAHTTPS", dependencies: ["CCurl", "SIWASupport"]),
 
         // Pure Swift: bytes + keys + clock in, a verified notification out.
-        .target(name: "SIWAVerification", dependencies: ["SIWACrypto"]),
+        .target(name: "SIWAVerification", dependencies: ["SIWACrypto", "SIWAJSON"]),
 
         // The test kit Apple does not provide: keys, JWKS and signed notifications.
-        .target(name: "SIWATestKit", dependencies: ["SIWACrypto", "SIWAVerification"]),
+        .target(name: "SIWATestKit", dependencies: ["SIWACrypto", "SIWAVerification", "SIWAJSON"]),
 
-        // The responder: FastCGI, Redis, the JWKS fetcher, the spool.
+        // The responder's policy: the JWKS cache, the notification store, the spool, the
+        // responder and its settings, over the wrappers above.
         .target(
             name: "SIWAServer",
-            dependencies: ["SIWAVerification", "CFastCGI", "CHiredis", "CCurl"]
+            dependencies: [
+                "SIWAVerification", "SIWAJSON", "SIWASupport", "SIWAFastCGI", "SIWARedis", "SIWAHTTPS",
+            ]
         ),
 
         .executableTarget(
             name: "siwa-endpoint",
-            dependencies: ["SIWAVerification", "SIWATestKit", "SIWAServer", "SIWACrypto"]
+            dependencies: [
+                "SIWAVerification", "SIWATestKit", "SIWAServer", "SIWACrypto", "SIWAJSON", "SIWASupport",
+                "SIWAFastCGI", "SIWARedis", "SIWAHTTPS",
+            ]
         ),
 
         // libFuzzer entry point over the body-to-result path. Build with
         // `swift build --product siwa-fuzz --sanitize=fuzzer --sanitize=address`.
         .executableTarget(
             name: "siwa-fuzz",
-            dependencies: ["SIWAVerification", "SIWATestKit", "SIWAServer"]
+            dependencies: ["SIWAVerification", "SIWATestKit", "SIWAServer", "SIWAJSON"]
         ),
 
         .testTarget(
             name: "SIWAVerificationTests",
-            dependencies: ["SIWAVerification", "SIWATestKit", "SIWACrypto"]
+            dependencies: ["SIWAVerification", "SIWATestKit", "SIWACrypto", "SIWAJSON"]
         ),
         // Runs the real siwa-endpoint binary: keygen, sign, verify, exit statuses.
         .testTarget(
             name: "SIWAEndpointCLITests",
-            dependencies: ["siwa-endpoint", "SIWAVerification"]
+            dependencies: ["siwa-endpoint", "SIWAVerification", "SIWAJSON"]
         ),
         .testTarget(
             name: "SIWAServerTests",
-            dependencies: ["SIWAServer", "SIWAVerification", "SIWATestKit", "SIWACrypto", "siwa-endpoint"]
+            dependencies: [
+                "SIWAServer", "SIWAVerification", "SIWATestKit", "SIWACrypto", "SIWAJSON", "SIWASupport",
+                "SIWAFastCGI", "SIWARedis", "SIWAHTTPS", "siwa-endpoint",
+            ]
         ),
     ]
 )

@@ -1,4 +1,5 @@
 import SIWACrypto
+import SIWAJSON
 import SIWAVerification
 
 /// Builds compact JWS strings from exact header and claims text, so tests can

@@ -1,4 +1,5 @@
 import SIWACrypto
+import SIWAJSON
 import SIWAVerification
 
 /// A notification to sign, with every field a test or an operator may want to set.

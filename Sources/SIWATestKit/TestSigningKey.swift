@@ -1,4 +1,5 @@
 import SIWACrypto
+import SIWAJSON
 import SIWAVerification
 
 /// A test signing key with its `kid`: stands in for Apple's private key, which

@@ -1,4 +1,5 @@
 import SIWACrypto
+import SIWAJSON
 
 /// Apple's signing keys, looked up by `kid` and never by position.
 ///

@@ -1,3 +1,5 @@
+import SIWAJSON
+
 /// The JWT claims of a notification, checked against this deployment.
 struct NotificationClaims {
     static let maximumTokenIDLength = 256

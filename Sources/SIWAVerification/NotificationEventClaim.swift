@@ -1,3 +1,5 @@
+import SIWAJSON
+
 /// The `events` claim: one object (Apple documents it) or a JSON string holding
 /// one (Apple sends it), never an array despite the plural.
 struct NotificationEventClaim {

@@ -1,3 +1,5 @@
+import SIWAJSON
+
 /// Why a notification was refused: a stable code, the class that decides the
 /// HTTP status, and a plain message that never quotes the token or the body.
 public struct VerificationError: Error, Sendable, Equatable, CustomStringConvertible {

@@ -1,5 +1,7 @@
 import Foundation
 import SIWACrypto
+import SIWAFastCGI
+import SIWAJSON
 import SIWATestKit
 import SIWAVerification
 import Synchronization

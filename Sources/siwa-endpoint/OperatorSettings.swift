@@ -1,4 +1,5 @@
 import Foundation
+import SIWARedis
 import SIWAServer
 
 /// Serve's settings, read the way `serve` reads them, for the operator commands (`user`).

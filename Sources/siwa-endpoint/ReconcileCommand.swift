@@ -1,4 +1,6 @@
 import Foundation
+import SIWAHTTPS
+import SIWAJSON
 import SIWAServer
 import SIWAVerification
 

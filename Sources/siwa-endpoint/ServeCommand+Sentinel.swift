@@ -1,3 +1,4 @@
+import SIWARedis
 import SIWAServer
 
 /// A start that did not get far enough to serve: the exit status to return.

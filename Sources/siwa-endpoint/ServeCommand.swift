@@ -1,4 +1,7 @@
 import Foundation
+import SIWAFastCGI
+import SIWAHTTPS
+import SIWARedis
 import SIWAServer
 import SIWAVerification
 

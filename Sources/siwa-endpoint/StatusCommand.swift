@@ -1,4 +1,6 @@
 import Foundation
+import SIWAFastCGI
+import SIWAJSON
 import SIWATestKit
 import SIWAVerification
 

@@ -1,4 +1,5 @@
 import Foundation
+import SIWAJSON
 import SIWAVerification
 
 /// `verify`: checks one captured request body, so an operator can see why a

@@ -1,4 +1,5 @@
 import SIWACrypto
+import SIWAJSON
 import SIWATestKit
 import SIWAVerification
 import Testing

@@ -1,4 +1,6 @@
 import Foundation
+import SIWAFastCGI
+import SIWARedis
 import SIWAVerification
 
 /// What the fuzz target does with one input, shared by `siwa-fuzz` and the corpus test

@@ -1,4 +1,5 @@
 import Foundation
+import SIWAHTTPS
 import Synchronization
 
 #if canImport(Glibc)

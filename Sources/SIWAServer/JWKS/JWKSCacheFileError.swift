@@ -1,3 +1,5 @@
+import SIWASupport
+
 /// Why the JWKS cache file could not be read or written: a stable code and a plain message.
 public struct JWKSCacheFileError: CodedError {
     public let code: Code

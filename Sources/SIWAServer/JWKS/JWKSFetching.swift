@@ -1,3 +1,5 @@
+import SIWAHTTPS
+
 /// How `JWKSProvider` gets the bytes of Apple's JWKS: `HTTPSFetcher` in service, an
 /// in-process stand-in in tests of the provider's rate limits.
 public protocol JWKSFetching: Sendable {

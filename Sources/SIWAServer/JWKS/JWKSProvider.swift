@@ -1,4 +1,5 @@
 import Foundation
+import SIWAHTTPS
 import SIWAVerification
 
 /// Apple's current signing keys for many worker threads, kept fresh.

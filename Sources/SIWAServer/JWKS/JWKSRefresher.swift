@@ -1,4 +1,5 @@
 import Foundation
+import SIWASupport
 
 /// A background thread that calls `refreshIfDue` on a short tick, so the schedule
 /// (hourly, or the retry interval after a failure) is kept without a request.

@@ -1,4 +1,5 @@
 import SIWACrypto
+import SIWAJSON
 import SIWAVerification
 
 /// The client secret Apple's token endpoint requires: a JWT signed ES256 with the

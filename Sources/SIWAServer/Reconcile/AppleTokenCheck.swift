@@ -1,4 +1,6 @@
 import Foundation
+import SIWAHTTPS
+import SIWAJSON
 import SIWAVerification
 
 /// Asks Apple's token endpoint whether it still honours one refresh token.

@@ -1,3 +1,4 @@
+import SIWAJSON
 import SIWAVerification
 
 /// One user of the reconcile input: a JSON line

@@ -1,3 +1,5 @@
+import SIWAJSON
+import SIWARedis
 import SIWAVerification
 
 /// What reconciliation writes into the Redis contract.

@@ -1,3 +1,4 @@
+import SIWARedis
 import SIWAVerification
 
 extension NotificationStore {

@@ -1,3 +1,5 @@
+import SIWAJSON
+import SIWARedis
 import SIWAVerification
 
 /// Writes verified notifications into Redis: the state contract app servers read.

@@ -1,3 +1,4 @@
+import SIWARedis
 import SIWAVerification
 
 /// What the responder needs from the Redis store: apply a notification, answer a ping.

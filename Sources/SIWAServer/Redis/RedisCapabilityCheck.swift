@@ -1,3 +1,5 @@
+import SIWARedis
+
 /// The start-up check of `serve`: can this Redis, with these credentials, do the
 /// endpoint's work? It logs in step by step (AUTH, SELECT), loads the apply script and
 /// runs it in its probe mode, which asks Redis (`redis.acl_check_cmd`) whether this user

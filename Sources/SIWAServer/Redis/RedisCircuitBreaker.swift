@@ -1,4 +1,5 @@
 import Foundation
+import SIWARedis
 
 /// Keeps a Redis that hangs from holding every worker: after a call that could not reach
 /// Redis (a timeout, a refused connection), Redis counts as down and requests go to the

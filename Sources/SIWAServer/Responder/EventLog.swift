@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import SIWAJSON
 import SIWAVerification
 
 /// One JSON object per line on standard error: requests and lifecycle events.

@@ -1,3 +1,4 @@
+import SIWAJSON
 import SIWAVerification
 
 extension NotificationResponder {

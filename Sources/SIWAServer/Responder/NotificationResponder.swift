@@ -1,4 +1,7 @@
 import Foundation
+import SIWAFastCGI
+import SIWAJSON
+import SIWARedis
 import SIWAVerification
 
 /// The request path, top to bottom: route → body → verification (keys by kid, refreshed

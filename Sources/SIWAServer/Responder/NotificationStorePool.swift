@@ -1,3 +1,4 @@
+import SIWARedis
 import Synchronization
 
 /// One `NotificationStore` (and so one Redis connection) per concurrent request (any

@@ -1,3 +1,5 @@
+import SIWARedis
+
 extension ServerConfiguration {
     @Sendable static func sentinelList(_ text: String) throws(SettingProblem) -> [RedisPrimaryLocator.Sentinel] {
         switch RedisPrimaryLocator.parseSentinels(text) {

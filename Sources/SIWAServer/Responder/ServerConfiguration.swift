@@ -1,4 +1,7 @@
 import Foundation
+import SIWAFastCGI
+import SIWAHTTPS
+import SIWARedis
 
 /// Every setting of `siwa-endpoint serve`, read from `SIWA_*` environment variables
 /// (and optionally an env file), checked once at start. A bad value stops the

@@ -1,4 +1,6 @@
 import Foundation
+import SIWARedis
+import SIWASupport
 import SIWAVerification
 import Synchronization
 

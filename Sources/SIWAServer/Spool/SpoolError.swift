@@ -1,3 +1,5 @@
+import SIWASupport
+
 /// Why the spool could not keep or read a notification: a stable code and a plain
 /// message naming the file and the system error, never a record's contents.
 public struct SpoolError: CodedError {

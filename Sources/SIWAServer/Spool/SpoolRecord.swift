@@ -1,3 +1,4 @@
+import SIWAJSON
 import SIWAVerification
 
 /// One spool record per line: `<JSON byte count> <CRC-32 of the JSON, 8 hex> <JSON>\n`.

@@ -3,6 +3,7 @@ import Glibc
 import SIWATestKit
 import Testing
 
+@testable import SIWAFastCGI
 @testable import SIWAServer
 
 /// The server behind a real nginx, with `fastcgi_keep_conn` on (connections pinned to

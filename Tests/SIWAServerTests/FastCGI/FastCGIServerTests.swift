@@ -3,6 +3,7 @@ import Glibc
 import SIWATestKit
 import Testing
 
+@testable import SIWAFastCGI
 @testable import SIWAServer
 
 private typealias Kit = FastCGITestKit
@@ -169,6 +170,22 @@ struct FastCGIServerTests {
             handler: { _ in FastCGIResponse(status: 200) })
         #expect(throws: FastCGIError(.listenFailed, "")) { try refused.start() }
         #expect(FileManager.default.contents(atPath: regular) == Data("keep".utf8))
+    }
+
+    @Test("a failed system call keeps its errno beside the message")
+    func failedBindKeepsErrno() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("fcgi-\(UUID().uuidString)")
+        let path = directory.path + "/missing-directory/fcgi.sock"
+        let server = try FastCGIServer(
+            configuration: .init(address: .unixSocket(path: path), workerCount: 1),
+            handler: { _ in FastCGIResponse(status: 200) })
+        do {
+            try server.start()
+            Issue.record("a socket was bound in a directory that does not exist")
+        } catch {
+            #expect(error.code == .listenFailed)
+            #expect(error.systemErrno == ENOENT, "\(error)")
+        }
     }
 
     @Test("concurrent clients, more than workers, are all answered with their own response")

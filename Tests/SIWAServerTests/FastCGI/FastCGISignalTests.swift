@@ -3,6 +3,7 @@ import Glibc
 import SIWATestKit
 import Testing
 
+@testable import SIWAFastCGI
 @testable import SIWAServer
 
 @Suite("FastCGISignals")

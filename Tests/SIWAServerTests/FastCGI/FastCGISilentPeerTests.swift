@@ -3,6 +3,7 @@ import Glibc
 import SIWATestKit
 import Testing
 
+@testable import SIWAFastCGI
 @testable import SIWAServer
 
 /// A peer that connects and sends one byte, then nothing, must not hold a worker: libfcgi

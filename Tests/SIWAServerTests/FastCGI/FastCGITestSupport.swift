@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import SIWATestKit
 
+@testable import SIWAFastCGI
 @testable import SIWAServer
 
 /// Helpers of the FastCGI suites, namespaced so they cannot clash with other suites' helpers.

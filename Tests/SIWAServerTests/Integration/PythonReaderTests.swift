@@ -1,4 +1,5 @@
 import Foundation
+import SIWAJSON
 import SIWAVerification
 import Testing
 

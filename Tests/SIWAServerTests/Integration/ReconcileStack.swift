@@ -1,4 +1,6 @@
 import Foundation
+import SIWAJSON
+import SIWARedis
 import SIWAServer
 import SIWAVerification
 

@@ -1,4 +1,5 @@
 import Foundation
+import SIWAJSON
 import SIWAServer
 import SIWAVerification
 import Testing

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import SIWAFastCGI
 import SIWATestKit
 import Testing
 

@@ -1,4 +1,6 @@
 import Foundation
+import SIWAFastCGI
+import SIWARedis
 import SIWAServer
 import SIWATestKit
 import Testing

@@ -1,4 +1,5 @@
 import Foundation
+import SIWAFastCGI
 import SIWATestKit
 import Testing
 

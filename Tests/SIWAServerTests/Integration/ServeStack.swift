@@ -1,4 +1,7 @@
 import Foundation
+import SIWAFastCGI
+import SIWAJSON
+import SIWARedis
 import SIWAServer
 import SIWATestKit
 import SIWAVerification

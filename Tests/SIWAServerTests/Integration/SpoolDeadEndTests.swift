@@ -4,6 +4,8 @@ import SIWATestKit
 import SIWAVerification
 import Testing
 
+@testable import SIWAJSON
+@testable import SIWARedis
 @testable import SIWAServer
 
 /// No silent dead ends: a Redis that answers but refuses, a full disk, a long spool at

@@ -1,4 +1,6 @@
+import CCurl
 import Foundation
+import SIWAHTTPS
 import SIWAServer
 import Testing
 
@@ -153,5 +155,11 @@ struct JWKSFetcherTests {
         let fetcher = server.fetcher
         server.shutdown()
         Self.expectFailure(.connectFailed) { () throws(HTTPSFetchError) in try fetcher.fetch(url) }
+        // The cause is kept as libcurl gave it, not only as text.
+        do {
+            _ = try fetcher.fetch(url)
+        } catch {
+            #expect(error.curlCode == CURLE_COULDNT_CONNECT.rawValue, "\(error)")
+        }
     }
 }

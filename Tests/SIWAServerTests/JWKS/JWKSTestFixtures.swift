@@ -1,5 +1,6 @@
 import Foundation
 import SIWACrypto
+import SIWAJSON
 import SIWAVerification
 import Synchronization
 

@@ -1,4 +1,5 @@
 import Foundation
+import SIWARedis
 import SIWAServer
 import Testing
 
@@ -76,6 +77,12 @@ struct RedisConnectionTests {
             #expect(error.code == .connectionFailed)
             #expect(error.message.contains("AUTH"))
             #expect(!error.message.contains("wrong-password"))
+            // The server's refusal is kept as the cause, not only as text.
+            guard case .underlying(let refusal) = error.cause else {
+                Issue.record("the AUTH refusal is not kept as the cause: \(String(describing: error.cause))")
+                return
+            }
+            #expect(refusal.code == .serverError)
         }
         #expect(!connection.isConnected)
     }

@@ -1,3 +1,4 @@
+import SIWARedis
 import SIWAServer
 import Testing
 

@@ -1,4 +1,5 @@
 import Foundation
+import SIWARedis
 import SIWAServer
 import SIWAVerification
 import Testing

@@ -1,4 +1,5 @@
 import Foundation
+import SIWARedis
 
 /// A raw-socket SUBSCRIBE client, so tests can read what the store PUBLISHes without
 /// adding a push-reply API to `RedisConnection` that production does not need.

@@ -1,4 +1,5 @@
 import Foundation
+import SIWAHTTPS
 import SIWAServer
 
 /// A real nginx serving files from `documentRoot` over HTTPS (and plain HTTP) on

@@ -1,4 +1,5 @@
 import Foundation
+import SIWARedis
 import SIWAServer
 
 /// Redis as teams run it for availability, on loopback: one primary, two replicas and

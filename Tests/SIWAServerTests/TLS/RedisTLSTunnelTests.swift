@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import SIWARedis
 import SIWAServer
 import Testing
 

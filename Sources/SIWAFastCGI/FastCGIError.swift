@@ -1,14 +1,19 @@
 import Glibc
+import SIWASupport
 
 /// Why the FastCGI server could not start or serve: a stable code and a plain message
 /// that names the setting or the system call, never a request's content.
 public struct FastCGIError: CodedError {
     public let code: Code
     public let message: String
+    /// The errno a failed system call set, kept as a number (not only as the message's
+    /// text), so a caller can tell EADDRINUSE from EACCES without parsing.
+    public let systemErrno: Int32?
 
-    init(_ code: Code, _ message: String) {
+    init(_ code: Code, _ message: String, systemErrno: Int32? = nil) {
         self.code = code
         self.message = message
+        self.systemErrno = systemErrno
     }
 
     /// A stable, machine-readable code. A struct, so that a new code breaks no caller.
@@ -39,6 +44,6 @@ public struct FastCGIError: CodedError {
 extension FastCGIError {
     /// A message with the failing call and the errno text, e.g. "bind: Address already in use".
     static func system(_ code: Code, _ call: String, errno value: Int32) -> FastCGIError {
-        FastCGIError(code, "\(call): \(String(cString: strerror(value)))")
+        FastCGIError(code, "\(call): \(String(cString: strerror(value)))", systemErrno: value)
     }
 }

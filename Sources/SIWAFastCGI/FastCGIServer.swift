@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import SIWASupport
 
 /// A FastCGI responder over libfcgi: a listening socket, N worker threads each looping
 /// accept → handler → finish, and a graceful stop.

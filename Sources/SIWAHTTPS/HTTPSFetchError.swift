@@ -1,3 +1,5 @@
+import SIWASupport
+
 /// Why a fetch over HTTPS failed: a stable code and a plain message.
 ///
 /// The message names the URL's host at most; it never holds a response body.
@@ -6,11 +8,15 @@ public struct HTTPSFetchError: CodedError {
     public let message: String
     /// The HTTP status when the server answered with something other than 200.
     public let httpStatus: Int?
+    /// libcurl's own result code (a `CURLcode`) when the transfer failed inside libcurl:
+    /// the cause as libcurl gave it, beside the message's text.
+    public let curlCode: UInt32?
 
-    init(_ code: Code, _ message: String, httpStatus: Int? = nil) {
+    init(_ code: Code, _ message: String, httpStatus: Int? = nil, curlCode: UInt32? = nil) {
         self.code = code
         self.message = message
         self.httpStatus = httpStatus
+        self.curlCode = curlCode
     }
 
     public static func == (lhs: HTTPSFetchError, rhs: HTTPSFetchError) -> Bool {

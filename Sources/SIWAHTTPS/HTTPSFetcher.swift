@@ -136,19 +136,22 @@ public struct HTTPSFetcher: Sendable {
     private static func error(for code: CURLcode, detail: String, sink: ResponseSink) -> HTTPSFetchError {
         let reason = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
         if sink.overflowed || code == CURLE_FILESIZE_EXCEEDED {
-            return HTTPSFetchError(.responseTooLarge, "the response is larger than \(sink.limit) bytes")
+            return HTTPSFetchError(
+                .responseTooLarge, "the response is larger than \(sink.limit) bytes", curlCode: code.rawValue)
         }
+        let kind: HTTPSFetchError.Code
         switch code {
-        case CURLE_UNSUPPORTED_PROTOCOL: return HTTPSFetchError(.schemeNotAllowed, reason)
-        case CURLE_URL_MALFORMAT: return HTTPSFetchError(.urlInvalid, reason)
-        case CURLE_COULDNT_RESOLVE_HOST: return HTTPSFetchError(.resolveFailed, reason)
-        case CURLE_COULDNT_CONNECT: return HTTPSFetchError(.connectFailed, reason)
-        case CURLE_OPERATION_TIMEDOUT: return HTTPSFetchError(.timedOut, reason)
-        case CURLE_SSL_CONNECT_ERROR: return HTTPSFetchError(.tlsHandshakeFailed, reason)
-        case CURLE_PEER_FAILED_VERIFICATION: return HTTPSFetchError(.tlsVerificationFailed, reason)
-        case CURLE_SSL_CACERT_BADFILE: return HTTPSFetchError(.caFileUnusable, reason)
-        default: return HTTPSFetchError(.transferFailed, reason)
+        case CURLE_UNSUPPORTED_PROTOCOL: kind = .schemeNotAllowed
+        case CURLE_URL_MALFORMAT: kind = .urlInvalid
+        case CURLE_COULDNT_RESOLVE_HOST: kind = .resolveFailed
+        case CURLE_COULDNT_CONNECT: kind = .connectFailed
+        case CURLE_OPERATION_TIMEDOUT: kind = .timedOut
+        case CURLE_SSL_CONNECT_ERROR: kind = .tlsHandshakeFailed
+        case CURLE_PEER_FAILED_VERIFICATION: kind = .tlsVerificationFailed
+        case CURLE_SSL_CACERT_BADFILE: kind = .caFileUnusable
+        default: kind = .transferFailed
         }
+        return HTTPSFetchError(kind, reason, curlCode: code.rawValue)
     }
 
     /// Whether `host` (as libcurl normalises it) is a loopback address or name.

@@ -1,3 +1,5 @@
+import SIWASupport
+
 /// Why a Redis operation failed: a stable code and a plain message.
 ///
 /// Messages name what went wrong and where (the endpoint's host, a setting) but
@@ -5,10 +7,21 @@
 public struct RedisError: CodedError {
     public let code: Code
     public let message: String
+    /// What lay under the failure, as the library gave it, beside the message's text.
+    public let cause: Cause?
 
-    public init(_ code: Code, _ message: String) {
+    public init(_ code: Code, _ message: String, cause: Cause? = nil) {
         self.code = code
         self.message = message
+        self.cause = cause
+    }
+
+    /// The cause of a failure, kept rather than flattened to text.
+    public indirect enum Cause: Sendable {
+        /// hiredis' context error code (`REDIS_ERR_IO`, `REDIS_ERR_EOF`, `REDIS_ERR_PROTOCOL`...).
+        case hiredis(code: Int32)
+        /// An earlier failure this one wraps (an AUTH or SELECT refused while logging in).
+        case underlying(RedisError)
     }
 
     /// True when the failure is about reaching Redis, not about what Redis answered:

@@ -168,7 +168,8 @@ public final class RedisConnection {
             // connection must not be used: drop it and start over next time.
             disconnect()
             let step = endpoint.password == nil ? "SELECT \(endpoint.database)" : "AUTH or SELECT"
-            throw RedisError(.connectionFailed, "\(step) failed on \(target): \(error.message)")
+            throw RedisError(
+                .connectionFailed, "\(step) failed on \(target): \(error.message)", cause: .underlying(error))
         }
     }
 
@@ -250,7 +251,8 @@ public final class RedisConnection {
         // ETIMEDOUT (connecting): the call may still run once Redis resumes.
         let timedOut = [EAGAIN, EWOULDBLOCK, ETIMEDOUT].contains { detail == String(cString: strerror($0)) }
         return RedisError(
-            timedOut ? .timedOut : code, "\(verb) \(target): \(detail.isEmpty ? "unknown error" : detail)")
+            timedOut ? .timedOut : code, "\(verb) \(target): \(detail.isEmpty ? "unknown error" : detail)",
+            cause: .hiredis(code: context.pointee.err))
     }
 
     /// What the messages name: the endpoint, or the primary the sentinels gave.

@@ -6,7 +6,7 @@ extension NSCondition {
     /// with `ContinuousClock`, so a wall clock stepped forward cannot end a deadline early
     /// and one stepped back delays it by at most one slice's worth of its own step.
     /// Callers loop on their own condition, so an early return costs one more check.
-    func wait(untilMonotonic deadline: ContinuousClock.Instant) -> Bool {
+    public func wait(untilMonotonic deadline: ContinuousClock.Instant) -> Bool {
         let left = deadline - ContinuousClock.now
         guard left > .zero else { return false }
         let slice = min(left, .milliseconds(200))
