@@ -26,7 +26,9 @@ let package = Package(
         // One thin Swift wrapper per C library; none knows anything of notifications.
         // Every OpenSSL pointer lives in SIWACrypto, every libfcgi pointer in SIWAFastCGI,
         // every hiredis pointer in SIWARedis, every libcurl pointer in SIWAHTTPS.
-        .target(name: "SIWACrypto", dependencies: ["COpenSSL"]),
+        // The few OpenSSL helpers written in C (a .c file and a header of declarations).
+        .target(name: "COpenSSLShim", dependencies: ["COpenSSL"]),
+        .target(name: "SIWACrypto", dependencies: ["COpenSSL", "COpenSSLShim"]),
         .target(name: "SIWAFastCGI", dependencies: ["CFastCGI", "SIWASupport"]),
         .target(name: "SIWARedis", dependencies: ["CHiredis", "SIWASupport"]),
         .target(name: "SIWAHTTPS", dependencies: ["CCurl", "SIWASupport"]),

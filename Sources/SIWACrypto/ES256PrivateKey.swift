@@ -1,4 +1,5 @@
 import COpenSSL
+import COpenSSLShim
 
 /// An EC P-256 private key that signs ES256 (ECDSA with SHA-256), as a JWS needs it:
 /// the raw 64-byte `r || s`, not the DER that OpenSSL produces.

@@ -1,4 +1,5 @@
 import COpenSSL
+import COpenSSLShim
 
 /// HMAC-SHA256, used only by tests that forge "HS256 with the public key as secret".
 public enum HMACSHA256 {

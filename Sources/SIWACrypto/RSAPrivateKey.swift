@@ -1,4 +1,5 @@
 import COpenSSL
+import COpenSSLShim
 
 #if canImport(Glibc)
     import Glibc

@@ -1,4 +1,5 @@
 import COpenSSL
+import COpenSSLShim
 
 /// An RSA public key held by OpenSSL, used for RS256 signature checks.
 ///

@@ -54,15 +54,21 @@ struct ServeShutdownDeadlineTests {
         try stack.startServe()
         #expect(stack.waitUntil(timeout: 60) { ((try? stack.streamLength()) ?? 0) >= Int64(Self.recordCount) })
         #expect(try stack.streamLength() == Int64(Self.recordCount))
-        let log = (stack.serve?.logText ?? "")
-        var applied = 0
-        var duplicate = 0
-        for line in log.split(separator: "\n") where line.contains(#""event":"spool_replayed""#) {
-            applied += Self.integer("applied", in: String(line))
-            duplicate += Self.integer("duplicate", in: String(line))
+        // The pass logs its counts after its last record is in Redis: wait for that line
+        // rather than read the log the moment the stream is full. The log holds both runs.
+        func replayCounts() -> (applied: Int, duplicate: Int) {
+            var counts = (applied: 0, duplicate: 0)
+            for line in (stack.serve?.logText ?? "").split(separator: "\n")
+            where line.contains(#""event":"spool_replayed""#) {
+                counts.applied += Self.integer("applied", in: String(line))
+                counts.duplicate += Self.integer("duplicate", in: String(line))
+            }
+            return counts
         }
-        #expect(applied == Self.recordCount, "applied \(applied)")
-        #expect(duplicate == 0)
+        #expect(stack.waitUntil(timeout: 30) { replayCounts().applied >= Self.recordCount })
+        let counts = replayCounts()
+        #expect(counts.applied == Self.recordCount, "applied \(counts.applied)")
+        #expect(counts.duplicate == 0)
     }
 
     /// `"name":<digits>` in a JSON line.
