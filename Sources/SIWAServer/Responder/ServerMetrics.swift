@@ -46,13 +46,6 @@ public final class ServerMetrics: Sendable {
     public func recordSpoolRejected() { state.withLock { $0.rejectedSpoolRecords += 1 } }
     public func recordReplicaShortfall() { state.withLock { $0.replicaShortfalls += 1 } }
 
-    /// The request count for one label set (tests and /healthz use it).
-    public func requestCount(status: Int, outcome: String) -> Int {
-        state.withLock { state in
-            state.requests.filter { $0.key.status == status && $0.key.outcome == outcome }.values.reduce(0, +)
-        }
-    }
-
     /// The exposition text. Gauges owned elsewhere are passed in.
     public func render(spoolDepth: Int, jwksAgeSeconds: Double?, jwksRefreshFailures: Int, jwksKeys: Int) -> String {
         let snapshot = state.withLock { $0 }

@@ -38,11 +38,5 @@ public struct SpoolError: CodedError {
         public static let positionUnreadable = Code("spool_position_unreadable")
         /// A set-aside or requeued file cannot be moved where it belongs.
         public static let moveFailed = Code("spool_move_failed")
-
-        /// Every code, for documentation and exhaustive tests.
-        public static let all: [Code] = [
-            directoryUnusable, openFailed, writeFailed, syncFailed, readFailed, commitFailed, setAsideFailed,
-            removeFailed, positionUnreadable, moveFailed,
-        ]
     }
 }
