@@ -30,6 +30,7 @@ struct ExampleReaderTests {
             return environment
         }
 
+        /// The reader as a process not yet started, for a test that watches it while it runs.
         func process(_ arguments: [String]) -> Process {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
@@ -40,19 +41,10 @@ struct ExampleReaderTests {
 
         /// Runs the reader to its end and returns its standard output.
         func run(_ arguments: [String]) throws -> String {
-            let process = process(arguments)
-            let output = Pipe()
-            let errors = Pipe()
-            process.standardOutput = output
-            process.standardError = errors
-            try process.run()
-            let data = output.fileHandleForReading.readDataToEndOfFile()
-            let errorText = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            process.waitUntilExit()
-            #expect(
-                process.terminationStatus == 0,
-                "the \(rawValue) reader failed (scripts/install-deps installs it): \(errorText)")
-            return String(decoding: data, as: UTF8.self)
+            let run = try CommandRun.run(
+                URL(fileURLWithPath: "/usr/bin/env"), [rawValue, script] + arguments, environment: environment)
+            #expect(run.status == 0, "the \(rawValue) reader failed (scripts/install-deps installs it): \(run.errors)")
+            return run.output
         }
     }
 

@@ -3,41 +3,13 @@ import SIWATestKit
 import SIWAVerification
 import Testing
 
-/// Runs the real `siwa-endpoint` binary with its own environment, as an operator would.
-struct EndpointRun {
-    let status: Int32
-    let output: String
-    let errors: String
-
-    var lines: [String] { output.split(separator: "\n", omittingEmptySubsequences: false).map(String.init) }
-
-    static func run(_ arguments: [String], environment: [String: String] = [:]) throws -> EndpointRun {
-        let process = Process()
-        process.executableURL = ServeProcess.binaryURL
-        process.arguments = arguments
-        process.environment = environment.merging(["PATH": "/usr/bin:/bin"]) { current, _ in current }
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        let outputData = output.fileHandleForReading.readDataToEndOfFile()
-        let errorData = errors.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return EndpointRun(
-            status: process.terminationStatus, output: String(decoding: outputData, as: UTF8.self),
-            errors: String(decoding: errorData, as: UTF8.self))
-    }
-}
-
 /// `siwa-endpoint user`: what Redis holds for one user, read from state the real responder wrote.
 @Suite("siwa-endpoint user", .serialized)
 struct UserCommandTests {
     static let revokedAt: Int64 = 1_796_000_000_000  // 2026-11-30T00:53:20.000Z
 
-    func user(_ stack: ServeStack, _ words: [String], environment: [String: String]? = nil) throws -> EndpointRun {
-        try EndpointRun.run(["user"] + words, environment: environment ?? ["SIWA_REDIS_URL": stack.redis.url()])
+    func user(_ stack: ServeStack, _ words: [String], environment: [String: String]? = nil) throws -> CommandRun {
+        try CommandRun.endpoint(["user"] + words, environment: environment ?? ["SIWA_REDIS_URL": stack.redis.url()])
     }
 
     @Test("the hash with UTC dates, a session before or at the revocation is not valid, one after is")
@@ -157,14 +129,14 @@ struct StatusCommandTests {
     func healthy() throws {
         let stack = try ServeStack()
         defer { stack.shutdown() }
-        let table = try EndpointRun.run(["status", "--socket", stack.socketPath])
+        let table = try CommandRun.endpoint(["status", "--socket", stack.socketPath])
         #expect(table.status == 0, "\(table.errors)")
         #expect(
             table.lines == [
                 "socket       \(stack.socketPath)", "health       ok", "keys         1 of Apple's signing keys loaded",
                 "redis        ok", "spool depth  0 notifications waiting for Redis", "",
             ])
-        let json = try EndpointRun.run(["status", "--json"], environment: ["SIWA_FCGI_SOCKET": stack.socketPath])
+        let json = try CommandRun.endpoint(["status", "--json"], environment: ["SIWA_FCGI_SOCKET": stack.socketPath])
         #expect(json.status == 0)
         #expect(json.output == #"{"status":"ok","keys":1,"redis":"ok","spool_depth":0}"# + "\n")
     }
@@ -177,13 +149,13 @@ struct StatusCommandTests {
         #expect(
             try stack.post(try stack.body(type: "consent-revoked", sub: "000021.s.0001")).jsonFields["status"]
                 == "spooled")
-        let table = try EndpointRun.run(["status", "--socket", stack.socketPath])
+        let table = try CommandRun.endpoint(["status", "--socket", stack.socketPath])
         #expect(table.status == 1)
         #expect(table.lines.contains("health       NOT HEALTHY (HTTP 503)"))
         #expect(table.lines.contains("redis        down"))
         #expect(table.lines.contains("spool depth  1 notifications waiting for Redis"))
         #expect(table.lines.contains("reason       Redis does not answer"))
-        let json = try EndpointRun.run(["status", "--socket", stack.socketPath, "--json"])
+        let json = try CommandRun.endpoint(["status", "--socket", stack.socketPath, "--json"])
         #expect(json.status == 1)
         // The breaker opened on the spooled request: its members follow the spool depth.
         #expect(
@@ -196,12 +168,14 @@ struct StatusCommandTests {
     func noAnswer() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
             "siwa-status-\(UUID().uuidString)")
-        let missing = try EndpointRun.run(["status", "--socket", directory.appendingPathComponent("none.sock").path])
+        let missing = try CommandRun.endpoint([
+            "status", "--socket", directory.appendingPathComponent("none.sock").path,
+        ])
         #expect(missing.status == 3)
         #expect(missing.output.isEmpty)
         #expect(missing.errors.contains("no answer"))
-        #expect(try EndpointRun.run(["status", "--socket", "localhost"]).status == 2)
-        #expect(try EndpointRun.run(["status", "--socket", "/x", "--timeout", "0"]).status == 2)
+        #expect(try CommandRun.endpoint(["status", "--socket", "localhost"]).status == 2)
+        #expect(try CommandRun.endpoint(["status", "--socket", "/x", "--timeout", "0"]).status == 2)
     }
 }
 
@@ -219,7 +193,7 @@ struct UserCommandSentinelTests {
             "HSET", key, "sessions_revoked_at", "1796000000000", "updated_at", "1796000000412")
         // A port nothing listens on: only the sentinels can lead the command to the data.
         let unused = try RedisServerProcess.freeLoopbackPort()
-        let run = try EndpointRun.run(
+        let run = try CommandRun.endpoint(
             ["user", "com.example.sentinel", "000030.u.0001", "--session-started", "1796000000000"],
             environment: [
                 "SIWA_REDIS_URL": "redis://127.0.0.1:\(unused)/0", "SIWA_REDIS_SENTINELS": cluster.sentinelList,

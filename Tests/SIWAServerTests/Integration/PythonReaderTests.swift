@@ -39,19 +39,9 @@ struct PythonReaderTests {
 
     /// Runs one of the README's Python examples and returns its standard output.
     func run(_ arguments: [String]) throws -> Data {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Self.python)
-        process.arguments = arguments
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        let errorText = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "the reader failed (is redis-py installed?): \(errorText)")
-        return data
+        let run = try CommandRun.run(URL(fileURLWithPath: Self.python), arguments)
+        #expect(run.status == 0, "the reader failed (is redis-py installed?): \(run.errors)")
+        return Data(run.output.utf8)
     }
 
     @Test("sessions that began at or before consent-revoked are invalid; later ones are valid")

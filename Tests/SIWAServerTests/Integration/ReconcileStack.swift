@@ -23,12 +23,6 @@ final class ReconcileStack {
         case valid, refused, error500, error500Once = "error500_once", stall
     }
 
-    struct Result {
-        let status: Int32
-        let standardOutput: String
-        let standardError: String
-    }
-
     /// One request the stand-in received, by token label (it never logs a token).
     struct StandinRequest: Equatable {
         let label: String?
@@ -116,25 +110,12 @@ final class ReconcileStack {
     }
 
     /// Runs `siwa-endpoint reconcile` on `lines` (a file) to the end.
-    func reconcile(_ lines: [String], overriding: [String: String] = [:], rate: String = "50") throws -> Result {
+    func reconcile(_ lines: [String], overriding: [String: String] = [:], rate: String = "50") throws -> CommandRun {
         let input = directory.appendingPathComponent("users-\(UUID().uuidString).jsonl")
         try lines.map { $0 + "\n" }.joined().write(to: input, atomically: true, encoding: .utf8)
-        let outputURL = directory.appendingPathComponent("out-\(UUID().uuidString)")
-        let errorURL = directory.appendingPathComponent("err-\(UUID().uuidString)")
-        _ = FileManager.default.createFile(atPath: outputURL.path, contents: nil)
-        _ = FileManager.default.createFile(atPath: errorURL.path, contents: nil)
-        let process = Process()
-        process.executableURL = ServeProcess.binaryURL
-        process.arguments = ["reconcile", "--rate", rate, input.path]
-        process.environment = environment.merging(overriding) { _, override in override }
-        process.standardOutput = try FileHandle(forWritingTo: outputURL)
-        process.standardError = try FileHandle(forWritingTo: errorURL)
-        try process.run()
-        process.waitUntilExit()
-        return Result(
-            status: process.terminationStatus,
-            standardOutput: try String(contentsOf: outputURL, encoding: .utf8),
-            standardError: try String(contentsOf: errorURL, encoding: .utf8))
+        return try CommandRun.endpoint(
+            ["reconcile", "--rate", rate, input.path],
+            environment: environment.merging(overriding) { _, override in override })
     }
 
     /// What the stand-in received, in order.

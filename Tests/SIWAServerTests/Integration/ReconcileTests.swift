@@ -79,11 +79,11 @@ struct ReconcileTests {
         ])
         let after = Int64(Date().timeIntervalSince1970 * 1000)
 
-        #expect(result.status == 1, "some users stayed unknown: \(result.standardError)")
+        #expect(result.status == 1, "some users stayed unknown: \(result.errors)")
         #expect(
-            result.standardOutput
+            result.output
                 == "reconcile: checked=6 still_valid=2 refused=2 skipped=0 unknown=2 malformed=3\n")
-        let log = logLines(result.standardError)
+        let log = logLines(result.errors)
         #expect(
             log.filter { $0["event"] == "reconcile_line_malformed" }.map { [$0["line"] ?? "", $0["reason"] ?? ""] }
                 == [["3", "not_json"], ["5", "refresh_token_missing"], ["10", "sub_invalid"]])
@@ -151,7 +151,7 @@ struct ReconcileTests {
         }
 
         // No refresh token, and no client secret (a JWT starts "eyJ"), in any output or in Redis.
-        let everything = result.standardOutput + result.standardError + (try stack.redisDump())
+        let everything = result.output + result.errors + (try stack.redisDump())
         for secret in [valid, refused, failing, stalling, flaky, alreadyRevoked, malformedToken, "eyJ"] {
             #expect(!everything.contains(secret))
         }
@@ -171,7 +171,7 @@ struct ReconcileTests {
         let first = try stack.reconcile(users, overriding: ["SIWA_APPLE_ATTEMPTS": "1"])
         #expect(first.status == 1)
         #expect(
-            first.standardOutput == "reconcile: checked=3 still_valid=1 refused=1 skipped=0 unknown=1 malformed=0\n")
+            first.output == "reconcile: checked=3 still_valid=1 refused=1 skipped=0 unknown=1 malformed=0\n")
         let revokedAt = try stack.userHash(sub: "000002.b")["sessions_revoked_at"]
         #expect(revokedAt != nil)
 
@@ -179,7 +179,7 @@ struct ReconcileTests {
         // The unknown user is asked again (nothing was decided for it); the others are skipped.
         #expect(second.status == 1)
         #expect(
-            second.standardOutput == "reconcile: checked=2 still_valid=1 refused=0 skipped=2 unknown=1 malformed=0\n")
+            second.output == "reconcile: checked=2 still_valid=1 refused=0 skipped=2 unknown=1 malformed=0\n")
         #expect(try stack.requestCounts() == ["valid": 1, "refused": 1, "failing": 2, "newcomer": 1])
         #expect(try stack.userHash(sub: "000002.b")["sessions_revoked_at"] == revokedAt)
         #expect(try stack.streamEntries().count == 1)
@@ -201,15 +201,15 @@ struct ReconcileTests {
 
         #expect(result.status == 2)
         #expect(
-            result.standardOutput == "reconcile: checked=0 still_valid=0 refused=0 skipped=0 unknown=0 malformed=0\n")
+            result.output == "reconcile: checked=0 still_valid=0 refused=0 skipped=0 unknown=0 malformed=0\n")
         #expect(
-            result.standardError.contains("Apple refused the client (invalid_client) for client ID com.example.app"))
+            result.errors.contains("Apple refused the client (invalid_client) for client ID com.example.app"))
         #expect(
             try stack.standinRequests()
                 == [.init(label: "first", answer: "invalid_client", problem: wrong == "key" ? "signature" : "iss")])
         // Nothing written: no user state, no marker, no stream entry.
         #expect(try stack.redisDump().isEmpty)
-        #expect(!(result.standardOutput + result.standardError).contains(first))
+        #expect(!(result.output + result.errors).contains(first))
     }
 
     @Test(
@@ -229,7 +229,7 @@ struct ReconcileTests {
         let actual = value == "RSA" ? stack.authority.serverKeyPath : value
         let result = try stack.reconcile([line("000004.a", token)], overriding: [setting: actual])
         #expect(result.status == 2)
-        #expect(result.standardError.contains("siwa-endpoint reconcile: \(setting) "))
+        #expect(result.errors.contains("siwa-endpoint reconcile: \(setting) "))
         #expect(try stack.standinRequests().isEmpty)
         #expect(try stack.redisDump().isEmpty)
     }

@@ -14,35 +14,9 @@ import Testing
 /// stands in for Apple's.
 @Suite("Spool dead ends, end to end", .serialized)
 struct SpoolDeadEndTests {
-    /// Runs `siwa-endpoint` with `arguments` and `environment` (plus PATH); its exit status,
-    /// standard output and standard error. Bounded: killed after `timeout` seconds.
-    static func runEndpoint(_ arguments: [String], environment: [String: String], timeout: TimeInterval = 30) throws
-        -> (status: Int32, output: String, errors: String)
-    {
-        let process = Process()
-        process.executableURL = ServeProcess.binaryURL
-        process.arguments = arguments
-        process.environment = environment.merging(["PATH": "/usr/bin:/bin"]) { current, _ in current }
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
-        let watchdog = DispatchWorkItem { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
-        DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: watchdog)
-        let outputData = output.fileHandleForReading.readDataToEndOfFile()
-        let errorData = errors.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        watchdog.cancel()
-        return (
-            process.terminationStatus, String(decoding: outputData, as: UTF8.self),
-            String(decoding: errorData, as: UTF8.self)
-        )
-    }
-
     /// `spool status` on a directory, as a dictionary of its JSON members.
     static func spoolStatus(_ directory: String) throws -> [String: String] {
-        let result = try runEndpoint(["spool", "status", "--spool-dir", directory], environment: [:])
+        let result = try CommandRun.endpoint(["spool", "status", "--spool-dir", directory], environment: [:])
         try #require(result.status == 0, "spool status failed: \(result.errors)")
         guard case .object(let members) = try StrictJSONParser.parse(Array(result.output.utf8)) else { return [:] }
         return members.mapValues {
@@ -92,7 +66,7 @@ struct SpoolDeadEndTests {
             ("database 99", redis.url(database: 99), "DB index is out of range"),
         ]
         for (name, url, cause) in cases {
-            let result = try Self.runEndpoint(["serve"], environment: Self.serveEnvironment(redisURL: url))
+            let result = try CommandRun.endpoint(["serve"], environment: Self.serveEnvironment(redisURL: url))
             #expect(result.status == 2, "\(name)")
             let lines = result.errors.split(separator: "\n").filter { $0.hasPrefix("{") }
             #expect(lines.count == 1, "\(name): \(result.errors)")

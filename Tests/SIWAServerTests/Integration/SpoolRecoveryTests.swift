@@ -242,7 +242,7 @@ struct SpoolRecoveryTests {
             in: stack.spoolDirectory)
         let position = stack.spoolDirectory + "/replay-position"
         #expect(FileManager.default.createFile(atPath: position, contents: Data(repeating: 0x78, count: 128)))
-        let result = try SpoolDeadEndTests.runEndpoint(["serve"], environment: stack.environment)
+        let result = try CommandRun.endpoint(["serve"], environment: stack.environment)
         #expect(result.status != 0)
         #expect(result.errors.contains("spool_position_unreadable"))
         #expect(result.errors.contains(position))
@@ -275,7 +275,7 @@ struct SpoolRecoveryTests {
 
         // The cause is fixed for the first user; requeued while serve runs.
         _ = try admin.command("DEL", keys[0])
-        let running = try SpoolDeadEndTests.runEndpoint(
+        let running = try CommandRun.endpoint(
             ["spool", "requeue"], environment: ["SIWA_SPOOL_DIR": stack.spoolDirectory])
         #expect(running.status == 0)
         #expect(running.output.contains(#""requeued":2"#))
@@ -290,7 +290,7 @@ struct SpoolRecoveryTests {
         stack.serve?.terminate()
         #expect(stack.serve?.waitForExit(timeout: 20) == 0)
         _ = try admin.command("DEL", keys[1])
-        let stopped = try SpoolDeadEndTests.runEndpoint(
+        let stopped = try CommandRun.endpoint(
             ["spool", "requeue", "--spool-dir", stack.spoolDirectory], environment: [:])
         #expect(stopped.output.contains(#""requeued":1"#))
         #expect(try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)["depth"] == "1")
@@ -303,7 +303,7 @@ struct SpoolRecoveryTests {
         #expect(status["set_aside"] == "0")
         #expect(status["depth"] == "0")
         #expect(
-            try SpoolDeadEndTests.runEndpoint(
+            try CommandRun.endpoint(
                 ["spool", "requeue", "--spool-dir", stack.spoolDirectory], environment: [:]
             ).output.contains(#""requeued":0"#))
     }
@@ -416,7 +416,7 @@ struct SpoolRecoveryTests {
         #expect(try setAsideText().contains(#""jti":"#))
         #expect(stack.serve?.logLines(event: "spool_set_aside_email_removed").count == 1)
         // Put back in line, the email event is stale: no address comes back.
-        _ = try SpoolDeadEndTests.runEndpoint(
+        _ = try CommandRun.endpoint(
             ["spool", "requeue", "--spool-dir", stack.spoolDirectory], environment: [:])
         #expect(try stack.waitUntil(timeout: 15) { try stack.streamLength() == 2 })
         #expect(try stack.userHash(sub: sub)["email"] == nil)

@@ -20,19 +20,10 @@ struct SentinelReaderTests {
 
     /// Runs one example to its end (bounded at 60 s): its standard output.
     static func run(_ script: String, _ arguments: [String]) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: PythonReaderTests.python)
-        process.arguments = [examples.appendingPathComponent(script).path] + arguments
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        let errorText = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "\(script) failed: \(errorText)")
-        return String(decoding: data, as: UTF8.self)
+        let run = try CommandRun.run(
+            URL(fileURLWithPath: PythonReaderTests.python), [examples.appendingPathComponent(script).path] + arguments)
+        #expect(run.status == 0, "\(script) failed: \(run.errors)")
+        return run.output
     }
 
     /// Both replicas hold what the primary holds (their offset reached the primary's).

@@ -126,6 +126,15 @@ final class RedisSentinelCluster: @unchecked Sendable {
         return nil
     }
 
+    /// The port the sentinels name as the master's, when that running node's ROLE agrees.
+    func currentPrimaryFromSentinels() -> Int? {
+        guard let port = masterPortFromSentinels(),
+            let node = dataNodes.first(where: { $0.port == port }), node.isRunning,
+            (try? connection(port: port).command("ROLE"))?.array?.first?.string == "master"
+        else { return nil }
+        return port
+    }
+
     /// The data node whose ROLE is master, among those running.
     func currentPrimary() -> Node? {
         dataNodes.first { node in
