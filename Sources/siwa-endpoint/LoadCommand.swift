@@ -13,6 +13,7 @@ enum LoadCommand {
     static let help = """
         usage: siwa-endpoint load --socket PATH --key FILE --kid KID --client-id ID
                                   [--count N] [--concurrency C] [--path /apple/notifications]
+                                  [--hang-redis PID]
 
         Signs N distinct notifications (distinct sub and jti; email-disabled,
         email-enabled, consent-revoked and account-deleted in turn) with the test
@@ -25,6 +26,15 @@ enum LoadCommand {
         request of either phase is not 2xx. The responder must accept the key's
         kid and the client ID. Every request times out after 10 s.
         Defaults: N = 2000 (at most 100000), C = 4 (at most 256).
+
+        With --hang-redis PID (the redis-server the responder writes to, on this
+        machine), the phases are instead:
+          phase A (baseline): N notification POSTs with Redis answering
+          phase B: N more notification POSTs while that process is stopped
+                   (SIGSTOP before the phase, SIGCONT after it, also on failure)
+        so B/A is the rate a hanging Redis leaves, and phase B's p99 what one
+        request waits then. The responder spools phase B; it is applied when
+        Redis resumes.
         """
 
     static let maximumCount = 100_000
@@ -39,7 +49,9 @@ enum LoadCommand {
         }
         let arguments = try CommandLineArguments(
             words,
-            valueOptions: ["--socket", "--key", "--kid", "--client-id", "--count", "--concurrency", "--path"])
+            valueOptions: [
+                "--socket", "--key", "--kid", "--client-id", "--count", "--concurrency", "--path", "--hang-redis",
+            ])
         let socketPath = try arguments.required("--socket")
         let keyPath = try arguments.required("--key")
         let clientID = try arguments.required("--client-id")
@@ -53,6 +65,10 @@ enum LoadCommand {
             throw UsageError("--concurrency must be between 1 and \(maximumConcurrency), got \(concurrency)")
         }
         guard path.hasPrefix("/") else { throw UsageError("--path must start with /") }
+        let hangPID = try arguments.integer("--hang-redis")
+        if let hangPID, hangPID <= 1 || hangPID > Int64(Int32.max) {
+            throw UsageError("--hang-redis takes the process id of a redis-server, got \(hangPID)")
+        }
         guard let pem = FileManager.default.contents(atPath: keyPath) else {
             throw UsageError("cannot read --key \(keyPath)")
         }
@@ -63,6 +79,10 @@ enum LoadCommand {
         let plan = Plan(
             client: FastCGIClient(.unixSocket(socketPath), timeout: requestTimeout), count: Int(count),
             concurrency: Int(concurrency))
+        if let hangPID {
+            return try runWithHangingRedis(
+                plan: plan, redisPID: pid_t(hangPID), key: key, clientID: clientID, path: path)
+        }
         let signStart = ContinuousClock.now
         let bodies = try signNotifications(plan: plan, key: key, clientID: clientID)
         let signSeconds = seconds(ContinuousClock.now - signStart)
@@ -84,6 +104,37 @@ enum LoadCommand {
         report(notifications, label: "phase B (notifications, POST \(path))")
         Output.line("ratio B/A of requests/s: \(format(notifications.rate / baseline.rate, 3))")
         return baseline.failures == 0 && notifications.failures == 0 ? 0 : 1
+    }
+
+    /// Phase A: notifications with Redis answering; phase B: as many while the Redis process
+    /// is stopped. B/A is the capacity a hanging Redis leaves, B's p99 what a request waits.
+    private static func runWithHangingRedis(
+        plan: Plan, redisPID: pid_t, key: TestSigningKey, clientID: String, path: String
+    ) throws -> Int32 {
+        guard kill(redisPID, 0) == 0 else {
+            throw UsageError("--hang-redis \(redisPID): no such process this user may signal")
+        }
+        let twice = Plan(client: plan.client, count: plan.count * 2, concurrency: plan.concurrency)
+        let signStart = ContinuousClock.now
+        let bodies = try signNotifications(plan: twice, key: key, clientID: clientID)
+        Output.line(
+            "load: \(plan.count) notifications per phase, \(plan.concurrency) client threads, one connection per "
+                + "request, unix socket; \(twice.count) notifications signed beforehand in "
+                + "\(format(seconds(ContinuousClock.now - signStart), 2)) s")
+        let params = bodies.indices.map { index in
+            FastCGIClient.params(
+                method: "POST", uri: path, body: bodies[index], contentType: "application/json",
+                extra: [("REQUEST_ID", "load-\(index)")])
+        }
+        let answering = plan.runPhase { index in (params[index], bodies[index]) }
+        kill(redisPID, SIGSTOP)
+        let hanging = plan.runPhase { index in (params[plan.count + index], bodies[plan.count + index]) }
+        kill(redisPID, SIGCONT)
+
+        report(answering, label: "phase A (baseline, notifications, Redis answering)")
+        report(hanging, label: "phase B (notifications, Redis stopped with SIGSTOP)")
+        Output.line("ratio B/A of requests/s: \(format(hanging.rate / answering.rate, 3))")
+        return answering.failures == 0 && hanging.failures == 0 ? 0 : 1
     }
 
     /// Signs every body before the clock starts, spread over the client threads (RSA signing

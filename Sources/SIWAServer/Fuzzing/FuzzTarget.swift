@@ -99,13 +99,17 @@ package struct FuzzTarget: Sendable {
             precondition(reader.offset > previous && reader.offset <= bytes.count, "the reader did not move on")
             previous = reader.offset
             switch entry {
-            case .record(let notification, _, _):
+            case .record(let notification, _, let attemptedAt, _):
                 records += 1
-                let again = SpoolRecord.encode(notification)
-                guard case .notification(let decoded, _) = SpoolRecord.decode(again.dropLast()) else {
+                let again = SpoolRecord.encode(notification, attemptedAt: attemptedAt)
+                guard case .notification(let decoded, _, let attemptedAgain) = SpoolRecord.decode(again.dropLast()),
+                    attemptedAgain == attemptedAt
+                else {
                     preconditionFailure("a decoded record does not round-trip")
                 }
-                precondition(SpoolRecord.encode(decoded) == again, "a decoded record does not round-trip")
+                precondition(
+                    SpoolRecord.encode(decoded, attemptedAt: attemptedAgain) == again,
+                    "a decoded record does not round-trip")
             case .bad: break
             }
         }

@@ -16,21 +16,24 @@ extension NotificationStore {
     /// connection for that many replicas (at most `replicaTimeout`).
     ///
     /// WAIT counts the replicas that hold everything this connection wrote. A `duplicate`
-    /// wrote nothing, yet the first copy may still be unreplicated (its request may have
+    /// or `stored` wrote nothing, yet the first copy may still be unreplicated (its request may have
     /// ended in a timeout), so one PUBLISH on `<prefix>:replication-probe` (no subscriber,
     /// replicated like any write) moves this connection's replication offset to now first.
     /// A WAIT that fails (the connection broke after the script ran) counts as a shortfall:
     /// the write may or may not have reached a replica.
     public func apply(
-        _ notification: VerifiedNotification, receivedAt: Int64, minimumReplicas: Int, replicaTimeout: Duration
+        _ notification: VerifiedNotification, receivedAt: Int64, earlierAttempt: Int64? = nil, minimumReplicas: Int,
+        replicaTimeout: Duration
     ) throws(RedisError) -> Acknowledged {
-        let outcome = try apply(notification, receivedAt: receivedAt)
+        let outcome = try apply(notification, receivedAt: receivedAt, earlierAttempt: earlierAttempt)
         guard minimumReplicas > 0 else { return Acknowledged(outcome: outcome, replicas: nil, isShortfall: false) }
         let timeout = replicaTimeout.components
         let milliseconds = max(1, timeout.seconds * 1000 + timeout.attoseconds / 1_000_000_000_000_000)
         var replicas = 0
         do {
-            if outcome == .duplicate { _ = try connection.command("PUBLISH", "\(keyPrefix):replication-probe", "") }
+            if outcome == .duplicate || outcome == .stored {
+                _ = try connection.command("PUBLISH", "\(keyPrefix):replication-probe", "")
+            }
             replicas = Int(try connection.command("WAIT", String(minimumReplicas), String(milliseconds)).integer ?? 0)
         } catch {
             replicas = 0

@@ -8,7 +8,12 @@ extension NotificationStore {
     /// 6 event_time (ms), 7 jti, 8 email ('' when none), 9 is_private_email
     /// ('true'/'false'/''), 10 received_at (ms), 11 seen-marker TTL (ms),
     /// 12 stream max length, 13 the published JSON up to (not including) the
-    /// `applied` value.
+    /// `applied` value, 14 the receive time (ms) of an earlier call for this same delivery
+    /// whose reply was lost ('' when there was none).
+    ///
+    /// A seen marker whose value is argument 14 was written by that earlier call (a timeout,
+    /// or a connection that dropped after the script ran): the answer is `stored`, not
+    /// `duplicate`, because this delivery is what wrote it.
     ///
     /// Redis does not roll a script back: a runtime error after a write leaves that
     /// write. So every refusal happens before the first write, and the seen marker is
@@ -31,7 +36,7 @@ extension NotificationStore {
           -- Redis 6 has no acl_check_cmd: loading and running the script is all it can show.
           if redis.acl_check_cmd == nil then return 'ready' end
           local checks = {
-            {'EXISTS', seen_key}, {'TYPE', user_key}, {'TYPE', stream_key}, {'HGET', user_key, 'f'},
+            {'EXISTS', seen_key}, {'GET', seen_key}, {'TYPE', user_key}, {'TYPE', stream_key}, {'HGET', user_key, 'f'},
             {'HEXISTS', user_key, 'f'}, {'HSET', user_key, 'f', 'v'}, {'HDEL', user_key, 'f'},
             {'XADD', stream_key, 'MAXLEN', '~', ARGV[2], '*', 'f', 'v'}, {'PUBLISH', ARGV[1], 'm'},
             {'SET', seen_key, 'v', 'PX', '1'},
@@ -47,10 +52,14 @@ extension NotificationStore {
         local channel, client_id, sub, event_type, raw_type = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
         local event_time_text, jti, email, is_private = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
         local received_at, seen_ttl_ms, stream_maxlen, message_head = ARGV[10], ARGV[11], ARGV[12], ARGV[13]
+        local earlier_attempt = ARGV[14] or ''
         local event_time = tonumber(event_time_text)
         if event_time == nil then return redis.error_reply('ERR event_time is not a number') end
 
-        if redis.call('EXISTS', seen_key) == 1 then return 'duplicate' end
+        if redis.call('EXISTS', seen_key) == 1 then
+          if earlier_attempt ~= '' and redis.call('GET', seen_key) == earlier_attempt then return 'stored' end
+          return 'duplicate'
+        end
 
         local user_type = redis.call('TYPE', user_key)['ok']
         if user_type ~= 'none' and user_type ~= 'hash' then

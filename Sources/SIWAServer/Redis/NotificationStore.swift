@@ -75,20 +75,24 @@ public final class NotificationStore {
 
     /// Applies one notification atomically. `receivedAt` is Unix milliseconds (the
     /// caller's clock, so tests are deterministic); it becomes `updated_at` and the
-    /// seen marker's value.
+    /// seen marker's value. `earlierAttempt` is the receive time of an earlier call for this
+    /// same delivery whose reply was lost (a spooled record's `attempted_at`): if that call
+    /// did write, the outcome is `stored`, not `duplicate`.
     ///
     /// A connection error on a connection that was up is retried once: the socket may
     /// have been closed by a Redis restart while idle. That is safe because the script
-    /// is idempotent per jti: if the first run did commit, the retry answers
-    /// `duplicate`, and the notification is stored either way. A timeout is not retried: a
-    /// Redis that hangs would make the caller wait twice (it spools instead).
-    public func apply(_ notification: VerifiedNotification, receivedAt: Int64) throws(RedisError) -> Outcome {
+    /// is idempotent per jti: if the first run did commit, the retry finds the marker it
+    /// wrote and answers `stored`, and the notification is stored either way. A timeout is
+    /// not retried: a Redis that hangs would make the caller wait twice (it spools instead).
+    public func apply(
+        _ notification: VerifiedNotification, receivedAt: Int64, earlierAttempt: Int64? = nil
+    ) throws(RedisError) -> Outcome {
         try checkKeyParts(notification)
         let wasConnected = connection.isConnected
         do {
-            return try runScript(notification, receivedAt: receivedAt)
+            return try runScript(notification, receivedAt: receivedAt, earlierAttempt: earlierAttempt)
         } catch  where error.isConnectionError && error.code != .timedOut && wasConnected {
-            return try runScript(notification, receivedAt: receivedAt)
+            return try runScript(notification, receivedAt: receivedAt, earlierAttempt: receivedAt)
         }
     }
 
@@ -116,9 +120,11 @@ public final class NotificationStore {
         }
     }
 
-    private func runScript(_ notification: VerifiedNotification, receivedAt: Int64) throws(RedisError) -> Outcome {
+    private func runScript(
+        _ notification: VerifiedNotification, receivedAt: Int64, earlierAttempt: Int64?
+    ) throws(RedisError) -> Outcome {
         let sha = try loadedScriptSHA()
-        let arguments = scriptArguments(notification, receivedAt: receivedAt)
+        let arguments = scriptArguments(notification, receivedAt: receivedAt, earlierAttempt: earlierAttempt)
         let reply: RedisReply
         do {
             reply = try connection.command([Array("EVALSHA".utf8), Array(sha.utf8), [UInt8(ascii: "3")]] + arguments)
@@ -146,7 +152,9 @@ public final class NotificationStore {
 
     /// KEYS then ARGV, in the order the script reads them, as the bytes Redis receives
     /// (no intermediate `String` per argument: this runs for every notification).
-    private func scriptArguments(_ notification: VerifiedNotification, receivedAt: Int64) -> [[UInt8]] {
+    private func scriptArguments(
+        _ notification: VerifiedNotification, receivedAt: Int64, earlierAttempt: Int64?
+    ) -> [[UInt8]] {
         let clientID = Array(notification.clientID.utf8)
         let subject = Array(notification.subject.utf8)
         let tokenID = Array(notification.tokenID.utf8)
@@ -184,6 +192,7 @@ public final class NotificationStore {
             Array(String(notification.eventTimeMilliseconds).utf8), tokenID, Array((notification.email ?? "").utf8),
             Array(privateFlag.utf8), Array(String(receivedAt).utf8),
             Array(String(ttlMilliseconds).utf8), Array(String(max(1, streamMaxLength)).utf8), messageHead,
+            earlierAttempt.map { Array(String($0).utf8) } ?? [],
         ]
     }
 }

@@ -4,9 +4,11 @@ import SIWAVerification
 /// What the responder needs from the Redis store: apply a notification, answer a ping.
 /// `NotificationStore` in service; an in-process stand-in in the responder's status tests.
 public protocol NotificationStoring: AnyObject {
-    /// Applies one notification (see `NotificationStore.apply(_:receivedAt:minimumReplicas:replicaTimeout:)`).
+    /// Applies one notification (see
+    /// `NotificationStore.apply(_:receivedAt:earlierAttempt:minimumReplicas:replicaTimeout:)`).
     func apply(
-        _ notification: VerifiedNotification, receivedAt: Int64, minimumReplicas: Int, replicaTimeout: Duration
+        _ notification: VerifiedNotification, receivedAt: Int64, earlierAttempt: Int64?, minimumReplicas: Int,
+        replicaTimeout: Duration
     ) throws(RedisError) -> NotificationStore.Acknowledged
 
     /// Why the store does not answer now (a PING), or nil when it does.

@@ -125,10 +125,14 @@ public final class NotificationResponder: Sendable {
             result.logFields = [("redis_circuit", .string("open"))]
             return spoolInstead(notification, result)
         }
+        // The seen marker's value if the script runs: a spooled record keeps it, so that a call
+        // that timed out but ran after all is replayed as `stored`, not `duplicate`.
+        let receivedAt = clockMilliseconds()
         do {
             let acknowledged = try stores.withStore { store throws(RedisError) in
                 try store.apply(
-                    notification, receivedAt: clockMilliseconds(), minimumReplicas: configuration.redis.minimumReplicas,
+                    notification, receivedAt: receivedAt, earlierAttempt: nil,
+                    minimumReplicas: configuration.redis.minimumReplicas,
                     replicaTimeout: configuration.redis.replicaTimeout)
             }
             result.outcome = acknowledged.outcome.rawValue
@@ -140,17 +144,17 @@ public final class NotificationResponder: Sendable {
             metrics.recordRedisError()
             EventLog.event("redis_error", level: "warning", [("error", .string(error.code.rawValue))])
             breaker.recordFailure(error)
-            return spoolInstead(notification, result)
+            return spoolInstead(notification, result, attemptedAt: receivedAt)
         }
         result.body = Self.json(status: result.outcome)
         return result
     }
 
     /// Redis cannot take it now: the spool does (fsync'd), or the answer is a 503.
-    func spoolInstead(_ notification: VerifiedNotification, _ result: Result) -> Result {
+    func spoolInstead(_ notification: VerifiedNotification, _ result: Result, attemptedAt: Int64? = nil) -> Result {
         var result = result
         do {
-            try spool.append(notification)
+            try spool.append(notification, attemptedAt: attemptedAt)
             result.outcome = "spooled"
             replayer?.nudge()
         } catch {

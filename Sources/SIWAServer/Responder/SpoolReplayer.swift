@@ -57,7 +57,7 @@ public final class SpoolReplayer: @unchecked Sendable {
     /// One pass: applies what is waiting, in order, until done or something stops it.
     @discardableResult
     public func replayOnce() -> SpoolReplayReport {
-        let report = spool.replayCounted({ (notification: VerifiedNotification) throws -> String in
+        let report = spool.replayCounted({ (notification: VerifiedNotification, attemptedAt: Int64?) throws -> String in
             if condition.withLock({ stopping }) { throw Stopped() }
             guard clientIDs.contains(notification.clientID) else {
                 return try setRecordAside(
@@ -65,7 +65,8 @@ public final class SpoolReplayer: @unchecked Sendable {
             }
             do {
                 let acknowledged = try store.apply(
-                    notification, receivedAt: clock(), minimumReplicas: minimumReplicas, replicaTimeout: replicaTimeout)
+                    notification, receivedAt: clock(), earlierAttempt: attemptedAt, minimumReplicas: minimumReplicas,
+                    replicaTimeout: replicaTimeout)
                 accountDeleted(notification)
                 if acknowledged.isShortfall {
                     // Kept until enough replicas hold it; the pass stops here and tries again
@@ -86,6 +87,7 @@ public final class SpoolReplayer: @unchecked Sendable {
                 [
                     ("applied", .integer(Int64(report.outcomes["applied"] ?? 0))),
                     ("duplicate", .integer(Int64(report.outcomes["duplicate"] ?? 0))),
+                    ("stored", .integer(Int64(report.outcomes["stored"] ?? 0))),
                     ("stale", .integer(Int64(report.outcomes["stale"] ?? 0))),
                     ("recorded", .integer(Int64(report.outcomes["recorded"] ?? 0))),
                     ("set_aside", .integer(Int64(setAsideCount))),

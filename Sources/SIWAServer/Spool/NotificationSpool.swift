@@ -141,8 +141,9 @@ public final class NotificationSpool: Sendable {
     /// Appends one record and fsyncs it. When this returns the notification survives a
     /// crash, and only then may the responder answer 200; when it throws, answer 503 (and
     /// nothing of this record is left behind: no partial line, no empty segment).
-    public func append(_ notification: VerifiedNotification) throws(SpoolError) {
-        let line = SpoolRecord.encode(notification, spooledAt: clockMilliseconds())
+    /// `attemptedAt`: the receive time of the Redis call that did not answer, if one was made.
+    public func append(_ notification: VerifiedNotification, attemptedAt: Int64? = nil) throws(SpoolError) {
+        let line = SpoolRecord.encode(notification, spooledAt: clockMilliseconds(), attemptedAt: attemptedAt)
         do throws(SpoolError) {
             try writer.withLock { (state: inout Writer) throws(SpoolError) in
                 try append(line, to: &state)
@@ -206,11 +207,14 @@ public final class NotificationSpool: Sendable {
     /// per batch and whenever the pass stops, so a crash re-applies at most one batch. Torn or
     /// corrupt records are moved to `.torn` files and listed in the report. Records appended
     /// while a replay runs go to a new segment and wait for the next replay. `apply`
-    /// returns a label for the report's counts (Redis's outcome, or "set_aside").
+    /// returns a label for the report's counts (Redis's outcome, or "set_aside"); it gets each
+    /// record's `attemptedAt` (see `append`) beside the notification.
     ///
     /// `apply` may call `append` but must not call `replay` (replays are one at a time, and
     /// a nested one would wait for itself). After the pass, the depth is recounted from disk.
-    public func replayCounted(_ apply: (VerifiedNotification) throws -> String) -> SpoolReplayReport {
+    public func replayCounted(_ apply: (VerifiedNotification, _ attemptedAt: Int64?) throws -> String)
+        -> SpoolReplayReport
+    {
         position.withLock { (file: inout SpoolPositionFile) -> SpoolReplayReport in
             var report = SpoolReplayReport(applied: 0, setAside: [], applyError: nil, spoolError: nil, remaining: 0)
             var sealed: [UInt64] = []
@@ -230,7 +234,7 @@ public final class NotificationSpool: Sendable {
 
     /// Applies the waiting records, counting every one as "applied".
     public func replay(_ apply: (VerifiedNotification) throws -> Void) -> SpoolReplayReport {
-        replayCounted({ notification in
+        replayCounted({ notification, _ in
             try apply(notification)
             return "applied"
         })
@@ -268,7 +272,7 @@ public final class NotificationSpool: Sendable {
     /// Replays one sealed segment and deletes it once done; false when the replay must stop.
     private func replaySegment(
         _ sequence: UInt64, file: inout SpoolPositionFile, report: inout SpoolReplayReport,
-        apply: (VerifiedNotification) throws -> String
+        apply: (VerifiedNotification, Int64?) throws -> String
     ) throws(SpoolError) -> Bool {
         let path = Self.segmentPath(directory, sequence)
         let saved = file.position
@@ -290,10 +294,10 @@ public final class NotificationSpool: Sendable {
         do throws(SpoolError) {
             while let entry = try reader.next() {
                 switch entry {
-                case .record(let notification, _, let end):
+                case .record(let notification, _, let attemptedAt, let end):
                     let label: String
                     do {
-                        label = try apply(notification)
+                        label = try apply(notification, attemptedAt)
                     } catch {
                         report.applyError = error
                         try commit()

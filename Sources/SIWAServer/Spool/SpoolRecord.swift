@@ -11,8 +11,13 @@ enum SpoolRecord {
     static let version: Int64 = 1
 
     /// `spooledAt` (Unix ms) is when the record was written, for `spool status`'s oldest age;
-    /// records of earlier releases have none.
-    static func encode(_ notification: VerifiedNotification, spooledAt: Int64? = nil) -> [UInt8] {
+    /// records of earlier releases have none. `attemptedAt` (Unix ms) is the receive time of
+    /// the Redis call that did not answer before the record was spooled (nil when none was
+    /// made): the seen marker's value if that call ran after all, so the replay can answer
+    /// `stored` for it instead of `duplicate`.
+    static func encode(_ notification: VerifiedNotification, spooledAt: Int64? = nil, attemptedAt: Int64? = nil)
+        -> [UInt8]
+    {
         var members: [(String, JSONValue)] = [
             ("v", .integer(version)),
             ("aud", .string(notification.clientID)),
@@ -27,13 +32,14 @@ enum SpoolRecord {
             ("is_private_email", notification.isPrivateEmail.map { .bool($0) } ?? .null),
         ]
         if let spooledAt { members.append(("spooled_at", .integer(spooledAt))) }
+        if let attemptedAt { members.append(("attempted_at", .integer(attemptedAt))) }
         let json = JSONWriter.object(members)
         let body = Array(json.utf8)
         return Array("\(body.count) \(CRC32.hex(CRC32.checksum(body))) ".utf8) + body + [0x0A]
     }
 
     enum Decoded {
-        case notification(VerifiedNotification, spooledAt: Int64?)
+        case notification(VerifiedNotification, spooledAt: Int64?, attemptedAt: Int64?)
         case bad(SpoolSetAside.Reason)
     }
 
@@ -51,9 +57,10 @@ enum SpoolRecord {
         guard body.count == length else { return .bad(.malformed) }
         guard CRC32.checksum(body) == checksum else { return .bad(.checksumMismatch) }
         guard case .object(let fields)? = try? StrictJSONParser.parse(body), let notification = notification(fields),
-            let spooledAt = optionalInteger(fields["spooled_at"] ?? .null)
+            let spooledAt = optionalInteger(fields["spooled_at"] ?? .null),
+            let attemptedAt = optionalInteger(fields["attempted_at"] ?? .null)
         else { return .bad(.malformed) }
-        return .notification(notification, spooledAt: spooledAt)
+        return .notification(notification, spooledAt: spooledAt, attemptedAt: attemptedAt)
     }
 
     private static func notification(_ fields: [String: JSONValue]) -> VerifiedNotification? {

@@ -6,8 +6,9 @@ import SIWAVerification
 /// skipped as malformed without being kept.
 final class SpoolSegmentReader {
     enum Entry {
-        /// A whole record; `end` is the offset just past its newline.
-        case record(VerifiedNotification, spooledAt: Int64?, end: Int)
+        /// A whole record; `end` is the offset just past its newline. `attemptedAt`: see
+        /// `SpoolRecord.encode`.
+        case record(VerifiedNotification, spooledAt: Int64?, attemptedAt: Int64?, end: Int)
         /// Bytes that are not a whole, intact record.
         case bad(SpoolSetAside.Reason, start: Int, end: Int)
     }
@@ -72,8 +73,8 @@ final class SpoolSegmentReader {
                 offset += 1
                 if oversized { return .bad(.malformed, start: start, end: offset) }
                 switch SpoolRecord.decode(line[...]) {
-                case .notification(let notification, let spooledAt):
-                    return .record(notification, spooledAt: spooledAt, end: offset)
+                case .notification(let notification, let spooledAt, let attemptedAt):
+                    return .record(notification, spooledAt: spooledAt, attemptedAt: attemptedAt, end: offset)
                 case .bad(let reason): return .bad(reason, start: start, end: offset)
                 }
             }
@@ -89,7 +90,7 @@ final class SpoolSegmentReader {
         var count = 0
         var first: Int64?
         while let entry = try reader.next() {
-            if case .record(_, let spooledAt, _) = entry {
+            if case .record(_, let spooledAt, _, _) = entry {
                 if count == 0 { first = spooledAt }
                 count += 1
             }

@@ -61,7 +61,7 @@ public final class SpoolSetAsideStore: Sendable {
             var changed = 0
             var intact = true
             while let entry = try reader.next() {
-                guard case .record(let record, let spooledAt, _) = entry else {
+                guard case .record(let record, let spooledAt, let attemptedAt, _) = entry else {
                     intact = false
                     break
                 }
@@ -71,10 +71,10 @@ public final class SpoolSetAsideStore: Sendable {
                         rawType: record.rawType, eventTimeMilliseconds: record.eventTimeMilliseconds,
                         tokenID: record.tokenID, issuedAt: record.issuedAt, expiresAt: record.expiresAt, email: nil,
                         isPrivateEmail: nil)
-                    lines.append(SpoolRecord.encode(withoutAddress, spooledAt: spooledAt))
+                    lines.append(SpoolRecord.encode(withoutAddress, spooledAt: spooledAt, attemptedAt: attemptedAt))
                     changed += 1
                 } else {
-                    lines.append(SpoolRecord.encode(record, spooledAt: spooledAt))
+                    lines.append(SpoolRecord.encode(record, spooledAt: spooledAt, attemptedAt: attemptedAt))
                 }
             }
             // A file with damage in it is left as it is (retention deletes it).

@@ -51,6 +51,13 @@ struct RedisHangTests {
         #expect(serve.logLines(event: "redis_circuit_closed").count == 1)
         // Applied exactly once: one stream entry per notification, the first included.
         #expect(try stack.streamLength() == 13)
+        // The one call that timed out was in Redis's socket when it stopped, and ran when it
+        // resumed: the replay finds that call's own marker and says `stored`, not `duplicate`.
+        let replayed = serve.logLines(event: "spool_replayed").map { try? ExampleFiles.flatJSON($0) }
+        func total(_ member: String) -> Int { replayed.reduce(0) { $0 + (Int($1?[member] ?? "") ?? 0) } }
+        #expect(total("stored") == 1, "\(replayed)")
+        #expect(total("duplicate") == 0)
+        #expect(total("applied") == 11)
         let healthAfter = try stack.request("GET", "/healthz")
         #expect(healthAfter.jsonFields["spool_depth"] == "0")
         #expect(healthAfter.jsonFields["redis_circuit"] == nil)

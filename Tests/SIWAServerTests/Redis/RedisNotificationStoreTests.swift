@@ -202,6 +202,32 @@ struct RedisNotificationStoreTests {
         #expect(try fixture.connection.command("GET", seenKey).string == "1700000999000")
     }
 
+    /// A call whose reply was lost (a timeout, a dropped connection) may have run after all:
+    /// its seen marker holds its receive time. A later call for the same delivery that names
+    /// that time is told `stored` (this delivery wrote it), one that does not is a `duplicate`;
+    /// neither changes anything.
+    @Test func earlierAttemptThatRanIsStoredNotDuplicate() throws {
+        let fixture = try Fixture()
+        defer { fixture.close() }
+        let notification = Self.notification("consent-revoked", at: 1_700_000_000_000, jti: "jti-attempt")
+        #expect(try fixture.store.apply(notification, receivedAt: Self.receivedAt) == .applied)
+        let fieldsBefore = try fixture.userFields()
+        #expect(try fixture.subscriber.messages(within: 2, limit: 1).count == 1)
+
+        #expect(
+            try fixture.store.apply(notification, receivedAt: Self.receivedAt + 500, earlierAttempt: Self.receivedAt)
+                == .stored)
+        #expect(
+            try fixture.store.apply(
+                notification, receivedAt: Self.receivedAt + 900, earlierAttempt: Self.receivedAt - 1) == .duplicate)
+        #expect(try fixture.store.apply(notification, receivedAt: Self.receivedAt + 1000) == .duplicate)
+        #expect(try fixture.userFields() == fieldsBefore)
+        #expect(try fixture.streamEntries().count == 1)
+        #expect(try fixture.subscriber.messages(within: 0.5) == [])
+        let seenKey = fixture.store.seenKey(clientID: Self.clientID, subject: Self.subject, tokenID: "jti-attempt")
+        #expect(try fixture.connection.command("GET", seenKey).string == String(Self.receivedAt))
+    }
+
     @Test func olderEmailEventIsStale() throws {
         let fixture = try Fixture()
         defer { fixture.close() }

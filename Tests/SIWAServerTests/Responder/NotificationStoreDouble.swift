@@ -25,7 +25,8 @@ final class NotificationStoreDouble: NotificationStoring, Sendable {
     var applied: [String] { state.withLock { $0.applied } }
 
     func apply(
-        _ notification: VerifiedNotification, receivedAt: Int64, minimumReplicas: Int, replicaTimeout: Duration
+        _ notification: VerifiedNotification, receivedAt: Int64, earlierAttempt: Int64?, minimumReplicas: Int,
+        replicaTimeout: Duration
     ) throws(RedisError) -> NotificationStore.Acknowledged {
         let answer = state.withLock { $0.answer }
         switch answer {
