@@ -57,7 +57,9 @@ struct ServeSignalTests {
         #expect(!ServeProcess.accepts(stack.socketPath))
         try stack.startServe()
         #expect(try stack.request("GET", "/healthz").status == 200)
-        #expect(stack.serve?.logLines(event: "started").count == 2)
+        // serve listens before it writes `started` (a replay at start must not keep nginx
+        // waiting), so the line may follow the first answer: wait for it.
+        #expect(stack.waitUntil(timeout: 10) { stack.serve?.logLines(event: "started").count == 2 })
     }
 }
 
