@@ -1,5 +1,7 @@
 import Foundation
 import Glibc
+import SIWAFastCGI
+import Synchronization
 import Testing
 
 /// "fsync'd before the 200 `spooled`", proven on the real binary by fault injection:
@@ -125,6 +127,22 @@ struct SpoolDurabilityProofTests {
         #expect(failed.jsonFields == ["status": "unavailable", "error": "store_unavailable"])
         #expect(failed.header("Retry-After") == "30")
         #expect(live.serve?.logLines(event: "spool_append_failed").count == 1)
+        // Several at once while fsync fails: appends share an fsync (group commit), and a
+        // failed one must fail and cut every record it was to cover, never answer 200.
+        let concurrent = try (4...9).map {
+            try live.body(type: "consent-revoked", sub: String(format: "000022.b.%04d", $0))
+        }
+        let socketPath = live.socketPath
+        let statuses = Mutex<[Int]>([])
+        DispatchQueue.concurrentPerform(iterations: concurrent.count) { index in
+            let params = FastCGIClient.params(
+                method: "POST", uri: "/apple/notifications", body: concurrent[index],
+                contentType: "application/json")
+            let response = try? FastCGIClient(.unixSocket(socketPath), timeout: .seconds(20))
+                .send(params: params, body: concurrent[index])
+            statuses.withLock { $0.append(response?.status ?? -1) }
+        }
+        #expect(statuses.withLock { $0 } == Array(repeating: 503, count: concurrent.count))
         try FileManager.default.removeItem(atPath: flag)
         // The record whose fsync failed was taken back: the spool holds what it held before.
         #expect(try Self.spoolBytes(live.spoolDirectory) == bytesBefore)
