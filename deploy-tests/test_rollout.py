@@ -3,7 +3,6 @@ rendered from the shipped files (TLS on loopback), with --manager direct; and
 scripts/install into a temp root, with the shipped systemd unit checked by
 systemd-analyze."""
 
-import concurrent.futures
 import hashlib
 import os
 import pathlib
@@ -41,11 +40,6 @@ def stack(workdir, binary, rsa_cert):
         rollout_stack.stop()
 
 
-def sign_many(stack, subs):
-    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-        return list(pool.map(stack.sign, subs))
-
-
 def notification_lands(stack, sub):
     status, answer = stack.post(stack.sign(sub))
     return status == 200 and answer == {"status": "applied"} and stack.user_exists(sub)
@@ -62,37 +56,59 @@ def test_rollout_under_traffic_answers_every_notification_and_loses_none(stack):
     served_before = {slot: sum(1 for line in stack.log_lines(slot) if line.get("path") == "/apple/notifications")
                      for slot in ("blue", "green")}
 
-    count, threads, seconds = 300, 3, 10.0
-    subs = [f"000{index:03d}.rollout{int(time.time())}.{index:04d}" for index in range(count)]
-    bodies = sign_many(stack, subs)
-    answers = [None] * count
-    answered_at = [None] * count
+    # A paced stream (3 threads, 10 a second each, one fresh TLS connection per
+    # notification) that starts before the rollout and goes on until well after it,
+    # whatever the rollout takes on a loaded machine: the rollout begins once answers
+    # flow (not after a fixed sleep), and each thread stops only once the rollout has
+    # ended and it has had `after` more answers, and at least `minimum` were sent in all.
+    threads, interval, minimum, after, most = 3, 0.1, 300, 10, 3000
+    subs, bodies = stack.sign_count(f"000{int(time.time())}.rollout", most)
+    answers = [None] * most
+    answered_at = [None] * most
     errors = []
+    lock = threading.Lock()
+    sent = []  # the indexes posted: the threads take them in turn
+    rollout_done = threading.Event()
 
     def client(offset):
-        # Each thread sends every threads-th notification, paced to spread the
-        # stream over about `seconds`; one fresh TLS connection per notification.
         start = time.monotonic()
-        for number, index in enumerate(range(offset, count, threads)):
-            delay = start + number * seconds * threads / count - time.monotonic()
+        answered_after = 0
+        for number, index in enumerate(range(offset, most, threads)):
+            with lock:
+                if rollout_done.is_set() and answered_after >= after and len(sent) >= minimum:
+                    return
+                sent.append(index)
+            delay = start + number * interval - time.monotonic()
             if delay > 0:
-                time.sleep(delay)
+                time.sleep(delay)  # pacing: a steady stream, not a wait for an event
             try:
                 answers[index] = stack.post(bodies[index])
                 answered_at[index] = time.monotonic()
             except Exception as error:  # a dropped connection is a failure too
                 errors.append(f"{subs[index]}: {error!r}")
+            if rollout_done.is_set():
+                answered_after += 1
 
     workers = [threading.Thread(target=client, args=(offset,)) for offset in range(threads)]
     for worker in workers:
         worker.start()
-    time.sleep(2.5)  # the rollout starts while notifications flow, and ends before they stop
+    # The rollout starts while notifications flow: once 30 have been answered (a failure
+    # before that ends the wait at once and is reported below).
+    wait_for(lambda: errors or sum(moment is not None for moment in answered_at) >= 30, 60)
+    assert sum(moment is not None for moment in answered_at) >= 30, errors[:5]
     rollout_started = time.monotonic()
     result = stack.rollout(timeout=90)
     rollout_finished = time.monotonic()
+    rollout_done.set()
     for worker in workers:
-        worker.join(timeout=60)
+        worker.join(timeout=120)
     assert not any(worker.is_alive() for worker in workers)
+    indexes = sorted(sent)
+    count = len(indexes)
+    assert count >= minimum
+    subs = [subs[index] for index in indexes]
+    answers = [answers[index] for index in indexes]
+    answered_at = [answered_at[index] for index in indexes if answered_at[index] is not None]
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert errors == []
@@ -115,7 +131,8 @@ def test_rollout_under_traffic_answers_every_notification_and_loses_none(stack):
     assert stack.stream_length() - stream_before == count
 
     # The old slot's process has exited; nginx names the new socket; the new slot runs.
-    assert wait_for(lambda: not process_alive(old_pid), 5)
+    # (bounded generously: the rollout waited for the exit; only the reaping may lag)
+    assert wait_for(lambda: not process_alive(old_pid), 30)
     assert not (stack.state_dir / f"{old_slot}.pid").exists()
     assert not stack.socket(old_slot).exists()
     assert stack.upstream_slot() == new_slot
@@ -189,7 +206,8 @@ def test_rollout_waits_for_the_old_slots_spool_to_drain(stack, workdir, binary):
         assert all(stack.user_exists(sub) for sub in subs)
         # The old slot replayed them itself, before it was stopped, and its spool is empty.
         log = stack.log_lines(old_slot)  # the slot's log file collects every run of that slot: this run's part
-        starts = [index for index, line in enumerate(log) if line.get("event") == "started" and line.get("pid") == old_pid]
+        starts = [index for index, line in enumerate(log)
+                  if line.get("event") == "started" and line.get("pid") == old_pid]
         assert len(starts) == 1, starts
         replayed = [line for line in log[starts[0]:] if line.get("event") == "spool_replayed"]
         assert sum(line.get("applied", 0) for line in replayed) == len(subs)
