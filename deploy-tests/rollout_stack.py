@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 import signal
+import socket
 import ssl
 import subprocess
 import threading
@@ -70,6 +71,91 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=5)
+
+
+class RedisGate:
+    """A TCP relay to Redis on its own loopback port that the test opens and shuts: shut,
+    it closes every relayed connection and every new one at once (the responder sees a
+    connection that broke, the outage a dead Redis gives), while Redis itself keeps
+    answering everyone else. Open, it relays bytes both ways untouched."""
+
+    def __init__(self, target_port):
+        self.target_port = target_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.lock = threading.Lock()
+        self.is_open = True
+        self.connections = set()
+        self.relayed = 0
+        self.running = True
+        self.thread = threading.Thread(target=self._accept_loop, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self):
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _accept_loop(self):
+        while self.running:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            with self.lock:
+                admitted = self.is_open and self.running
+            if not admitted:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                self.connections.update((client, upstream))
+                self.relayed += 1
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source, sink):
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+            with self.lock:
+                self.connections.discard(source)
+                self.connections.discard(sink)
+            source.close()  # each socket is the source of exactly one pump
+
+    def shut(self):
+        """From now on no byte reaches Redis through the gate; live connections are cut."""
+        with self.lock:
+            self.is_open = False
+            live = list(self.connections)
+        for end in live:
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+    def open(self):
+        with self.lock:
+            self.is_open = True
+
+    def stop(self):
+        self.running = False
+        self.shut()
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+        self.listener.close()
+        self.thread.join(timeout=5)
 
 
 class JWKSServer:
@@ -187,6 +273,16 @@ class RolloutStack:
              "--sub", sub, "--client-id", CLIENT_ID], check=True, capture_output=True, text=True, timeout=30)
         return result.stdout.strip().encode()
 
+    def sign_count(self, sub, count, type_="consent-revoked"):
+        """`count` distinct bodies from one `sign --count`: the Nth has sub `sub.N`."""
+        result = subprocess.run(
+            [str(self.binary), "sign", "--key", str(self.signing_key), "--kid", KEY_ID, "--type", type_,
+             "--sub", sub, "--client-id", CLIENT_ID, "--count", str(count)], check=True, capture_output=True,
+            text=True, timeout=60)
+        bodies = [line.encode() for line in result.stdout.splitlines() if line]
+        assert len(bodies) == count
+        return [f"{sub}.{index}" for index in range(1, count + 1)], bodies
+
     def post(self, body):
         """POSTs one body through nginx over TLS on a fresh connection: (status, JSON body)."""
         context = ssl.create_default_context(cafile=str(self.ca_cert))
@@ -204,6 +300,24 @@ class RolloutStack:
 
     def stream_length(self):
         return int(self.redis.cli("XLEN", "siwa:events"))
+
+    def stream_subs(self):
+        """The `sub` of every entry of the siwa:events stream, in order."""
+        text = subprocess.run(["redis-cli", "-p", str(self.redis.port), "--json", "XRANGE", "siwa:events", "-", "+"],
+                              check=True, capture_output=True, text=True, timeout=30).stdout
+        entries = json.loads(text) if text.strip() else []
+        subs = []
+        for _, fields in entries:
+            pairs = dict(zip(fields[0::2], fields[1::2]))
+            subs.append(pairs.get("sub"))
+        return subs
+
+    def spool_status(self, slot):
+        """`siwa-endpoint spool status` of a slot's spool directory (it reads, changes nothing)."""
+        result = subprocess.run([str(self.binary), "spool", "status", "--spool-dir",
+                                 str(self.spool_root / f"spool-{slot}")], check=True, capture_output=True, text=True,
+                                timeout=30)
+        return json.loads(result.stdout)
 
     # ---- Teardown ----------------------------------------------------------------------
     def stop_slots(self):

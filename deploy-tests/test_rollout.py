@@ -3,10 +3,10 @@ rendered from the shipped files (TLS on loopback), with --manager direct; and
 scripts/install into a temp root, with the shipped systemd unit checked by
 systemd-analyze."""
 
-import concurrent.futures
 import hashlib
 import os
 import pathlib
+import queue
 import re
 import shutil
 import stat
@@ -17,7 +17,7 @@ import time
 import pytest
 
 from deploy_harness import REPO
-from rollout_stack import INSTALL, RolloutStack, find_binary, process_alive, wait_for
+from rollout_stack import INSTALL, RedisGate, RolloutStack, find_binary, process_alive, wait_for
 
 DEPLOY = REPO / "deploy"
 
@@ -40,11 +40,6 @@ def stack(workdir, binary, rsa_cert):
         rollout_stack.stop()
 
 
-def sign_many(stack, subs):
-    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-        return list(pool.map(stack.sign, subs))
-
-
 def notification_lands(stack, sub):
     status, answer = stack.post(stack.sign(sub))
     return status == 200 and answer == {"status": "applied"} and stack.user_exists(sub)
@@ -61,37 +56,59 @@ def test_rollout_under_traffic_answers_every_notification_and_loses_none(stack):
     served_before = {slot: sum(1 for line in stack.log_lines(slot) if line.get("path") == "/apple/notifications")
                      for slot in ("blue", "green")}
 
-    count, threads, seconds = 300, 3, 10.0
-    subs = [f"000{index:03d}.rollout{int(time.time())}.{index:04d}" for index in range(count)]
-    bodies = sign_many(stack, subs)
-    answers = [None] * count
-    answered_at = [None] * count
+    # A paced stream (3 threads, 10 a second each, one fresh TLS connection per
+    # notification) that starts before the rollout and goes on until well after it,
+    # whatever the rollout takes on a loaded machine: the rollout begins once answers
+    # flow (not after a fixed sleep), and each thread stops only once the rollout has
+    # ended and it has had `after` more answers, and at least `minimum` were sent in all.
+    threads, interval, minimum, after, most = 3, 0.1, 300, 10, 3000
+    subs, bodies = stack.sign_count(f"000{int(time.time())}.rollout", most)
+    answers = [None] * most
+    answered_at = [None] * most
     errors = []
+    lock = threading.Lock()
+    sent = []  # the indexes posted: the threads take them in turn
+    rollout_done = threading.Event()
 
     def client(offset):
-        # Each thread sends every threads-th notification, paced to spread the
-        # stream over about `seconds`; one fresh TLS connection per notification.
         start = time.monotonic()
-        for number, index in enumerate(range(offset, count, threads)):
-            delay = start + number * seconds * threads / count - time.monotonic()
+        answered_after = 0
+        for number, index in enumerate(range(offset, most, threads)):
+            with lock:
+                if rollout_done.is_set() and answered_after >= after and len(sent) >= minimum:
+                    return
+                sent.append(index)
+            delay = start + number * interval - time.monotonic()
             if delay > 0:
-                time.sleep(delay)
+                time.sleep(delay)  # pacing: a steady stream, not a wait for an event
             try:
                 answers[index] = stack.post(bodies[index])
                 answered_at[index] = time.monotonic()
             except Exception as error:  # a dropped connection is a failure too
                 errors.append(f"{subs[index]}: {error!r}")
+            if rollout_done.is_set():
+                answered_after += 1
 
     workers = [threading.Thread(target=client, args=(offset,)) for offset in range(threads)]
     for worker in workers:
         worker.start()
-    time.sleep(2.5)  # the rollout starts while notifications flow, and ends before they stop
+    # The rollout starts while notifications flow: once 30 have been answered (a failure
+    # before that ends the wait at once and is reported below).
+    wait_for(lambda: errors or sum(moment is not None for moment in answered_at) >= 30, 60)
+    assert sum(moment is not None for moment in answered_at) >= 30, errors[:5]
     rollout_started = time.monotonic()
     result = stack.rollout(timeout=90)
     rollout_finished = time.monotonic()
+    rollout_done.set()
     for worker in workers:
-        worker.join(timeout=60)
+        worker.join(timeout=120)
     assert not any(worker.is_alive() for worker in workers)
+    indexes = sorted(sent)
+    count = len(indexes)
+    assert count >= minimum
+    subs = [subs[index] for index in indexes]
+    answers = [answers[index] for index in indexes]
+    answered_at = [answered_at[index] for index in indexes if answered_at[index] is not None]
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert errors == []
@@ -114,7 +131,8 @@ def test_rollout_under_traffic_answers_every_notification_and_loses_none(stack):
     assert stack.stream_length() - stream_before == count
 
     # The old slot's process has exited; nginx names the new socket; the new slot runs.
-    assert wait_for(lambda: not process_alive(old_pid), 5)
+    # (bounded generously: the rollout waited for the exit; only the reaping may lag)
+    assert wait_for(lambda: not process_alive(old_pid), 30)
     assert not (stack.state_dir / f"{old_slot}.pid").exists()
     assert not stack.socket(old_slot).exists()
     assert stack.upstream_slot() == new_slot
@@ -122,6 +140,81 @@ def test_rollout_under_traffic_answers_every_notification_and_loses_none(stack):
     assert "the old nginx workers have exited" in result.stdout
     assert "spool depth of slot %s: 0" % old_slot in result.stdout
     assert os.readlink(stack.lib_dir / f"current-{new_slot}").startswith("releases/")
+
+
+# ---- The old slot's spool is drained before the old slot stops ---------------------------
+
+def test_rollout_waits_for_the_old_slots_spool_to_drain(stack, workdir, binary):
+    # The slot to be replaced reaches Redis only through a gate the test holds (a wrapper
+    # binary: the environment wins over the env file); the new slot goes to Redis
+    # straight. With the gate shut, the old slot answers `200 spooled`; the rollout then
+    # finds its spool non-empty, and the gate opens only once the rollout says it waits.
+    gate = RedisGate(stack.redis.port)
+    try:
+        gated = workdir / "gated-serves"
+        gated.write_text(f"#!/bin/sh\nSIWA_REDIS_URL={gate.url} exec {binary} \"$@\"\n")
+        gated.chmod(0o755)
+        onto_gate = stack.rollout(gated)
+        assert onto_gate.returncode == 0, onto_gate.stdout + onto_gate.stderr
+        old_slot = stack.upstream_slot()
+        old_pid = stack.pid(old_slot)
+        assert gate.relayed > 0, "the gated slot reaches Redis through the gate"
+        assert stack.spool_status(old_slot)["depth"] == 0
+
+        gate.shut()
+        subs, bodies = stack.sign_count(f"000100.drain{time.time_ns()}", 12)
+        stream_before = stack.stream_length()
+        for sub, body in zip(subs, bodies):
+            assert stack.post(body) == (200, {"status": "spooled"}), sub
+        assert stack.spool_status(old_slot)["depth"] == len(subs)
+        assert not any(stack.user_exists(sub) for sub in subs)
+
+        rollout = subprocess.Popen(stack.rollout_args(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in rollout.stdout] + [lines.put(None)],
+                         daemon=True).start()
+        seen = []
+        waiting = f"slot {old_slot} holds {len(subs)} spooled notifications: waiting"
+        try:
+            # Bounded: the health check (30 s) and the old workers' exit (30 s) come first.
+            deadline = time.monotonic() + 90
+            while not any(waiting in line for line in seen):
+                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+                assert line is not None, "the rollout ended without waiting for the spool:\n" + "".join(seen)
+                seen.append(line)
+            # The rollout waits; the old slot still runs and nothing has reached Redis yet.
+            assert process_alive(old_pid)
+            assert not any(stack.user_exists(sub) for sub in subs)
+            gate.open()
+            rollout.wait(timeout=90)
+            while (line := lines.get(timeout=10)) is not None:
+                seen.append(line)
+        finally:
+            if rollout.poll() is None:
+                rollout.kill()
+                rollout.wait(timeout=10)
+        output = "".join(seen)
+        assert rollout.returncode == 0, output
+
+        assert f"spool depth of slot {old_slot}: 0" in output
+        assert not process_alive(old_pid)
+        assert stack.upstream_slot() != old_slot
+        # Each spooled notification is in Redis exactly once: one stream entry, its state.
+        stream = stack.stream_subs()
+        assert [stream.count(sub) for sub in subs] == [1] * len(subs)
+        assert stack.stream_length() - stream_before == len(subs)
+        assert all(stack.user_exists(sub) for sub in subs)
+        # The old slot replayed them itself, before it was stopped, and its spool is empty.
+        log = stack.log_lines(old_slot)  # the slot's log file collects every run of that slot: this run's part
+        starts = [index for index, line in enumerate(log)
+                  if line.get("event") == "started" and line.get("pid") == old_pid]
+        assert len(starts) == 1, starts
+        replayed = [line for line in log[starts[0]:] if line.get("event") == "spool_replayed"]
+        assert sum(line.get("applied", 0) for line in replayed) == len(subs)
+        status = stack.spool_status(old_slot)
+        assert (status["depth"], status["set_aside"], status["torn_files"]) == (0, 0, 0)
+    finally:
+        gate.stop()
 
 
 # ---- Broken builds roll back ---------------------------------------------------------
@@ -206,6 +299,38 @@ def test_rollout_keeps_the_newest_five_releases(stack):
     # The newest five stay (the releases the slots point at are among them); the rest are removed.
     assert in_use <= set(before[:5]), (before, in_use)
     assert after == before[:5], (before, after)
+
+
+def test_rollout_keeps_the_releases_the_slots_point_at_even_when_older_than_five(stack, workdir, binary):
+    # Both slots end on releases older than five others: the one rolled out now (its
+    # release directory already exists: the same binary keeps its first install time)
+    # and the one the stopped slot still names (a wrapper, so a release of its own).
+    releases = stack.lib_dir / "releases"
+    wrapper = workdir / "same-binary-wrapped"
+    wrapper.write_text(f"#!/bin/sh\n# a release of its own for the in-use test\nexec {binary} \"$@\"\n")
+    wrapper.chmod(0o755)
+    first = stack.rollout(wrapper)
+    assert first.returncode == 0, first.stdout + first.stderr
+    newer = [releases / f"2999010{day}T000000Z-{day:012d}" for day in range(1, 7)]  # newer than any real one
+    try:
+        for path in newer:
+            path.mkdir()
+            (path / "siwa-endpoint").write_text("#!/bin/sh\nexit 1\n")
+        result = stack.rollout()
+        assert result.returncode == 0, result.stdout + result.stderr
+
+        in_use = {os.readlink(stack.lib_dir / f"current-{slot}").split("/", 1)[1] for slot in ("blue", "green")}
+        assert len(in_use) == 2
+        newest_five = sorted((path.name for path in newer), reverse=True)[:5]
+        assert not in_use & set(newest_five)
+        after = {path.name for path in releases.iterdir() if not path.name.startswith(".")}
+        # The newest five stay, and so does every release a slot points at; nothing else.
+        assert after == set(newest_five) | in_use, (sorted(after), sorted(in_use))
+        for release in in_use:
+            assert (releases / release / "siwa-endpoint").is_file()
+    finally:
+        for path in newer:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 # ---- scripts/install into a temp root ------------------------------------------------

@@ -187,6 +187,14 @@ public struct FastCGIClient: Sendable {
             return try readResponse(requestID: requestID)
         }
 
+        /// Bytes written on this connection that the responder has not read yet (the
+        /// kernel's send queue, `SIOCOUTQ`); nil when it cannot be asked. A test sees by it
+        /// that a worker has really taken up a request it sent part of.
+        public var unreadByPeer: Int? {
+            var count: Int32 = 0
+            return ioctl(fd, UInt(TIOCOUTQ), &count) == 0 ? Int(count) : nil
+        }
+
         /// Writes raw bytes: lets a test send a request in pieces, or only part of one.
         public func writeAll(_ bytes: [UInt8]) throws {
             var offset = 0

@@ -22,7 +22,10 @@ struct FastCGINginxTests {
         defer { directory.remove() }
         let socketPath = directory.path + "/fcgi.sock"
         let server = try FastCGIServer(
-            configuration: .init(address: .unixSocket(path: socketPath), workerCount: 2, maxBodyBytes: 4096),
+            // ioTimeout 60 s: a kept connection that stop() failed to end would hold the server
+            // that long (nginx keeps idle upstream connections 60 s), far past stop's 20 s below.
+            configuration: .init(
+                address: .unixSocket(path: socketPath), workerCount: 2, maxBodyBytes: 4096, ioTimeout: .seconds(60)),
             handler: { request in
                 guard case .complete(let body) = request.body else {
                     return FastCGIResponse(status: 413, contentType: "text/plain", body: "too large")
@@ -52,11 +55,10 @@ struct FastCGINginxTests {
         #expect(status == 413)
         #expect(text == "too large")
 
-        // nginx still holds its upstream connections (when kept) while the server stops.
-        var finished = false
-        let elapsed = Kit.measure { finished = server.stop(timeout: .seconds(10)) }
-        #expect(finished)
-        #expect(elapsed < 2)
+        // nginx still holds its upstream connections (when kept) while the server stops. The
+        // proof that stop() ends them is that it finishes at all within 20 s, a bound a loaded
+        // machine meets with room (it takes milliseconds) and a held connection (60 s) cannot.
+        #expect(server.stop(timeout: .seconds(20)))
         let (after, _) = try Self.http(port: nginx.port, method: "POST", path: "/", body: [0x31])
         #expect(after == 502, "nobody is listening any more")
     }

@@ -25,15 +25,24 @@ struct FastCGISignalTests {
             let path = directory.path + "/sig.sock"
             let before = Self.handlerIdentity(signal)
             let entered = DispatchSemaphore(value: 0)
+            let stopping = DispatchSemaphore(value: 0)
+            let release = DispatchSemaphore(value: 0)
+            // The handler holds its request until the test lets it go, after the signal has
+            // taken effect: the request is in flight across the stop by construction, not by
+            // a sleep that a slow machine could outlast. shutdownTimeout is far above the
+            // few steps between the release and the end, so "drained" is the proof.
             let server = try FastCGIServer(
-                configuration: .init(address: .unixSocket(path: path), workerCount: 2, shutdownTimeout: .seconds(10)),
+                configuration: .init(address: .unixSocket(path: path), workerCount: 2, shutdownTimeout: .seconds(30)),
                 handler: { _ in
                     entered.signal()
-                    usleep(800_000)
+                    _ = release.wait(timeout: .now() + 30)
                     return FastCGIResponse(status: 200, contentType: "text/plain", body: "finished")
                 })
             let run = Kit.BackgroundCall { () -> String in
-                do { return try server.run(handlingSignals: true) ? "drained" : "timed out" } catch {
+                do {
+                    return try server.run(handlingSignals: true, whenStopping: { _ in stopping.signal() })
+                        ? "drained" : "timed out"
+                } catch {
                     return "threw \(error)"
                 }
             }
@@ -51,13 +60,12 @@ struct FastCGISignalTests {
                 return response.map { "\($0.status) \($0.bodyText)" } ?? "failed"
             }
             #expect(entered.wait(timeout: .now() + 10) == .success)
-            var outcome: String?
-            let elapsed = Kit.measure {
-                kill(getpid(), signal)
-                outcome = run.wait(seconds: 12)
-            }
-            #expect(outcome == "drained")
-            #expect(elapsed < 5)
+            kill(getpid(), signal)
+            // The signal stopped run(): it is draining, and it waits for the request it holds.
+            #expect(stopping.wait(timeout: .now() + 10) == .success, "the signal asks run() to stop")
+            #expect(run.wait(seconds: 0) == nil, "run() returned with a request in flight")
+            release.signal()
+            #expect(run.wait(seconds: 30) == "drained")
             #expect(call.wait(seconds: 10) == "200 finished")
             #expect(Self.handlerIdentity(signal) == before, "run() restores the previous handler")
             #expect(!FileManager.default.fileExists(atPath: path))

@@ -79,8 +79,11 @@ enum FastCGITestKit {
             }.start()
         }
 
+        /// The result, or nil if `body` is still running after `seconds`. Asked again, a
+        /// finished call answers at once.
         func wait(seconds: Double) -> Result? {
             guard done.wait(timeout: .now() + seconds) == .success else { return nil }
+            done.signal()
             return box.current
         }
     }

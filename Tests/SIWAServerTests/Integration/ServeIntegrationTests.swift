@@ -241,33 +241,59 @@ struct ServeIntegrationTests {
 
     @Test("Apple's keys: a new kid is fetched on demand; with the JWKS server down an unknown kid is 503")
     func keyRotationAndOutage() throws {
-        let stack = try ServeStack(extraEnvironment: ["SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS": "2"])
+        // Refreshes on an unknown kid are rate-limited from the last fetch (the first one at
+        // start), counted in whole seconds: a limit of L seconds holds for more than L - 1 s
+        // of wall time. 4 s, so the one post that must land inside the limit (`tooSoon`) has
+        // over 3 s, room for a loaded machine; each wait for the limit to pass is a poll for
+        // the answer that only a fetch can give, bounded, not a sleep.
+        let stack = try ServeStack(extraEnvironment: ["SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS": "4"])
         defer { stack.shutdown() }
+        // Posts `body` until the answer is no longer the rate limit's 503 (bounded); each 503
+        // on the way changes nothing (no fetch, no state), which is checked too.
+        func postOnceTheLimitPasses(_ body: [UInt8]) throws -> FastCGIClient.Response? {
+            var answer: FastCGIClient.Response?
+            _ = try stack.waitUntil(timeout: 20) {
+                let response = try stack.post(body)
+                answer = response
+                guard response.status == 503 else { return true }
+                #expect(response.jsonFields == ["status": "unavailable", "error": "keys_unavailable"])
+                return false
+            }
+            return answer
+        }
         let next = try TestSigningKey.generate(keyID: "test-apple-key-next")
         try stack.jwks.serve(Array(TestSigningKey.jwksDocument([next]).utf8))
-        // Refreshes on an unknown kid are rate-limited from the last fetch, the one at start:
-        // here 2 s, counted in whole seconds (a 1 s limit could roll over between two posts).
-        usleep(2_100_000)
-        let rotated = try stack.post(try stack.body(type: "consent-revoked", sub: "000008.h.0001", signedWith: next))
-        #expect(rotated.bodyText == #"{"status":"applied"}"#)
+        let rotated = try postOnceTheLimitPasses(
+            try stack.body(type: "consent-revoked", sub: "000008.h.0001", signedWith: next))
+        #expect(rotated?.bodyText == #"{"status":"applied"}"#)
         // The old key left the JWKS with that refresh. Within the rate limit no fetch looks for
         // it again (503, Apple would retry); once one has, it is unknown for good (401).
         let tooSoon = try stack.post(try stack.body(type: "consent-revoked", sub: "000008.h.0002"))
         #expect(tooSoon.status == 503)
         #expect(tooSoon.jsonFields["error"] == "keys_unavailable")
-        usleep(2_100_000)
-        let old = try stack.post(try stack.body(type: "consent-revoked", sub: "000008.h.0002"))
-        #expect(old.status == 401)
-        #expect(old.jsonFields["error"] == "kid_unknown")
+        let old = try postOnceTheLimitPasses(try stack.body(type: "consent-revoked", sub: "000008.h.0002"))
+        #expect(old?.status == 401)
+        #expect(old?.jsonFields["error"] == "kid_unknown")
 
+        // With the JWKS server down, an unknown kid is 503 also once a fetch has been made for
+        // it: posted until the fetch failures counter shows that fetch (bounded).
+        func refreshFailures() throws -> String? {
+            try stack.request("GET", "/metrics").bodyText.split(separator: "\n")
+                .first { $0.hasPrefix("siwa_jwks_refresh_failures_total ") }.map { String($0) }
+        }
+        let failuresBefore = try refreshFailures()
         stack.jwks.nginx.stop()
-        usleep(2_100_000)
         let third = try TestSigningKey.generate(keyID: "test-apple-key-third")
-        let unavailable = try stack.post(
-            try stack.body(type: "consent-revoked", sub: "000008.h.0003", signedWith: third))
-        #expect(unavailable.status == 503)
-        #expect(unavailable.jsonFields == ["status": "unavailable", "error": "keys_unavailable"])
-        #expect(unavailable.header("Retry-After") == "30")
+        let thirdBody = try stack.body(type: "consent-revoked", sub: "000008.h.0003", signedWith: third)
+        var unavailable: FastCGIClient.Response?
+        #expect(
+            try stack.waitUntil(timeout: 20) {
+                unavailable = try stack.post(thirdBody)
+                return try refreshFailures() != failuresBefore
+            }, "a fetch for the unknown kid was made and failed")
+        #expect(unavailable?.status == 503)
+        #expect(unavailable?.jsonFields == ["status": "unavailable", "error": "keys_unavailable"])
+        #expect(unavailable?.header("Retry-After") == "30")
         // The last good key still verifies while the JWKS server is down.
         #expect(
             try stack.post(
@@ -371,10 +397,16 @@ struct ServeIntegrationTests {
         FastCGIClient.appendStream(&first, type: 4, requestID: 1, content: encoded)
         FastCGIClient.appendRecord(&first, type: 5, requestID: 1, content: Array(body.prefix(body.count / 2)))
         try connection.writeAll(first)
-        usleep(300_000)
-        // ...SIGTERM arrives while it is in flight...
+        // In flight once a worker has read all of it: our send queue is empty then (the
+        // acceptor only peeks; a connection still waiting for a worker keeps its bytes queued).
+        #expect(
+            stack.waitUntil(timeout: 10) { connection.unreadByPeer == 0 },
+            "a worker read the parameters and the first half of the body")
+        // ...SIGTERM arrives while it is in flight: it has taken effect once the socket refuses
+        // new connections, and serve still runs, holding the request...
         stack.serve?.terminate()
-        usleep(500_000)
+        #expect(
+            stack.waitUntil(timeout: 10) { !ServeProcess.accepts(stack.socketPath) }, "SIGTERM stops accepting")
         #expect(stack.serve?.process.isRunning == true)
         // ...and the rest of the body still gets a real answer.
         var rest: [UInt8] = []
