@@ -39,75 +39,27 @@ def shipped_rate_limit():
 
 
 class Pki:
-    """A test CA and leaf certificates for localhost / 127.0.0.1."""
+    """A test CA and leaf certificates for localhost / 127.0.0.1, made by the shared
+    certificate functions of scripts/lib/local-stack.sh (as run-local's and the Swift
+    tests' are)."""
 
     def __init__(self, directory):
         self.dir = pathlib.Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.ca_key = self.dir / "ca.key"
         self.ca_cert = self.dir / "ca.pem"
-        run([
-            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256", "-days", "365",
-            "-keyout", str(self.ca_key), "-out", str(self.ca_cert), "-subj", "/CN=siwa-endpoint test CA",
-            "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-        ])
-        self.extensions = self.dir / "leaf.ext"
-        self.extensions.write_text(
-            "basicConstraints=CA:FALSE\n"
-            "keyUsage=critical,digitalSignature,keyEncipherment\n"
-            "extendedKeyUsage=serverAuth\n"
-            "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1\n"
-        )
+        local_stack("stack_make_ca", self.dir, 365, "siwa-endpoint test CA")
 
     def leaf(self, name, key="rsa", digest="sha256", days=90):
         """A valid leaf certificate; key is "rsa" (2048), "rsa1024" (too weak for ATS) or "ec" (P-256);
         digest is the CA's signature hash ("sha1" is too weak for ATS); days its validity from now."""
-        key_path, csr = self._key_and_request(name, key)
-        cert = self.dir / f"{name}.pem"
-        run([
-            "openssl", "x509", "-req", "-in", str(csr), "-CA", str(self.ca_cert), "-CAkey", str(self.ca_key),
-            "-CAcreateserial", "-days", str(days), f"-{digest}", "-extfile", str(self.extensions), "-out", str(cert),
-        ])
-        return cert, key_path
+        local_stack("stack_make_leaf", self.dir, name, key, digest, days)
+        return self.dir / f"{name}.pem", self.dir / f"{name}.key"
 
     def expired_leaf(self, name):
-        """A leaf whose validity ended in the past. OpenSSL 3.0's `x509 -req` has
-        no start/end date options, but `openssl ca` takes -startdate/-enddate."""
-        key_path, csr = self._key_and_request(name, "rsa")
-        database = self.dir / "ca-db"
-        database.mkdir(exist_ok=True)
-        (database / "index.txt").write_text("")
-        (database / "serial").write_text("1000\n")
-        config = self.dir / "ca.cnf"
-        config.write_text(
-            "[ca]\ndefault_ca = test_ca\n"
-            "[test_ca]\n"
-            f"database = {database}/index.txt\n"
-            f"new_certs_dir = {database}\n"
-            f"serial = {database}/serial\n"
-            "default_md = sha256\npolicy = any_name\nunique_subject = no\ncopy_extensions = none\n"
-            "[any_name]\ncommonName = supplied\n"
-        )
-        cert = self.dir / f"{name}.pem"
-        run([
-            "openssl", "ca", "-batch", "-notext", "-config", str(config), "-cert", str(self.ca_cert),
-            "-keyfile", str(self.ca_key), "-in", str(csr), "-out", str(cert),
-            "-startdate", "20200101000000Z", "-enddate", "20200201000000Z", "-extfile", str(self.extensions),
-        ])
-        return cert, key_path
-
-    def _key_and_request(self, name, key):
-        key_path = self.dir / f"{name}.key"
-        csr = self.dir / f"{name}.csr"
-        algorithm = {
-            "rsa": ["-newkey", "rsa:2048"],
-            "rsa1024": ["-newkey", "rsa:1024"],
-            "ec": ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"],
-        }[key]
-        run(["openssl", "req", "-new", *algorithm, "-nodes", "-keyout", str(key_path), "-out", str(csr),
-             "-subj", "/CN=localhost"])
-        return key_path, csr
+        """A leaf whose validity ended in the past (January 2020)."""
+        local_stack("stack_make_expired_leaf", self.dir, name)
+        return self.dir / f"{name}.pem", self.dir / f"{name}.key"
 
 
 def local_stack(function, *args):

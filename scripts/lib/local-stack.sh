@@ -65,27 +65,76 @@ stack_wait_until() {
   done
 }
 
+# Test and development certificates, made in one place for run-local, the benchmarks,
+# the deployment tests and the Swift tests. Never for production: the CA key lies beside
+# them.
+#
+# stack_make_ca DIR [DAYS] [CN]: DIR/ca.key and DIR/ca.pem, a CA allowed to sign certificates.
+stack_make_ca() {
+  local dir=$1 days=${2:-30} cn=${3:-siwa-endpoint test CA}
+  mkdir -p "$dir"
+  openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days "$days" \
+    -keyout "$dir/ca.key" -out "$dir/ca.pem" -subj "/CN=$cn" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+  chmod 600 "$dir/ca.key"
+}
+
+# The extensions of a server certificate naming SAN (DIR/NAME.ext).
+stack_leaf_extensions() {
+  printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
+    "extendedKeyUsage=serverAuth" "subjectAltName=$3" >"$1/$2.ext"
+}
+
+# stack_make_leaf DIR NAME [KEY] [DIGEST] [DAYS] [SAN]: DIR/NAME.key and DIR/NAME.pem, a
+# server certificate for CN=localhost signed by DIR's CA. KEY: rsa (2048, the default),
+# rsa1024 (too weak for ATS) or ec (P-256); DIGEST: the CA's signature hash (sha256; sha1
+# is too weak for ATS); DAYS: validity from now (90: longer than check-endpoint's 30-day
+# warning); SAN: the names it holds (DNS:localhost,IP:127.0.0.1,IP:::1: the names curl
+# and check-endpoint verify).
+stack_make_leaf() {
+  local dir=$1 name=$2 key=${3:-rsa} digest=${4:-sha256} days=${5:-90}
+  local san=${6:-DNS:localhost,IP:127.0.0.1,IP:::1}
+  local algorithm
+  case $key in
+    rsa) algorithm=(-newkey rsa:2048) ;;
+    rsa1024) algorithm=(-newkey rsa:1024) ;;
+    ec) algorithm=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1) ;;
+    *) stack_die "stack_make_leaf: unknown key kind $key" ;;
+  esac
+  stack_leaf_extensions "$dir" "$name" "$san"
+  openssl req -new "${algorithm[@]}" -nodes -keyout "$dir/$name.key" -out "$dir/$name.csr" \
+    -subj "/CN=localhost" 2>/dev/null
+  openssl x509 -req -in "$dir/$name.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -CAcreateserial \
+    -days "$days" "-$digest" -extfile "$dir/$name.ext" -out "$dir/$name.pem" 2>/dev/null
+  chmod 600 "$dir/$name.key"
+}
+
+# stack_make_expired_leaf DIR NAME: as stack_make_leaf, but valid only in January 2020.
+# OpenSSL 3.0's `x509 -req` takes no dates; `openssl ca` takes -startdate/-enddate.
+stack_make_expired_leaf() {
+  local dir=$1 name=$2
+  local database=$dir/ca-db
+  mkdir -p "$database"
+  : >"$database/index.txt"
+  echo 1000 >"$database/serial"
+  stack_leaf_extensions "$dir" "$name" "DNS:localhost,IP:127.0.0.1,IP:::1"
+  printf '%s\n' "[ca]" "default_ca = test_ca" "[test_ca]" "database = $database/index.txt" \
+    "new_certs_dir = $database" "serial = $database/serial" "default_md = sha256" "policy = any_name" \
+    "unique_subject = no" "copy_extensions = none" "[any_name]" "commonName = supplied" >"$dir/ca.cnf"
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$dir/$name.key" -out "$dir/$name.csr" \
+    -subj "/CN=localhost" 2>/dev/null
+  openssl ca -batch -notext -config "$dir/ca.cnf" -cert "$dir/ca.pem" -keyfile "$dir/ca.key" \
+    -in "$dir/$name.csr" -out "$dir/$name.pem" -startdate 20200101000000Z -enddate 20200201000000Z \
+    -extfile "$dir/$name.ext" 2>/dev/null
+  chmod 600 "$dir/$name.key"
+}
+
 # A development CA and a localhost certificate signed by it, both RSA 2048 and
 # SHA-256, with the names curl and check-endpoint verify: localhost, 127.0.0.1, ::1.
 # Writes DIR/ca.pem, DIR/ca.key, DIR/localhost.pem, DIR/localhost.key.
 stack_make_dev_pki() {
-  local dir=$1
-  mkdir -p "$dir"
-  openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days 30 \
-    -keyout "$dir/ca.key" -out "$dir/ca.pem" -subj "/CN=siwa-endpoint run-local development CA" \
-    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
-  cat >"$dir/localhost.ext" <<'EOF'
-basicConstraints=CA:FALSE
-keyUsage=critical,digitalSignature,keyEncipherment
-extendedKeyUsage=serverAuth
-subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1
-EOF
-  openssl req -new -newkey rsa:2048 -nodes -keyout "$dir/localhost.key" -out "$dir/localhost.csr" \
-    -subj "/CN=localhost" 2>/dev/null
-  # 90 days: longer than check-endpoint's 30-day expiry warning.
-  openssl x509 -req -in "$dir/localhost.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -CAcreateserial \
-    -days 90 -sha256 -extfile "$dir/localhost.ext" -out "$dir/localhost.pem" 2>/dev/null
-  chmod 600 "$dir/ca.key" "$dir/localhost.key"
+  stack_make_ca "$1" 30 "siwa-endpoint run-local development CA"
+  stack_make_leaf "$1" localhost
 }
 
 # Replaces each occurrence of OLD in the variable named by $1 with NEW, after
