@@ -99,7 +99,7 @@ private final class Run {
         self.configuration = configuration
         store = ReconcileStore(
             connection: OperatorSettings.redisConnection(configuration.redis),
-            keyPrefix: configuration.keyPrefix, streamMaxLength: configuration.streamMaximumLength)
+            keyPrefix: configuration.keyPrefix, streamMaximumLength: configuration.streamMaximumLength)
         let pacer = Pacer(interval: 1 / rate)
         check = AppleTokenCheck(
             tokenURL: configuration.tokenURL,

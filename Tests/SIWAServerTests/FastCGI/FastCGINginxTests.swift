@@ -22,7 +22,7 @@ struct FastCGINginxTests {
         defer { directory.remove() }
         let socketPath = directory.path + "/fcgi.sock"
         let server = try FastCGIServer(
-            configuration: .init(address: .unixSocket(path: socketPath), workerCount: 2, maxBodyBytes: 4096),
+            configuration: .init(address: .unixSocket(path: socketPath), workerCount: 2, maximumBodyBytes: 4096),
             handler: { request in
                 guard case .complete(let body) = request.body else {
                     return FastCGIResponse(status: 413, contentType: "text/plain", body: "too large")
