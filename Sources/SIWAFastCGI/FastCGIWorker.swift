@@ -3,6 +3,7 @@ import Glibc
 
 /// One worker thread's libfcgi loop: its own `FCGX_Request`, accept, read, call the
 /// handler, write, finish. Every libfcgi pointer of the server lives in this file.
+// Unchecked: it owns a libfcgi `FCGX_Request` pointer, which only its own thread (`run()`) touches.
 final class FastCGIWorker: @unchecked Sendable {
     private let request: UnsafeMutablePointer<FCGX_Request>
     private let maximumBodyBytes: Int
