@@ -17,7 +17,8 @@ let package = Package(
         .systemLibrary(name: "CHiredis", path: "Sources/CHiredis"),
         .systemLibrary(name: "CCurl", path: "Sources/CCurl"),
 
-        // What every wrapper shares: errors with a stable code, the monotonic wait.
+        // What every wrapper shares: errors with a stable code, the injected clock, the
+        // background services' lifecycle (Service, PeriodicTask, ServiceGroup), Latch.
         .target(name: "SIWASupport"),
 
         // JSON reading (strict: no duplicate members, bounded depth) and writing, byte by byte.

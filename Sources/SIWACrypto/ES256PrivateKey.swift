@@ -7,6 +7,7 @@ import COpenSSLShim
 /// Apple's Sign in with Apple keys (`.p8` files) are PKCS#8 PEM P-256 keys; the
 /// client secret for Apple's token endpoint is a JWT signed with one. Each signature
 /// uses its own `EVP_MD_CTX`, so one instance may be shared across threads.
+// Unchecked: it holds an OpenSSL `EVP_PKEY` pointer, never mutated after init (see above).
 public final class ES256PrivateKey: @unchecked Sendable {
     private let key: OpaquePointer
 

@@ -6,6 +6,8 @@ import COpenSSLShim
 #endif
 
 /// An RSA private key: the test kit's signing key. Production never signs.
+// Unchecked: it holds an OpenSSL `EVP_PKEY` pointer, never mutated after init; every
+// signature uses its own `EVP_MD_CTX`.
 public final class RSAPrivateKey: @unchecked Sendable {
     private let key: OpaquePointer
 

@@ -5,6 +5,7 @@ import COpenSSLShim
 ///
 /// The key is immutable after construction and every check uses its own
 /// `EVP_MD_CTX`, so one instance may be shared across threads.
+// Unchecked: it holds an OpenSSL `EVP_PKEY` pointer, never mutated after init (see above).
 public final class RSAPublicKey: @unchecked Sendable {
     let key: OpaquePointer
 
@@ -17,11 +18,6 @@ public final class RSAPublicKey: @unchecked Sendable {
         guard !modulus.isEmpty, !exponent.isEmpty,
             let key = siwa_rsa_public_key_from_components(modulus, modulus.count, exponent, exponent.count)
         else { return nil }
-        self.key = key
-        self.modulusBits = Int(EVP_PKEY_get_bits(key))
-    }
-
-    init(owning key: OpaquePointer) {
         self.key = key
         self.modulusBits = Int(EVP_PKEY_get_bits(key))
     }

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Synchronization
 
 /// Accepts connections on one thread and hands a connection to a worker only once its
 /// request's header and parameters are waiting in the socket, so no worker ever waits,
@@ -14,7 +15,7 @@ import Glibc
 /// by the worker with the connection's read timeout (`ioTimeout`), as before. A
 /// connection still without its parameters after `headerTimeout` is closed: it never
 /// had a worker. nginx sends the parameters in one go, so a real request passes at once.
-final class FastCGIAcceptor: @unchecked Sendable {  // the poll thread owns `watched`; the rest is under `state`
+final class FastCGIAcceptor: Sendable {
     /// A connection waiting for its request; `deadline` is set once it has a first byte
     /// (a new connection) or at once (kept connections wait idle without one).
     private struct Watched {
@@ -35,15 +36,20 @@ final class FastCGIAcceptor: @unchecked Sendable {  // the poll thread owns `wat
     /// POLLRDHUP (Linux): the peer shut its writing side. Glibc hides the name behind _GNU_SOURCE.
     private static let pollReadHangUp: Int16 = 0x2000
 
-    private let state = NSCondition()
-    private var ready: [Int32] = []
-    private var returned: [Int32] = []
-    private var stopping = false
-    private var finished = false
-    private let wake: (read: Int32, write: Int32)
+    private struct State {
+        /// Connections whose request is waiting, for the workers.
+        var ready: [Int32] = []
+        /// Kept connections the workers gave back, for the poll thread.
+        var returned: [Int32] = []
+        var stopping = false
+        var finished = false
+    }
 
-    /// The poll thread's own list.
-    private var watched: [Watched] = []
+    private let state = Mutex(State())
+    /// One signal per connection made ready, and one at the end (each worker that finds
+    /// nothing left passes that one on); a worker checks `state`, so a spare signal costs one check.
+    private let available = DispatchSemaphore(value: 0)
+    private let wake: (read: Int32, write: Int32)
 
     init(listenFD: Int32, stopFD: Int32, headerTimeout: Duration) throws(FastCGIError) {
         self.listenFD = listenFD
@@ -57,31 +63,40 @@ final class FastCGIAcceptor: @unchecked Sendable {  // the poll thread owns `wat
 
     /// The next connection whose request is waiting; nil once stopping and none is left.
     func next() -> Int32? {
-        state.lock()
-        defer { state.unlock() }
-        while ready.isEmpty && !finished { state.wait() }
-        return ready.isEmpty ? nil : ready.removeFirst()
+        while true {
+            let (fd, finished) = state.withLock { state -> (Int32?, Bool) in
+                state.ready.isEmpty ? (nil, state.finished) : (state.ready.removeFirst(), false)
+            }
+            if let fd { return fd }
+            if finished {
+                available.signal()
+                return nil
+            }
+            available.wait()
+        }
     }
 
     /// A kept connection (nginx's `fastcgi_keep_conn`) goes back to be watched for its
     /// next request; when stopping it is closed instead.
     func watchAgain(_ fd: Int32) {
-        state.lock()
-        defer { state.unlock() }
-        guard !stopping else {
-            shutdown(fd, Int32(SHUT_RDWR))
-            close(fd)
-            return
+        state.withLock { state in
+            guard !state.stopping else {
+                shutdown(fd, Int32(SHUT_RDWR))
+                close(fd)
+                return
+            }
+            state.returned.append(fd)
+            // Under the lock: the pipe is closed only after `stopping` is set, under it too.
+            var byte: UInt8 = 1
+            _ = write(wake.write, &byte, 1)
         }
-        returned.append(fd)
-        // Under the lock: the pipe is closed only after `stopping` is set, under it too.
-        var byte: UInt8 = 1
-        _ = write(wake.write, &byte, 1)
     }
 
     /// The poll loop; returns once `stopFD` is readable. Connections still incomplete are
     /// closed; those already complete stay queued for the workers, which finish them.
     func run() {
+        // The connections waiting for their request: the poll thread's own list.
+        var watched: [Watched] = []
         while true {
             var fds: [pollfd] = [
                 pollfd(fd: stopFD, events: Int16(POLLIN), revents: 0),
@@ -105,25 +120,24 @@ final class FastCGIAcceptor: @unchecked Sendable {  // the poll thread owns `wat
             let count = poll(&fds, nfds_t(fds.count), timeout)
             if count < 0 && errno != EINTR { break }
             if fds[0].revents != 0 { break }
-            if fds[1].revents != 0 { takeReturned() }
-            if fds[2].revents != 0 { acceptWaiting() }
-            examine(events: Array(fds.dropFirst(3)))
+            if fds[1].revents != 0 { takeReturned(into: &watched) }
+            if fds[2].revents != 0 { acceptWaiting(into: &watched) }
+            examine(&watched, events: Array(fds.dropFirst(3)))
         }
-        shutDown()
+        shutDown(closing: watched)
     }
 
-    private func takeReturned() {
+    private func takeReturned(into watched: inout [Watched]) {
         var byte = [UInt8](repeating: 0, count: 64)
         while read(wake.read, &byte, byte.count) > 0 {}
-        let fds = state.withLock {
-            let fds = returned
-            returned = []
-            return fds
+        let fds = state.withLock { state in
+            defer { state.returned = [] }
+            return state.returned
         }
         watched += fds.map { Watched(fd: $0, deadline: nil) }
     }
 
-    private func acceptWaiting() {
+    private func acceptWaiting(into watched: inout [Watched]) {
         while watched.count < maximumWatched {
             let fd = accept(listenFD, nil, nil)
             guard fd >= 0 else { return }  // EAGAIN: none left; EMFILE: the next tick retries
@@ -134,7 +148,7 @@ final class FastCGIAcceptor: @unchecked Sendable {  // the poll thread owns `wat
 
     /// Peeks at each watched connection: hands on the complete ones, closes the dead and
     /// the expired.
-    private func examine(events: [pollfd]) {
+    private func examine(_ watched: inout [Watched], events: [pollfd]) {
         let now = ContinuousClock.now
         var kept: [Watched] = []
         var handed: [Int32] = []
@@ -172,10 +186,8 @@ final class FastCGIAcceptor: @unchecked Sendable {  // the poll thread owns `wat
         }
         watched = kept
         guard !handed.isEmpty else { return }
-        state.withLock {
-            ready += handed
-            state.broadcast()
-        }
+        state.withLock { $0.ready += handed }
+        for _ in handed { available.signal() }
     }
 
     enum RequestState { case complete, partial, garbage }
@@ -195,25 +207,23 @@ final class FastCGIAcceptor: @unchecked Sendable {  // the poll thread owns `wat
         return .partial
     }
 
-    private func shutDown() {
+    private func shutDown(closing watched: [Watched]) {
         for entry in watched {
             shutdown(entry.fd, Int32(SHUT_RDWR))
             close(entry.fd)
         }
-        watched = []
-        let leftovers = state.withLock {
-            stopping = true
-            finished = true
-            let leftovers = returned
-            returned = []
-            state.broadcast()
-            return leftovers
+        let leftovers = state.withLock { state in
+            state.stopping = true
+            state.finished = true
+            defer { state.returned = [] }
+            return state.returned
         }
+        available.signal()
         for fd in leftovers {
             shutdown(fd, Int32(SHUT_RDWR))
             close(fd)
         }
-        state.withLock {
+        state.withLock { _ in
             close(wake.read)
             close(wake.write)
         }

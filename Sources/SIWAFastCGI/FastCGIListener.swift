@@ -3,7 +3,7 @@ import Glibc
 /// The listening socket, created and bound here rather than by `FCGX_OpenSocket`, so that
 /// a TCP socket is bound to loopback only (libfcgi's ":PORT" binds every interface) and a
 /// unix socket has its mode and group before it accepts a single connection.
-final class FastCGIListener: @unchecked Sendable {
+final class FastCGIListener: Sendable {
     let fileDescriptor: Int32
     /// The bound TCP port (useful when the configuration asked for port 0), else nil.
     let boundPort: UInt16?

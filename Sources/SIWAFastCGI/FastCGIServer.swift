@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import SIWASupport
+import Synchronization
 
 /// A FastCGI responder over libfcgi: a listening socket, N worker threads each looping
 /// accept → handler → finish, and a graceful stop.
@@ -10,20 +11,25 @@ import SIWASupport
 /// accept(2) blocked inside libfcgi return, and makes a pipe readable that idle kept
 /// connections are polled with. Requests already accepted run to the end; `run()` and
 /// `stop()` wait for them up to a bound, then return regardless.
-public final class FastCGIServer: @unchecked Sendable {
+public final class FastCGIServer: Sendable {
     public typealias Handler = @Sendable (FastCGIRequest) -> FastCGIResponse
 
     public let configuration: FastCGIServerConfiguration
     private let handler: Handler
 
-    // Everything below is guarded by `state`.
-    private let state = NSCondition()
-    private var started = false
-    private var stopRequested = false
-    private var liveWorkers = 0
-    private var cleanedUp = false
-    private var listener: FastCGIListener?
-    private var stopPipe: (read: Int32, write: Int32) = (-1, -1)
+    private struct State {
+        var started = false
+        var stopRequested = false
+        var liveWorkers = 0
+        var listener: FastCGIListener?
+        var stopPipe: (read: Int32, write: Int32) = (-1, -1)
+    }
+
+    private let state = Mutex(State())
+    /// Opens once a stop is asked for.
+    private let stopAsked = Latch()
+    /// Opens once the last worker is out and the socket is closed (or at a stop before a start).
+    private let cleanedUp = Latch()
 
     /// Validates the configuration; nothing is opened until `start()` or `run()`.
     public init(configuration: FastCGIServerConfiguration, handler: @escaping Handler) throws(FastCGIError) {
@@ -33,62 +39,60 @@ public final class FastCGIServer: @unchecked Sendable {
     }
 
     /// The TCP port actually bound (after `start()`), nil for a unix socket.
-    public var boundPort: UInt16? {
-        state.lock()
-        defer { state.unlock() }
-        return listener?.boundPort
-    }
+    public var boundPort: UInt16? { state.withLock { $0.listener?.boundPort } }
 
     /// Opens the socket and starts the workers, then returns. Pair with `stop(timeout:)`.
     /// The workers (and so this server) stay alive until they have exited.
     public func start() throws(FastCGIError) {
-        state.lock()
-        defer { state.unlock() }
-        guard !started, !stopRequested else { throw FastCGIError(.alreadyStarted, "a FastCGIServer starts once") }
-        try FastCGILibrary.initialize()
-        let listener = try FastCGIListener(address: configuration.address, backlog: configuration.backlog)
-        let ends: (read: Int32, write: Int32)
-        do throws(FastCGIError) {
-            ends = try FastCGILibrary.makePipe()
-        } catch {
-            listener.closeAndRemove()
-            throw error
-        }
-        var workers: [FastCGIWorker] = []
-        let acceptor: FastCGIAcceptor
-        do throws(FastCGIError) {
-            acceptor = try FastCGIAcceptor(
-                listenFD: listener.fileDescriptor, stopFD: ends.read, headerTimeout: configuration.ioTimeout)
-            for _ in 0..<configuration.workerCount {
-                workers.append(
-                    try FastCGIWorker(
-                        acceptor: acceptor, maxBodyBytes: configuration.maxBodyBytes,
-                        ioTimeout: configuration.ioTimeout, handler: handler))
+        try state.withLock { state throws(FastCGIError) in
+            guard !state.started, !state.stopRequested else {
+                throw FastCGIError(.alreadyStarted, "a FastCGIServer starts once")
             }
-        } catch {
-            listener.closeAndRemove()
-            close(ends.read)
-            close(ends.write)
-            throw error
-        }
-        self.listener = listener
-        stopPipe = ends
-        started = true
-        // The acceptor thread counts as a worker: the socket closes only after it is out too.
-        liveWorkers = workers.count + 1
-        let acceptorThread = Thread { [self] in
-            acceptor.run()
-            workerExited()
-        }
-        acceptorThread.name = "fastcgi-acceptor"
-        acceptorThread.start()
-        for (index, worker) in workers.enumerated() {
-            let thread = Thread { [self] in
-                worker.run()
+            try FastCGILibrary.initialize()
+            let listener = try FastCGIListener(address: configuration.address, backlog: configuration.backlog)
+            let ends: (read: Int32, write: Int32)
+            do throws(FastCGIError) {
+                ends = try FastCGILibrary.makePipe()
+            } catch {
+                listener.closeAndRemove()
+                throw error
+            }
+            var workers: [FastCGIWorker] = []
+            let acceptor: FastCGIAcceptor
+            do throws(FastCGIError) {
+                acceptor = try FastCGIAcceptor(
+                    listenFD: listener.fileDescriptor, stopFD: ends.read, headerTimeout: configuration.ioTimeout)
+                for _ in 0..<configuration.workerCount {
+                    workers.append(
+                        try FastCGIWorker(
+                            acceptor: acceptor, maximumBodyBytes: configuration.maximumBodyBytes,
+                            ioTimeout: configuration.ioTimeout, handler: handler))
+                }
+            } catch {
+                listener.closeAndRemove()
+                close(ends.read)
+                close(ends.write)
+                throw error
+            }
+            state.listener = listener
+            state.stopPipe = ends
+            state.started = true
+            // The acceptor thread counts as a worker: the socket closes only after it is out too.
+            state.liveWorkers = workers.count + 1
+            let acceptorThread = Thread { [self] in
+                acceptor.run()
                 workerExited()
             }
-            thread.name = "fastcgi-worker-\(index)"
-            thread.start()
+            acceptorThread.name = "fastcgi-acceptor"
+            acceptorThread.start()
+            for (index, worker) in workers.enumerated() {
+                let thread = Thread { [self] in
+                    worker.run()
+                    workerExited()
+                }
+                thread.name = "fastcgi-worker-\(index)"
+                thread.start()
+            }
         }
     }
 
@@ -118,12 +122,10 @@ public final class FastCGIServer: @unchecked Sendable {
         }
         defer { watcher?.uninstall() }
         whenListening()
-        state.lock()
-        while !stopRequested { state.wait() }
-        state.unlock()
+        stopAsked.wait()
         let deadline = ContinuousClock.now + configuration.shutdownTimeout
         whenStopping(deadline)
-        return waitForWorkers(until: deadline)
+        return cleanedUp.wait(until: deadline)
     }
 
     /// Stops accepting, lets requests in flight finish, and waits for them up to `timeout`
@@ -132,45 +134,35 @@ public final class FastCGIServer: @unchecked Sendable {
     @discardableResult
     public func stop(timeout: Duration? = nil) -> Bool {
         requestStop()
-        return waitForWorkers(until: ContinuousClock.now + (timeout ?? configuration.shutdownTimeout))
+        return cleanedUp.wait(until: ContinuousClock.now + (timeout ?? configuration.shutdownTimeout))
     }
 
     private func requestStop() {
-        state.lock()
-        defer { state.unlock() }
-        guard !stopRequested else { return }
-        stopRequested = true
-        if started {
-            listener?.stopAccepting()
+        let neverStarted = state.withLock { state -> Bool? in
+            guard !state.stopRequested else { return nil }
+            state.stopRequested = true
+            guard state.started else { return true }
+            state.listener?.stopAccepting()
             var byte: UInt8 = 1
-            _ = write(stopPipe.write, &byte, 1)
-        } else {
-            cleanedUp = true
+            _ = write(state.stopPipe.write, &byte, 1)
+            return false
         }
-        state.broadcast()
-    }
-
-    private func waitForWorkers(until deadline: ContinuousClock.Instant) -> Bool {
-        state.lock()
-        defer { state.unlock() }
-        while !cleanedUp {
-            if !state.wait(untilMonotonic: deadline) { break }
-        }
-        return cleanedUp
+        guard let neverStarted else { return }
+        if neverStarted { cleanedUp.open() }
+        stopAsked.open()
     }
 
     /// The last worker out closes the socket and the pipe: only then can no thread still be
     /// using their descriptor numbers.
     private func workerExited() {
-        state.lock()
-        defer { state.unlock() }
-        liveWorkers -= 1
-        if liveWorkers == 0 {
-            listener?.closeAndRemove()
-            close(stopPipe.read)
-            close(stopPipe.write)
-            cleanedUp = true
-            state.broadcast()
+        let last = state.withLock { state -> Bool in
+            state.liveWorkers -= 1
+            guard state.liveWorkers == 0 else { return false }
+            state.listener?.closeAndRemove()
+            close(state.stopPipe.read)
+            close(state.stopPipe.write)
+            return true
         }
+        if last { cleanedUp.open() }
     }
 }

@@ -9,7 +9,7 @@ public struct FastCGIServerConfiguration: Sendable, Equatable {
     public var workerCount: Int
     /// Bodies larger than this are answered from `FastCGIRequest.Body.tooLarge` unread.
     /// Apple's notifications are a few KiB; 64 KiB leaves room without inviting abuse.
-    public var maxBodyBytes: Int
+    public var maximumBodyBytes: Int
     /// listen(2) backlog: connections nginx may queue while every worker is busy.
     public var backlog: Int32
     /// Read and write timeout on an accepted connection, so a stalled peer cannot hold a
@@ -21,14 +21,14 @@ public struct FastCGIServerConfiguration: Sendable, Equatable {
     public init(
         address: FastCGIListenAddress,
         workerCount: Int = 2 * ProcessInfo.processInfo.activeProcessorCount,
-        maxBodyBytes: Int = 64 * 1024,
+        maximumBodyBytes: Int = 64 * 1024,
         backlog: Int32 = 128,
         ioTimeout: Duration = .seconds(30),
         shutdownTimeout: Duration = .seconds(10)
     ) {
         self.address = address
         self.workerCount = workerCount
-        self.maxBodyBytes = maxBodyBytes
+        self.maximumBodyBytes = maximumBodyBytes
         self.backlog = backlog
         self.ioTimeout = ioTimeout
         self.shutdownTimeout = shutdownTimeout
@@ -39,8 +39,8 @@ public struct FastCGIServerConfiguration: Sendable, Equatable {
         guard (1...1024).contains(workerCount) else {
             throw FastCGIError(.invalidSetting, "workerCount must be 1...1024")
         }
-        guard (1...(64 * 1024 * 1024)).contains(maxBodyBytes) else {
-            throw FastCGIError(.invalidSetting, "maxBodyBytes must be 1...67108864")
+        guard (1...(64 * 1024 * 1024)).contains(maximumBodyBytes) else {
+            throw FastCGIError(.invalidSetting, "maximumBodyBytes must be 1...67108864")
         }
         guard (1...65535).contains(backlog) else {
             throw FastCGIError(.invalidSetting, "backlog must be 1...65535")

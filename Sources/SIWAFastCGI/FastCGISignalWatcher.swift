@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Synchronization
 
 /// The write end of the self-pipe, read by the signal handler. A C signal handler cannot
 /// capture context, so this one global carries it; it is set before the handler is
@@ -13,13 +14,15 @@ nonisolated(unsafe) private var signalPipeWriteEnd: Int32 = -1
 /// sigaction handler runs whichever thread receives it; it only writes one byte to a pipe
 /// (async-signal-safe), and a watcher thread does the real work. This also replaces the
 /// handler libfcgi would install, which merely sets a flag that a blocked accept never sees.
-final class FastCGISignalWatcher: @unchecked Sendable {
-    private static let lock = NSLock()
-    nonisolated(unsafe) private static var installed = false
+final class FastCGISignalWatcher: Sendable {
+    /// Whether a watcher holds the handlers: set by the one `init` that may install them,
+    /// cleared at the end of its `uninstall()`.
+    private static let installed = Mutex(false)
 
     private let readEnd: Int32
     private let writeEnd: Int32
-    private var previous: [Int32: sigaction] = [:]
+    /// The handlers to put back at `uninstall()`.
+    private let previous: Mutex<[Int32: sigaction]>
     private let finished = DispatchSemaphore(value: 0)
 
     /// SIGHUP is caught too, so that it never ends the process (its default action):
@@ -28,15 +31,24 @@ final class FastCGISignalWatcher: @unchecked Sendable {
 
     /// Installs the handlers; `onSignal` runs on the watcher thread, once per signal.
     init(onSignal: @escaping @Sendable (Int32) -> Void) throws(FastCGIError) {
-        Self.lock.lock()
-        defer { Self.lock.unlock() }
-        guard !Self.installed else {
+        let claimed = Self.installed.withLock { installed -> Bool in
+            defer { installed = true }
+            return !installed
+        }
+        guard claimed else {
             throw FastCGIError(.signalSetupFailed, "another FastCGIServer is already handling signals")
         }
-        let ends = try FastCGILibrary.makePipe()
+        let ends: (read: Int32, write: Int32)
+        do throws(FastCGIError) {
+            ends = try FastCGILibrary.makePipe()
+        } catch {
+            Self.installed.withLock { $0 = false }
+            throw error
+        }
         readEnd = ends.read
         writeEnd = ends.write
         signalPipeWriteEnd = writeEnd
+        var previous: [Int32: sigaction] = [:]
         for signal in Self.signals {
             var action = sigaction()
             action.__sigaction_handler.sa_handler = { signal in
@@ -51,7 +63,7 @@ final class FastCGISignalWatcher: @unchecked Sendable {
             sigaction(signal, &action, &old)
             previous[signal] = old
         }
-        Self.installed = true
+        self.previous = Mutex(previous)
         let readEnd = readEnd
         let finished = finished
         let thread = Thread {
@@ -77,16 +89,17 @@ final class FastCGISignalWatcher: @unchecked Sendable {
 
     /// Restores the previous handlers, then stops the watcher thread and closes the pipe.
     func uninstall() {
-        Self.lock.lock()
-        defer { Self.lock.unlock() }
+        let previous = self.previous.withLock { previous in
+            defer { previous = [:] }
+            return previous
+        }
         for (signal, var old) in previous { sigaction(signal, &old, nil) }
-        previous = [:]
         var zero: UInt8 = 0
         _ = write(writeEnd, &zero, 1)
         finished.wait()
         signalPipeWriteEnd = -1
         close(writeEnd)
         close(readEnd)
-        Self.installed = false
+        Self.installed.withLock { $0 = false }
     }
 }

@@ -3,9 +3,10 @@ import Glibc
 
 /// One worker thread's libfcgi loop: its own `FCGX_Request`, accept, read, call the
 /// handler, write, finish. Every libfcgi pointer of the server lives in this file.
+// Unchecked: it owns a libfcgi `FCGX_Request` pointer, which only its own thread (`run()`) touches.
 final class FastCGIWorker: @unchecked Sendable {
     private let request: UnsafeMutablePointer<FCGX_Request>
-    private let maxBodyBytes: Int
+    private let maximumBodyBytes: Int
     private let ioTimeout: Duration
     private let acceptor: FastCGIAcceptor
     private let handler: @Sendable (FastCGIRequest) -> FastCGIResponse
@@ -15,7 +16,7 @@ final class FastCGIWorker: @unchecked Sendable {
     /// connection that could keep it waiting without a timeout.
     init(
         acceptor: FastCGIAcceptor,
-        maxBodyBytes: Int,
+        maximumBodyBytes: Int,
         ioTimeout: Duration,
         handler: @escaping @Sendable (FastCGIRequest) -> FastCGIResponse
     ) throws(FastCGIError) {
@@ -25,7 +26,7 @@ final class FastCGIWorker: @unchecked Sendable {
             throw FastCGIError(.libraryFailed, "FCGX_InitRequest failed")
         }
         self.acceptor = acceptor
-        self.maxBodyBytes = maxBodyBytes
+        self.maximumBodyBytes = maximumBodyBytes
         self.ioTimeout = ioTimeout
         self.handler = handler
     }
@@ -91,12 +92,12 @@ final class FastCGIWorker: @unchecked Sendable {
         return params
     }
 
-    /// Reads at most `maxBodyBytes + 1` bytes: one byte past the limit is proof enough.
+    /// Reads at most `maximumBodyBytes + 1` bytes: one byte past the limit is proof enough.
     private func readBody(declaredLength: String?) -> FastCGIRequest.Body {
         let declared = declaredLength.flatMap(FastCGIRequest.parseLength)
-        if let declared, declared > maxBodyBytes { return .tooLarge }
+        if let declared, declared > maximumBodyBytes { return .tooLarge }
         if let declaredLength, !declaredLength.isEmpty, declared == nil { return .incomplete }
-        let limit = maxBodyBytes + 1
+        let limit = maximumBodyBytes + 1
         var body: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 16 * 1024)
         while body.count < limit {
@@ -109,7 +110,7 @@ final class FastCGIWorker: @unchecked Sendable {
             if count <= 0 { break }
             body.append(contentsOf: chunk[0..<Int(count)])
         }
-        if body.count > maxBodyBytes { return .tooLarge }
+        if body.count > maximumBodyBytes { return .tooLarge }
         if FCGX_GetError(request.pointee.in) != 0 { return .incomplete }
         if let declared, body.count != declared { return .incomplete }
         return .complete(body)

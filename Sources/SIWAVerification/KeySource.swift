@@ -12,6 +12,7 @@ public protocol SigningKeySource: Sendable {
 
     /// Asks for fresh keys because a token named a kid the source does not hold. Returns
     /// true only when a fetch made for this request, or one it waited on, brought a usable
-    /// key set; false when none could be made just now (rate limit) or it failed.
-    func refreshForUnknownKey(now: Int64) -> Bool
+    /// key set; false when none could be made just now (rate limit) or it failed. The
+    /// source keeps its own (monotonic) time for the rate limit: the token's time is not it.
+    func refreshForUnknownKey() -> Bool
 }

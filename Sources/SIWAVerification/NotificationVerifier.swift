@@ -54,7 +54,7 @@ public struct NotificationVerifier: Sendable {
                 try source.key(forKeyID: kid)
             }
         } catch  where error.code == .kidUnknown || error.code == .keysUnavailable {
-            refreshed = source.refreshForUnknownKey(now: now)
+            refreshed = source.refreshForUnknownKey()
         }
         do {
             return try verify(body: body, now: now) { kid throws(VerificationError) in

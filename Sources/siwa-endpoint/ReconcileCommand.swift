@@ -3,6 +3,7 @@ import SIWAHTTPS
 import SIWAJSON
 import SIWAServer
 import SIWAVerification
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -99,7 +100,7 @@ private final class Run {
         self.configuration = configuration
         store = ReconcileStore(
             connection: OperatorSettings.redisConnection(configuration.redis),
-            keyPrefix: configuration.keyPrefix, streamMaxLength: configuration.streamMaximumLength)
+            keyPrefix: configuration.keyPrefix, streamMaximumLength: configuration.streamMaximumLength)
         let pacer = Pacer(interval: 1 / rate)
         check = AppleTokenCheck(
             tokenURL: configuration.tokenURL,
@@ -220,18 +221,21 @@ private final class Run {
 }
 
 /// Spaces request starts at least `interval` seconds apart.
-private final class Pacer: @unchecked Sendable {
+private final class Pacer: Sendable {
     let interval: Double
-    private var next = 0.0
-    private let lock = NSLock()
+    /// The uptime at which the next start may come.
+    private let next = Mutex(0.0)
 
     init(interval: Double) { self.interval = interval }
 
+    /// Takes the next free start time, then sleeps until it.
     func wait() {
-        lock.lock()
-        defer { lock.unlock() }
         let now = ProcessInfo.processInfo.systemUptime
-        if next > now { usleep(UInt32((next - now) * 1_000_000)) }
-        next = max(now, next) + interval
+        let start = next.withLock { next -> Double in
+            let start = max(now, next)
+            next = start + interval
+            return start
+        }
+        if start > now { usleep(UInt32((start - now) * 1_000_000)) }
     }
 }

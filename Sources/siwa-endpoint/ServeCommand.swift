@@ -3,6 +3,7 @@ import SIWAFastCGI
 import SIWAHTTPS
 import SIWARedis
 import SIWAServer
+import SIWASupport
 import SIWAVerification
 
 #if canImport(Glibc)
@@ -97,8 +98,8 @@ enum ServeCommand {
         let keys = JWKSProvider(
             settings: JWKSProvider.Settings(
                 url: jwksSettings.url, cacheFilePath: jwksSettings.cachePath,
-                refreshIntervalSeconds: jwksSettings.refreshInterval.components.seconds,
-                unknownKeyIDRefreshIntervalSeconds: jwksSettings.unknownKeyIDRefreshInterval.components.seconds),
+                refreshInterval: jwksSettings.refreshInterval,
+                unknownKeyIDRefreshInterval: jwksSettings.unknownKeyIDRefreshInterval),
             fetcher: HTTPSFetcher(
                 caFilePath: jwksSettings.caFile, timeoutSeconds: Double(jwksSettings.timeout.components.seconds)))
         let startOutcome = keys.start()
@@ -109,8 +110,10 @@ enum ServeCommand {
                 ("fetch", .string("\(startOutcome)")), ("keys", .integer(Int64(jwks.usableKeyCount))),
                 ("last_failure", jwks.lastFailure.map { .string($0) } ?? .null),
             ])
-        let refresher = JWKSRefresher(provider: keys)
-        refresher.start()
+        // The background services, stopped in reverse order: the refresher now, the
+        // replayer once the socket listens.
+        let services = ServiceGroup()
+        services.start(JWKSRefresher(provider: keys))
 
         let redis = configuration.redis.endpoint
         let timeout = configuration.redis.timeout
@@ -120,7 +123,7 @@ enum ServeCommand {
                 connection: RedisConnection(
                     endpoint: redis, connectTimeout: timeout, commandTimeout: timeout, locator: locator),
                 keyPrefix: store.keyPrefix, seenMarkerTTL: store.seenMarkerTTL,
-                streamMaxLength: store.streamMaximumLength)
+                streamMaximumLength: store.streamMaximumLength)
         }
         let spool: NotificationSpool
         let setAside: SpoolSetAsideStore
@@ -149,7 +152,7 @@ enum ServeCommand {
         do throws(FastCGIError) {
             server = try FastCGIServer(
                 configuration: FastCGIServerConfiguration(
-                    address: fastCGI.address, workerCount: fastCGI.workers, maxBodyBytes: fastCGI.maximumBodyBytes,
+                    address: fastCGI.address, workerCount: fastCGI.workers, maximumBodyBytes: fastCGI.maximumBodyBytes,
                     backlog: Int32(fastCGI.backlog), shutdownTimeout: fastCGI.shutdownTimeout),
                 handler: { responder.handle($0) })
         } catch {
@@ -159,16 +162,16 @@ enum ServeCommand {
         warnIfBacklogCapped(fastCGI.backlog)
         let drained: Bool
         // One shutdown deadline (SIGTERM + SIWA_SHUTDOWN_TIMEOUT_SECONDS, monotonic) for the
-        // drain, the replayer and the refresher together: all three are asked to stop at
-        // once and waited for until the same instant, so serve exits within the timeout,
-        // below the unit's TimeoutStopSec (20 s against the default 10 s).
+        // drain and the services together: all are asked to stop at once (the services last
+        // started first) and waited for until the same instant, so serve exits within the
+        // timeout, below the unit's TimeoutStopSec (20 s against the default 10 s).
         var shutdownDeadline: ContinuousClock.Instant?
         do throws(FastCGIError) {
             drained = try server.run(
                 handlingSignals: true, onHangUp: { reloadKeys(keys) },
                 whenListening: {
                     // The socket listens: the replayer's first pass replays what waited.
-                    replayer.start()
+                    services.start(replayer)
                     EventLog.event(
                         "started",
                         [
@@ -180,20 +183,17 @@ enum ServeCommand {
                 },
                 whenStopping: { deadline in
                     shutdownDeadline = deadline
-                    replayer.requestStop()
-                    refresher.requestStop()
+                    services.requestStop()
                 })
         } catch {
             // The socket could not be made (in use, a permission, a group): named, before `started`.
-            replayer.stop()
-            _ = refresher.stop()
+            services.stop(until: ContinuousClock.now + fastCGI.shutdownTimeout)
             let setting = error.code == .unknownGroup ? "SIWA_FCGI_SOCKET_GROUP" : "SIWA_FCGI_SOCKET"
             refuse(ConfigurationError(setting: setting, "cannot be listened on: \(error)"))
             return 2
         }
         let deadline = shutdownDeadline ?? ContinuousClock.now + fastCGI.shutdownTimeout
-        replayer.stop(until: deadline)
-        _ = refresher.stop(until: deadline)
+        services.stop(until: deadline)
         EventLog.event("stopped", level: drained ? "info" : "warning", [("drained", .bool(drained))])
         return 0
     }
@@ -237,7 +237,7 @@ enum ServeCommand {
         }
         let result = RedisCapabilityCheck.run(
             endpoint: endpoint, timeout: configuration.redis.timeout,
-            keyPrefix: configuration.store.keyPrefix, streamMaxLength: configuration.store.streamMaximumLength)
+            keyPrefix: configuration.store.keyPrefix, streamMaximumLength: configuration.store.streamMaximumLength)
         switch result {
         case .ready: return nil
         case .unavailable(let why):

@@ -26,7 +26,7 @@ final class KeySourceDouble: SigningKeySource {
         return try keys.key(forKeyID: kid)
     }
 
-    func refreshForUnknownKey(now: Int64) -> Bool {
+    func refreshForUnknownKey() -> Bool {
         state.withLock { state in
             state.refreshRequests += 1
             guard let next = state.next else { return false }

@@ -6,12 +6,6 @@ extension JWKSProvider {
         public let ageSeconds: Int64?
         /// Fetches that failed or brought an unusable document, since start.
         public let refreshFailures: Int
-        /// Fetches that installed a new key set, since start.
-        public let refreshSuccesses: Int
-        /// Cache file reads or writes that failed, since start.
-        public let cacheFailures: Int
-        /// Whether the most recent fetch succeeded (false before the first one).
-        public let lastRefreshSucceeded: Bool
         /// How many keys in the current set can verify.
         public let usableKeyCount: Int
         /// The plain message of the most recent failure, for the application to log.

@@ -9,22 +9,22 @@ extension JWKSProvider {
         /// Where the last good JWKS is kept across restarts; nil keeps none.
         public var cacheFilePath: String?
         /// How long a good key set is used before the scheduled refresh.
-        public var refreshIntervalSeconds: Int64
+        public var refreshInterval: Duration
         /// How soon a scheduled refresh is tried again after a failure.
-        public var failedRefreshRetrySeconds: Int64
+        public var failedRefreshRetryInterval: Duration
         /// The least time between two fetches caused by an unknown `kid`: a stranger
         /// sending made-up kids must not turn us into a load generator against Apple.
-        public var unknownKeyIDRefreshIntervalSeconds: Int64
+        public var unknownKeyIDRefreshInterval: Duration
 
         public init(
-            url: String = appleKeysURL, cacheFilePath: String? = nil, refreshIntervalSeconds: Int64 = 3600,
-            failedRefreshRetrySeconds: Int64 = 60, unknownKeyIDRefreshIntervalSeconds: Int64 = 60
+            url: String = appleKeysURL, cacheFilePath: String? = nil, refreshInterval: Duration = .seconds(3600),
+            failedRefreshRetryInterval: Duration = .seconds(60), unknownKeyIDRefreshInterval: Duration = .seconds(60)
         ) {
             self.url = url
             self.cacheFilePath = cacheFilePath
-            self.refreshIntervalSeconds = refreshIntervalSeconds
-            self.failedRefreshRetrySeconds = failedRefreshRetrySeconds
-            self.unknownKeyIDRefreshIntervalSeconds = unknownKeyIDRefreshIntervalSeconds
+            self.refreshInterval = refreshInterval
+            self.failedRefreshRetryInterval = failedRefreshRetryInterval
+            self.unknownKeyIDRefreshInterval = unknownKeyIDRefreshInterval
         }
     }
 }

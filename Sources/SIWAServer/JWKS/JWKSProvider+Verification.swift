@@ -10,8 +10,8 @@ extension JWKSProvider: SigningKeySource {
     }
 
     /// One rate-limited, shared refresh (`refreshForUnknownKeyID`); true when it brought keys.
-    public func refreshForUnknownKey(now: Int64) -> Bool {
-        refreshForUnknownKeyID(now: now) == .refreshed
+    public func refreshForUnknownKey() -> Bool {
+        refreshForUnknownKeyID() == .refreshed
     }
 
     /// Verifies `body` with `verifier`'s settings and this provider's keys (see

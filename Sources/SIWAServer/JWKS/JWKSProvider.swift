@@ -1,6 +1,8 @@
 import Foundation
 import SIWAHTTPS
+import SIWASupport
 import SIWAVerification
+import Synchronization
 
 /// Apple's current signing keys for many worker threads, kept fresh.
 ///
@@ -10,80 +12,83 @@ import SIWAVerification
 /// fetches go through one single flight: a caller that arrives while a fetch is
 /// running waits for that fetch and gets its outcome, so a burst of unknown kids
 /// costs one request. A failed fetch or an unusable document never replaces the
-/// last good keys; `lastRefreshSucceeded` tells the responder whether an unknown
-/// kid is a forgery (401) or a question we cannot answer yet (503).
-public final class JWKSProvider: @unchecked Sendable {
+/// last good keys. Whether an unknown kid is a forgery (401) or a question we cannot
+/// answer yet (503) is the verifier's rule: it asks for one unknown-kid refresh
+/// (`refreshForUnknownKey`) and looks at what that refresh brought.
+public final class JWKSProvider: Sendable {
     public let settings: Settings
     private let fetcher: any JWKSFetching
     private let cacheFile: JWKSCacheFile?
-    private let clock: @Sendable () -> Int64
+    private let clock: EndpointClock
 
-    // Everything below is guarded by `condition`.
-    private let condition = NSCondition()
-    private var keySet = JSONWebKeySet()
-    private var fetchedAt: Int64?
-    private var lastAttemptAt: Int64?
-    private var lastSucceeded = false
-    private var fetchInFlight = false
-    private var completedFetches = 0
-    private var lastFetchOutcome = JWKSRefreshOutcome.skipped
-    private var refreshFailures = 0
-    private var refreshSuccesses = 0
-    private var cacheFailures = 0
-    private var lastFailure: String?
+    private struct State {
+        var keySet = JSONWebKeySet()
+        /// Wall time (Unix seconds) of the current keys: shown as their age.
+        var fetchedAt: Int64?
+        /// When the last fetch started, on the monotonic clock: every interval counts from it.
+        var lastAttemptAt: ContinuousClock.Instant?
+        /// Whether the last fetch brought a usable JWKS: it chooses the next scheduled interval.
+        var lastSucceeded = false
+        /// The fetch running now, which any other caller joins.
+        var flight: Flight?
+        var refreshFailures = 0
+        /// Cache file reads or writes that failed: a reload names its own failure by it.
+        var cacheFailures = 0
+        var lastFailure: String?
+    }
 
-    /// - Parameter clock: the current Unix time in seconds; tests pass their own.
-    public init(
-        settings: Settings, fetcher: any JWKSFetching = HTTPSFetcher(),
-        clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
-    ) {
+    private let state = Mutex(State())
+
+    /// - Parameter clock: intervals count on its monotonic reading, the keys' age on its
+    ///   wall reading; tests pass their own.
+    public init(settings: Settings, fetcher: any JWKSFetching = HTTPSFetcher(), clock: EndpointClock = .system) {
         self.settings = settings
         self.fetcher = fetcher
         self.cacheFile = settings.cacheFilePath.map { JWKSCacheFile(path: $0) }
         self.clock = clock
     }
 
-    /// The injected clock's reading, for callers that have no time of their own.
-    public func now() -> Int64 { clock() }
+    /// The injected wall clock's reading (Unix seconds), for the keys' age in the metrics.
+    public func now() -> Int64 { clock.wallSeconds() }
 
     /// The current key set (empty until one has been loaded).
-    public var keys: JSONWebKeySet { condition.withLock { keySet } }
+    public var keys: JSONWebKeySet { state.withLock { $0.keySet } }
 
-    /// Whether the most recent fetch brought a usable JWKS.
-    public var lastRefreshSucceeded: Bool { condition.withLock { lastSucceeded } }
+    /// How many keys in the current set can verify.
+    public var usableKeyCount: Int { state.withLock { $0.keySet.usableKeyIDs.count } }
 
     /// Loads the cache file, if any, then fetches. Returns the fetch's outcome; with
     /// no network but a good cache file the keys are usable all the same.
     @discardableResult
     public func start() -> JWKSRefreshOutcome {
         if let cacheFile { loadCache(cacheFile) }
-        return refresh(now: clock()) { _ in true }
+        return refresh { _, _ in true }
     }
 
     /// Reads the cache file again (what SIGHUP does): when it holds a usable JWKS, its
     /// keys replace the held ones. Nothing is fetched. Returns the usable key count after
     /// the reload, and why the file was not taken, if it was not.
     public func reloadCacheFile() -> (keys: Int, failure: String?) {
-        guard let cacheFile else { return (keys.usableKeyIDs.count, "no cache file is configured") }
-        let failuresBefore = condition.withLock { cacheFailures }
+        guard let cacheFile else { return (usableKeyCount, "no cache file is configured") }
+        let failuresBefore = state.withLock { $0.cacheFailures }
         let present = (try? cacheFile.load()) != nil
         loadCache(cacheFile)
-        return condition.withLock {
+        return state.withLock { state in
             let failure =
-                cacheFailures > failuresBefore ? lastFailure : present ? nil : "the cache file does not exist"
-            return (keySet.usableKeyIDs.count, failure)
+                state.cacheFailures > failuresBefore
+                ? state.lastFailure : present ? nil : "the cache file does not exist"
+            return (state.keySet.usableKeyIDs.count, failure)
         }
     }
 
     /// Fetches when the scheduled interval has passed since the last fetch (or the
     /// shorter retry interval, when that fetch failed).
     @discardableResult
-    public func refreshIfDue(now: Int64) -> JWKSRefreshOutcome {
-        refresh(now: now) { provider in
-            guard let lastAttemptAt = provider.lastAttemptAt else { return true }
-            let interval =
-                provider.lastSucceeded
-                ? provider.settings.refreshIntervalSeconds : provider.settings.failedRefreshRetrySeconds
+    public func refreshIfDue() -> JWKSRefreshOutcome {
+        let settings = settings
+        return refresh { state, now in
+            guard let lastAttemptAt = state.lastAttemptAt else { return true }
+            let interval = state.lastSucceeded ? settings.refreshInterval : settings.failedRefreshRetryInterval
             return now - lastAttemptAt >= interval
         }
     }
@@ -91,71 +96,90 @@ public final class JWKSProvider: @unchecked Sendable {
     /// Fetches now when no usable key is held (a cold start without a cache file while the
     /// network is not up yet): the refresher calls it with a short backoff until keys load.
     @discardableResult
-    public func refreshIfEmpty(now: Int64) -> JWKSRefreshOutcome {
-        refresh(now: now) { provider in provider.keySet.usableKeyIDs.isEmpty }
+    public func refreshIfEmpty() -> JWKSRefreshOutcome {
+        refresh { state, _ in state.keySet.usableKeyIDs.isEmpty }
     }
 
     /// Fetches because a token named a kid we do not hold, at most once per
-    /// `unknownKeyIDRefreshIntervalSeconds` counted from the last fetch of any kind.
+    /// `unknownKeyIDRefreshInterval` counted from the last fetch of any kind.
     @discardableResult
-    public func refreshForUnknownKeyID(now: Int64) -> JWKSRefreshOutcome {
-        refresh(now: now) { provider in
-            guard let lastAttemptAt = provider.lastAttemptAt else { return true }
-            return now - lastAttemptAt >= provider.settings.unknownKeyIDRefreshIntervalSeconds
+    public func refreshForUnknownKeyID() -> JWKSRefreshOutcome {
+        let interval = settings.unknownKeyIDRefreshInterval
+        return refresh { state, now in
+            guard let lastAttemptAt = state.lastAttemptAt else { return true }
+            return now - lastAttemptAt >= interval
         }
     }
 
-    /// A snapshot of the counters at `now`.
+    /// A snapshot of the counters; `now` is the wall time (Unix seconds) the age counts to.
     public func metrics(now: Int64) -> Metrics {
-        condition.withLock {
+        state.withLock { state in
             Metrics(
-                ageSeconds: fetchedAt.map { max(0, now - $0) }, refreshFailures: refreshFailures,
-                refreshSuccesses: refreshSuccesses, cacheFailures: cacheFailures, lastRefreshSucceeded: lastSucceeded,
-                usableKeyCount: keySet.usableKeyIDs.count, lastFailure: lastFailure)
+                ageSeconds: state.fetchedAt.map { max(0, now - $0) }, refreshFailures: state.refreshFailures,
+                usableKeyCount: state.keySet.usableKeyIDs.count, lastFailure: state.lastFailure)
+        }
+    }
+
+    /// One fetch that callers arriving while it runs wait for and share the outcome of.
+    private final class Flight: Sendable {
+        private let outcome = Mutex<JWKSRefreshOutcome?>(nil)
+        private let landed = Latch()
+
+        func land(_ result: JWKSRefreshOutcome) {
+            outcome.withLock { $0 = result }
+            landed.open()
+        }
+
+        /// The running fetch is bounded by the fetcher's timeout.
+        func wait() -> JWKSRefreshOutcome {
+            landed.wait()
+            return outcome.withLock { $0 } ?? .failed
         }
     }
 
     /// The single flight: join a running fetch, or decide under the lock whether to
-    /// start one, then fetch without holding the lock.
-    private func refresh(now: Int64, isDue: (JWKSProvider) -> Bool) -> JWKSRefreshOutcome {
-        condition.lock()
-        if fetchInFlight {
-            // The running fetch is bounded by the fetcher's timeout.
-            let generation = completedFetches
-            while completedFetches == generation { condition.wait() }
-            let outcome = lastFetchOutcome
-            condition.unlock()
-            return outcome
+    /// start one (`isDue` is given the state and the monotonic now), then fetch without
+    /// holding the lock.
+    private func refresh(isDue: (State, ContinuousClock.Instant) -> Bool) -> JWKSRefreshOutcome {
+        let now = clock.monotonic()
+        let wallNow = clock.wallSeconds()
+        enum Decision {
+            case join(Flight)
+            case skip
+            case fetch(Flight)
         }
-        guard isDue(self) else {
-            condition.unlock()
-            return .skipped
+        let decision = state.withLock { state -> Decision in
+            if let flight = state.flight { return .join(flight) }
+            guard isDue(state, now) else { return .skip }
+            let flight = Flight()
+            state.flight = flight
+            state.lastAttemptAt = now
+            return .fetch(flight)
         }
-        fetchInFlight = true
-        lastAttemptAt = now
-        condition.unlock()
+        let flight: Flight
+        switch decision {
+        case .join(let running): return running.wait()
+        case .skip: return .skipped
+        case .fetch(let started): flight = started
+        }
 
         let result = fetchKeySet()
-
-        condition.lock()
-        switch result {
-        case .success(let fetched):
-            keySet = fetched
-            fetchedAt = now
-            lastSucceeded = true
-            refreshSuccesses += 1
-            lastFetchOutcome = .refreshed
-        case .failure(let message):
-            lastSucceeded = false
-            refreshFailures += 1
-            lastFailure = message
-            lastFetchOutcome = .failed
+        let outcome = state.withLock { state -> JWKSRefreshOutcome in
+            state.flight = nil
+            switch result {
+            case .success(let fetched):
+                state.keySet = fetched
+                state.fetchedAt = wallNow
+                state.lastSucceeded = true
+                return .refreshed
+            case .failure(let message):
+                state.lastSucceeded = false
+                state.refreshFailures += 1
+                state.lastFailure = message
+                return .failed
+            }
         }
-        fetchInFlight = false
-        completedFetches += 1
-        let outcome = lastFetchOutcome
-        condition.broadcast()
-        condition.unlock()
+        flight.land(outcome)
         return outcome
     }
 
@@ -172,9 +196,9 @@ public final class JWKSProvider: @unchecked Sendable {
         if let cacheFile {
             do { try cacheFile.store(bytes) } catch {
                 // The keys are good; only the restart without network loses them.
-                condition.withLock {
-                    cacheFailures += 1
-                    lastFailure = "JWKS cache write failed: \(error)"
+                state.withLock { state in
+                    state.cacheFailures += 1
+                    state.lastFailure = "JWKS cache write failed: \(error)"
                 }
             }
         }
@@ -185,14 +209,14 @@ public final class JWKSProvider: @unchecked Sendable {
         do {
             guard let (bytes, writtenAt) = try cacheFile.load() else { return }
             let cached = try Self.usableKeySet(bytes)
-            condition.withLock {
-                keySet = cached
-                fetchedAt = writtenAt
+            state.withLock { state in
+                state.keySet = cached
+                state.fetchedAt = writtenAt
             }
         } catch {
-            condition.withLock {
-                cacheFailures += 1
-                lastFailure = "JWKS cache load failed: \(error)"
+            state.withLock { state in
+                state.cacheFailures += 1
+                state.lastFailure = "JWKS cache load failed: \(error)"
             }
         }
     }

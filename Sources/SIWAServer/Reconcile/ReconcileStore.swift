@@ -21,12 +21,12 @@ public final class ReconcileStore {
 
     public let connection: RedisConnection
     public let keyPrefix: String
-    public let streamMaxLength: Int
+    public let streamMaximumLength: Int
 
-    public init(connection: RedisConnection, keyPrefix: String = "siwa", streamMaxLength: Int = 1_000_000) {
+    public init(connection: RedisConnection, keyPrefix: String = "siwa", streamMaximumLength: Int = 1_000_000) {
         self.connection = connection
         self.keyPrefix = keyPrefix
-        self.streamMaxLength = streamMaxLength
+        self.streamMaximumLength = streamMaximumLength
     }
 
     public func userKey(clientID: String, subject: String) -> String {
@@ -57,7 +57,7 @@ public final class ReconcileStore {
             "EVAL", Self.recordScript, "3", userKey(clientID: clientID, subject: subject),
             checkKey(clientID: clientID, subject: subject), "\(keyPrefix):events", "\(keyPrefix):notifications",
             clientID, subject, refused ? "refused" : "valid", String(checkedAt), String(ttl),
-            String(max(1, streamMaxLength)), Self.eventType, message,
+            String(max(1, streamMaximumLength)), Self.eventType, message,
         ])
         guard let outcome = reply.string, ["unchanged", "applied", "recorded"].contains(outcome) else {
             throw RedisError(.unexpectedReply, "the reconcile script returned something other than an outcome")

@@ -46,19 +46,19 @@ public final class NotificationStore {
     public let connection: RedisConnection
     public let keyPrefix: String
     public let seenMarkerTTL: Duration
-    public let streamMaxLength: Int
+    public let streamMaximumLength: Int
 
     /// The SHA1 Redis gave for the script; nil until loaded (and again after NOSCRIPT).
     private var scriptSHA: String?
 
     public init(
         connection: RedisConnection, keyPrefix: String = "siwa", seenMarkerTTL: Duration = .seconds(30 * 86_400),
-        streamMaxLength: Int = 1_000_000
+        streamMaximumLength: Int = 1_000_000
     ) {
         self.connection = connection
         self.keyPrefix = keyPrefix
         self.seenMarkerTTL = seenMarkerTTL
-        self.streamMaxLength = streamMaxLength
+        self.streamMaximumLength = streamMaximumLength
     }
 
     public func userKey(clientID: String, subject: String) -> String {
@@ -191,7 +191,7 @@ public final class NotificationStore {
             Array(channel.utf8), clientID, subject, typeName, rawType,
             Array(String(notification.eventTimeMilliseconds).utf8), tokenID, Array((notification.email ?? "").utf8),
             Array(privateFlag.utf8), Array(String(receivedAt).utf8),
-            Array(String(ttlMilliseconds).utf8), Array(String(max(1, streamMaxLength)).utf8), messageHead,
+            Array(String(ttlMilliseconds).utf8), Array(String(max(1, streamMaximumLength)).utf8), messageHead,
             earlierAttempt.map { Array(String($0).utf8) } ?? [],
         ]
     }

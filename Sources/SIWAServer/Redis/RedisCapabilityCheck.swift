@@ -20,7 +20,7 @@ public enum RedisCapabilityCheck {
     }
 
     public static func run(
-        endpoint: RedisEndpoint, timeout: Duration, keyPrefix: String, streamMaxLength: Int
+        endpoint: RedisEndpoint, timeout: Duration, keyPrefix: String, streamMaximumLength: Int
     ) -> Result {
         // Logged in by hand, so that each step's refusal is told apart from an outage.
         let bare = RedisEndpoint(address: endpoint.address)
@@ -31,7 +31,8 @@ public enum RedisCapabilityCheck {
         } catch {
             return .unavailable(error.message)
         }
-        let store = NotificationStore(connection: connection, keyPrefix: keyPrefix, streamMaxLength: streamMaxLength)
+        let store = NotificationStore(
+            connection: connection, keyPrefix: keyPrefix, streamMaximumLength: streamMaximumLength)
         let probeClient = "siwa-endpoint-start-check"
         let steps: [(what: String, arguments: () -> [String])] = [
             (
@@ -62,7 +63,7 @@ public enum RedisCapabilityCheck {
             let reply = try connection.command([
                 "EVALSHA", sha, "3", store.userKey(clientID: probeClient, subject: "probe"),
                 store.seenKey(clientID: probeClient, subject: "probe", tokenID: "probe"), store.streamKey,
-                store.channel, String(max(1, streamMaxLength)),
+                store.channel, String(max(1, streamMaximumLength)),
             ])
             guard reply.string == "ready" else {
                 return .refused("the apply script's check did not answer \"ready\" (a different script under its SHA?)")

@@ -1,5 +1,7 @@
 import Foundation
 import SIWARedis
+import SIWASupport
+import Synchronization
 
 /// Keeps a Redis that hangs from holding every worker: after a call that could not reach
 /// Redis (a timeout, a refused connection), Redis counts as down and requests go to the
@@ -11,7 +13,7 @@ import SIWARedis
 /// `/healthz` never waits on Redis for longer than it is given: while the breaker is open it
 /// reports the breaker and the last probe; while closed, one `PING` runs on a thread of its
 /// own and /healthz waits for it at most `within` (at most one such PING at a time).
-public final class RedisCircuitBreaker: @unchecked Sendable {
+public final class RedisCircuitBreaker: Sendable {
     /// What /healthz shows about Redis.
     public struct Health: Sendable, Equatable {
         public var answers: Bool
@@ -25,14 +27,25 @@ public final class RedisCircuitBreaker: @unchecked Sendable {
 
     public let retryInterval: Duration
     private let ping: @Sendable () -> RedisError?
-    private let condition = NSCondition()
-    private var openedAt: ContinuousClock.Instant?
-    private var lastProbe: String?
-    private var probeRunning = false
-    private var stopping = false
-    private var healthPingRunning = false
-    private var healthPingResult: RedisError??
-    private var onClose: (@Sendable () -> Void)?
+
+    private struct State {
+        var openedAt: ContinuousClock.Instant?
+        var lastProbe: String?
+        var probeRunning = false
+        /// The /healthz PING running now, which every /healthz call meanwhile waits on.
+        var healthPing: HealthPing?
+        var onClose: (@Sendable () -> Void)?
+    }
+
+    private let state = Mutex(State())
+    /// Opens at `stop()`: ends the probe's wait.
+    private let stopped = Latch()
+
+    /// One /healthz PING: its result once it has answered.
+    private final class HealthPing: Sendable {
+        let answered = Latch()
+        let error = Mutex<RedisError?>(nil)
+    }
 
     /// `ping` returns nil on `PONG`, else the error; it may take the full Redis timeout.
     public init(retryInterval: Duration, ping: @escaping @Sendable () -> RedisError?) {
@@ -42,20 +55,21 @@ public final class RedisCircuitBreaker: @unchecked Sendable {
 
     /// Runs after the probe found Redis back (on the probe's thread).
     public func setOnClose(_ action: @escaping @Sendable () -> Void) {
-        condition.withLock { onClose = action }
+        state.withLock { $0.onClose = action }
     }
 
     /// True while Redis counts as down: callers spool without calling Redis.
-    public var isOpen: Bool { condition.withLock { openedAt != nil } }
+    public var isOpen: Bool { state.withLock { $0.openedAt != nil } }
 
     /// A Redis call failed. Connection trouble (a timeout, a refused or broken connection, no
     /// primary from the sentinels) opens the breaker; a reply Redis gave does not.
     public func recordFailure(_ error: RedisError) {
         guard error.isConnectionError else { return }
-        let opened = condition.withLock { () -> Bool in
-            guard openedAt == nil, !stopping else { return false }
-            openedAt = .now
-            lastProbe = nil
+        let stopping = stopped.hasOpened
+        let opened = state.withLock { state -> Bool in
+            guard state.openedAt == nil, !stopping else { return false }
+            state.openedAt = .now
+            state.lastProbe = nil
             return true
         }
         guard opened else { return }
@@ -69,78 +83,76 @@ public final class RedisCircuitBreaker: @unchecked Sendable {
     }
 
     /// Stops the probe (tests, shutdown); the breaker stays as it is.
-    public func stop() {
-        condition.withLock {
-            stopping = true
-            condition.broadcast()
-        }
-    }
+    public func stop() { stopped.open() }
 
-    /// Redis's state for /healthz, within `within` whatever Redis does.
+    /// Redis's state for /healthz, within `within` whatever Redis does (on the monotonic clock).
     public func health(within: Duration) -> Health {
-        condition.lock()
-        defer { condition.unlock() }
-        if let openedAt {
-            return openHealth(since: openedAt)
+        let deadline = ContinuousClock.now + within
+        enum Next {
+            case open(Health)
+            case wait(HealthPing, start: Bool)
         }
-        if !healthPingRunning {
-            healthPingRunning = true
-            healthPingResult = nil
-            let thread = Thread { [self] in
-                let error = ping()
-                if let error { recordFailure(error) }
-                condition.withLock {
-                    healthPingRunning = false
-                    healthPingResult = .some(error)
-                    condition.broadcast()
-                }
-            }
-            thread.name = "redis-health-ping"
-            thread.start()
+        let next = state.withLock { state -> Next in
+            if let openedAt = state.openedAt { return .open(Self.openHealth(state, since: openedAt)) }
+            if let running = state.healthPing { return .wait(running, start: false) }
+            let started = HealthPing()
+            state.healthPing = started
+            return .wait(started, start: true)
         }
-        let deadline = Date(timeIntervalSinceNow: Double(Self.milliseconds(within)) / 1000)
-        while healthPingRunning {
-            if !condition.wait(until: deadline) { break }
+        let healthPing: HealthPing
+        switch next {
+        case .open(let health): return health
+        case .wait(let running, let start):
+            healthPing = running
+            if start { startHealthPing(healthPing) }
         }
-        if healthPingRunning { return Health(answers: false, pingPending: true) }
-        let result = healthPingResult ?? nil
-        healthPingResult = nil
-        if let openedAt { return openHealth(since: openedAt) }
-        return Health(answers: result == nil)
+        guard healthPing.answered.wait(until: deadline) else { return Health(answers: false, pingPending: true) }
+        let error = healthPing.error.withLock { $0 }
+        return state.withLock { state in
+            if let openedAt = state.openedAt { return Self.openHealth(state, since: openedAt) }
+            return Health(answers: error == nil)
+        }
     }
 
     // MARK: - Private
 
-    /// Called with the lock held.
-    private func openHealth(since: ContinuousClock.Instant) -> Health {
-        Health(answers: false, openMilliseconds: Self.milliseconds(ContinuousClock.now - since), lastProbe: lastProbe)
+    private func startHealthPing(_ healthPing: HealthPing) {
+        let thread = Thread { [self] in
+            let error = ping()
+            if let error { recordFailure(error) }
+            healthPing.error.withLock { $0 = error }
+            state.withLock { $0.healthPing = nil }
+            healthPing.answered.open()
+        }
+        thread.name = "redis-health-ping"
+        thread.start()
+    }
+
+    private static func openHealth(_ state: State, since: ContinuousClock.Instant) -> Health {
+        Health(
+            answers: false, openMilliseconds: milliseconds(ContinuousClock.now - since), lastProbe: state.lastProbe)
     }
 
     private func startProbe() {
-        let start = condition.withLock { () -> Bool in
-            guard !probeRunning else { return false }
-            probeRunning = true
+        let start = state.withLock { state -> Bool in
+            guard !state.probeRunning else { return false }
+            state.probeRunning = true
             return true
         }
         guard start else { return }
         let thread = Thread { [self] in
-            while true {
-                let stop = condition.withLock { () -> Bool in
-                    let deadline = Date(timeIntervalSinceNow: Double(Self.milliseconds(retryInterval)) / 1000)
-                    while !stopping { if !condition.wait(until: deadline) { break } }
-                    return stopping
-                }
-                if stop { break }
+            // The retry interval on the monotonic clock; `stop()` ends the wait.
+            while !stopped.wait(until: ContinuousClock.now + retryInterval) {
                 let error = ping()
-                let closed = condition.withLock { () -> (Duration, (@Sendable () -> Void)?)? in
+                let closed = state.withLock { state -> (Duration, (@Sendable () -> Void)?)? in
                     if let error {
-                        lastProbe = error.code.rawValue
+                        state.lastProbe = error.code.rawValue
                         return nil
                     }
-                    let openFor = openedAt.map { ContinuousClock.now - $0 } ?? .zero
-                    openedAt = nil
-                    lastProbe = nil
-                    return (openFor, onClose)
+                    let openFor = state.openedAt.map { ContinuousClock.now - $0 } ?? .zero
+                    state.openedAt = nil
+                    state.lastProbe = nil
+                    return (openFor, state.onClose)
                 }
                 if let (openFor, onClose) = closed {
                     EventLog.event("redis_circuit_closed", [("open_ms", .integer(Self.milliseconds(openFor)))])
@@ -148,11 +160,9 @@ public final class RedisCircuitBreaker: @unchecked Sendable {
                     break
                 }
             }
-            condition.withLock {
-                probeRunning = false
-                // Opened again while this thread was finishing: a new probe takes over.
-            }
-            if isOpen && !condition.withLock({ stopping }) { startProbe() }
+            state.withLock { $0.probeRunning = false }
+            // Opened again while this thread was finishing: a new probe takes over.
+            if isOpen && !stopped.hasOpened { startProbe() }
         }
         thread.name = "redis-probe"
         thread.start()

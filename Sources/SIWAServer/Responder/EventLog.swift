@@ -2,13 +2,15 @@ import Foundation
 import Glibc
 import SIWAJSON
 import SIWAVerification
+import Synchronization
 
 /// One JSON object per line on standard error: requests and lifecycle events.
 ///
 /// Never a token, a request body or an email address: callers pass only the fields
 /// named here, and free text is limited to messages the program itself wrote.
 public enum EventLog {
-    private static let lock = NSLock()
+    /// Held for each line's write(2)s (one line may need more than one write).
+    private static let writing = Mutex(())
 
     /// One line per request. Written straight into bytes: it is on every request's path.
     public static func request(
@@ -64,10 +66,12 @@ public enum EventLog {
 
     /// One write(2) per line, so lines from several threads never interleave.
     private static func write(_ line: [UInt8]) {
-        lock.lock()
-        defer { lock.unlock() }
         // write(2), errors ignored: a full disk or a closed pipe must cost a log line,
         // never the process (FileHandle.write traps on failure).
+        writing.withLock { _ in writeAll(line) }
+    }
+
+    private static func writeAll(_ line: [UInt8]) {
         line.withUnsafeBytes { buffer in
             var offset = 0
             while offset < buffer.count {

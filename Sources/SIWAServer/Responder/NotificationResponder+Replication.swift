@@ -7,9 +7,9 @@ extension NotificationResponder {
     /// re-applies it on replay, and one that kept it turns the replay into a `duplicate`.
     /// The answer stays what was applied. Returns a 503 only when the copy cannot be kept.
     func keepCopy(
-        _ notification: VerifiedNotification, _ acknowledged: NotificationStore.Acknowledged, _ result: Result
+        _ notification: VerifiedNotification, _ acknowledged: NotificationStore.Acknowledged, _ result: Reply
     )
-        -> Result?
+        -> Reply?
     {
         metrics.recordReplicaShortfall()
         EventLog.event(

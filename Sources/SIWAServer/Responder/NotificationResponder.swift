@@ -47,7 +47,7 @@ public final class NotificationResponder: Sendable {
     }
 
     /// What one request came to, for the response, the metrics and the log line.
-    struct Result {
+    struct Reply {
         var status: Int
         var outcome: String
         var errorCode: String? = nil
@@ -80,7 +80,7 @@ public final class NotificationResponder: Sendable {
             status: result.status, contentType: result.contentType, body: result.body, headers: headers)
     }
 
-    func route(_ request: FastCGIRequest) -> Result {
+    func route(_ request: FastCGIRequest) -> Reply {
         switch (request.path, request.method) {
         case (configuration.requests.notificationPath, "POST"): return receive(request.body)
         case ("/healthz", "GET"), ("/healthz", "HEAD"): return health()
@@ -93,7 +93,7 @@ public final class NotificationResponder: Sendable {
         }
     }
 
-    func receive(_ body: FastCGIRequest.Body) -> Result {
+    func receive(_ body: FastCGIRequest.Body) -> Reply {
         let bytes: [UInt8]
         switch body {
         case .complete(let complete): bytes = complete
@@ -111,7 +111,7 @@ public final class NotificationResponder: Sendable {
             return refusal(error)
         }
 
-        var result = Result(
+        var result = Reply(
             status: 200, outcome: "", type: notification.type.name, clientID: notification.clientID, body: "")
         if notification.type == .unknown {
             // Loud on purpose: a new type from Apple is news for the team.
@@ -151,7 +151,7 @@ public final class NotificationResponder: Sendable {
     }
 
     /// Redis cannot take it now: the spool does (fsync'd), or the answer is a 503.
-    func spoolInstead(_ notification: VerifiedNotification, _ result: Result, attemptedAt: Int64? = nil) -> Result {
+    func spoolInstead(_ notification: VerifiedNotification, _ result: Reply, attemptedAt: Int64? = nil) -> Reply {
         var result = result
         do {
             try spool.append(notification, attemptedAt: attemptedAt)
@@ -170,8 +170,8 @@ public final class NotificationResponder: Sendable {
         return result
     }
 
-    func health() -> Result {
-        let keyCount = keys.keys.usableKeyIDs.count
+    func health() -> Reply {
+        let keyCount = keys.usableKeyCount
         let redis = breaker.health(within: Self.healthPingBound)
         let redisAnswers = redis.answers
         let depth = spool.depth
@@ -185,7 +185,7 @@ public final class NotificationResponder: Sendable {
             ("keys", .integer(Int64(keyCount))), ("redis", .string(redisAnswers ? "ok" : "down")),
             ("spool_depth", .integer(Int64(depth))),
         ]
-        var result = Result(
+        var result = Reply(
             status: reasons.isEmpty ? 200 : 503, outcome: reasons.isEmpty ? "healthy" : "unhealthy",
             body: JSONWriter.object(
                 members + Self.circuitMembers(redis) + redisPrimaryMembers()
@@ -199,19 +199,19 @@ public final class NotificationResponder: Sendable {
     /// How long /healthz waits for Redis's PING: it answers within 100 ms whatever Redis does.
     static let healthPingBound: Duration = .milliseconds(80)
 
-    func metricsText() -> Result {
+    func metricsText() -> Reply {
         let jwks = keys.metrics(now: clockMilliseconds() / 1000)
         let text = metrics.render(
             spoolDepth: spool.depth, jwksAgeSeconds: jwks.ageSeconds.map(Double.init),
             jwksRefreshFailures: jwks.refreshFailures, jwksKeys: jwks.usableKeyCount)
-        return Result(
+        return Reply(
             status: 200, outcome: "metrics", body: text + (primaryLocator?.metricsText() ?? ""),
             contentType: "text/plain; version=0.0.4")
     }
 
-    func refusal(_ error: VerificationError) -> Result {
+    func refusal(_ error: VerificationError) -> Reply {
         let retryable = error.failureClass == .retryable
-        var result = Result(
+        var result = Reply(
             status: error.httpStatus, outcome: retryable ? "unavailable" : "refused", errorCode: error.code.rawValue,
             body: Self.json(status: retryable ? "unavailable" : "refused", error: error.code.rawValue),
             headers: retryable
@@ -225,8 +225,8 @@ public final class NotificationResponder: Sendable {
 
     static func status(
         _ status: Int, _ name: String, errorCode: String? = nil, headers: [FastCGIResponse.Header] = []
-    ) -> Result {
-        Result(
+    ) -> Reply {
+        Reply(
             status: status, outcome: name, errorCode: errorCode, body: json(status: name, error: errorCode),
             headers: headers)
     }

@@ -26,6 +26,8 @@ public final class NotificationStorePool: Sendable {
 }
 
 /// Moves a non-Sendable value between threads where the pool's lock makes it safe.
+// Unchecked: a store holds a hiredis `redisContext` (not thread safe); the pool hands each
+// one to one request at a time.
 struct UnsafeTransfer<Value>: @unchecked Sendable {
     let value: Value
     init(_ value: Value) { self.value = value }

@@ -4,19 +4,22 @@ import SIWASupport
 import SIWAVerification
 import Synchronization
 
-/// Moves spooled notifications into Redis once it answers again, on a thread of its own
-/// with its own connection: a first pass as soon as it starts (after the socket is
-/// listening), then every second while the spool is not empty, always after a `PING`.
+/// The service that moves spooled notifications into Redis once it answers again, on a
+/// thread of its own with its own connection: a first pass as soon as it starts (after the
+/// socket is listening), then every second (or at once when nudged) while the spool is not
+/// empty, always after a `PING`. Run it in a `ServiceGroup`.
 ///
 /// Retry is the default. Only a refusal known to be about one record (a user key of the
 /// wrong type, an unsafe key part, an `aud` this deployment does not serve) sets that
 /// record aside in `rejected/`; anything else (NOPERM, NOAUTH, `max number of clients`, a
 /// script error every call hits) keeps every record queued in order and is reported as
 /// `blockedReason`, which turns /healthz to 503.
-public final class SpoolReplayer: @unchecked Sendable {
+public final class SpoolReplayer: Service {
     private let spool: NotificationSpool
     private let setAside: SpoolSetAsideStore
-    private let store: NotificationStore
+    /// The replayer's own connection (a hiredis context is not thread safe): its thread
+    /// uses it, and a direct `replayOnce()` (the bench) while no thread runs.
+    private let store: Mutex<NotificationStore>
     private let metrics: ServerMetrics
     private let clientIDs: Set<String>
     private let retentionDays: Int
@@ -24,16 +27,15 @@ public final class SpoolReplayer: @unchecked Sendable {
     /// A record leaves the spool only once this many replicas hold it (`SIWA_REDIS_MIN_REPLICAS`).
     private let minimumReplicas: Int
     private let replicaTimeout: Duration
-    private let condition = NSCondition()
-    private var stopping = false
-    private var running = false
-    private var nudged = false
+    private let task = PeriodicTask()
     private let blocked = Mutex<String?>(nil)
+    public let name = "spool-replayer"
 
     /// `clockMilliseconds` gives the `updated_at` written for replayed notifications.
     /// `clientIDs` are the ones served now: a record for another is set aside, not applied.
     public init(
-        spool: NotificationSpool, setAside: SpoolSetAsideStore, store: NotificationStore, metrics: ServerMetrics,
+        spool: NotificationSpool, setAside: SpoolSetAsideStore, store: sending NotificationStore,
+        metrics: ServerMetrics,
         clientIDs: Set<String>, retentionDays: Int = 14, clockMilliseconds: @escaping @Sendable () -> Int64,
         minimumReplicas: Int = 0, replicaTimeout: Duration = .milliseconds(100)
     ) {
@@ -41,7 +43,7 @@ public final class SpoolReplayer: @unchecked Sendable {
         self.replicaTimeout = replicaTimeout
         self.spool = spool
         self.setAside = setAside
-        self.store = store
+        self.store = Mutex(store)
         self.metrics = metrics
         self.clientIDs = clientIDs
         self.retentionDays = retentionDays
@@ -58,15 +60,18 @@ public final class SpoolReplayer: @unchecked Sendable {
     @discardableResult
     public func replayOnce() -> SpoolReplayReport {
         let report = spool.replayCounted({ (notification: VerifiedNotification, attemptedAt: Int64?) throws -> String in
-            if condition.withLock({ stopping }) { throw Stopped() }
+            if task.isStopRequested { throw Stopped() }
             guard clientIDs.contains(notification.clientID) else {
                 return try setRecordAside(
                     notification, code: "aud_not_served", reason: "the record's aud is not in SIWA_CLIENT_IDS")
             }
             do {
-                let acknowledged = try store.apply(
-                    notification, receivedAt: clock(), earlierAttempt: attemptedAt, minimumReplicas: minimumReplicas,
-                    replicaTimeout: replicaTimeout)
+                let receivedAt = clock()
+                let acknowledged = try store.withLock { store throws(RedisError) in
+                    try store.apply(
+                        notification, receivedAt: receivedAt, earlierAttempt: attemptedAt,
+                        minimumReplicas: minimumReplicas, replicaTimeout: replicaTimeout)
+                }
                 accountDeleted(notification)
                 if acknowledged.isShortfall {
                     // Kept until enough replicas hold it; the pass stops here and tries again
@@ -163,7 +168,9 @@ public final class SpoolReplayer: @unchecked Sendable {
     /// is reported as the cause; a Redis that does not answer is /healthz's own finding.
     private func redisAnswers() -> Bool {
         do {
-            return try store.connection.command("PING").string == "PONG"
+            return try store.withLock { store throws(RedisError) in
+                try store.connection.command("PING").string == "PONG"
+            }
         } catch {
             setBlocked(
                 error.isConnectionError
@@ -186,77 +193,31 @@ public final class SpoolReplayer: @unchecked Sendable {
         }
     }
 
-    /// Starts the background thread; its first pass runs at once.
-    public func start() {
-        condition.withLock { running = true }
-        let thread = Thread { [self] in
-            var first = true
-            var lastExpiry = ContinuousClock.now
-            while true {
-                let stop = condition.withLock { () -> Bool in
-                    if !stopping && !first {
-                        // The poll interval on the monotonic clock: a wall clock stepped
-                        // back must not hold the replay.
-                        let until = ContinuousClock.now + .seconds(1)
-                        nudged = false
-                        while !stopping && !nudged { if !condition.wait(untilMonotonic: until) { break } }
-                    }
-                    return stopping
-                }
-                if stop { break }
-                if first || ContinuousClock.now - lastExpiry > .seconds(3600) {
-                    expireOldFiles()
-                    lastExpiry = ContinuousClock.now
-                }
-                first = false
-                spool.checkWritable()
-                if !spool.hasWaitingRecords {
-                    setBlocked(nil)
-                } else if redisAnswers() {
-                    // Ping first: a replay pass against a Redis that is down only churns segments.
-                    replayOnce()
-                }
+    /// Runs until `requestStop()`: the first pass at once, then one a second (the poll
+    /// interval counts on the monotonic clock: a wall clock stepped back must not hold the
+    /// replay), or at once after a nudge.
+    public func run() {
+        var lastExpiry: ContinuousClock.Instant?
+        task.run {
+            if lastExpiry.map({ ContinuousClock.now - $0 > .seconds(3600) }) ?? true {
+                expireOldFiles()
+                lastExpiry = ContinuousClock.now
             }
-            condition.withLock {
-                running = false
-                condition.broadcast()
+            spool.checkWritable()
+            if !spool.hasWaitingRecords {
+                setBlocked(nil)
+            } else if redisAnswers() {
+                // Ping first: a replay pass against a Redis that is down only churns segments.
+                replayOnce()
             }
-        }
-        thread.name = "spool-replayer"
-        thread.start()
-    }
-
-    /// Wakes the thread for an immediate pass (after a notification was spooled).
-    public func nudge() {
-        condition.withLock {
-            nudged = true
-            condition.broadcast()
+            return .seconds(1)
         }
     }
 
-    /// Stops the thread, waiting up to `timeoutSeconds` for a pass in progress (a pass
-    /// checks the stop flag between records).
-    @discardableResult
-    public func stop(timeoutSeconds: Double = 10) -> Bool {
-        stop(until: ContinuousClock.now + .milliseconds(Int64(timeoutSeconds * 1000)))
-    }
+    /// Wakes the service for an immediate pass (after a notification was spooled).
+    public func nudge() { task.nudge() }
 
-    /// Asks the thread to stop without waiting: a pass in progress ends after the record
-    /// it is applying (that record is either applied and consumed, or left for next time).
-    public func requestStop() {
-        condition.withLock {
-            stopping = true
-            condition.broadcast()
-        }
-    }
-
-    /// Stops the thread, waiting for it until `deadline` (the shared shutdown deadline).
-    @discardableResult
-    public func stop(until deadline: ContinuousClock.Instant) -> Bool {
-        requestStop()
-        return condition.withLock {
-            while running { if !condition.wait(untilMonotonic: deadline) { return !running } }
-            return true
-        }
-    }
+    /// Asks `run()` to return without waiting: a pass in progress ends after the record it
+    /// is applying (that record is either applied and consumed, or left for next time).
+    public func requestStop() { task.requestStop() }
 }

@@ -25,7 +25,8 @@ struct FastCGINginxTests {
             // ioTimeout 60 s: a kept connection that stop() failed to end would hold the server
             // that long (nginx keeps idle upstream connections 60 s), far past stop's 20 s below.
             configuration: .init(
-                address: .unixSocket(path: socketPath), workerCount: 2, maxBodyBytes: 4096, ioTimeout: .seconds(60)),
+                address: .unixSocket(path: socketPath), workerCount: 2, maximumBodyBytes: 4096,
+                ioTimeout: .seconds(60)),
             handler: { request in
                 guard case .complete(let body) = request.body else {
                     return FastCGIResponse(status: 413, contentType: "text/plain", body: "too large")

@@ -14,7 +14,7 @@ struct FastCGIServerTests {
     func requestAndResponseRoundTrip() throws {
         let seen = Kit.LockedBox<FastCGIRequest?>(nil)
         let responseBody: [UInt8] = Array(0...255) + Array("done".utf8)
-        try Kit.withServer(maxBodyBytes: 200_000) { request in
+        try Kit.withServer(maximumBodyBytes: 200_000) { request in
             seen.withValue { $0 = request }
             return FastCGIResponse(
                 status: 202,
@@ -54,7 +54,7 @@ struct FastCGIServerTests {
     @Test("a body over the limit is marked too large; at the limit it is complete")
     func bodyLimit() throws {
         let bodies = Kit.LockedBox<[FastCGIRequest.Body]>([])
-        try Kit.withServer(maxBodyBytes: 1024) { request in
+        try Kit.withServer(maximumBodyBytes: 1024) { request in
             bodies.withValue { $0.append(request.body) }
             if case .tooLarge = request.body { return FastCGIResponse(status: 413) }
             if case .incomplete = request.body { return FastCGIResponse(status: 400) }

@@ -39,7 +39,7 @@ enum FastCGITestKit {
     /// Starts a server on a temp unix socket, runs `body`, and always stops the server and
     /// removes the directory, also when `body` throws.
     static func withServer(
-        workerCount: Int = 2, maxBodyBytes: Int = 64 * 1024, mode: UInt32 = 0o660,
+        workerCount: Int = 2, maximumBodyBytes: Int = 64 * 1024, mode: UInt32 = 0o660,
         handler: @escaping FastCGIServer.Handler,
         _ body: (FastCGIServer, FastCGIClient, String) throws -> Void
     ) throws {
@@ -49,7 +49,7 @@ enum FastCGITestKit {
         let server = try FastCGIServer(
             configuration: FastCGIServerConfiguration(
                 address: .unixSocket(path: socketPath, mode: mode), workerCount: workerCount,
-                maxBodyBytes: maxBodyBytes, shutdownTimeout: .seconds(10)),
+                maximumBodyBytes: maximumBodyBytes, shutdownTimeout: .seconds(10)),
             handler: handler)
         try server.start()
         defer { server.stop(timeout: .seconds(10)) }

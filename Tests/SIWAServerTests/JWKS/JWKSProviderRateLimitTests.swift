@@ -1,4 +1,6 @@
+import Foundation
 import SIWAServer
+import SIWASupport
 import SIWAVerification
 import Testing
 
@@ -8,12 +10,12 @@ import Testing
 struct JWKSProviderRateLimitTests {
     static let start: Int64 = 1_800_000_000
 
-    static func provider(_ fetcher: JWKSFetcherDouble) -> JWKSProvider {
+    static func provider(_ fetcher: JWKSFetcherDouble, clock: JWKSTestClock) -> JWKSProvider {
         JWKSProvider(
             settings: JWKSProvider.Settings(
-                url: "https://jwks.invalid/auth/keys", refreshIntervalSeconds: 3600, failedRefreshRetrySeconds: 60,
-                unknownKeyIDRefreshIntervalSeconds: 60),
-            fetcher: fetcher, clock: { start })
+                url: "https://jwks.invalid/auth/keys", refreshInterval: .seconds(3600),
+                failedRefreshRetryInterval: .seconds(60), unknownKeyIDRefreshInterval: .seconds(60)),
+            fetcher: fetcher, clock: clock.endpointClock)
     }
 
     @Test("scheduled refresh: not before the interval, then one fetch")
@@ -21,14 +23,18 @@ struct JWKSProviderRateLimitTests {
         let fetcher = JWKSFetcherDouble()
         let known = try JWKSTestKey(kid: "known")
         fetcher.serve(try JWKSTestFixtures.document([known]))
-        let provider = Self.provider(fetcher)
+        let clock = JWKSTestClock(Self.start)
+        let provider = Self.provider(fetcher, clock: clock)
         #expect(provider.start() == .refreshed)
         #expect(fetcher.fetchCount == 1)
-        #expect(provider.refreshIfDue(now: Self.start + 3599) == .skipped)
+        clock.advance(by: 3599)
+        #expect(provider.refreshIfDue() == .skipped)
         #expect(fetcher.fetchCount == 1)
-        #expect(provider.refreshIfDue(now: Self.start + 3600) == .refreshed)
+        clock.advance(by: 1)
+        #expect(provider.refreshIfDue() == .refreshed)
         #expect(fetcher.fetchCount == 2)
-        #expect(provider.refreshIfDue(now: Self.start + 3601) == .skipped)
+        clock.advance(by: 1)
+        #expect(provider.refreshIfDue() == .skipped)
         #expect(fetcher.fetchCount == 2)
     }
 
@@ -37,16 +43,80 @@ struct JWKSProviderRateLimitTests {
         let fetcher = JWKSFetcherDouble()
         let known = try JWKSTestKey(kid: "known")
         fetcher.serve(try JWKSTestFixtures.document([known]))
-        let provider = Self.provider(fetcher)
+        let clock = JWKSTestClock(Self.start)
+        let provider = Self.provider(fetcher, clock: clock)
         provider.start()
         fetcher.serve(nil)
-        #expect(provider.refreshIfDue(now: Self.start + 3600) == .failed)
+        clock.advance(by: 3600)
+        #expect(provider.refreshIfDue() == .failed)
         #expect(provider.keys.usableKeyIDs == ["known"])
-        #expect(!provider.lastRefreshSucceeded)
-        #expect(provider.refreshIfDue(now: Self.start + 3659) == .skipped)
+        #expect(provider.metrics(now: clock.now).lastFailure != nil)
+        clock.advance(by: 59)
+        #expect(provider.refreshIfDue() == .skipped)
         #expect(fetcher.fetchCount == 2)
-        #expect(provider.refreshIfDue(now: Self.start + 3660) == .failed)
+        clock.advance(by: 1)
+        #expect(provider.refreshIfDue() == .failed)
         #expect(fetcher.fetchCount == 3)
+    }
+
+    @Test("a wall clock stepped back stops neither the scheduled refresh nor the unknown-kid refresh")
+    func wallClockSteppedBack() throws {
+        let fetcher = JWKSFetcherDouble()
+        let known = try JWKSTestKey(kid: "known")
+        let stranger = try JWKSTestKey(kid: "stranger")
+        fetcher.serve(try JWKSTestFixtures.document([known]))
+        let clock = JWKSTestClock(Self.start)
+        let provider = Self.provider(fetcher, clock: clock)
+        provider.start()
+        // An hour passes, and the wall clock is set back two hours on the way.
+        clock.advance(by: 3600)
+        clock.stepWallClock(by: -7200)
+        #expect(provider.refreshIfDue() == .refreshed)
+        #expect(fetcher.fetchCount == 2)
+        // A minute later (and the wall clock back another day), an unknown kid is fetched for.
+        fetcher.serve(try JWKSTestFixtures.document([known, stranger]))
+        clock.advance(by: 60)
+        clock.stepWallClock(by: -86400)
+        #expect(provider.refreshForUnknownKeyID() == .refreshed)
+        #expect(fetcher.fetchCount == 3)
+        #expect(provider.keys.usableKeyIDs == ["known", "stranger"])
+        // The age shown is wall time: the clock said so.
+        #expect(provider.metrics(now: clock.now).ageSeconds == 0)
+    }
+
+    @Test("a wall clock stepped forward does not bring a refresh early")
+    func wallClockSteppedForward() throws {
+        let fetcher = JWKSFetcherDouble()
+        fetcher.serve(try JWKSTestFixtures.document([JWKSTestKey(kid: "known")]))
+        let clock = JWKSTestClock(Self.start)
+        let provider = Self.provider(fetcher, clock: clock)
+        provider.start()
+        clock.stepWallClock(by: 86400)
+        #expect(provider.refreshIfDue() == .skipped)
+        #expect(provider.refreshForUnknownKeyID() == .skipped)
+        #expect(fetcher.fetchCount == 1)
+    }
+
+    @Test("the refresher service keeps the schedule when the wall clock is set back, and stops when asked")
+    func refresherWithWallClockSteppedBack() throws {
+        let fetcher = JWKSFetcherDouble()
+        fetcher.serve(try JWKSTestFixtures.document([JWKSTestKey(kid: "known")]))
+        let clock = JWKSTestClock(Self.start)
+        let provider = Self.provider(fetcher, clock: clock)
+        provider.start()
+        let services = ServiceGroup()
+        services.start(JWKSRefresher(provider: provider, checkInterval: .milliseconds(10)))
+        defer { services.stop(until: .now + .seconds(10)) }
+        clock.advance(by: 3600)
+        clock.stepWallClock(by: -7200)
+        let deadline = ContinuousClock.now + .seconds(10)
+        while fetcher.fetchCount < 2 && ContinuousClock.now < deadline { usleep(5000) }
+        #expect(fetcher.fetchCount == 2)
+        #expect(services.stop(until: .now + .seconds(10)))
+        // Stopped: time passes, no fetch is made.
+        clock.advance(by: 7200)
+        usleep(100_000)
+        #expect(fetcher.fetchCount == 2)
     }
 
     @Test("unknown-kid refresh: at most once per interval, counted from the last fetch of any kind")
@@ -55,13 +125,16 @@ struct JWKSProviderRateLimitTests {
         let known = try JWKSTestKey(kid: "known")
         let stranger = try JWKSTestKey(kid: "stranger")
         fetcher.serve(try JWKSTestFixtures.document([known]))
-        let provider = Self.provider(fetcher)
+        let clock = JWKSTestClock(Self.start)
+        let provider = Self.provider(fetcher, clock: clock)
         provider.start()
         let verifier = JWKSTestFixtures.verifier
-        func code(_ now: Int64) throws -> VerificationError.Code? {
-            let body = try stranger.signedBody(issuedAt: now)
+        /// The verification's code at `start + offset` (the clock moves there).
+        func code(at offset: Int64) throws -> VerificationError.Code? {
+            clock.advance(by: Self.start + offset - clock.now)
+            let body = try stranger.signedBody(issuedAt: clock.now)
             do {
-                _ = try verifier.verify(body: body, keys: provider, now: now)
+                _ = try verifier.verify(body: body, keys: provider, now: clock.now)
                 return nil
             } catch {
                 return error.code
@@ -69,26 +142,29 @@ struct JWKSProviderRateLimitTests {
         }
 
         // Within the interval of the start fetch: no fetch, so not known to be unknown: 503.
-        #expect(try code(Self.start + 59) == .keysUnavailable)
+        #expect(try code(at: 59) == .keysUnavailable)
         #expect(fetcher.fetchCount == 1)
         // After it: one fetch that still lacks the kid: 401.
-        #expect(try code(Self.start + 60) == .kidUnknown)
+        #expect(try code(at: 60) == .kidUnknown)
         #expect(fetcher.fetchCount == 2)
-        #expect(try code(Self.start + 119) == .keysUnavailable)
+        #expect(try code(at: 119) == .keysUnavailable)
         #expect(fetcher.fetchCount == 2)
         // A failed fetch made for the request: 503, and it counts for the rate limit.
         fetcher.serve(nil)
-        #expect(try code(Self.start + 120) == .keysUnavailable)
+        #expect(try code(at: 120) == .keysUnavailable)
         #expect(fetcher.fetchCount == 3)
-        #expect(provider.refreshForUnknownKeyID(now: Self.start + 179) == .skipped)
+        clock.advance(by: 59)
+        #expect(provider.refreshForUnknownKeyID() == .skipped)
         // A scheduled refresh also counts: right after it, no unknown-kid fetch.
         fetcher.serve(try JWKSTestFixtures.document([known, stranger]))
-        #expect(provider.refreshIfDue(now: Self.start + 180) == .refreshed)
+        clock.advance(by: 1)
+        #expect(provider.refreshIfDue() == .refreshed)
         #expect(fetcher.fetchCount == 4)
-        #expect(provider.refreshForUnknownKeyID(now: Self.start + 239) == .skipped)
+        clock.advance(by: 59)
+        #expect(provider.refreshForUnknownKeyID() == .skipped)
         #expect(fetcher.fetchCount == 4)
         // The key the scheduled fetch brought now verifies without a fetch.
-        #expect(try code(Self.start + 200) == nil)
+        #expect(try code(at: 239) == nil)
         #expect(fetcher.fetchCount == 4)
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import SIWAServer
+import SIWASupport
 import SIWAVerification
 import Synchronization
 import Testing
@@ -12,7 +13,7 @@ struct JWKSProviderTests {
     ) -> JWKSProvider {
         JWKSProvider(
             settings: JWKSProvider.Settings(url: url ?? server.keysURL, cacheFilePath: cacheFilePath),
-            fetcher: server.fetcher, clock: clock.reading)
+            fetcher: server.fetcher, clock: clock.endpointClock)
     }
 
     private static func verificationCode(
@@ -35,7 +36,6 @@ struct JWKSProviderTests {
         let provider = Self.provider(server, clock: clock)
         #expect(provider.start() == .refreshed)
         #expect(provider.keys.usableKeyIDs == ["k1"])
-        #expect(provider.lastRefreshSucceeded)
         let verified = try provider.verify(
             body: try key.signedBody(issuedAt: clock.now), with: JWKSTestFixtures.verifier, now: clock.now)
         #expect(verified.clientID == JWKSTestFixtures.clientID)
@@ -43,7 +43,6 @@ struct JWKSProviderTests {
         clock.advance(by: 42)
         let metrics = provider.metrics(now: clock.now)
         #expect(metrics.ageSeconds == 42)
-        #expect(metrics.refreshSuccesses == 1)
         #expect(metrics.refreshFailures == 0)
         #expect(metrics.usableKeyCount == 1)
         #expect(server.keysRequestCount == 1)
@@ -69,7 +68,7 @@ struct JWKSProviderTests {
         // Apple retires the old key; the scheduled refresh drops it.
         try server.serve(try JWKSTestFixtures.document([new]))
         clock.advance(by: 3600)
-        #expect(provider.refreshIfDue(now: clock.now) == .refreshed)
+        #expect(provider.refreshIfDue() == .refreshed)
         #expect(provider.keys.usableKeyIDs == ["new"])
         // Right after that fetch the unknown-kid refresh is rate-limited: no fetch has looked
         // for this kid, so it cannot be called unknown yet: 503, Apple retries.
@@ -98,18 +97,23 @@ struct JWKSProviderTests {
         #expect(server.keysRequestCount == 1)
 
         // Within 60 s of the start fetch: no fetch.
-        #expect(provider.refreshForUnknownKeyID(now: start + 59) == .skipped)
+        clock.advance(by: 59)
+        #expect(provider.refreshForUnknownKeyID() == .skipped)
         #expect(server.keysRequestCount == 1)
         // 61 s after: one fetch.
         let body = try stranger.signedBody(issuedAt: start)
+        clock.advance(by: 2)
         #expect(Self.verificationCode(provider, body, now: start + 61) == .kidUnknown)
         #expect(server.keysRequestCount == 2)
         // Again 29 s later: no fetch, so the kid is not yet known to be unknown: 503.
+        clock.advance(by: 29)
         #expect(Self.verificationCode(provider, body, now: start + 90) == .keysUnavailable)
-        #expect(provider.refreshForUnknownKeyID(now: start + 120) == .skipped)
+        clock.advance(by: 30)
+        #expect(provider.refreshForUnknownKeyID() == .skipped)
         #expect(server.keysRequestCount == 2)
         // 60 s after the second fetch: the next one.
-        #expect(provider.refreshForUnknownKeyID(now: start + 121) == .refreshed)
+        clock.advance(by: 1)
+        #expect(provider.refreshForUnknownKeyID() == .refreshed)
         #expect(server.keysRequestCount == 3)
     }
 
@@ -132,13 +136,12 @@ struct JWKSProviderTests {
         let go = DispatchSemaphore(value: 0)
         // Each call's start and end (monotonic): the calls must overlap for one fetch to be shared.
         let spans = Mutex<[(start: UInt64, end: UInt64)]>([])
-        let now = clock.now
         for _ in 0..<threadCount {
             Thread {
                 ready.signal()
                 go.wait()
                 let start = DispatchTime.now().uptimeNanoseconds
-                let outcome = provider.refreshForUnknownKeyID(now: now)
+                let outcome = provider.refreshForUnknownKeyID()
                 let end = DispatchTime.now().uptimeNanoseconds
                 spans.withLock { $0.append((start, end)) }
                 outcomes.withLock { $0.append(outcome) }
@@ -174,8 +177,7 @@ struct JWKSProviderTests {
         server.nginx.stop()
 
         clock.advance(by: 3600)
-        #expect(provider.refreshIfDue(now: clock.now) == .failed)
-        #expect(!provider.lastRefreshSucceeded)
+        #expect(provider.refreshIfDue() == .failed)
         #expect(provider.keys.usableKeyIDs == ["k1"])
         let metrics = provider.metrics(now: clock.now)
         #expect(metrics.refreshFailures == 1)
@@ -184,10 +186,12 @@ struct JWKSProviderTests {
         // A known kid still verifies.
         #expect(Self.verificationCode(provider, try key.signedBody(issuedAt: clock.now), now: clock.now) == nil)
         // After a failed refresh, the retry comes sooner than the hourly schedule.
-        #expect(provider.refreshIfDue(now: clock.now + 59) == .skipped)
-        #expect(provider.refreshIfDue(now: clock.now + 60) == .failed)
+        clock.advance(by: 59)
+        #expect(provider.refreshIfDue() == .skipped)
+        clock.advance(by: 1)
+        #expect(provider.refreshIfDue() == .failed)
         // An unknown kid cannot be judged while Apple's keys are out of reach: 503.
-        clock.advance(by: 121)
+        clock.advance(by: 61)
         let code = Self.verificationCode(provider, try stranger.signedBody(issuedAt: clock.now), now: clock.now)
         #expect(code == .keysUnavailable)
         #expect(code?.failureClass.httpStatus == 503)
@@ -210,7 +214,7 @@ struct JWKSProviderTests {
         for bad in [#"{"keys":[]}"#, "not json", #"{"kees":[]}"#, weak] {
             try server.serve(Array(bad.utf8))
             clock.advance(by: 3600)
-            #expect(provider.refreshIfDue(now: clock.now) == .failed, "\(bad)")
+            #expect(provider.refreshIfDue() == .failed, "\(bad)")
             #expect(provider.keys.usableKeyIDs == ["k1"])
         }
         #expect(provider.metrics(now: clock.now).refreshFailures == 4)
@@ -227,7 +231,7 @@ struct JWKSProviderTests {
         #expect(!FileManager.default.fileExists(atPath: cache))
         let provider = Self.provider(server, clock: JWKSTestClock(), cacheFilePath: cache)
         #expect(provider.start() == .refreshed)
-        #expect(provider.metrics(now: provider.now()).cacheFailures == 0)
+        #expect(provider.metrics(now: provider.now()).lastFailure == nil)
         #expect(try JWKSCacheFile(path: cache).load()?.bytes == document)
     }
 
@@ -244,7 +248,6 @@ struct JWKSProviderTests {
         #expect(provider.keys.usableKeyIDs == ["cached"])
         #expect(Self.verificationCode(provider, try key.signedBody(issuedAt: clock.now), now: clock.now) == nil)
         let metrics = provider.metrics(now: JWKSTestFixtures.wallClock + 5)
-        #expect(!metrics.lastRefreshSucceeded)
         #expect(metrics.refreshFailures == 1)
         #expect((5...10).contains(metrics.ageSeconds ?? -1))
     }
@@ -270,17 +273,17 @@ struct JWKSProviderTests {
         let clock = JWKSTestClock()
         let provider = Self.provider(server, clock: clock)
         provider.start()
-        let refresher = JWKSRefresher(provider: provider, checkIntervalSeconds: 0.05)
-        refresher.start()
-        defer { refresher.stop() }
+        let services = ServiceGroup()
+        services.start(JWKSRefresher(provider: provider, checkInterval: .milliseconds(50)))
+        defer { services.stop(until: .now + .seconds(10)) }
         usleep(300_000)
         #expect(server.keysRequestCount == 1)
         clock.advance(by: 3600)
         // Bounded for a loaded machine: the refresher checks every 50 ms, so this ends at once.
         let deadline = Date(timeIntervalSinceNow: 30)
-        while provider.metrics(now: clock.now).refreshSuccesses < 2 && Date() < deadline { usleep(20_000) }
-        #expect(provider.metrics(now: clock.now).refreshSuccesses == 2)
-        #expect(refresher.stop())
+        while server.keysRequestCount < 2 && Date() < deadline { usleep(20_000) }
+        #expect(services.stop(until: .now + .seconds(10)))
         #expect(server.keysRequestCount == 2)
+        #expect(provider.metrics(now: clock.now).ageSeconds == 0)
     }
 }

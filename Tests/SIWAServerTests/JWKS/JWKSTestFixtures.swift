@@ -1,6 +1,7 @@
 import Foundation
 import SIWACrypto
 import SIWAJSON
+import SIWASupport
 import SIWAVerification
 import Synchronization
 
@@ -65,15 +66,36 @@ enum JWKSTestFixtures {
     static var wallClock: Int64 { Int64(Date().timeIntervalSince1970) }
 }
 
-/// A clock the test moves by hand.
+/// A clock the test moves by hand: the wall reading and the monotonic one move together,
+/// except when the test steps the wall clock alone (an NTP step, `date -s`).
 final class JWKSTestClock: Sendable {
-    private let seconds: Mutex<Int64>
+    private struct Reading {
+        var wallSeconds: Int64
+        var monotonicOffset: Duration = .zero
+    }
 
-    init(_ start: Int64 = JWKSTestFixtures.wallClock) { seconds = Mutex(start) }
+    private let reading: Mutex<Reading>
+    private let monotonicStart = ContinuousClock.now
 
-    var now: Int64 { seconds.withLock { $0 } }
+    init(_ start: Int64 = JWKSTestFixtures.wallClock) { reading = Mutex(Reading(wallSeconds: start)) }
 
-    func advance(by delta: Int64) { seconds.withLock { $0 += delta } }
+    /// The wall reading, in Unix seconds.
+    var now: Int64 { reading.withLock { $0.wallSeconds } }
 
-    var reading: @Sendable () -> Int64 { { [self] in now } }
+    /// Time passes: both readings move by `delta` seconds.
+    func advance(by delta: Int64) {
+        reading.withLock {
+            $0.wallSeconds += delta
+            $0.monotonicOffset += .seconds(delta)
+        }
+    }
+
+    /// The wall clock is set to another time; no time passes on the monotonic clock.
+    func stepWallClock(by delta: Int64) { reading.withLock { $0.wallSeconds += delta } }
+
+    var endpointClock: EndpointClock {
+        EndpointClock(
+            monotonic: { [self] in monotonicStart + reading.withLock { $0.monotonicOffset } },
+            wallSeconds: { [self] in now })
+    }
 }

@@ -451,7 +451,7 @@ struct RedisNotificationStoreTests {
         defer { server.shutdown() }
         let connection = RedisConnection(endpoint: try RedisEndpoint(parsing: server.url()))
         let store = NotificationStore(
-            connection: connection, keyPrefix: "app1", seenMarkerTTL: .seconds(60), streamMaxLength: 10)
+            connection: connection, keyPrefix: "app1", seenMarkerTTL: .seconds(60), streamMaximumLength: 10)
         for index in 0..<300 {
             _ = try store.apply(
                 Self.notification("consent-revoked", at: 1_700_000_000_000 + Int64(index), jti: "jti-\(index)"),

@@ -25,11 +25,13 @@ final class ResponderStatusTableTests {
         directory = try JWKSTestFixtures.temporaryDirectory()
         key = try JWKSTestKey(kid: "test-apple-key")
         fetcher.serve(try JWKSTestFixtures.document([key]))
+        let clock = JWKSTestClock(Self.now - 3600)
         keys = JWKSProvider(
             settings: JWKSProvider.Settings(url: "https://jwks.invalid/auth/keys"), fetcher: fetcher,
-            clock: { Self.now - 3600 })
+            clock: clock.endpointClock)
         // The start fetch an hour before the requests: an unknown kid may trigger a fetch.
         keys.start()
+        clock.advance(by: 3600)
         let spoolDirectory = directory.appendingPathComponent("spool").path
         // One record per segment: once the directory is gone, the next append must fail.
         spool = try NotificationSpool(directory: spoolDirectory, segmentByteLimit: 1)

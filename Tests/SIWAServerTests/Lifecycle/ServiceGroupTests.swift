@@ -1,0 +1,77 @@
+import Foundation
+import SIWASupport
+import Synchronization
+import Testing
+
+/// The lifecycle of serve's background services, in process: a stop asks the services
+/// last started first, and every one must be back by the one deadline.
+@Suite("Service group")
+struct ServiceGroupTests {
+    final class Journal: Sendable {
+        private let entries = Mutex<[String]>([])
+        func append(_ entry: String) { entries.withLock { $0.append(entry) } }
+        var all: [String] { entries.withLock { $0 } }
+    }
+
+    /// Records what happens to it in a shared journal; runs until asked to stop, then
+    /// lingers `linger` before returning (a step that takes its time).
+    final class Recorder: Service {
+        let name: String
+        let linger: Duration
+        let journal: Journal
+        private let task = PeriodicTask()
+        let running = Latch()
+
+        init(_ name: String, journal: Journal, linger: Duration = .zero) {
+            self.name = name
+            self.journal = journal
+            self.linger = linger
+        }
+
+        func run() {
+            running.open()
+            task.run { .seconds(3600) }
+            Thread.sleep(
+                forTimeInterval: Double(linger.components.seconds) + Double(linger.components.attoseconds) / 1e18)
+            journal.append("returned \(name)")
+        }
+
+        func requestStop() {
+            journal.append("asked \(name)")
+            task.requestStop()
+        }
+    }
+
+    @Test("a stop asks the services last started first, and waits until each has returned")
+    func stopsInReverseOrder() {
+        let journal = Journal()
+        let group = ServiceGroup()
+        let services = ["first", "second", "third"].map { Recorder($0, journal: journal) }
+        for service in services { group.start(service) }
+        for service in services { #expect(service.running.wait(until: .now + .seconds(10))) }
+        #expect(group.stop(until: .now + .seconds(10)))
+        let entries = journal.all
+        #expect(Array(entries.prefix(3)) == ["asked third", "asked second", "asked first"])
+        #expect(Set(entries.dropFirst(3)) == ["returned first", "returned second", "returned third"])
+    }
+
+    @Test("a service still running at the deadline: stop returns false at the deadline, not later")
+    func deadlineBoundsTheStop() {
+        let journal = Journal()
+        let group = ServiceGroup()
+        let quick = Recorder("quick", journal: journal)
+        let slow = Recorder("slow", journal: journal, linger: Duration.seconds(3))
+        group.start(quick)
+        group.start(slow)
+        #expect(quick.running.wait(until: .now + .seconds(10)))
+        #expect(slow.running.wait(until: .now + .seconds(10)))
+        let started = ContinuousClock.now
+        #expect(!group.stop(until: started + .milliseconds(300)))
+        let took = ContinuousClock.now - started
+        #expect(took >= .milliseconds(300) && took < .seconds(2))
+        #expect(journal.all.contains("returned quick"))
+        #expect(!journal.all.contains("returned slow"))
+        // It returns in the end, and a second stop then finds every service back.
+        #expect(group.stop(until: .now + .seconds(10)))
+    }
+}
