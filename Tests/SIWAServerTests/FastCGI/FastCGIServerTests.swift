@@ -317,8 +317,9 @@ struct FastCGIServerTests {
         let directory = Kit.TemporaryDirectory()
         defer { directory.remove() }
         let path = directory.path + "/keep.sock"
-        // An idle connection may be held for ioTimeout: 300 s, far beyond the stop() bound
-        // below, so a server that waited for it would not finish in time.
+        // A server that waited for the idle connection would wait until the client closes it
+        // (only after stop() here) or, were a worker to read it, its ioTimeout: 300 s, far
+        // beyond the stop() bound below.
         let server = try FastCGIServer(
             configuration: .init(address: .unixSocket(path: path), workerCount: 1, ioTimeout: .seconds(300)),
             handler: { request in FastCGIResponse(status: 200, contentType: "text/plain", body: request.queryString) })
