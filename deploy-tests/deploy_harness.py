@@ -1,6 +1,7 @@
-"""Test harness: a test PKI made with the openssl CLI, and a real nginx running
-the shipped site files, rendered into a temp prefix on free loopback ports by
-scripts/lib/local-stack.sh, the same renderer scripts/run-local uses."""
+"""Test harness: a test PKI made with the openssl CLI, a real redis-server (with or
+without AOF), and a real nginx running the shipped site files, rendered into a temp
+prefix on free loopback ports by scripts/lib/local-stack.sh, the same renderer
+scripts/run-local uses."""
 
 import os
 import pathlib
@@ -27,6 +28,76 @@ def free_port():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def wait_until(condition, timeout, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return condition()
+
+
+def stop_process(process, timeout=15):
+    """SIGTERM, bounded wait, SIGKILL; returns the exit status."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+    return process.returncode
+
+
+class RedisServer:
+    """redis-server on a free loopback port with its own --dir and log file. aof=True
+    (appendonly yes) is how run-local runs it; aof=False (no persistence at all) where a
+    test needs only a store. Checked at start: the server runs with the asked-for AOF."""
+
+    def __init__(self, directory, aof=True):
+        self.dir = pathlib.Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.log = self.dir / "redis.log"
+        self.process = subprocess.Popen(
+            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir),
+             "--appendonly", "yes" if aof else "no", "--save", "", "--daemonize", "no", "--logfile", str(self.log)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if not wait_until(self._answers, timeout=10):
+            self.stop()
+            raise RuntimeError(f"redis-server did not answer within 10 s: {self._log_text()}")
+        appendonly = self.cli("CONFIG", "GET", "appendonly").split()
+        if appendonly != ["appendonly", "yes" if aof else "no"]:
+            self.stop()
+            raise RuntimeError(f"redis-server runs with {appendonly}, asked for aof={aof}")
+
+    def _answers(self):
+        if self.process.poll() is not None:
+            raise RuntimeError(f"redis-server exited: {self._log_text()}")
+        answer = subprocess.run(["redis-cli", "-p", str(self.port), "PING"], capture_output=True, text=True,
+                                timeout=5)
+        return answer.stdout.strip() == "PONG"
+
+    def _log_text(self):
+        return self.log.read_text() if self.log.exists() else ""
+
+    @property
+    def url(self):
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def cli(self, *args):
+        """redis-cli's raw output (not a terminal: one value per line)."""
+        return run(["redis-cli", "-h", "127.0.0.1", "-p", str(self.port), *args]).stdout
+
+    def hgetall(self, key):
+        lines = self.cli("HGETALL", key).splitlines()
+        assert len(lines) % 2 == 0, f"HGETALL {key}: odd number of lines: {lines!r}"
+        return dict(zip(lines[0::2], lines[1::2]))
+
+    def stop(self):
+        stop_process(self.process)
 
 
 def shipped_rate_limit():

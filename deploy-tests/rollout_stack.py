@@ -15,8 +15,7 @@ import subprocess
 import threading
 import time
 
-from deploy_harness import REPO, NginxStack, free_port
-from stack import wait_until as wait_for
+from deploy_harness import REPO, NginxStack, RedisServer, wait_until as wait_for
 
 ROLLOUT = REPO / "scripts" / "rollout"
 INSTALL = REPO / "scripts" / "install"
@@ -36,41 +35,6 @@ def find_binary():
     subprocess.run(["swift", "build", "-c", "release", "--product", "siwa-endpoint"], cwd=REPO, check=True,
                    timeout=1800)
     return REPO / ".build" / "release" / "siwa-endpoint"
-
-
-class RedisServer:
-    def __init__(self, directory):
-        self.dir = pathlib.Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
-             "--save", "", "--appendonly", "no", "--daemonize", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if not wait_for(lambda: self._ping(), 10, 0.1):
-            self.stop()
-            raise RuntimeError("redis-server did not answer within 10 s")
-
-    def _ping(self):
-        return subprocess.run(["redis-cli", "-p", str(self.port), "PING"], capture_output=True, text=True,
-                              timeout=5).stdout.strip() == "PONG"
-
-    @property
-    def url(self):
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def cli(self, *args):
-        return subprocess.run(["redis-cli", "-p", str(self.port), *args], check=True, capture_output=True,
-                              text=True, timeout=10).stdout.strip()
-
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
 
 
 class RedisGate:
@@ -206,7 +170,7 @@ class RolloutStack:
         self.jwks = None
         self.nginx = None
         try:
-            self.redis = RedisServer(self.dir / "redis")
+            self.redis = RedisServer(self.dir / "redis", aof=False)
             subprocess.run([str(self.binary), "keygen", "--out", str(self.keys_dir), "--kid", KEY_ID], check=True,
                            capture_output=True, timeout=60)
             self.signing_key = self.keys_dir / "test-signing-key.pem"
@@ -296,7 +260,7 @@ class RolloutStack:
             connection.close()
 
     def user_exists(self, sub):
-        return self.redis.cli("EXISTS", f"siwa:user:{{{CLIENT_ID}:{sub}}}") == "1"
+        return self.redis.cli("EXISTS", f"siwa:user:{{{CLIENT_ID}:{sub}}}").strip() == "1"
 
     def stream_length(self):
         return int(self.redis.cli("XLEN", "siwa:events"))

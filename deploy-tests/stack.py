@@ -11,9 +11,8 @@ import pathlib
 import socket
 import ssl
 import subprocess
-import time
 
-from deploy_harness import REPO, NginxStack, free_port, run
+from deploy_harness import REPO, NginxStack, RedisServer, free_port, run, stop_process, wait_until
 
 CLIENT_ID = "com.example.app"
 KEY_ID = "e2e-test-key"
@@ -39,70 +38,6 @@ def build_binary():
     """A debug build of the product: minutes on a cold cache, hence only when none exists."""
     subprocess.run(["swift", "build", "--product", "siwa-endpoint"], cwd=REPO, check=True, timeout=3600)
     return (REPO / ".build" / "debug" / "siwa-endpoint").resolve()
-
-
-def wait_until(condition, timeout, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return condition()
-
-
-def stop_process(process, timeout=15):
-    """SIGTERM, bounded wait, SIGKILL; returns the exit status."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
-    return process.returncode
-
-
-class RedisServer:
-    """redis-server on a free loopback port with its own --dir; AOF on, as run-local."""
-
-    def __init__(self, directory):
-        self.dir = pathlib.Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        self.log = self.dir / "redis.log"
-        self.process = subprocess.Popen(
-            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir),
-             "--appendonly", "yes", "--save", "", "--daemonize", "no", "--logfile", str(self.log)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if not wait_until(self._answers, timeout=10):
-            self.stop()
-            raise RuntimeError(f"redis-server did not answer within 10 s: {self._log_text()}")
-
-    def _answers(self):
-        if self.process.poll() is not None:
-            raise RuntimeError(f"redis-server exited: {self._log_text()}")
-        answer = subprocess.run(["redis-cli", "-p", str(self.port), "PING"], capture_output=True, text=True,
-                                timeout=5)
-        return answer.stdout.strip() == "PONG"
-
-    def _log_text(self):
-        return self.log.read_text() if self.log.exists() else ""
-
-    @property
-    def url(self):
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def cli(self, *args):
-        """redis-cli's raw output (not a terminal: one value per line)."""
-        return run(["redis-cli", "-h", "127.0.0.1", "-p", str(self.port), *args]).stdout
-
-    def hgetall(self, key):
-        lines = self.cli("HGETALL", key).splitlines()
-        assert len(lines) % 2 == 0, f"HGETALL {key}: odd number of lines: {lines!r}"
-        return dict(zip(lines[0::2], lines[1::2]))
-
-    def stop(self):
-        stop_process(self.process)
 
 
 class JWKSNginxStack(NginxStack):
