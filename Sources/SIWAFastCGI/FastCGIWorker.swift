@@ -58,8 +58,8 @@ final class FastCGIWorker: @unchecked Sendable {
     }
 
     private func serveAcceptedRequest() {
+        // The connection's timeouts were set before FCGX_Accept_r read the parameters.
         let params = copyParams()
-        applyTimeouts(to: request.pointee.ipcFd)
         let body = readBody(declaredLength: params.value("CONTENT_LENGTH"))
         if case .complete = body {
         } else {
@@ -75,7 +75,27 @@ final class FastCGIWorker: @unchecked Sendable {
                 _ = FCGX_PutStr(pointer, Int32(buffer.count), request.pointee.out)
             }
         }
+        finish(bodyWasReadToItsEnd: { if case .complete = body { true } else { false } }())
+    }
+
+    /// Ends the request. For a connection nginx does not keep, libfcgi's own close is a
+    /// lingering one (`shutdown`, then `select` and `read` until nginx's FIN, up to 2 s):
+    /// it keeps a reset from discarding the response when unread input is still arriving,
+    /// and costs three system calls and a round trip through nginx with this worker
+    /// blocked. When the body was read to its end (through the empty STDIN record, after
+    /// which nginx sends nothing more on a connection it does not keep) nothing unread can
+    /// draw a reset, so the worker closes the connection at once; otherwise libfcgi
+    /// lingers as before.
+    private func finish(bodyWasReadToItsEnd: Bool) {
+        let closesAtOnce = request.pointee.keepConnection == 0 && bodyWasReadToItsEnd
+        if closesAtOnce { request.pointee.keepConnection = 1 }
         FCGX_Finish_r(request)
+        // libfcgi closed it anyway after a stream error; else it is still open here.
+        if closesAtOnce, request.pointee.ipcFd >= 0 {
+            let fd = request.pointee.ipcFd
+            request.pointee.ipcFd = -1
+            Glibc.close(fd)
+        }
     }
 
     /// Every parameter, copied now (as bytes into one buffer, no `String` made yet):

@@ -343,6 +343,43 @@ struct FastCGIServerTests {
         }
     }
 
+    @Test("a connection the peer does not keep is closed right after the answer once the body was read to its end")
+    func closedAtOnceAfterTheAnswer() throws {
+        signal(SIGPIPE, SIG_IGN)  // a write to the closed connection must fail, not kill the test
+        let directory = Kit.TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.path + "/close.sock"
+        let server = try FastCGIServer(
+            configuration: .init(address: .unixSocket(path: path), workerCount: 1, maximumBodyBytes: 16),
+            handler: { request in
+                let size: Int
+                if case .complete(let body) = request.body { size = body.count } else { size = -1 }
+                return FastCGIResponse(status: 200, contentType: "text/plain", body: "\(size)")
+            })
+        try server.start()
+        defer { _ = server.stop(timeout: .seconds(30)) }
+        let connection = try FastCGIClient(.unixSocket(path), timeout: .seconds(30)).connect()
+        defer { connection.close() }
+        let body = Array("abc".utf8)
+        let response = try connection.send(
+            params: FastCGIClient.params(method: "POST", uri: "/", body: body), body: body, keepConnection: false)
+        #expect(response.bodyText == "3")
+        #expect(try connection.readToEnd().isEmpty, "the connection ends after the answer")
+        // Closed, not only shut down for writing as libfcgi's lingering close does (which
+        // then reads on until the peer closes, up to 2 s, with the worker blocked): a write
+        // now finds no reader.
+        #expect(throws: FastCGIClient.Failure.self) { try connection.writeAll([0]) }
+
+        // A body over the limit is left unread: that connection keeps libfcgi's lingering
+        // close, and the answer still arrives whole.
+        let other = try FastCGIClient(.unixSocket(path), timeout: .seconds(30)).connect()
+        defer { other.close() }
+        let large = [UInt8](repeating: 0x61, count: 64)
+        let refused = try other.send(
+            params: FastCGIClient.params(method: "POST", uri: "/", body: large), body: large, keepConnection: false)
+        #expect(refused.bodyText == "-1")
+    }
+
     @Test("TCP on 127.0.0.1 serves, and the socket is bound to loopback only")
     func loopbackTCP() throws {
         let server = try FastCGIServer(
