@@ -1,7 +1,6 @@
 import Foundation
 import SIWAFastCGI
 import SIWAJSON
-import SIWATestKit
 import SIWAVerification
 
 /// `status`: asks a running responder for its health over its FastCGI socket, as nginx
