@@ -4,10 +4,14 @@ import COpenSSLShim
 /// An RSA public key held by OpenSSL, used for RS256 signature checks.
 ///
 /// The key is immutable after construction and every check uses its own
-/// `EVP_MD_CTX`, so one instance may be shared across threads.
-// Unchecked: it holds an OpenSSL `EVP_PKEY` pointer, never mutated after init (see above).
+/// `EVP_MD_CTX` (a copy of one initialised with the key at construction, so a check does
+/// not look the algorithms up again), so one instance may be shared across threads.
+// Unchecked: it holds OpenSSL's `EVP_PKEY` and `EVP_MD_CTX` pointers, never mutated after
+// init (checks only copy the context; see above).
 public final class RSAPublicKey: @unchecked Sendable {
     let key: OpaquePointer
+    /// RS256 verification with this key, initialised once; nil if OpenSSL could not.
+    private let verifier: OpaquePointer?
 
     /// The modulus length in bits.
     public let modulusBits: Int
@@ -20,9 +24,24 @@ public final class RSAPublicKey: @unchecked Sendable {
         else { return nil }
         self.key = key
         self.modulusBits = Int(EVP_PKEY_get_bits(key))
+        self.verifier = siwa_rs256_verifier_new(key)
     }
 
-    deinit { EVP_PKEY_free(key) }
+    deinit {
+        if let verifier { siwa_rs256_verifier_free(verifier) }
+        EVP_PKEY_free(key)
+    }
+
+    private func verify(
+        _ message: UnsafeBufferPointer<UInt8>, _ signature: UnsafeBufferPointer<UInt8>
+    ) -> Bool {
+        if let verifier {
+            return siwa_rs256_verify_with(
+                verifier, message.baseAddress, message.count, signature.baseAddress, signature.count) == 1
+        }
+        return siwa_rs256_verify(key, message.baseAddress, message.count, signature.baseAddress, signature.count)
+            == 1
+    }
 
     /// The modulus length in bytes: the exact length of every valid signature.
     public var modulusBytes: Int { (modulusBits + 7) / 8 }
@@ -30,22 +49,14 @@ public final class RSAPublicKey: @unchecked Sendable {
     /// RSASSA-PKCS1-v1_5 with SHA-256 over `message`.
     public func isValidRS256Signature(_ signature: [UInt8], for message: [UInt8]) -> Bool {
         message.withUnsafeBufferPointer { messageBuffer in
-            signature.withUnsafeBufferPointer { signatureBuffer in
-                siwa_rs256_verify(
-                    key, messageBuffer.baseAddress, messageBuffer.count,
-                    signatureBuffer.baseAddress, signatureBuffer.count) == 1
-            }
+            signature.withUnsafeBufferPointer { signatureBuffer in verify(messageBuffer, signatureBuffer) }
         }
     }
 
     /// Like `isValidRS256Signature(_:for:)` over a slice of bytes, without copying.
     public func isValidRS256Signature(_ signature: [UInt8], for message: ArraySlice<UInt8>) -> Bool {
         message.withUnsafeBufferPointer { messageBuffer in
-            signature.withUnsafeBufferPointer { signatureBuffer in
-                siwa_rs256_verify(
-                    key, messageBuffer.baseAddress, messageBuffer.count,
-                    signatureBuffer.baseAddress, signatureBuffer.count) == 1
-            }
+            signature.withUnsafeBufferPointer { signatureBuffer in verify(messageBuffer, signatureBuffer) }
         }
     }
 }

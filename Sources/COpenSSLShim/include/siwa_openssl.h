@@ -28,6 +28,15 @@ int siwa_rsa_component(const EVP_PKEY *key, int want_modulus, unsigned char *out
 int siwa_rs256_verify(EVP_PKEY *key, const unsigned char *message, size_t message_length,
                       const unsigned char *signature, size_t signature_length);
 
+/// A verification context for RS256 with `key`, initialised once; NULL on failure.
+EVP_MD_CTX *siwa_rs256_verifier_new(EVP_PKEY *key);
+
+void siwa_rs256_verifier_free(EVP_MD_CTX *verifier);
+
+/// As siwa_rs256_verify, on a copy of `verifier` (only read: threads may share it).
+int siwa_rs256_verify_with(const EVP_MD_CTX *verifier, const unsigned char *message, size_t message_length,
+                           const unsigned char *signature, size_t signature_length);
+
 /// RSASSA-PKCS1-v1_5 with SHA-256 signing; returns the signature length or -1.
 int siwa_rs256_sign(EVP_PKEY *key, const unsigned char *message, size_t message_length, unsigned char *signature,
                     size_t capacity);
