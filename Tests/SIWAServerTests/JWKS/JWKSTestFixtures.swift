@@ -96,6 +96,6 @@ final class JWKSTestClock: Sendable {
     var endpointClock: EndpointClock {
         EndpointClock(
             monotonic: { [self] in monotonicStart + reading.withLock { $0.monotonicOffset } },
-            wallSeconds: { [self] in now })
+            wallMilliseconds: { [self] in now * 1000 })
     }
 }
