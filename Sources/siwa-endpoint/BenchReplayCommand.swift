@@ -50,7 +50,7 @@ enum BenchReplayCommand {
         let replayer = SpoolReplayer(
             spool: spool, setAside: try SpoolSetAsideStore(spoolDirectory: directory), store: replayStore,
             metrics: ServerMetrics(), clientIDs: [clientID],
-            clockMilliseconds: { Int64(Date().timeIntervalSince1970 * 1000) })
+            clock: .system)
         let replayStart = ContinuousClock.now
         let report = replayer.replayOnce()
         let replaySeconds = seconds(since: replayStart)

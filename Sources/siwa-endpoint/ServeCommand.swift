@@ -92,7 +92,9 @@ enum ServeCommand {
         pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
 
         let metrics = ServerMetrics()
-        let clockMilliseconds: @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
+        // The one clock every part reads (monotonic for intervals, wall time where one is
+        // written or shown). The shutdown deadlines below are waits, on the machine's clock.
+        let clock = EndpointClock.system
 
         let jwksSettings = configuration.jwks
         let keys = JWKSProvider(
@@ -101,9 +103,10 @@ enum ServeCommand {
                 refreshInterval: jwksSettings.refreshInterval,
                 unknownKeyIDRefreshInterval: jwksSettings.unknownKeyIDRefreshInterval),
             fetcher: HTTPSFetcher(
-                caFilePath: jwksSettings.caFile, timeoutSeconds: Double(jwksSettings.timeout.components.seconds)))
+                caFilePath: jwksSettings.caFile, timeoutSeconds: Double(jwksSettings.timeout.components.seconds)),
+            clock: clock)
         let startOutcome = keys.start()
-        let jwks = keys.metrics(now: keys.now())
+        let jwks = keys.metrics(now: clock.wallSeconds())
         EventLog.event(
             "jwks_loaded", level: jwks.usableKeyCount > 0 ? "info" : "error",
             [
@@ -128,15 +131,15 @@ enum ServeCommand {
         let spool: NotificationSpool
         let setAside: SpoolSetAsideStore
         do throws(SpoolError) {
-            spool = try NotificationSpool(directory: configuration.spool.directory)
-            setAside = try SpoolSetAsideStore(spoolDirectory: configuration.spool.directory)
+            spool = try NotificationSpool(directory: configuration.spool.directory, clock: clock)
+            setAside = try SpoolSetAsideStore(spoolDirectory: configuration.spool.directory, clock: clock)
         } catch {
             refuse(ConfigurationError(setting: "SIWA_SPOOL_DIR", "cannot be opened: \(error)"))
             return 2
         }
         let replayer = SpoolReplayer(
             spool: spool, setAside: setAside, store: makeStore(), metrics: metrics, clientIDs: configuration.clientIDs,
-            retentionDays: configuration.spool.retentionDays, clockMilliseconds: clockMilliseconds,
+            retentionDays: configuration.spool.retentionDays, clock: clock,
             minimumReplicas: configuration.redis.minimumReplicas, replicaTimeout: configuration.redis.replicaTimeout)
         if spool.depth > 0 {
             // Replayed by the replayer's first pass, once the socket listens: a long spool
@@ -146,7 +149,7 @@ enum ServeCommand {
 
         let responder = NotificationResponder(
             configuration: configuration, keys: keys, stores: NotificationStorePool(makeStore: makeStore), spool: spool,
-            replayer: replayer, metrics: metrics, clockMilliseconds: clockMilliseconds, primaryLocator: locator)
+            replayer: replayer, metrics: metrics, clock: clock, primaryLocator: locator)
         let fastCGI = configuration.fastCGI
         let server: FastCGIServer
         do throws(FastCGIError) {

@@ -27,6 +27,9 @@ public final class RedisCircuitBreaker: Sendable {
 
     public let retryInterval: Duration
     private let ping: @Sendable () -> RedisError?
+    /// Its monotonic reading times how long the breaker is open. The waits (the probe's
+    /// interval, /healthz's bound) are the machine's own: a thread sleeps on the real clock.
+    private let clock: EndpointClock
 
     private struct State {
         var openedAt: ContinuousClock.Instant?
@@ -48,8 +51,11 @@ public final class RedisCircuitBreaker: Sendable {
     }
 
     /// `ping` returns nil on `PONG`, else the error; it may take the full Redis timeout.
-    public init(retryInterval: Duration, ping: @escaping @Sendable () -> RedisError?) {
+    public init(
+        retryInterval: Duration, clock: EndpointClock = .system, ping: @escaping @Sendable () -> RedisError?
+    ) {
         self.retryInterval = retryInterval
+        self.clock = clock
         self.ping = ping
     }
 
@@ -66,9 +72,10 @@ public final class RedisCircuitBreaker: Sendable {
     public func recordFailure(_ error: RedisError) {
         guard error.isConnectionError else { return }
         let stopping = stopped.hasOpened
+        let now = clock.monotonic()
         let opened = state.withLock { state -> Bool in
             guard state.openedAt == nil, !stopping else { return false }
-            state.openedAt = .now
+            state.openedAt = now
             state.lastProbe = nil
             return true
         }
@@ -93,7 +100,7 @@ public final class RedisCircuitBreaker: Sendable {
             case wait(HealthPing, start: Bool)
         }
         let next = state.withLock { state -> Next in
-            if let openedAt = state.openedAt { return .open(Self.openHealth(state, since: openedAt)) }
+            if let openedAt = state.openedAt { return .open(openHealth(state, since: openedAt)) }
             if let running = state.healthPing { return .wait(running, start: false) }
             let started = HealthPing()
             state.healthPing = started
@@ -109,7 +116,7 @@ public final class RedisCircuitBreaker: Sendable {
         guard healthPing.answered.wait(until: deadline) else { return Health(answers: false, pingPending: true) }
         let error = healthPing.error.withLock { $0 }
         return state.withLock { state in
-            if let openedAt = state.openedAt { return Self.openHealth(state, since: openedAt) }
+            if let openedAt = state.openedAt { return openHealth(state, since: openedAt) }
             return Health(answers: error == nil)
         }
     }
@@ -128,9 +135,10 @@ public final class RedisCircuitBreaker: Sendable {
         thread.start()
     }
 
-    private static func openHealth(_ state: State, since: ContinuousClock.Instant) -> Health {
+    private func openHealth(_ state: State, since: ContinuousClock.Instant) -> Health {
         Health(
-            answers: false, openMilliseconds: milliseconds(ContinuousClock.now - since), lastProbe: state.lastProbe)
+            answers: false, openMilliseconds: Self.milliseconds(clock.monotonic() - since),
+            lastProbe: state.lastProbe)
     }
 
     private func startProbe() {
@@ -144,12 +152,13 @@ public final class RedisCircuitBreaker: Sendable {
             // The retry interval on the monotonic clock; `stop()` ends the wait.
             while !stopped.wait(until: ContinuousClock.now + retryInterval) {
                 let error = ping()
+                let now = clock.monotonic()
                 let closed = state.withLock { state -> (Duration, (@Sendable () -> Void)?)? in
                     if let error {
                         state.lastProbe = error.code.rawValue
                         return nil
                     }
-                    let openFor = state.openedAt.map { ContinuousClock.now - $0 } ?? .zero
+                    let openFor = state.openedAt.map { now - $0 } ?? .zero
                     state.openedAt = nil
                     state.lastProbe = nil
                     return (openFor, state.onClose)

@@ -2,6 +2,7 @@ import Foundation
 import SIWAFastCGI
 import SIWAJSON
 import SIWARedis
+import SIWASupport
 import SIWAVerification
 
 /// The request path, top to bottom: route → body → verification (keys by kid, refreshed
@@ -15,7 +16,9 @@ public final class NotificationResponder: Sendable {
     let spool: NotificationSpool
     private let replayer: SpoolReplayer?
     public let metrics: ServerMetrics
-    private let clockMilliseconds: @Sendable () -> Int64
+    /// Wall time for token expiry, receive times and the JWKS age; monotonic time for
+    /// request durations and the circuit breaker.
+    private let clock: EndpointClock
     /// With Sentinel: names the primary in /healthz, counts discoveries in /metrics.
     let primaryLocator: RedisPrimaryLocator?
     /// Redis counts as down for a while after a call could not reach it: requests spool at once.
@@ -24,7 +27,7 @@ public final class NotificationResponder: Sendable {
     public init(
         configuration: ServerConfiguration, keys: JWKSProvider, stores: NotificationStorePool, spool: NotificationSpool,
         replayer: SpoolReplayer?, metrics: ServerMetrics,
-        clockMilliseconds: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) },
+        clock: EndpointClock = .system,
         primaryLocator: RedisPrimaryLocator? = nil
     ) {
         self.primaryLocator = primaryLocator
@@ -38,8 +41,8 @@ public final class NotificationResponder: Sendable {
         self.spool = spool
         self.replayer = replayer
         self.metrics = metrics
-        self.clockMilliseconds = clockMilliseconds
-        self.breaker = RedisCircuitBreaker(retryInterval: configuration.redis.circuitRetryInterval) {
+        self.clock = clock
+        self.breaker = RedisCircuitBreaker(retryInterval: configuration.redis.circuitRetryInterval, clock: clock) {
             [stores] () -> RedisError? in
             (try? stores.withStore { store throws(RedisError) in store.probe() }) ?? nil
         }
@@ -61,9 +64,9 @@ public final class NotificationResponder: Sendable {
     }
 
     public func handle(_ request: FastCGIRequest) -> FastCGIResponse {
-        let started = ContinuousClock.now
+        let started = clock.monotonic()
         let result = route(request)
-        let elapsed = ContinuousClock.now - started
+        let elapsed = clock.monotonic() - started
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         metrics.recordRequest(
             status: result.status, outcome: result.outcome, type: result.type ?? "", code: result.errorCode ?? "",
@@ -106,7 +109,7 @@ public final class NotificationResponder: Sendable {
 
         let notification: VerifiedNotification
         do {
-            notification = try verifier.verify(body: bytes, keys: keys, now: clockMilliseconds() / 1000)
+            notification = try verifier.verify(body: bytes, keys: keys, now: clock.wallSeconds())
         } catch {
             return refusal(error)
         }
@@ -127,7 +130,7 @@ public final class NotificationResponder: Sendable {
         }
         // The seen marker's value if the script runs: a spooled record keeps it, so that a call
         // that timed out but ran after all is replayed as `stored`, not `duplicate`.
-        let receivedAt = clockMilliseconds()
+        let receivedAt = clock.wallMilliseconds()
         do {
             let acknowledged = try stores.withStore { store throws(RedisError) in
                 try store.apply(
@@ -200,7 +203,7 @@ public final class NotificationResponder: Sendable {
     static let healthPingBound: Duration = .milliseconds(80)
 
     func metricsText() -> Reply {
-        let jwks = keys.metrics(now: clockMilliseconds() / 1000)
+        let jwks = keys.metrics(now: clock.wallSeconds())
         let text = metrics.render(
             spoolDepth: spool.depth, jwksAgeSeconds: jwks.ageSeconds.map(Double.init),
             jwksRefreshFailures: jwks.refreshFailures, jwksKeys: jwks.usableKeyCount)

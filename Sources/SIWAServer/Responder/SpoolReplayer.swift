@@ -23,7 +23,9 @@ public final class SpoolReplayer: Service {
     private let metrics: ServerMetrics
     private let clientIDs: Set<String>
     private let retentionDays: Int
-    private let clock: @Sendable () -> Int64
+    /// Wall time for the `updated_at` of replayed notifications and the retention's file
+    /// ages; monotonic time for when the hourly retention cleanup is due.
+    private let clock: EndpointClock
     /// A record leaves the spool only once this many replicas hold it (`SIWA_REDIS_MIN_REPLICAS`).
     private let minimumReplicas: Int
     private let replicaTimeout: Duration
@@ -31,12 +33,12 @@ public final class SpoolReplayer: Service {
     private let blocked = Mutex<String?>(nil)
     public let name = "spool-replayer"
 
-    /// `clockMilliseconds` gives the `updated_at` written for replayed notifications.
+    /// `clock` gives the `updated_at` written for replayed notifications (its wall reading).
     /// `clientIDs` are the ones served now: a record for another is set aside, not applied.
     public init(
         spool: NotificationSpool, setAside: SpoolSetAsideStore, store: sending NotificationStore,
         metrics: ServerMetrics,
-        clientIDs: Set<String>, retentionDays: Int = 14, clockMilliseconds: @escaping @Sendable () -> Int64,
+        clientIDs: Set<String>, retentionDays: Int = 14, clock: EndpointClock,
         minimumReplicas: Int = 0, replicaTimeout: Duration = .milliseconds(100)
     ) {
         self.minimumReplicas = minimumReplicas
@@ -47,7 +49,7 @@ public final class SpoolReplayer: Service {
         self.metrics = metrics
         self.clientIDs = clientIDs
         self.retentionDays = retentionDays
-        self.clock = clockMilliseconds
+        self.clock = clock
     }
 
     /// Why records wait although Redis answers PING (a refusal, a spool that cannot be
@@ -66,7 +68,7 @@ public final class SpoolReplayer: Service {
                     notification, code: "aud_not_served", reason: "the record's aud is not in SIWA_CLIENT_IDS")
             }
             do {
-                let receivedAt = clock()
+                let receivedAt = clock.wallMilliseconds()
                 let acknowledged = try store.withLock { store throws(RedisError) in
                     try store.apply(
                         notification, receivedAt: receivedAt, earlierAttempt: attemptedAt,
@@ -182,7 +184,7 @@ public final class SpoolReplayer: Service {
     /// Deletes set-aside and torn files older than the retention, with a log line each.
     public func expireOldFiles() {
         let expired = SpoolInspector.expire(
-            spoolDirectory: spool.directory, olderThanDays: retentionDays, now: clock() / 1000)
+            spoolDirectory: spool.directory, olderThanDays: retentionDays, now: clock.wallSeconds())
         for file in expired {
             EventLog.event(
                 "spool_file_expired",
@@ -199,9 +201,10 @@ public final class SpoolReplayer: Service {
     public func run() {
         var lastExpiry: ContinuousClock.Instant?
         task.run {
-            if lastExpiry.map({ ContinuousClock.now - $0 > .seconds(3600) }) ?? true {
+            // Hourly on the injected monotonic clock (a test can move it).
+            if lastExpiry.map({ clock.monotonic() - $0 > .seconds(3600) }) ?? true {
                 expireOldFiles()
-                lastExpiry = ContinuousClock.now
+                lastExpiry = clock.monotonic()
             }
             spool.checkWritable()
             if !spool.hasWaitingRecords {

@@ -1,4 +1,5 @@
 import Foundation
+import SIWASupport
 import SIWAVerification
 import Synchronization
 
@@ -59,7 +60,8 @@ public final class NotificationSpool: Sendable {
     private let writeFailure: Mutex<SpoolError?>
     /// Wakes writers waiting for the running fsync (see `append`).
     private let syncDoorbell = NSCondition()
-    private let clockMilliseconds: @Sendable () -> Int64
+    /// Wall time for the records' `spooledAt`; monotonic time for the position batches.
+    private let clock: EndpointClock
 
     static let segmentPrefix = "segment-"
     static let segmentSuffix = ".log"
@@ -80,13 +82,13 @@ public final class NotificationSpool: Sendable {
     public init(
         directory: String, segmentByteLimit: Int = 8 << 20, positionBatchRecords: Int = 256,
         positionBatchInterval: Duration = .milliseconds(250),
-        clockMilliseconds: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
+        clock: EndpointClock = .system
     ) throws(SpoolError) {
         self.directory = directory
         self.segmentByteLimit = max(1, segmentByteLimit)
         self.positionBatchRecords = max(1, positionBatchRecords)
         self.positionBatchInterval = positionBatchInterval
-        self.clockMilliseconds = clockMilliseconds
+        self.clock = clock
         try SpoolFileSystem.prepareDirectory(directory, mode: Self.directoryMode)
         let positionFile = try SpoolPositionFile.open(
             directory: directory, name: Self.positionFileName, mode: Self.fileMode)
@@ -164,7 +166,7 @@ public final class NotificationSpool: Sendable {
     /// wait, and the next fsync covers them all. So N concurrent appends cost about one or
     /// two fsyncs, not N, and none returns before an fsync that began after its write.
     public func append(_ notification: VerifiedNotification, attemptedAt: Int64? = nil) throws(SpoolError) {
-        let line = SpoolRecord.encode(notification, spooledAt: clockMilliseconds(), attemptedAt: attemptedAt)
+        let line = SpoolRecord.encode(notification, spooledAt: clock.wallMilliseconds(), attemptedAt: attemptedAt)
         do throws(SpoolError) {
             let ticket = try write(line)
             try waitUntilDurable(ticket)
@@ -437,13 +439,13 @@ public final class NotificationSpool: Sendable {
         // markers report as `duplicate`. A set-aside or torn record is committed at once.
         var pending: SpoolPosition?
         var pendingCount = 0
-        var lastSave = ContinuousClock.now
+        var lastSave = clock.monotonic()
         func commit() throws(SpoolError) {
             guard let next = pending else { return }
             try file.save(next)
             pending = nil
             pendingCount = 0
-            lastSave = ContinuousClock.now
+            lastSave = clock.monotonic()
         }
         do throws(SpoolError) {
             while let entry = try reader.next() {
@@ -463,7 +465,7 @@ public final class NotificationSpool: Sendable {
                     report.applied += 1
                     report.outcomes[label, default: 0] += 1
                     if label == "set_aside" || pendingCount >= positionBatchRecords
-                        || ContinuousClock.now - lastSave >= positionBatchInterval
+                        || clock.monotonic() - lastSave >= positionBatchInterval
                     {
                         try commit()
                     }

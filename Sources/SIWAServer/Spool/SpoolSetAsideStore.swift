@@ -1,4 +1,5 @@
 import Foundation
+import SIWASupport
 import SIWAVerification
 import Synchronization
 
@@ -16,21 +17,19 @@ public final class SpoolSetAsideStore: Sendable {
     private let counter = Atomic<Int>(0)
     /// One rewrite at a time: two deletions at once must not share a temporary file.
     private let rewriting = Mutex(0)
-    private let clockMilliseconds: @Sendable () -> Int64
+    /// Wall time: the record's `spooledAt` and the time in its file name.
+    private let clock: EndpointClock
 
-    public init(
-        spoolDirectory: String,
-        clockMilliseconds: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
-    ) throws(SpoolError) {
+    public init(spoolDirectory: String, clock: EndpointClock = .system) throws(SpoolError) {
         directory = spoolDirectory + "/" + Self.directoryName
-        self.clockMilliseconds = clockMilliseconds
+        self.clock = clock
         try SpoolFileSystem.prepareDirectory(directory, mode: SpoolFileSystem.privateDirectoryMode)
     }
 
     /// Writes the record durably; returns the file it is kept in.
     @discardableResult
     public func add(_ notification: VerifiedNotification) throws(SpoolError) -> String {
-        let now = clockMilliseconds()
+        let now = clock.wallMilliseconds()
         let number = counter.add(1, ordering: .relaxed).newValue
         let name = "record-\(NotificationSpool.paddedSequence(UInt64(max(0, now))))-\(getpid())-\(number).log"
         let path = directory + "/" + name

@@ -79,8 +79,13 @@ struct ServeColdStartTests {
         try stack.startServe()
         #expect(stack.serve?.logLines(event: "jwks_loaded").last?.contains(#""keys":0"#) == true)
         #expect(try stack.request("GET", "/healthz").status == 503)
-        // Long enough for a few failed retries (1 s, 2 s, ...), so the backoff has grown.
-        usleep(3_500_000)
+        // Three failures: the start fetch and the retries after 1 s and 2 s, so the backoff
+        // has grown to 4 s. Awaited, not slept for: the bound is for a loaded machine.
+        #expect(
+            try stack.waitUntil(timeout: 30) {
+                let metrics = try stack.request("GET", "/metrics").bodyText
+                return (ServeClaimTests.metric("siwa_jwks_refresh_failures_total", in: metrics) ?? 0) >= 3
+            })
         try stack.jwks.serve(Array(document))
         let up = ContinuousClock.now
         // Before this change the next try came after the 60 s retry interval. The bound is

@@ -276,7 +276,13 @@ struct JWKSProviderTests {
         let services = ServiceGroup()
         services.start(JWKSRefresher(provider: provider, checkInterval: .milliseconds(50)))
         defer { services.stop(until: .now + .seconds(10)) }
-        usleep(300_000)
+        // No early fetch: once the refresher has checked the schedule several times (each
+        // check reads the monotonic clock once), still only the start's fetch. The bound is
+        // for a loaded machine; at 50 ms a check, five take a quarter of a second.
+        let checksBefore = clock.monotonicReadCount
+        let checkDeadline = Date(timeIntervalSinceNow: 30)
+        while clock.monotonicReadCount < checksBefore + 5 && Date() < checkDeadline { usleep(20_000) }
+        #expect(clock.monotonicReadCount >= checksBefore + 5)
         #expect(server.keysRequestCount == 1)
         clock.advance(by: 3600)
         // Bounded for a loaded machine: the refresher checks every 50 ms, so this ends at once.

@@ -72,6 +72,7 @@ final class JWKSTestClock: Sendable {
     private struct Reading {
         var wallSeconds: Int64
         var monotonicOffset: Duration = .zero
+        var monotonicReads = 0
     }
 
     private let reading: Mutex<Reading>
@@ -81,6 +82,10 @@ final class JWKSTestClock: Sendable {
 
     /// The wall reading, in Unix seconds.
     var now: Int64 { reading.withLock { $0.wallSeconds } }
+
+    /// How often the monotonic reading was taken: the JWKS provider takes it once for each
+    /// refresh it considers, so a test sees that the refresher has checked the schedule.
+    var monotonicReadCount: Int { reading.withLock { $0.monotonicReads } }
 
     /// Time passes: both readings move by `delta` seconds.
     func advance(by delta: Int64) {
@@ -95,7 +100,13 @@ final class JWKSTestClock: Sendable {
 
     var endpointClock: EndpointClock {
         EndpointClock(
-            monotonic: { [self] in monotonicStart + reading.withLock { $0.monotonicOffset } },
-            wallSeconds: { [self] in now })
+            monotonic: { [self] in
+                let offset = reading.withLock { reading -> Duration in
+                    reading.monotonicReads += 1
+                    return reading.monotonicOffset
+                }
+                return monotonicStart + offset
+            },
+            wallMilliseconds: { [self] in now * 1000 })
     }
 }

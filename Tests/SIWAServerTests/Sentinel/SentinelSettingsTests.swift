@@ -47,7 +47,16 @@ struct SentinelSettingsTests {
     func discoversThePrimary() throws {
         let cluster = try RedisSentinelCluster()
         defer { cluster.shutdown() }
-        let stack = try ServeStack(extraEnvironment: Self.environment(cluster, extra: ["SIWA_REDIS_MIN_REPLICAS": "2"]))
+        // WAIT returns once both replicas acknowledge: the long timeouts (the WAIT's under the
+        // command timeout, which would break the connection first) only keep a loaded machine,
+        // where the replicas take longer than the default 100 ms, from counting as a shortfall.
+        let stack = try ServeStack(
+            extraEnvironment: Self.environment(
+                cluster,
+                extra: [
+                    "SIWA_REDIS_MIN_REPLICAS": "2", "SIWA_REDIS_REPLICA_TIMEOUT_MS": "4000",
+                    "SIWA_REDIS_TIMEOUT_MS": "5000",
+                ]))
         defer { stack.shutdown() }
 
         let response = try stack.post(try stack.body(type: "consent-revoked", sub: "001.sentinel.a"))
