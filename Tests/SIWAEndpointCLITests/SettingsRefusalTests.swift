@@ -115,6 +115,24 @@ struct SettingsRefusalTests {
         #expect(try String(contentsOfFile: scratch.path("regular-file"), encoding: .utf8) == "x")
     }
 
+    @Test("a replica wait as long as the Redis timeout is refused when replicas are asked for, accepted without")
+    func replicaTimeoutWithinTheCommandTimeout() throws {
+        let scratch = try Scratch()
+        var environment = scratch.environment
+        environment["SIWA_REDIS_TIMEOUT_MS"] = "500"
+        environment["SIWA_REDIS_REPLICA_TIMEOUT_MS"] = "500"
+        // Without SIWA_REDIS_MIN_REPLICAS no WAIT is sent: the value is harmless.
+        #expect(try Self.run(["serve", "--check"], environment: environment).status == 0)
+        environment["SIWA_REDIS_MIN_REPLICAS"] = "1"
+        for arguments in [["serve", "--check"], ["serve"]] {
+            Self.expectRefused(
+                try Self.run(arguments, environment: environment), setting: "SIWA_REDIS_REPLICA_TIMEOUT_MS",
+                arguments.joined(separator: " "))
+        }
+        environment["SIWA_REDIS_REPLICA_TIMEOUT_MS"] = "499"
+        #expect(try Self.run(["serve", "--check"], environment: environment).status == 0)
+    }
+
     @Test("the valid settings of these cases pass --check")
     func baselineIsValid() throws {
         let scratch = try Scratch()

@@ -108,7 +108,8 @@ public struct ServerConfiguration: Sendable, Equatable {
                 "replicas that must acknowledge a write (`WAIT`) before it counts as safe; fewer: a copy is spooled"),
             .duration(
                 "SIWA_REDIS_REPLICA_TIMEOUT_MS", default: 100, in: 1...60_000, unit: .milliseconds,
-                "how long to `WAIT` for those replicas"),
+                "how long to `WAIT` for those replicas; shorter than `SIWA_REDIS_TIMEOUT_MS` when replicas are asked for"
+            ),
         ] + ReconcileConfiguration.appleSettings
 
     /// Reads the settings from `environment`, after the lines of `envFile` (`NAME=value`,
@@ -167,6 +168,17 @@ public struct ServerConfiguration: Sendable, Equatable {
         let sentinel = try sentinelSettings(
             sentinels: parsed["SIWA_REDIS_SENTINELS"], master: parsed["SIWA_REDIS_SENTINEL_MASTER"],
             password: parsed["SIWA_REDIS_SENTINEL_PASSWORD"])
+        let timeout: Duration = parsed["SIWA_REDIS_TIMEOUT_MS"]
+        let replicaTimeout: Duration = parsed["SIWA_REDIS_REPLICA_TIMEOUT_MS"]
+        let minimumReplicas: Int = parsed["SIWA_REDIS_MIN_REPLICAS"]
+        // WAIT runs on the connection's command timeout: a longer replica wait could never
+        // end by itself, and every write would count as a shortfall.
+        if minimumReplicas > 0 && replicaTimeout >= timeout {
+            throw ConfigurationError(
+                setting: "SIWA_REDIS_REPLICA_TIMEOUT_MS",
+                "must be shorter than SIWA_REDIS_TIMEOUT_MS (\(Int(timeout / .milliseconds(1))) ms) when "
+                    + "SIWA_REDIS_MIN_REPLICAS is above 0: WAIT runs within the command timeout")
+        }
         return RedisSettings(
             url: values["SIWA_REDIS_URL"] ?? defaultValue(of: "SIWA_REDIS_URL"),
             endpoint: parsed["SIWA_REDIS_URL"],
