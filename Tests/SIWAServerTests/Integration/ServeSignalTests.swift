@@ -88,8 +88,8 @@ struct ServeColdStartTests {
             })
         try stack.jwks.serve(Array(document))
         let up = ContinuousClock.now
-        // Before this change the next try came after the 60 s retry interval. The bound is
-        // generous for a loaded machine; the backoff at this point is 4 s.
+        // Without the cold-start backoff the next try would come after the 60 s failed-refresh
+        // interval. The bound is generous for a loaded machine; the backoff here is 4 s.
         #expect(try stack.waitUntil(timeout: 20) { try stack.request("GET", "/healthz").status == 200 })
         #expect(ContinuousClock.now - up < .seconds(20))
         #expect(try stack.post(try stack.body(type: "consent-revoked", sub: "000032.c.0001")).status == 200)
