@@ -112,11 +112,14 @@ struct JWKSProviderRateLimitTests {
         let deadline = ContinuousClock.now + .seconds(10)
         while fetcher.fetchCount < 2 && ContinuousClock.now < deadline { usleep(5000) }
         #expect(fetcher.fetchCount == 2)
+        // Stopped: stop returns true only once the refresher's run() has returned, so no
+        // thread is left to fetch, however much time passes (no sleep needed to see it).
         #expect(services.stop(until: .now + .seconds(10)))
-        // Stopped: time passes, no fetch is made.
+        let readsAtStop = clock.monotonicReadCount
         clock.advance(by: 7200)
-        usleep(100_000)
-        #expect(fetcher.fetchCount == 2)
+        #expect(provider.refreshIfDue() == .refreshed, "a refresh was due: only the stopped refresher did not make it")
+        #expect(fetcher.fetchCount == 3)
+        #expect(clock.monotonicReadCount == readsAtStop + 1, "only this test's call read the clock after stop")
     }
 
     @Test("unknown-kid refresh: at most once per interval, counted from the last fetch of any kind")
