@@ -186,6 +186,14 @@ enum ServeCommand {
                 },
                 whenStopping: { deadline in
                     shutdownDeadline = deadline
+                    // Said at once, so a rollout's reader sees the stop begin (and what the
+                    // spool still holds: the next start of this slot replays it).
+                    EventLog.event(
+                        "stopping",
+                        [
+                            ("timeout_seconds", .integer(fastCGI.shutdownTimeout.components.seconds)),
+                            ("spool_depth", .integer(Int64(spool.depth))),
+                        ])
                     services.requestStop()
                 })
         } catch {

@@ -235,6 +235,12 @@ struct ServeIntegrationTests {
         #expect(try stack.post(try stack.body(type: "consent-revoked", sub: "000007.g.0001")).status == 200)
         stack.serve?.terminate()
         #expect(stack.serve?.waitForExit(timeout: 12) == 0)
+        // The stop is announced when SIGTERM arrives, and its end once done.
+        let lines = (stack.serve?.logText ?? "").split(separator: "\n").map(String.init)
+        let stopping = lines.firstIndex { $0.contains(#""event":"stopping""#) }
+        let stopped = lines.firstIndex { $0.contains(#""event":"stopped""#) }
+        #expect(stopping != nil && stopped != nil && stopping! < stopped!, "\(lines.suffix(3))")
+        #expect(stopping.map { lines[$0].contains(#""spool_depth":0"#) } == true)
         #expect(stack.serve?.logLines(event: "stopped").first?.contains(#""drained":true"#) == true)
         #expect(!FileManager.default.fileExists(atPath: stack.socketPath))
     }
