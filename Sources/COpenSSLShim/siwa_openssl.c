@@ -79,22 +79,6 @@ int siwa_rsa_component(const EVP_PKEY *key, int want_modulus, unsigned char *out
     return written;
 }
 
-/// RSASSA-PKCS1-v1_5 with SHA-256: 1 valid, 0 invalid, negative on error.
-int siwa_rs256_verify(EVP_PKEY *key, const unsigned char *message, size_t message_length,
-                                    const unsigned char *signature, size_t signature_length) {
-    EVP_MD_CTX *context = EVP_MD_CTX_new();
-    if (context == NULL) return -1;
-    EVP_PKEY_CTX *key_context = NULL;
-    int result = -1;
-    if (EVP_DigestVerifyInit_ex(context, &key_context, "SHA256", NULL, NULL, key, NULL) == 1 &&
-        EVP_PKEY_CTX_set_rsa_padding(key_context, RSA_PKCS1_PADDING) == 1) {
-        result = EVP_DigestVerify(context, signature, signature_length, message, message_length);
-    }
-    EVP_MD_CTX_free(context);
-    ERR_clear_error();
-    return result == 1 ? 1 : (result == 0 ? 0 : result);
-}
-
 /// A verification context for RS256 with `key`, initialised once (the SHA-256 and RSA
 /// implementations fetched, PKCS#1 v1.5 padding set); NULL on failure. Free it with
 /// siwa_rs256_verifier_free.
@@ -113,8 +97,9 @@ EVP_MD_CTX *siwa_rs256_verifier_new(EVP_PKEY *key) {
 
 void siwa_rs256_verifier_free(EVP_MD_CTX *verifier) { EVP_MD_CTX_free(verifier); }
 
-/// As siwa_rs256_verify, on a copy of `verifier` (which is only read, so threads may
-/// share it): the copy skips the algorithm look-ups an initialisation makes.
+/// RSASSA-PKCS1-v1_5 with SHA-256 on a copy of `verifier` (which is only read, so threads
+/// may share it): 1 valid, 0 invalid, negative on error. The copy skips the algorithm
+/// look-ups an initialisation makes.
 int siwa_rs256_verify_with(const EVP_MD_CTX *verifier, const unsigned char *message, size_t message_length,
                            const unsigned char *signature, size_t signature_length) {
     EVP_MD_CTX *context = EVP_MD_CTX_new();

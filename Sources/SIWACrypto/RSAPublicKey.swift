@@ -10,36 +10,36 @@ import COpenSSLShim
 // init (checks only copy the context; see above).
 public final class RSAPublicKey: @unchecked Sendable {
     let key: OpaquePointer
-    /// RS256 verification with this key, initialised once; nil if OpenSSL could not.
-    private let verifier: OpaquePointer?
+    /// RS256 verification with this key, initialised once.
+    private let verifier: OpaquePointer
 
     /// The modulus length in bits.
     public let modulusBits: Int
 
     /// Builds a key from big-endian modulus and exponent bytes, as found in a JWK.
-    /// Returns nil when OpenSSL refuses the numbers.
+    /// Returns nil when OpenSSL refuses the numbers, or cannot set up RS256 with them.
     public init?(modulus: [UInt8], exponent: [UInt8]) {
         guard !modulus.isEmpty, !exponent.isEmpty,
             let key = siwa_rsa_public_key_from_components(modulus, modulus.count, exponent, exponent.count)
         else { return nil }
+        guard let verifier = siwa_rs256_verifier_new(key) else {
+            EVP_PKEY_free(key)
+            return nil
+        }
         self.key = key
+        self.verifier = verifier
         self.modulusBits = Int(EVP_PKEY_get_bits(key))
-        self.verifier = siwa_rs256_verifier_new(key)
     }
 
     deinit {
-        if let verifier { siwa_rs256_verifier_free(verifier) }
+        siwa_rs256_verifier_free(verifier)
         EVP_PKEY_free(key)
     }
 
     private func verify(
         _ message: UnsafeBufferPointer<UInt8>, _ signature: UnsafeBufferPointer<UInt8>
     ) -> Bool {
-        if let verifier {
-            return siwa_rs256_verify_with(
-                verifier, message.baseAddress, message.count, signature.baseAddress, signature.count) == 1
-        }
-        return siwa_rs256_verify(key, message.baseAddress, message.count, signature.baseAddress, signature.count)
+        siwa_rs256_verify_with(verifier, message.baseAddress, message.count, signature.baseAddress, signature.count)
             == 1
     }
 

@@ -24,16 +24,13 @@ int siwa_pkey_is_rsa(const EVP_PKEY *key);
 /// into `out` (capacity `capacity`); returns the length, or -1.
 int siwa_rsa_component(const EVP_PKEY *key, int want_modulus, unsigned char *out, size_t capacity);
 
-/// RSASSA-PKCS1-v1_5 with SHA-256: 1 valid, 0 invalid, negative on error.
-int siwa_rs256_verify(EVP_PKEY *key, const unsigned char *message, size_t message_length,
-                      const unsigned char *signature, size_t signature_length);
-
 /// A verification context for RS256 with `key`, initialised once; NULL on failure.
 EVP_MD_CTX *siwa_rs256_verifier_new(EVP_PKEY *key);
 
 void siwa_rs256_verifier_free(EVP_MD_CTX *verifier);
 
-/// As siwa_rs256_verify, on a copy of `verifier` (only read: threads may share it).
+/// RSASSA-PKCS1-v1_5 with SHA-256 on a copy of `verifier` (only read: threads may share
+/// it): 1 valid, 0 invalid, negative on error.
 int siwa_rs256_verify_with(const EVP_MD_CTX *verifier, const unsigned char *message, size_t message_length,
                            const unsigned char *signature, size_t signature_length);
 

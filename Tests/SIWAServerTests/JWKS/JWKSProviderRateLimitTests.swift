@@ -18,14 +18,27 @@ struct JWKSProviderRateLimitTests {
             fetcher: fetcher, clock: clock.endpointClock)
     }
 
+    /// A provider over a fetcher serving `keys`, on a test clock at `start`, started once.
+    struct Started {
+        let fetcher = JWKSFetcherDouble()
+        let clock = JWKSTestClock(JWKSProviderRateLimitTests.start)
+        let provider: JWKSProvider
+        /// What the start's fetch did.
+        let startOutcome: JWKSRefreshOutcome
+
+        init(serving keys: [JWKSTestKey]) throws {
+            fetcher.serve(try JWKSTestFixtures.document(keys))
+            provider = JWKSProviderRateLimitTests.provider(fetcher, clock: clock)
+            startOutcome = provider.start()
+        }
+    }
+
     @Test("scheduled refresh: not before the interval, then one fetch")
     func scheduledRefresh() throws {
-        let fetcher = JWKSFetcherDouble()
         let known = try JWKSTestKey(kid: "known")
-        fetcher.serve(try JWKSTestFixtures.document([known]))
-        let clock = JWKSTestClock(Self.start)
-        let provider = Self.provider(fetcher, clock: clock)
-        #expect(provider.start() == .refreshed)
+        let started = try Started(serving: [known])
+        let (fetcher, clock, provider) = (started.fetcher, started.clock, started.provider)
+        #expect(started.startOutcome == .refreshed)
         #expect(fetcher.fetchCount == 1)
         clock.advance(by: 3599)
         #expect(provider.refreshIfDue() == .skipped)
@@ -40,12 +53,9 @@ struct JWKSProviderRateLimitTests {
 
     @Test("after a failed fetch the scheduled refresh retries after the shorter interval; the keys stay")
     func failedRefreshRetry() throws {
-        let fetcher = JWKSFetcherDouble()
         let known = try JWKSTestKey(kid: "known")
-        fetcher.serve(try JWKSTestFixtures.document([known]))
-        let clock = JWKSTestClock(Self.start)
-        let provider = Self.provider(fetcher, clock: clock)
-        provider.start()
+        let started = try Started(serving: [known])
+        let (fetcher, clock, provider) = (started.fetcher, started.clock, started.provider)
         fetcher.serve(nil)
         clock.advance(by: 3600)
         #expect(provider.refreshIfDue() == .failed)
@@ -61,13 +71,10 @@ struct JWKSProviderRateLimitTests {
 
     @Test("a wall clock stepped back stops neither the scheduled refresh nor the unknown-kid refresh")
     func wallClockSteppedBack() throws {
-        let fetcher = JWKSFetcherDouble()
         let known = try JWKSTestKey(kid: "known")
         let stranger = try JWKSTestKey(kid: "stranger")
-        fetcher.serve(try JWKSTestFixtures.document([known]))
-        let clock = JWKSTestClock(Self.start)
-        let provider = Self.provider(fetcher, clock: clock)
-        provider.start()
+        let started = try Started(serving: [known])
+        let (fetcher, clock, provider) = (started.fetcher, started.clock, started.provider)
         // An hour passes, and the wall clock is set back two hours on the way.
         clock.advance(by: 3600)
         clock.stepWallClock(by: -7200)
@@ -86,11 +93,8 @@ struct JWKSProviderRateLimitTests {
 
     @Test("a wall clock stepped forward does not bring a refresh early")
     func wallClockSteppedForward() throws {
-        let fetcher = JWKSFetcherDouble()
-        fetcher.serve(try JWKSTestFixtures.document([JWKSTestKey(kid: "known")]))
-        let clock = JWKSTestClock(Self.start)
-        let provider = Self.provider(fetcher, clock: clock)
-        provider.start()
+        let started = try Started(serving: [JWKSTestKey(kid: "known")])
+        let (fetcher, clock, provider) = (started.fetcher, started.clock, started.provider)
         clock.stepWallClock(by: 86400)
         #expect(provider.refreshIfDue() == .skipped)
         #expect(provider.refreshForUnknownKeyID() == .skipped)
@@ -99,11 +103,8 @@ struct JWKSProviderRateLimitTests {
 
     @Test("the refresher service keeps the schedule when the wall clock is set back, and stops when asked")
     func refresherWithWallClockSteppedBack() throws {
-        let fetcher = JWKSFetcherDouble()
-        fetcher.serve(try JWKSTestFixtures.document([JWKSTestKey(kid: "known")]))
-        let clock = JWKSTestClock(Self.start)
-        let provider = Self.provider(fetcher, clock: clock)
-        provider.start()
+        let started = try Started(serving: [JWKSTestKey(kid: "known")])
+        let (fetcher, clock, provider) = (started.fetcher, started.clock, started.provider)
         let services = ServiceGroup()
         services.start(JWKSRefresher(provider: provider, checkInterval: .milliseconds(10)))
         defer { services.stop(until: .now + .seconds(10)) }
@@ -124,13 +125,10 @@ struct JWKSProviderRateLimitTests {
 
     @Test("unknown-kid refresh: at most once per interval, counted from the last fetch of any kind")
     func unknownKeyIDRefresh() throws {
-        let fetcher = JWKSFetcherDouble()
         let known = try JWKSTestKey(kid: "known")
         let stranger = try JWKSTestKey(kid: "stranger")
-        fetcher.serve(try JWKSTestFixtures.document([known]))
-        let clock = JWKSTestClock(Self.start)
-        let provider = Self.provider(fetcher, clock: clock)
-        provider.start()
+        let started = try Started(serving: [known])
+        let (fetcher, clock, provider) = (started.fetcher, started.clock, started.provider)
         let verifier = JWKSTestFixtures.verifier
         /// The verification's code at `start + offset` (the clock moves there).
         func code(at offset: Int64) throws -> VerificationError.Code? {
