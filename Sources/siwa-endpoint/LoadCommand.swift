@@ -92,11 +92,7 @@ enum LoadCommand {
 
         // Every request's parameters are built before the clock starts, as the bodies are.
         let healthParams = FastCGIClient.params(method: "GET", uri: "/healthz")
-        let notificationParams = bodies.indices.map { index in
-            FastCGIClient.params(
-                method: "POST", uri: path, body: bodies[index], contentType: "application/json",
-                extra: [("REQUEST_ID", "load-\(index)")])
-        }
+        let notificationParams = postParams(bodies, path: path)
         let baseline = plan.runPhase { _ in (healthParams, []) }
         let notifications = plan.runPhase { index in (notificationParams[index], bodies[index]) }
 
@@ -121,11 +117,7 @@ enum LoadCommand {
             "load: \(plan.count) notifications per phase, \(plan.concurrency) client threads, one connection per "
                 + "request, unix socket; \(twice.count) notifications signed beforehand in "
                 + "\(format(seconds(ContinuousClock.now - signStart), 2)) s")
-        let params = bodies.indices.map { index in
-            FastCGIClient.params(
-                method: "POST", uri: path, body: bodies[index], contentType: "application/json",
-                extra: [("REQUEST_ID", "load-\(index)")])
-        }
+        let params = postParams(bodies, path: path)
         let answering = plan.runPhase { index in (params[index], bodies[index]) }
         kill(redisPID, SIGSTOP)
         let hanging = plan.runPhase { index in (params[plan.count + index], bodies[plan.count + index]) }
@@ -135,6 +127,15 @@ enum LoadCommand {
         report(hanging, label: "phase B (notifications, Redis stopped with SIGSTOP)")
         Output.line("ratio B/A of requests/s: \(format(hanging.rate / answering.rate, 3))")
         return answering.failures == 0 && hanging.failures == 0 ? 0 : 1
+    }
+
+    /// The FastCGI parameters of each notification POST, built before any clock starts.
+    private static func postParams(_ bodies: [[UInt8]], path: String) -> [[(String, String)]] {
+        bodies.indices.map { index in
+            FastCGIClient.params(
+                method: "POST", uri: path, body: bodies[index], contentType: "application/json",
+                extra: [("REQUEST_ID", "load-\(index)")])
+        }
     }
 
     /// Signs every body before the clock starts, spread over the client threads (RSA signing
