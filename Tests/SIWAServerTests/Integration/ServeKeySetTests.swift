@@ -161,6 +161,49 @@ struct ServeKeySetTests {
         #expect(Set(answers) == ["503 keys_unavailable"])
     }
 
+    @Test("the cache file is written after the fetch lands: a request for a new kid does not wait for its fsyncs")
+    func cacheWriteAfterTheFetchLands() throws {
+        let strace = "/usr/bin/strace"
+        try #require(
+            FileManager.default.isExecutableFile(atPath: strace), "strace is needed (scripts/install-deps installs it)")
+        let stack = try ServeStack(startingServe: false)
+        defer { stack.shutdown() }
+        // The cache file in a directory of its own, whose fsync strace holds for 6 s each
+        // time (a slow disk): longer than the 2 s a request waits for a fetch.
+        let keysDirectory = stack.directory.appendingPathComponent("keys").path
+        try FileManager.default.createDirectory(atPath: keysDirectory, withIntermediateDirectories: false)
+        let cachePath = keysDirectory + "/jwks.json"
+        let environment = stack.environment.merging([
+            "SIWA_JWKS_CACHE": cachePath, "SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS": "1",
+        ]) { $1 }
+        stack.serve = try ServeProcess(
+            environment: environment, socketPath: stack.socketPath,
+            logURL: stack.directory.appendingPathComponent("serve.log"), timeout: 30,
+            launcher: [
+                strace, "-f", "-qq", "-o", "/dev/null", "--seccomp-bpf", "-e", "trace=fsync", "-e", "signal=none",
+                "-P", keysDirectory, "-e", "inject=fsync:delay_enter=6000000", "--",
+            ])
+        let tracer = try #require(stack.serve?.process.processIdentifier)
+        let serve = try #require(SpoolDurabilityProofTests.children(of: tracer).first, "strace has no child")
+        defer { kill(serve, SIGKILL) }
+        // Apple rotates a key in; a token under it asks for a fetch, which brings it.
+        let next = try TestSigningKey.generate(keyID: "test-apple-key-rotated")
+        try stack.jwks.serve(Array(TestSigningKey.jwksDocument([stack.key, next]).utf8))
+        let started = ContinuousClock.now
+        let rotated = try stack.post(try stack.body(type: "consent-revoked", sub: "000044.c.0001", signedWith: next))
+        let took = ContinuousClock.now - started
+        // Had the file been written before the fetch landed, the request would have waited
+        // out its whole 2 s bound (the key is then found all the same); a local fetch takes
+        // milliseconds.
+        #expect(rotated.bodyText == #"{"status":"applied"}"#)
+        #expect(took < .milliseconds(1900), "\(took)")
+        // The file is written all the same, once the slow fsync returns.
+        #expect(
+            stack.waitUntil(timeout: 30) {
+                ((try? String(contentsOfFile: cachePath, encoding: .utf8)) ?? "").contains(next.keyID)
+            })
+    }
+
     @Test("a FIFO at SIWA_JWKS_CACHE is not read: serve starts, says why, and fetches the keys")
     func fifoAtTheCachePath() throws {
         let stack = try ServeStack(startingServe: false)
