@@ -95,8 +95,10 @@ struct ServeKeySetTests {
         #expect(answer?.bodyText == #"{"status":"applied"}"#)
     }
 
-    @Test("made-up kids from 8 threads while the JWKS host is slow: genuine requests and /healthz never wait for it")
-    func madeUpKidsDoNotHoldTheWorkers() throws {
+    @Test(
+        "made-up kids from 8 threads while the JWKS host is slow: genuine requests and /healthz never wait for it",
+        arguments: [3, 1])
+    func madeUpKidsDoNotHoldTheWorkers(workers: Int) throws {
         let stack = try ServeStack(startingServe: false)
         defer { stack.shutdown() }
         // The cache file holds the genuine key; the host answers 600 bytes a second, and the
@@ -108,6 +110,7 @@ struct ServeKeySetTests {
         let slowURL = "https://localhost:\(stack.jwks.nginx.httpsPort)/slow/keys.json"
         let environment = stack.environment.merging([
             "SIWA_JWKS_URL": slowURL, "SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS": "1", "SIWA_JWKS_TIMEOUT_SECONDS": "5",
+            "SIWA_WORKERS": String(workers),
         ]) { $1 }
         stack.serve = try ServeProcess(
             environment: environment, socketPath: stack.socketPath,

@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import SIWAServer
 import SIWASupport
 import Synchronization
@@ -90,5 +91,23 @@ struct JWKSProviderWaitTests {
         #expect(done.wait(timeout: .now() + 30) == .success)
         #expect(first.withLock { $0 } == .refreshed)
         #expect(provider.keys.usableKeyIDs == ["known"])
+    }
+
+    @Test("with no waiting place (a lone worker) no caller waits, and the fetch still lands")
+    func noWaitingPlace() throws {
+        let (provider, fetcher, clock) = try Self.started(waitLimit: .seconds(50), waiters: 0)
+        let (outcome, waited) = Self.timed { provider.refreshForUnknownKeyID() }
+        #expect(outcome == .stillRunning)
+        #expect(waited < .seconds(10), "waited \(waited)")
+        #expect(fetcher.waitUntilHeld())
+        fetcher.letGo()
+        // The fetch landed on its own thread: the next unknown kid within the interval is
+        // not fetched again (skipped), and the scheduled refresh is not due.
+        let landed = ContinuousClock.now + .seconds(30)
+        while provider.refreshForUnknownKeyID() == .stillRunning && ContinuousClock.now < landed {
+            usleep(20_000)
+        }
+        #expect(provider.refreshForUnknownKeyID() == .skipped)
+        #expect(provider.metrics(now: clock.now).refreshFailures == 0)
     }
 }
