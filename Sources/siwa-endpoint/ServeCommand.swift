@@ -101,7 +101,9 @@ enum ServeCommand {
             settings: JWKSProvider.Settings(
                 url: jwksSettings.url, cacheFilePath: jwksSettings.cachePath,
                 refreshInterval: jwksSettings.refreshInterval,
-                unknownKeyIDRefreshInterval: jwksSettings.unknownKeyIDRefreshInterval),
+                unknownKeyIDRefreshInterval: jwksSettings.unknownKeyIDRefreshInterval,
+                // A lone worker never waits for a fetch: /healthz and known kids would wait with it.
+                unknownKeyIDWaiters: configuration.fastCGI.workers > 1 ? 1 : 0),
             fetcher: HTTPSFetcher(
                 caFilePath: jwksSettings.caFile, timeoutSeconds: Double(jwksSettings.timeout.components.seconds)),
             clock: clock)
