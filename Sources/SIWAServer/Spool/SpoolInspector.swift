@@ -65,20 +65,27 @@ public enum SpoolInspector {
         }
         let rejected = directory + "/" + SpoolSetAsideStore.directoryName
         var result = Requeued(files: 0, records: 0)
-        for name in try SpoolSetAsideStore.recordFiles(rejected) {
-            let source = rejected + "/" + name
-            try SpoolFileSystem.withDirectoryLock(rejected, wait: lockWait) { () throws(SpoolError) in
-                let records = try SpoolSegmentReader.countRecords(path: source, from: 0).count
-                if try SpoolFileSystem.move(source, to: directory + "/" + NotificationSpool.requeuePrefix + name) {
-                    result.files += 1
-                    result.records += records
+        var stoppedBy: SpoolError?
+        do {
+            for name in try SpoolSetAsideStore.recordFiles(rejected) {
+                let source = rejected + "/" + name
+                try SpoolFileSystem.withDirectoryLock(rejected, wait: lockWait) { () throws(SpoolError) in
+                    let records = try SpoolSegmentReader.countRecords(path: source, from: 0).count
+                    if try SpoolFileSystem.move(source, to: directory + "/" + NotificationSpool.requeuePrefix + name) {
+                        result.files += 1
+                        result.records += records
+                    }
                 }
             }
+        } catch {
+            stoppedBy = error
         }
+        // What moved before a stop is made durable too.
         if result.files > 0 {
             try SpoolFileSystem.syncDirectory(directory)
             try SpoolFileSystem.syncDirectory(rejected)
         }
+        if let stoppedBy { throw stoppedBy }
         return result
     }
 
@@ -91,6 +98,7 @@ public enum SpoolInspector {
 
     /// Deletes set-aside and torn files last modified more than `days` days before `now`
     /// (Unix seconds); returns what it deleted, for the log.
+    ///
     /// A set-aside file is judged and deleted holding the lock on `rejected/` (see
     /// `requeue`); one held longer than `lockWait` by another process waits for the next sweep.
     public static func expire(spoolDirectory directory: String, olderThanDays days: Int, now: Int64) -> [Expired] {

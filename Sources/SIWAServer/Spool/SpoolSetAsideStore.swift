@@ -68,15 +68,22 @@ public final class SpoolSetAsideStore: Sendable {
 
     private func rewriteWithoutEmail(clientID: String, subject: String) throws(SpoolError) -> Int {
         var scrubbed = 0
+        var busy: SpoolError?
         for name in try Self.recordFiles(directory) {
             let path = directory + "/" + name
             // Held while the file is read and replaced: `spool requeue` and the retention
             // sweep take the same lock, so neither moves nor deletes a file being rewritten.
-            scrubbed += try SpoolFileSystem.withDirectoryLock(directory, wait: Self.lockWait) {
-                () throws(SpoolError) -> Int in
-                try rewriteWithoutEmail(path, clientID: clientID, subject: subject)
+            do {
+                scrubbed += try SpoolFileSystem.withDirectoryLock(directory, wait: Self.lockWait) {
+                    () throws(SpoolError) -> Int in
+                    try rewriteWithoutEmail(path, clientID: clientID, subject: subject)
+                }
+            } catch  where error.code == .setAsideBusy {
+                // The other files are still scrubbed; the failure is reported after them.
+                busy = error
             }
         }
+        if let busy { throw busy }
         return scrubbed
     }
 
