@@ -90,6 +90,32 @@ struct SpoolSetAsideRaceTests {
         }
     }
 
+    @Test("the real spool requeue honours the lock: held by serve's side, it moves nothing and says so, exit 1")
+    func requeueCommandHonoursTheLock() throws {
+        try withSpoolDirectory { spool in
+            let store = try SpoolSetAsideStore(spoolDirectory: spool)
+            let path = try store.add(Self.emailEvent())
+            let before = try Self.files(spool)
+            let run = try SpoolFileSystem.withDirectoryLock(spool + "/rejected", wait: .seconds(1)) {
+                () throws(SpoolError) -> CommandRun in
+                do {
+                    return try CommandRun.endpoint(["spool", "requeue", "--spool-dir", spool])
+                } catch {
+                    throw SpoolError(.readFailed, "\(error)")
+                }
+            }
+            #expect(run.status == 1)
+            #expect(run.output.isEmpty)
+            #expect(run.errors.hasPrefix("siwa-endpoint spool requeue: spool_set_aside_busy"), "\(run.errors)")
+            #expect(try Self.files(spool) == before)
+            #expect(FileManager.default.fileExists(atPath: path))
+            // Released, the same command moves it.
+            let free = try CommandRun.endpoint(["spool", "requeue", "--spool-dir", spool])
+            #expect(free.status == 0)
+            #expect(free.output.contains(#""requeued":1,"files":1"#), "\(free.output)")
+        }
+    }
+
     @Test("the retention sweep waits for the scrub: a file it reports deleted does not come back")
     func retentionWaitsForTheScrub() throws {
         try withSpoolDirectory { spool in
