@@ -139,6 +139,11 @@ enum ServeCommand {
             refuse(ConfigurationError(setting: "SIWA_SPOOL_DIR", "cannot be opened: \(error)"))
             return 2
         }
+        for leftover in setAside.leftovers {
+            EventLog.event(
+                "spool_leftover_settled", level: "warning",
+                [("file", .string(leftover.file)), ("action", .string(leftover.action.rawValue))])
+        }
         let replayer = SpoolReplayer(
             spool: spool, setAside: setAside, store: makeStore(), metrics: metrics, clientIDs: configuration.clientIDs,
             retentionDays: configuration.spool.retentionDays, clock: clock,
