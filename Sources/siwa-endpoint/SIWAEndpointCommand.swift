@@ -14,6 +14,7 @@ enum SIWAEndpointCommand {
         ("status", "a running responder's health over its FastCGI socket (--json: the document)"),
         ("spool", "spool status (depth, oldest age, set-aside, torn) and spool requeue"),
         ("reconcile", "ask Apple, once a day per user, which refresh tokens it refuses; end those sessions"),
+        ("deletions", "the deletion duty: deletions no consumer group acknowledged, per group, with ages"),
     ]
 
     static let usage = """
@@ -49,6 +50,7 @@ enum SIWAEndpointCommand {
             case "status": status = try StatusCommand.run(arguments)
             case "spool": status = try SpoolCommand.run(arguments)
             case "reconcile": status = try ReconcileCommand.run(arguments)
+            case "deletions": status = try DeletionsCommand.run(arguments)
             default: throw UsageError("unknown subcommand \(subcommand)\n\n\(usage)")
             }
         } catch let error as UsageError {
