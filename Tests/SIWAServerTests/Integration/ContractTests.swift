@@ -123,8 +123,10 @@ struct ContractTests {
                 }
             }
         }
-        // `refresh_token_refused_at` is written by `reconcile` only (its own tests check it).
-        #expect(hashFields == contract.names("user_fields").subtracting(["refresh_token_refused_at"]))
+        // `refresh_token_refused_at` and `tokens_revoked_at` are written by `reconcile` and
+        // `revoke` only (their own tests check them).
+        #expect(
+            hashFields == contract.names("user_fields").subtracting(["refresh_token_refused_at", "tokens_revoked_at"]))
 
         // The stream: the same.
         var streamFields: Set<String> = []
