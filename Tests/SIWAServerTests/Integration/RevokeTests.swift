@@ -1,6 +1,8 @@
 import Foundation
 import SIWAJSON
+import SIWARedis
 import SIWAServer
+import SIWAVerification
 import Testing
 
 /// `siwa-endpoint revoke` end to end: the real binary, a real redis-server, and the
@@ -107,6 +109,32 @@ struct RevokeTests {
         #expect(hash["sessions_revoked_at"] == String(future))
         #expect(hash["tokens_revoked_at"] == outcome["revoked_at"])
         #expect(try stack.streamEntries().map { $0["applied"] ?? "" } == ["0"])
+    }
+
+    @Test("Apple's consent-revoked that follows a revocation records its time and moves nothing backwards")
+    func consentRevokedAfterRevoke() throws {
+        let stack = try ReconcileStack()
+        defer { stack.shutdown() }
+        let token = stack.token("deleting", .valid)
+        try stack.startStandin()
+        let run = try stack.revoke([line("000053.a", token)])
+        #expect(run.status == 0, "\(run.errors)")
+        let revokedAt = try #require(Int64(outcomes(run.output).first?["revoked_at"] ?? ""))
+        // What the responder applies when Apple's notification arrives: event time a few
+        // seconds before the revoke call returned.
+        let store = NotificationStore(connection: stack.redisConnection())
+        let eventTime = revokedAt - 5000
+        let outcome = try store.apply(
+            VerifiedNotification(
+                clientID: Self.client, subject: "000053.a", type: .consentRevoked, rawType: "consent-revoked",
+                eventTimeMilliseconds: eventTime, tokenID: "after-revoke", issuedAt: eventTime / 1000,
+                expiresAt: eventTime / 1000 + 86_400, email: nil, isPrivateEmail: nil),
+            receivedAt: revokedAt + 1000)
+        #expect(outcome == .applied)
+        let hash = try stack.userHash(sub: "000053.a")
+        #expect(hash["sessions_revoked_at"] == String(revokedAt))
+        #expect(hash["tokens_revoked_at"] == String(revokedAt))
+        #expect(hash["consent_revoked_at"] == String(eventTime))
     }
 
     @Test("invalid_client: a configuration error, exit 2 at once; no further user is sent, nothing is written")
