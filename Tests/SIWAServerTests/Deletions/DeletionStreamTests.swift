@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import SIWARedis
 import SIWAServer
@@ -167,5 +168,36 @@ struct DeletionStreamTests {
         #expect(text.contains("siwa_deletions_reading_age_seconds 100.0\n"))
         #expect(text.contains("siwa_deletions_stream_entries 1\n"))
         #expect(text.contains("siwa_deletions_oldest_entry_age_seconds 200.0\n"))
+    }
+
+    @Test("a nudge reads again at once, long before the next tick; a stop ends the service")
+    func nudgeReadsAtOnce() throws {
+        let fixture = try Store.Fixture()
+        defer { fixture.close() }
+        let monitor = DeletionDutyMonitor(
+            connection: RedisConnection(endpoint: try RedisEndpoint(parsing: fixture.server.url())),
+            key: "siwa:deletions", interval: .seconds(3600), clock: .system)
+        let finished = DispatchSemaphore(value: 0)
+        Thread {
+            monitor.run()
+            finished.signal()
+        }.start()
+        defer {
+            monitor.requestStop()
+            #expect(finished.wait(timeout: .now() + 30) == .success, "the service stops when asked")
+        }
+        func waitFor(_ entries: Int) -> Bool {
+            let deadline = Date().addingTimeInterval(20)
+            while Date() < deadline {
+                if monitor.lastReading?.reading.entries == entries { return true }
+                usleep(20_000)
+            }
+            return false
+        }
+        #expect(waitFor(0), "the first reading, at start")
+        _ = try fixture.store.apply(
+            Store.notification("account-deleted", at: 1_700_000_000_000, jti: "jti-n"), receivedAt: Store.receivedAt)
+        monitor.nudge()
+        #expect(waitFor(1), "read again after the nudge, not an hour later")
     }
 }
