@@ -200,4 +200,23 @@ struct DeletionStreamTests {
         monitor.nudge()
         #expect(waitFor(1), "read again after the nudge, not an hour later")
     }
+
+    @Test("an entry deleted before the group read it: Redis gives no lag, the undelivered are counted instead")
+    func readingWithoutLag() throws {
+        let fixture = try Store.Fixture()
+        defer { fixture.close() }
+        let connection = fixture.connection
+        for id in ["1700000000000-0", "1700000100000-0", "1700000200000-0", "1700000300000-0"] {
+            _ = try connection.command("XADD", "siwa:deletions", id, "sub", id)
+        }
+        _ = try connection.command("XGROUP", "CREATE", "siwa:deletions", "cleanup", "0")
+        _ = try connection.command(
+            "XREADGROUP", "GROUP", "cleanup", "w1", "COUNT", "1", "STREAMS", "siwa:deletions", ">")
+        _ = try connection.command("XDEL", "siwa:deletions", "1700000200000-0")
+        let info = try #require(try connection.command("XINFO", "GROUPS", "siwa:deletions").array?.first?.array)
+        #expect(info.last == .null, "Redis cannot say the lag now")
+        let group = try #require(try DeletionDutyReading.read(connection, key: "siwa:deletions").groups.first)
+        #expect(group.delivered == 1 && group.undelivered == 2 && group.pending == 3)
+        #expect(group.oldestPendingAt == 1_700_000_000_000)
+    }
 }
