@@ -12,7 +12,7 @@ enum SIWAEndpointCommand {
         ("load", "drive a running responder's FastCGI socket: notifications vs health checks"),
         ("user", "what Redis holds for one user: user CLIENT_ID SUB [--session-started T]"),
         ("status", "a running responder's health over its FastCGI socket (--json: the document)"),
-        ("spool", "spool status (depth, oldest age, set-aside, torn) and spool requeue"),
+        ("spool", "spool status, list, show ID, requeue [ID], discard ID --reason TEXT"),
         ("reconcile", "ask Apple, once a day per user, which refresh tokens it refuses; end those sessions"),
         ("revoke", "revoke users' tokens at Apple (in-app account deletion); end their sessions"),
         ("deletions", "the deletion duty: deletions no consumer group acknowledged, per group, with ages"),
