@@ -23,10 +23,15 @@ def alert_names():
     return re.findall(r"^\s+- alert: (\w+)$", RULES.read_text(), flags=re.M)
 
 
+def recorded_settings():
+    """The rules file's own settings: recording rules holding a threshold."""
+    return re.findall(r"^\s+- record: (siwa:[a-z_]+)$", RULES.read_text(), flags=re.M)
+
+
 def test_promtool_checks_the_rules_and_their_tests_pass():
     checked = promtool("check", "rules", RULES.name)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert f"SUCCESS: {len(alert_names())} rules found" in checked.stdout
+    assert f"SUCCESS: {len(alert_names()) + len(recorded_settings())} rules found" in checked.stdout
     tested = promtool("test", "rules", RULE_TESTS.name)
     assert tested.returncode == 0, tested.stdout + tested.stderr
     assert "SUCCESS" in tested.stdout
@@ -34,7 +39,7 @@ def test_promtool_checks_the_rules_and_their_tests_pass():
 
 def test_every_alert_has_a_firing_case_and_a_quiet_one():
     names = alert_names()
-    assert len(names) == len(set(names)) == 10
+    assert len(names) == len(set(names)) == 13
     text = RULE_TESTS.read_text()
     for name in names:
         evaluations = re.findall(rf"alertname: {name}\n        exp_alerts:( \[\])?", text)
@@ -46,7 +51,7 @@ def test_every_alert_has_a_firing_case_and_a_quiet_one():
 
 
 def test_rules_use_only_metrics_the_responder_exports():
-    source = (REPO / "Sources/SIWAServer/Responder/ServerMetrics.swift").read_text()
+    source = "".join(path.read_text() for path in (REPO / "Sources/SIWAServer/Responder").glob("ServerMetrics*.swift"))
     source += (REPO / "Sources/SIWAServer/JWKS/JWKSProvider+Metrics.swift").read_text()
     exported = set(re.findall(r"# TYPE (siwa_[a-z_]+) ", source))
     assert "siwa_spool_depth" in exported
@@ -63,3 +68,11 @@ def test_each_summary_says_what_to_do_and_points_at_the_readme():
         name = block.split("\n", 1)[0]
         assert f"(README: Operations, {name})." in " ".join(block.split()), name  # YAML folds lines
         assert f"`{name}`" in operations, f"the README's Operations section does not explain {name}"
+
+
+def test_deletion_thresholds_are_settings_of_the_file():
+    assert recorded_settings() == ["siwa:deletion_late_after_seconds", "siwa:deletion_overdue_after_seconds"]
+    text = RULES.read_text()
+    assert "expr: vector(604800)" in text and "expr: vector(2160000)" in text  # 7 and 25 days
+    for name in recorded_settings():
+        assert text.count(name) == 2, f"{name}: defined once and used by one alert"

@@ -71,7 +71,7 @@ enum ReconcileCommand {
         for name in configuration.unknownSettings {
             EventLog.event("unknown_setting", level: "warning", [("setting", .string(name))])
         }
-        guard let file = input == "-" ? fdopen(dup(0), "r") : fopen(input, "r") else {
+        guard let file = InputLines.open(input) else {
             Output.error("siwa-endpoint reconcile: cannot read \(input)")
             return 2
         }
@@ -122,23 +122,14 @@ private final class Run {
         EventLog.event(
             "reconcile_started",
             [("token_url", .string(configuration.tokenURL)), ("team_id", .string(configuration.teamID))])
-        var buffer: UnsafeMutablePointer<CChar>?
-        var capacity = 0
-        defer { free(buffer) }
-        var lineNumber = 0
-        while true {
-            let length = getline(&buffer, &capacity, file)
-            guard length >= 0, let buffer else { break }
-            lineNumber += 1
-            var bytes = Array(UnsafeRawBufferPointer(start: buffer, count: length))
-            while let last = bytes.last, last == 0x0A || last == 0x0D { bytes.removeLast() }
-            if bytes.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { continue }
-            if let status = process(bytes, lineNumber: lineNumber) { return status }
-            showProgress()
+        let stopped = InputLines.each(
+            file, failed: { stop("reading the input failed at line \($0)", status: 1) }
+        ) { bytes, lineNumber in
+            let status = process(bytes, lineNumber: lineNumber)
+            if status == nil { showProgress() }
+            return status
         }
-        if ferror(file) != 0 {
-            return stop("reading the input failed at line \(lineNumber + 1)", status: 1)
-        }
+        if let stopped { return stopped }
         finish()
         return counts.unknown > 0 ? 1 : 0
     }
@@ -226,8 +217,9 @@ private final class Run {
     }
 }
 
-/// Spaces request starts at least `interval` apart, on the monotonic clock.
-private final class Pacer: Sendable {
+/// Spaces request starts at least `interval` apart, on the monotonic clock (reconcile's and
+/// revoke's `--rate`).
+final class Pacer: Sendable {
     let interval: Duration
     /// When the next start may come.
     private let next: Mutex<ContinuousClock.Instant>

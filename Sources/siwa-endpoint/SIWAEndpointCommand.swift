@@ -12,8 +12,10 @@ enum SIWAEndpointCommand {
         ("load", "drive a running responder's FastCGI socket: notifications vs health checks"),
         ("user", "what Redis holds for one user: user CLIENT_ID SUB [--session-started T]"),
         ("status", "a running responder's health over its FastCGI socket (--json: the document)"),
-        ("spool", "spool status (depth, oldest age, set-aside, torn) and spool requeue"),
+        ("spool", "spool status, list, show ID, requeue [ID], discard ID --reason TEXT"),
         ("reconcile", "ask Apple, once a day per user, which refresh tokens it refuses; end those sessions"),
+        ("revoke", "revoke users' tokens at Apple (in-app account deletion); end their sessions"),
+        ("deletions", "the deletion duty: deletions no consumer group acknowledged, per group, with ages"),
     ]
 
     static let usage = """
@@ -49,6 +51,8 @@ enum SIWAEndpointCommand {
             case "status": status = try StatusCommand.run(arguments)
             case "spool": status = try SpoolCommand.run(arguments)
             case "reconcile": status = try ReconcileCommand.run(arguments)
+            case "revoke": status = try RevokeCommand.run(arguments)
+            case "deletions": status = try DeletionsCommand.run(arguments)
             default: throw UsageError("unknown subcommand \(subcommand)\n\n\(usage)")
             }
         } catch let error as UsageError {

@@ -154,9 +154,16 @@ enum ServeCommand {
             EventLog.event("spool_pending_at_start", level: "warning", [("depth", .integer(Int64(spool.depth)))])
         }
 
+        // The deletion figures of /metrics come from this service's last reading, on a
+        // connection of its own: a scrape never waits on Redis.
+        let deletionDuty = DeletionDutyMonitor(
+            connection: RedisConnection(
+                endpoint: redis, connectTimeout: timeout, commandTimeout: timeout, locator: locator),
+            key: "\(store.keyPrefix):deletions", clock: clock)
+
         let responder = NotificationResponder(
             configuration: configuration, keys: keys, stores: NotificationStorePool(makeStore: makeStore), spool: spool,
-            replayer: replayer, metrics: metrics, clock: clock, primaryLocator: locator)
+            replayer: replayer, metrics: metrics, clock: clock, primaryLocator: locator, deletionDuty: deletionDuty)
         let fastCGI = configuration.fastCGI
         let server: FastCGIServer
         do throws(FastCGIError) {
@@ -182,6 +189,7 @@ enum ServeCommand {
                 whenListening: {
                     // The socket listens: the replayer's first pass replays what waited.
                     services.start(replayer)
+                    services.start(deletionDuty)
                     EventLog.event(
                         "started",
                         [

@@ -3,12 +3,16 @@ import SIWAJSON
 import SIWAServer
 import SIWAVerification
 
-/// `spool status` and `spool requeue`: look into a spool directory, and put set-aside
-/// records back in line, with or without a running `serve`.
+/// `spool status`, `list`, `show`, `requeue` and `discard`: look into a spool directory,
+/// and put set-aside records back in line (all, or one) or discard one, with or without a
+/// running `serve`.
 enum SpoolCommand {
     static let help = """
         usage: siwa-endpoint spool status  [--spool-dir DIR]
-               siwa-endpoint spool requeue [--spool-dir DIR]
+               siwa-endpoint spool list    [--spool-dir DIR]
+               siwa-endpoint spool show ID [--spool-dir DIR] [--show-address]
+               siwa-endpoint spool requeue [ID] [--spool-dir DIR]
+               siwa-endpoint spool discard ID --reason TEXT [--spool-dir DIR]
 
         The spool directory is --spool-dir, else SIWA_SPOOL_DIR, else
         /var/lib/siwa-endpoint/spool. Each prints one JSON object.
@@ -20,6 +24,18 @@ enum SpoolCommand {
                  now, once the cause is fixed. A running serve applies them within a
                  second; a stopped one at its next start. Safe to run at any time: each
                  file moves by one atomic rename, so no record is applied twice.
+                 With ID: that record only.
+        list     one JSON line per set-aside or torn record: its id, why it was set
+                 aside (the refusal's code; damaged_bytes for torn bytes), type, client
+                 ID and age. Never an address, never a sub.
+        show     the record (or the torn bytes), its email address masked unless
+                 --show-address.
+        discard  deletes one set-aside or torn record for good: the loss of a
+                 notification that was answered 200, so --reason is required; logged as
+                 one JSON line spool_record_discarded with the reason and your user name.
+
+        Exit status: 0 done; 1 no such record (or already requeued or discarded), torn
+        bytes asked to be requeued, or the spool could not be read; 2 a usage mistake.
         """
 
     static func run(_ words: [String]) throws -> Int32 {
@@ -27,9 +43,16 @@ enum SpoolCommand {
             Output.line(help)
             return 0
         }
-        let arguments = try CommandLineArguments(words, valueOptions: ["--spool-dir"])
-        guard arguments.positionals.count == 1, let action = arguments.positionals.first else {
-            throw UsageError("spool takes one action, status or requeue\n\n\(help)")
+        let arguments = try CommandLineArguments(
+            words, valueOptions: ["--spool-dir", "--reason"], flagOptions: ["--show-address"])
+        guard let action = arguments.positionals.first, arguments.positionals.count <= 2 else {
+            throw UsageError("spool takes one action: status, list, show, requeue or discard\n\n\(help)")
+        }
+        let id = arguments.positionals.count == 2 ? arguments.positionals[1] : nil
+        let takesID: Set<String> = ["show", "discard"]
+        if takesID.contains(action) && id == nil { throw UsageError("spool \(action) takes the record's ID") }
+        if id != nil && !takesID.union(["requeue"]).contains(action) {
+            throw UsageError("spool \(action) takes no ID")
         }
         let directory =
             arguments.value("--spool-dir") ?? ProcessInfo.processInfo.environment["SIWA_SPOOL_DIR"]
@@ -47,6 +70,28 @@ enum SpoolCommand {
                         ("torn_files", .integer(Int64(status.tornFiles))),
                         ("torn_bytes", .integer(Int64(status.tornBytes))),
                     ]))
+            case "requeue" where id != nil:
+                return report(try SpoolInspector.requeue(spoolDirectory: directory, id: id ?? ""), action, directory)
+            case "list":
+                let now = Int64(Date().timeIntervalSince1970 * 1000)
+                for record in try SpoolInspector.records(spoolDirectory: directory) {
+                    let first = record.notifications.first
+                    Output.line(
+                        JSONWriter.object([
+                            ("id", .string(record.id)), ("kind", .string(record.kind.rawValue)),
+                            ("why", .string(record.why)), ("type", first.map { .string($0.type.name) } ?? .null),
+                            ("client_id", first.map { .string($0.clientID) } ?? .null),
+                            ("age_seconds", .integer(max(0, now - record.setAsideAt) / 1000)),
+                            ("records", .integer(Int64(record.notifications.count))),
+                        ]))
+                }
+            case "show":
+                guard let record = try SpoolInspector.record(spoolDirectory: directory, id: id ?? "") else {
+                    return notFound(action, id ?? "")
+                }
+                Output.line(try describe(record, showAddress: arguments.has("--show-address")))
+            case "discard":
+                return try discard(id ?? "", reason: arguments.value("--reason"), directory: directory)
             case "requeue":
                 let requeued = try SpoolInspector.requeue(spoolDirectory: directory)
                 Output.line(
@@ -55,12 +100,97 @@ enum SpoolCommand {
                         ("files", .integer(Int64(requeued.files))),
                     ]))
             default:
-                throw UsageError("unknown action \(action): status or requeue")
+                throw UsageError("unknown action \(action): status, list, show, requeue or discard")
             }
         } catch let error as SpoolError {
             Output.error("siwa-endpoint spool \(action): \(error.description)")
             return 1
         }
         return 0
+    }
+
+    static func discard(_ id: String, reason: String?, directory: String) throws -> Int32 {
+        let reason = (reason ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !reason.isEmpty else {
+            throw UsageError("spool discard needs --reason TEXT: it loses a notification that was answered 200")
+        }
+        guard reason.count <= 500 else { throw UsageError("--reason is at most 500 characters") }
+        let outcome = try SpoolInspector.discard(spoolDirectory: directory, id: id)
+        if case .done(let record) = outcome {
+            let first = record.notifications.first
+            EventLog.event(
+                "spool_record_discarded", level: "warning",
+                [
+                    ("id", .string(record.id)), ("kind", .string(record.kind.rawValue)), ("why", .string(record.why)),
+                    ("type", first.map { .string($0.type.name) } ?? .null),
+                    ("client_id", first.map { .string($0.clientID) } ?? .null),
+                    ("records", .integer(Int64(record.notifications.count))), ("reason", .string(reason)),
+                    ("user", .string(operatorName())),
+                    ("sudo_user", ProcessInfo.processInfo.environment["SUDO_USER"].map { .string($0) } ?? .null),
+                ])
+        }
+        return report(outcome, "discard", directory)
+    }
+
+    /// One JSON object for a done action; a message and exit 1 otherwise.
+    static func report(_ outcome: SpoolInspector.OneRecordOutcome, _ action: String, _ directory: String) -> Int32 {
+        switch outcome {
+        case .done(let record):
+            Output.line(
+                JSONWriter.object([
+                    ("spool_dir", .string(directory)), ("id", .string(record.id)),
+                    (action == "discard" ? "discarded" : "requeued", .integer(Int64(record.notifications.count))),
+                ]))
+            return 0
+        case .notFound:
+            return notFound(action, "")
+        case .notARecord:
+            Output.error(
+                "siwa-endpoint spool \(action): torn bytes are not a record and cannot be requeued; "
+                    + "read them with spool show, then spool discard them")
+            return 1
+        }
+    }
+
+    static func notFound(_ action: String, _ id: String) -> Int32 {
+        Output.error(
+            "siwa-endpoint spool \(action): no set-aside or torn record with that ID (already requeued or discarded?); "
+                + "spool list shows them")
+        return 1
+    }
+
+    /// The record as one JSON object; the address masked unless `showAddress`.
+    static func describe(_ record: SpoolInspector.Record, showAddress: Bool) throws -> String {
+        var members: [(String, JSONValue)] = [
+            ("id", .string(record.id)), ("kind", .string(record.kind.rawValue)), ("why", .string(record.why)),
+            ("file", .string(record.path)), ("set_aside_at", .integer(record.setAsideAt)),
+        ]
+        if record.kind == .torn {
+            members.append(("bytes", .integer(Int64(record.bytes))))
+            members.append(("text", .string(try SpoolInspector.tornText(record, showAddress: showAddress))))
+            return JSONWriter.object(members)
+        }
+        let notifications: [JSONValue] = record.notifications.map { notification in
+            var fields: [String: JSONValue] = [
+                "client_id": .string(notification.clientID), "sub": .string(notification.subject),
+                "type": .string(notification.type.name), "raw_type": .string(notification.rawType),
+                "event_time": .integer(notification.eventTimeMilliseconds), "jti": .string(notification.tokenID),
+                "iat": .integer(notification.issuedAt),
+                "exp": notification.expiresAt.map(JSONValue.integer) ?? .null,
+            ]
+            if let email = notification.email {
+                fields["email"] = .string(showAddress ? email : "(masked: --show-address shows it)")
+            }
+            if let isPrivate = notification.isPrivateEmail { fields["is_private_email"] = .bool(isPrivate) }
+            return .object(fields)
+        }
+        members.append(("notifications", .array(notifications)))
+        return JSONWriter.object(members)
+    }
+
+    /// The effective user's name (the operator; under sudo, SUDO_USER says who called it).
+    static func operatorName() -> String {
+        guard let entry = getpwuid(geteuid()), let name = entry.pointee.pw_name else { return String(geteuid()) }
+        return String(cString: name)
     }
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A stand-in for Apple's token endpoint (POST /auth/token), for tests only.
+"""A stand-in for Apple's token endpoints (POST /auth/token, /auth/revoke), for tests only.
 
 Apple cannot be reached from a test, so this plays its part over HTTPS under a test
 CA. It checks the client secret exactly as Apple defines it (a JWT signed ES256 with
@@ -12,7 +12,12 @@ answers per refresh token, as the --tokens file says:
                          | "error500_once" | "stall"}}
 
 A token not in the file is refused (invalid_grant); a wrong client secret or client
-ID is answered 400 invalid_client. Every request is logged to --log as one JSON
+ID is answered 400 invalid_client.
+
+/auth/revoke checks the client secret the same way, and the form exactly as Apple
+defines it (client_id, client_secret, token, token_type_hint refresh_token or
+access_token, nothing else: else 400 invalid_request); per token, "valid" is answered
+200 with an empty body (revoked), "refused" 400 invalid_grant, the others as above. Every request is logged to --log as one JSON
 line with the token's label (never the token), the answer, and for invalid_client
 the check that failed. Prints "listening PORT" once it accepts connections.
 Standard library only (plus the openssl CLI), so it needs no extra package.
@@ -83,9 +88,9 @@ class Standin:
             with open(self.args.log, "a") as f:
                 f.write(json.dumps(entry, sort_keys=True) + "\n")
 
-    def client_problem(self, form: dict):
+    def client_problem(self, form: dict, revoke: bool = False):
         """The first way the request's client authentication differs from Apple's rules, or None."""
-        if form.get("grant_type") != "refresh_token":
+        if not revoke and form.get("grant_type") != "refresh_token":
             return "grant_type"
         client_id = form.get("client_id")
         if client_id not in self.client_ids:
@@ -139,11 +144,13 @@ def make_handler(standin: Standin):
         def do_POST(self):
             length = int(self.headers.get("Content-Length", "0"))
             raw = self.rfile.read(length).decode()
-            if self.path != "/auth/token" or \
+            if self.path not in ("/auth/token", "/auth/revoke") or \
                     self.headers.get("Content-Type") != "application/x-www-form-urlencoded":
                 standin.log({"label": None, "answer": "bad_request"})
                 return self.answer(400, {"error": "invalid_request"})
             form = dict(urllib.parse.parse_qsl(raw, keep_blank_values=True, strict_parsing=True))
+            if self.path == "/auth/revoke":
+                return self.revoke(form)
             problem = standin.client_problem(form)
             entry = standin.tokens.get(form.get("refresh_token"), {"label": "unlisted", "answer": "refused"})
             label, answer = entry["label"], entry["answer"]
@@ -164,6 +171,37 @@ def make_handler(standin: Standin):
             if answer == "stall":
                 time.sleep(30)  # longer than any client timeout the tests set
                 return self.answer(200, {"access_token": "too-late"})
+            return self.answer(400, {"error": "invalid_grant"})
+
+        def revoke(self, form: dict):
+            entry = standin.tokens.get(form.get("token"), {"label": "unlisted", "answer": "refused"})
+            label, answer = entry["label"], entry["answer"]
+            base = {"label": label, "endpoint": "revoke", "hint": form.get("token_type_hint")}
+            if set(form) != {"client_id", "client_secret", "token", "token_type_hint"} or \
+                    form["token_type_hint"] not in ("refresh_token", "access_token"):
+                standin.log({**base, "answer": "invalid_request", "problem": "form"})
+                return self.answer(400, {"error": "invalid_request"})
+            problem = standin.client_problem(form, revoke=True)
+            if problem is not None:
+                standin.log({**base, "answer": "invalid_client", "problem": problem})
+                return self.answer(400, {"error": "invalid_client"})
+            with standin.lock:
+                key = "revoke:" + label
+                standin.seen[key] = standin.seen.get(key, 0) + 1
+                first = standin.seen[key] == 1
+            if answer == "error500_once":
+                answer = "error500" if first else "valid"
+            standin.log({**base, "answer": answer})
+            if answer == "valid":
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return None
+            if answer == "error500":
+                return self.answer(500, {"error": "server_error"})
+            if answer == "stall":
+                time.sleep(30)  # longer than any client timeout the tests set
+                return self.answer(200, {})
             return self.answer(400, {"error": "invalid_grant"})
 
     return Handler

@@ -17,6 +17,7 @@ const { createClient } = require("redis");
 // The contract's names, in one place.
 const userKey = (clientId, sub, prefix = "siwa") => `${prefix}:user:{${clientId}:${sub}}`; // {client_id:sub}: a hash tag
 const eventsStream = (prefix = "siwa") => `${prefix}:events`;
+const deletionsStream = (prefix = "siwa") => `${prefix}:deletions`; // one entry per account-deleted
 const notificationsChannel = (prefix = "siwa") => `${prefix}:notifications`;
 
 // A session is invalid if it began at or before the latest consent-revoked or
@@ -36,11 +37,12 @@ async function userState(redis, clientId, sub, prefix = "siwa") {
   };
 }
 
-// Acts once per account deletion: a consumer group on the events stream. Each entry is
-// acknowledged after it is handled, so a crash re-delivers it (at least once: make
-// `handle` idempotent). Returns how many deletions were handled when nothing new is left.
+// Acts once per account deletion: a consumer group on the deletions stream (every entry is
+// an `account-deleted`). Each entry is acknowledged after it is handled, so a crash
+// re-delivers it (at least once: make `handle` idempotent). Returns how many deletions
+// were handled when nothing new is left.
 async function drainDeletions(redis, handle, group = "account-cleanup", consumer = "worker-1", prefix = "siwa") {
-  const stream = eventsStream(prefix);
+  const stream = deletionsStream(prefix);
   try {
     await redis.xGroupCreate(stream, group, "0", { MKSTREAM: true });
   } catch (error) {
@@ -52,10 +54,8 @@ async function drainDeletions(redis, handle, group = "account-cleanup", consumer
     if (!batches || batches.every((batch) => batch.messages.length === 0)) return handled;
     for (const { messages } of batches) {
       for (const { id, message } of messages) {
-        if (message.type === "account-deleted") {
-          await handle(message.client_id, message.sub, Number(message.event_time));
-          handled += 1;
-        }
+        await handle(message.client_id, message.sub, Number(message.event_time));
+        handled += 1;
         await redis.xAck(stream, group, id);
       }
     }
@@ -77,7 +77,7 @@ async function subscribeToRevocations(redis, onRevocation, prefix = "siwa") {
   return subscriber;
 }
 
-module.exports = { userKey, eventsStream, notificationsChannel, sessionIsValid, userState, drainDeletions,
+module.exports = { userKey, eventsStream, deletionsStream, notificationsChannel, sessionIsValid, userState, drainDeletions,
   subscribeToRevocations };
 
 function options(words) {

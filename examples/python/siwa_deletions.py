@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Acts once per account deletion: reads the siwa:events stream with a consumer group.
+"""Acts once per account deletion: reads the siwa:deletions stream with a consumer group.
 
 Apple sends `account-deleted` once (and native apps get no callback): this is the
 queue a deletion job drains. Each entry is acknowledged after it is handled, so a
@@ -30,7 +30,9 @@ def ensure_group(r: redis.Redis, stream: str, group: str) -> None:
 
 
 def drain_deletions(r: redis.Redis, handle, group: str, consumer: str, prefix: str = "siwa") -> int:
-    stream = f"{prefix}:events"
+    # The deletions stream: every entry is an `account-deleted`, so the group's lag is
+    # exactly its deletions not yet handled (what /metrics and `siwa-endpoint deletions` show).
+    stream = f"{prefix}:deletions"
     ensure_group(r, stream, group)
     handled = 0
     # "0": this consumer's entries delivered before (a crash, a failover) and never
@@ -42,9 +44,8 @@ def drain_deletions(r: redis.Redis, handle, group: str, consumer: str, prefix: s
             if not entries:
                 break
             for entry_id, fields in entries:
-                if fields.get(b"type") == b"account-deleted":
-                    handle(fields[b"client_id"].decode(), fields[b"sub"].decode(), int(fields[b"event_time"]))
-                    handled += 1
+                handle(fields[b"client_id"].decode(), fields[b"sub"].decode(), int(fields[b"event_time"]))
+                handled += 1
                 r.xack(stream, group, entry_id)
     return handled
 

@@ -22,6 +22,7 @@ module SIWAReader
   end
 
   def events_stream(prefix = "siwa") = "#{prefix}:events"
+  def deletions_stream(prefix = "siwa") = "#{prefix}:deletions" # one entry per account-deleted
   def notifications_channel(prefix = "siwa") = "#{prefix}:notifications"
 
   # A session is invalid if it began at or before the latest consent-revoked or
@@ -41,11 +42,12 @@ module SIWAReader
     }
   end
 
-  # Acts once per account deletion: a consumer group on the events stream. Each entry is
-  # acknowledged after it is handled, so a crash re-delivers it (at least once: make the
-  # block idempotent). Returns how many deletions were handled when nothing new is left.
+  # Acts once per account deletion: a consumer group on the deletions stream (every entry
+  # is an `account-deleted`). Each entry is acknowledged after it is handled, so a crash
+  # re-delivers it (at least once: make the block idempotent). Returns how many deletions
+  # were handled when nothing new is left.
   def drain_deletions(redis, group: "account-cleanup", consumer: "worker-1", prefix: "siwa")
-    stream = events_stream(prefix)
+    stream = deletions_stream(prefix)
     begin
       redis.xgroup(:create, stream, group, "0", mkstream: true)
     rescue Redis::CommandError => e
@@ -57,10 +59,8 @@ module SIWAReader
       return handled if entries.empty?
 
       entries.each do |id, fields|
-        if fields["type"] == "account-deleted"
-          yield fields["client_id"], fields["sub"], Integer(fields["event_time"])
-          handled += 1
-        end
+        yield fields["client_id"], fields["sub"], Integer(fields["event_time"])
+        handled += 1
         redis.xack(stream, group, id)
       end
     end

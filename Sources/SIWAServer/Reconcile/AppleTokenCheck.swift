@@ -45,14 +45,21 @@ public struct AppleTokenCheck: Sendable {
 
     /// Checks `refreshToken` of `clientID`, retrying what may pass later.
     public func check(clientID: String, refreshToken: String) -> Verdict {
+        retrying { attemptOnce(clientID: clientID, refreshToken: refreshToken) }
+    }
+
+    /// Runs `attempt` until its answer is final or `attempts` are spent, waiting
+    /// `retryDelayMilliseconds` before the first retry and twice as long before each next
+    /// (at most a minute). Shared by every call to Apple's token endpoints.
+    func retrying<Answer>(_ attempt: () -> (Answer, retryable: Bool)) -> Answer {
         var delay = retryDelayMilliseconds
-        var attempt = 1
+        var number = 1
         while true {
-            let (verdict, retryable) = attemptOnce(clientID: clientID, refreshToken: refreshToken)
-            guard retryable, attempt < attempts else { return verdict }
+            let (answer, retryable) = attempt()
+            guard retryable, number < attempts else { return answer }
             usleep(UInt32(min(delay, 60_000)) * 1000)
             delay = min(delay * 2, 60_000)
-            attempt += 1
+            number += 1
         }
     }
 

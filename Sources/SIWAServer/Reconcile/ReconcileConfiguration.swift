@@ -31,6 +31,10 @@ public struct ReconcileConfiguration: Sendable {
         .parsed(
             "SIWA_APPLE_TOKEN_URL", default: defaultTokenURL,
             "reconcile only: Apple's token endpoint; https only (http only to loopback)", ServerConfiguration.httpsURL),
+        .parsed(
+            "SIWA_APPLE_REVOKE_URL", default: AppleTokenRevocation.defaultRevokeURL,
+            "revoke only: Apple's token revocation endpoint; https only (http only to loopback)",
+            ServerConfiguration.httpsURL),
         .optional(
             "SIWA_APPLE_CA_FILE", shown: "(system trust store)", "reconcile only: CA bundle for the token endpoint",
             { text throws(SettingProblem) in text }),
@@ -66,6 +70,8 @@ public struct ReconcileConfiguration: Sendable {
     /// The key read from `privateKeyFile` at start, so a bad file stops the run before any request.
     public var privateKey: ES256PrivateKey
     public var tokenURL: String
+    /// `revoke`'s endpoint; every other Apple setting is shared with reconcile.
+    public var revokeURL: String
     public var caFile: String?
     public var timeoutSeconds: Int
     public var attempts: Int
@@ -104,6 +110,7 @@ public struct ReconcileConfiguration: Sendable {
             throw ConfigurationError(setting: "SIWA_APPLE_PRIVATE_KEY_FILE", "is unusable: \(error.description)")
         }
         tokenURL = parsed["SIWA_APPLE_TOKEN_URL"]
+        revokeURL = parsed["SIWA_APPLE_REVOKE_URL"]
         caFile = parsed["SIWA_APPLE_CA_FILE"]
         if let caFile, !FileManager.default.isReadableFile(atPath: caFile) {
             throw ConfigurationError(setting: "SIWA_APPLE_CA_FILE", "cannot read \(caFile)")

@@ -17,6 +17,13 @@ public struct ReconcileLine: Sendable, Equatable {
     }
 
     public init(parsing bytes: [UInt8]) throws(Problem) {
+        let members = try Self.object(bytes)
+        (clientID, subject) = try Self.user(members)
+        refreshToken = try Self.token(members, "refresh_token")
+    }
+
+    /// The line as a JSON object, at most `maximumBytes` long.
+    static func object(_ bytes: [UInt8]) throws(Problem) -> [String: JSONValue] {
         guard bytes.count <= Self.maximumBytes else { throw Problem(code: "line_too_long") }
         let value: JSONValue
         do {
@@ -25,21 +32,33 @@ public struct ReconcileLine: Sendable, Equatable {
             throw Problem(code: "not_json")
         }
         guard case .object(let members) = value else { throw Problem(code: "not_object") }
-        func text(_ name: String) throws(Problem) -> String {
-            guard let member = members[name] else { throw Problem(code: "\(name)_missing") }
-            guard case .string(let string) = member else { throw Problem(code: "\(name)_invalid") }
-            return string
-        }
-        clientID = try text("client_id")
+        return members
+    }
+
+    static func text(_ members: [String: JSONValue], _ name: String) throws(Problem) -> String {
+        guard let member = members[name] else { throw Problem(code: "\(name)_missing") }
+        guard case .string(let string) = member else { throw Problem(code: "\(name)_invalid") }
+        return string
+    }
+
+    /// `client_id` and `sub`, checked as the responder checks them.
+    static func user(_ members: [String: JSONValue]) throws(Problem) -> (clientID: String, subject: String) {
+        let clientID = try text(members, "client_id")
         guard ServerConfiguration.isValidClientID(clientID) else { throw Problem(code: "client_id_invalid") }
-        subject = try text("sub")
+        let subject = try text(members, "sub")
         // Visible ASCII without braces: a brace would move the key's hash tag.
         guard !subject.isEmpty, subject.utf8.count <= 255,
             subject.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "{") && $0 != UInt8(ascii: "}") })
         else { throw Problem(code: "sub_invalid") }
-        refreshToken = try text("refresh_token")
-        guard !refreshToken.isEmpty, refreshToken.utf8.count <= 4096,
-            refreshToken.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F })
-        else { throw Problem(code: "refresh_token_invalid") }
+        return (clientID, subject)
+    }
+
+    /// A token member: visible ASCII, at most 4096 bytes.
+    static func token(_ members: [String: JSONValue], _ name: String) throws(Problem) -> String {
+        let token = try text(members, name)
+        guard !token.isEmpty, token.utf8.count <= 4096, token.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+            throw Problem(code: "\(name)_invalid")
+        }
+        return token
     }
 }

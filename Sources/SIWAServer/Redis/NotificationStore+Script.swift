@@ -3,7 +3,7 @@ extension NotificationStore {
     /// check (seen marker, stored times) and the writes that depend on it cannot
     /// interleave with another worker's.
     ///
-    /// KEYS: 1 user hash, 2 seen marker, 3 events stream.
+    /// KEYS: 1 user hash, 2 seen marker, 3 events stream, 4 deletions stream.
     /// ARGV: 1 channel, 2 client_id, 3 sub, 4 type (normalised), 5 raw_type,
     /// 6 event_time (ms), 7 jti, 8 email ('' when none), 9 is_private_email
     /// ('true'/'false'/''), 10 received_at (ms), 11 seen-marker TTL (ms),
@@ -30,8 +30,14 @@ extension NotificationStore {
     /// `XADD MAXLEN` keeps entries for a long time, so an address written there would
     /// outlive the user's `account-deleted`. The address lives in the user hash only,
     /// which `account-deleted` purges.
+    ///
+    /// The deletions stream gets a copy of the events entry of every accepted
+    /// `account-deleted` (stale ones too: each is a deletion duty), in the same call, so a
+    /// consumer group's lag on it is exactly its deletions not yet handled. It is never
+    /// trimmed here: a trimmed entry would be a deletion nobody is told about.
     static let applyScript = """
         local user_key, seen_key, stream_key = KEYS[1], KEYS[2], KEYS[3]
+        local deletions_key = KEYS[4]
         if #ARGV == 2 then
           -- Redis 6 has no acl_check_cmd: loading and running the script is all it can show.
           if redis.acl_check_cmd == nil then return 'ready' end
@@ -40,6 +46,7 @@ extension NotificationStore {
             {'HEXISTS', user_key, 'f'}, {'HSET', user_key, 'f', 'v'}, {'HDEL', user_key, 'f'},
             {'XADD', stream_key, 'MAXLEN', '~', ARGV[2], '*', 'f', 'v'}, {'PUBLISH', ARGV[1], 'm'},
             {'SET', seen_key, 'v', 'PX', '1'},
+            {'TYPE', deletions_key}, {'XADD', deletions_key, '*', 'f', 'v'},
           }
           for _, check in ipairs(checks) do
             if not redis.acl_check_cmd(unpack(check)) then
@@ -68,6 +75,12 @@ extension NotificationStore {
         local stream_type = redis.call('TYPE', stream_key)['ok']
         if stream_type ~= 'none' and stream_type ~= 'stream' then
           return redis.error_reply('WRONGTYPE the events key does not hold a stream')
+        end
+        if event_type == 'account-deleted' then
+          local deletions_type = redis.call('TYPE', deletions_key)['ok']
+          if deletions_type ~= 'none' and deletions_type ~= 'stream' then
+            return redis.error_reply('WRONGTYPE the deletions key does not hold a stream')
+          end
         end
 
         -- True when no time is stored in the field or this event is strictly later.
@@ -137,6 +150,7 @@ extension NotificationStore {
         local fields = {'client_id', client_id, 'sub', sub, 'type', event_type, 'raw_type', raw_type,
           'event_time', event_time_text, 'jti', jti, 'applied', applied}
         redis.call('XADD', stream_key, 'MAXLEN', '~', stream_maxlen, '*', unpack(fields))
+        if event_type == 'account-deleted' then redis.call('XADD', deletions_key, '*', unpack(fields)) end
         local published = 'false'
         if outcome == 'applied' then published = 'true' end
         redis.call('PUBLISH', channel, message_head .. published .. '}')

@@ -21,6 +21,9 @@ import SIWAVerification
 ///   `client_id`, `sub`, `type` (normalised; `unknown` for a new type), `raw_type`,
 ///   `event_time`, `jti`, `applied` (`1`/`0`); never an email address (an entry cannot
 ///   be scrubbed after `account-deleted`). `XADD MAXLEN ~ N`.
+/// - `P:deletions`: a stream holding a copy of the `P:events` entry of each accepted
+///   `account-deleted` (the deletion duty; a consumer group's lag is its deletions not yet
+///   handled). Never trimmed by the endpoint.
 /// - Channel `P:notifications`: one JSON message per accepted notification:
 ///   `{"client_id","sub","type","raw_type","event_time","jti","applied"}` with
 ///   `event_time` a JSON integer (ms) and `applied` a JSON boolean. Never an email address.
@@ -70,6 +73,8 @@ public final class NotificationStore {
     }
 
     public var streamKey: String { "\(keyPrefix):events" }
+
+    public var deletionsKey: String { "\(keyPrefix):deletions" }
 
     public var channel: String { "\(keyPrefix):notifications" }
 
@@ -127,12 +132,12 @@ public final class NotificationStore {
         let arguments = scriptArguments(notification, receivedAt: receivedAt, earlierAttempt: earlierAttempt)
         let reply: RedisReply
         do {
-            reply = try connection.command([Array("EVALSHA".utf8), Array(sha.utf8), [UInt8(ascii: "3")]] + arguments)
+            reply = try connection.command([Array("EVALSHA".utf8), Array(sha.utf8), [UInt8(ascii: "4")]] + arguments)
         } catch  where error.code == .serverError && error.message.hasPrefix("NOSCRIPT") {
             // Redis restarted or SCRIPT FLUSH ran: load it again and retry once.
             scriptSHA = nil
             reply = try connection.command(
-                [Array("EVALSHA".utf8), Array(try loadedScriptSHA().utf8), [UInt8(ascii: "3")]] + arguments)
+                [Array("EVALSHA".utf8), Array(try loadedScriptSHA().utf8), [UInt8(ascii: "4")]] + arguments)
         }
         guard let text = reply.string, let outcome = Outcome(rawValue: text) else {
             throw RedisError(.unexpectedReply, "the apply script returned something other than an outcome name")
@@ -187,7 +192,7 @@ public final class NotificationStore {
         let ttl = seenMarkerTTL.components
         let ttlMilliseconds = max(1, ttl.seconds * 1000 + ttl.attoseconds / 1_000_000_000_000_000)
         return [
-            userKey, seenKey, Array(streamKey.utf8),
+            userKey, seenKey, Array(streamKey.utf8), Array(deletionsKey.utf8),
             Array(channel.utf8), clientID, subject, typeName, rawType,
             Array(String(notification.eventTimeMilliseconds).utf8), tokenID, Array((notification.email ?? "").utf8),
             Array(privateFlag.utf8), Array(String(receivedAt).utf8),

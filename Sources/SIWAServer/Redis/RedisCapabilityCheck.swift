@@ -61,8 +61,9 @@ public enum RedisCapabilityCheck {
         }
         do {
             let reply = try connection.command([
-                "EVALSHA", sha, "3", store.userKey(clientID: probeClient, subject: "probe"),
+                "EVALSHA", sha, "4", store.userKey(clientID: probeClient, subject: "probe"),
                 store.seenKey(clientID: probeClient, subject: "probe", tokenID: "probe"), store.streamKey,
+                store.deletionsKey,
                 store.channel, String(max(1, streamMaximumLength)),
             ])
             guard reply.string == "ready" else {

@@ -23,14 +23,17 @@ public final class NotificationResponder: Sendable {
     let primaryLocator: RedisPrimaryLocator?
     /// Redis counts as down for a while after a call could not reach it: requests spool at once.
     public let breaker: RedisCircuitBreaker
+    /// The last reading of the deletions stream, for /metrics (nil: no deletion figures).
+    let deletionDuty: DeletionDutyMonitor?
 
     public init(
         configuration: ServerConfiguration, keys: JWKSProvider, stores: NotificationStorePool, spool: NotificationSpool,
         replayer: SpoolReplayer?, metrics: ServerMetrics,
         clock: EndpointClock = .system,
-        primaryLocator: RedisPrimaryLocator? = nil
+        primaryLocator: RedisPrimaryLocator? = nil, deletionDuty: DeletionDutyMonitor? = nil
     ) {
         self.primaryLocator = primaryLocator
+        self.deletionDuty = deletionDuty
         self.configuration = configuration
         self.verifier = NotificationVerifier(
             clientIDs: configuration.clientIDs,
@@ -143,6 +146,7 @@ public final class NotificationResponder: Sendable {
                 return unavailable
             }
             replayer?.accountDeleted(notification)
+            if notification.type == .accountDeleted { deletionDuty?.nudge() }
         } catch {
             metrics.recordRedisError()
             EventLog.event("redis_error", level: "warning", [("error", .string(error.code.rawValue))])
@@ -208,7 +212,9 @@ public final class NotificationResponder: Sendable {
             spoolDepth: spool.depth, jwksAgeSeconds: jwks.ageSeconds.map(Double.init),
             jwksRefreshFailures: jwks.refreshFailures, jwksKeys: jwks.usableKeyCount)
         return Reply(
-            status: 200, outcome: "metrics", body: text + keys.metricsText() + (primaryLocator?.metricsText() ?? ""),
+            status: 200, outcome: "metrics",
+            body: text + keys.metricsText() + (primaryLocator?.metricsText() ?? "")
+                + (deletionDuty?.metricsText(now: clock.wallMilliseconds()) ?? ""),
             contentType: "text/plain; version=0.0.4")
     }
 

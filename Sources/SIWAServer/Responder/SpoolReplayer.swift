@@ -82,7 +82,9 @@ public final class SpoolReplayer: Service {
                 }
                 return acknowledged.outcome.rawValue
             } catch let error as RedisError where error.isRecordSpecific {
-                return try setRecordAside(notification, code: error.code.rawValue, reason: error.message)
+                // WRONGTYPE names the record's cause better than redis_server_error does.
+                return try setRecordAside(
+                    notification, code: error.code.rawValue, reason: error.message, why: error.replyKind.lowercased())
             }
         })
         let setAsideCount = report.outcomes["set_aside"] ?? 0
@@ -140,9 +142,12 @@ public final class SpoolReplayer: Service {
         }
     }
 
-    private func setRecordAside(_ notification: VerifiedNotification, code: String, reason: String) throws -> String {
+    /// `why` ends the set-aside file's name (`spool list` shows it); `code` by default.
+    private func setRecordAside(
+        _ notification: VerifiedNotification, code: String, reason: String, why: String? = nil
+    ) throws -> String {
         // Durably before the spool moves past it; if that fails, the pass stops here.
-        let path = try setAside.add(notification)
+        let path = try setAside.add(notification, reason: why ?? code)
         metrics.recordSpoolRejected()
         EventLog.event(
             "spool_record_rejected", level: "error",

@@ -41,12 +41,16 @@ public final class SpoolSetAsideStore: Sendable {
         leftovers = try Self.settleLeftovers(directory)
     }
 
-    /// Writes the record durably; returns the file it is kept in.
+    /// Writes the record durably; returns the file it is kept in. `reason`, the refusal's
+    /// code, ends the file name (`spool list` shows it): letters, digits and `_` only.
     @discardableResult
-    public func add(_ notification: VerifiedNotification) throws(SpoolError) -> String {
+    public func add(_ notification: VerifiedNotification, reason: String? = nil) throws(SpoolError) -> String {
         let now = clock.wallMilliseconds()
         let number = counter.add(1, ordering: .relaxed).newValue
-        let name = "record-\(NotificationSpool.paddedSequence(UInt64(max(0, now))))-\(getpid())-\(number).log"
+        let code = String((reason ?? "").filter { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_") }.prefix(64))
+        let name =
+            "record-\(NotificationSpool.paddedSequence(UInt64(max(0, now))))-\(getpid())-\(number)"
+            + (code.isEmpty ? "" : "-" + code) + ".log"
         let path = directory + "/" + name
         try SpoolFileSystem.createDurably(
             path, SpoolRecord.encode(notification, spooledAt: now), mode: SpoolFileSystem.privateFileMode,

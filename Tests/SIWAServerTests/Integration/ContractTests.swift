@@ -98,7 +98,7 @@ struct ContractTests {
         let keys = (try connection.command("KEYS", "*").array ?? []).compactMap(\.string)
         for key in keys {
             let type = try connection.command("TYPE", key).string
-            if key == "siwa:events" {
+            if key == "siwa:events" || key == "siwa:deletions" {
                 #expect(type == "stream")
             } else if key.hasPrefix("siwa:user:{\(ServeStack.clientID):000030.c.") && key.hasSuffix("}") {
                 #expect(type == "hash")
@@ -110,6 +110,7 @@ struct ContractTests {
         #expect(contract.keyPattern("user") == "siwa:user:{<client_id>:<sub>}")
         #expect(contract.keyPattern("seen") == "siwa:seen:{<client_id>:<sub>}:<jti>")
         #expect(contract.keyPattern("events") == "siwa:events")
+        #expect(contract.keyPattern("deletions") == "siwa:deletions")
         #expect(contract.keyPattern("notifications") == "siwa:notifications")
 
         // The hash: the union of the fields written is the contract's, and times are ms.
@@ -122,8 +123,10 @@ struct ContractTests {
                 }
             }
         }
-        // `refresh_token_refused_at` is written by `reconcile` only (its own tests check it).
-        #expect(hashFields == contract.names("user_fields").subtracting(["refresh_token_refused_at"]))
+        // `refresh_token_refused_at` and `tokens_revoked_at` are written by `reconcile` and
+        // `revoke` only (their own tests check them).
+        #expect(
+            hashFields == contract.names("user_fields").subtracting(["refresh_token_refused_at", "tokens_revoked_at"]))
 
         // The stream: the same.
         var streamFields: Set<String> = []
@@ -136,6 +139,14 @@ struct ContractTests {
             #expect(Int64(fields["event_time"] ?? "").map { $0 > 1_000_000_000_000 } == true)
         }
         #expect(streamFields == contract.names("stream_fields"))
+
+        // The deletions stream: the events entry of each account-deleted, field for field.
+        let deletions = (try connection.command("XRANGE", "siwa:deletions", "-", "+").array ?? []).map {
+            $0.array?.last?.fieldMap ?? [:]
+        }
+        let deletedEntries = entries.map { $0.array?.last?.fieldMap ?? [:] }.filter { $0["type"] == "account-deleted" }
+        #expect(deletions.count == 1)
+        #expect(deletions == deletedEntries)
 
         // The channel: one message per notification, with exactly the contract's members.
         let messages = try subscriber.messages(within: 10, limit: posts.count)
@@ -173,6 +184,7 @@ struct ContractTests {
         #expect(Self.tableNames(readme, after: "**`siwa:events`**") == contract.names("stream_fields"))
         #expect(Self.tableNames(readme, after: "**Channel `siwa:notifications`**") == contract.names("message_fields"))
         #expect(readme.contains("**`siwa:seen:{<client_id>:<sub>}:<jti>`**"))
+        #expect(readme.contains("**`siwa:deletions`**"))
         #expect(readme.contains("`examples/contract.json`"))
     }
 

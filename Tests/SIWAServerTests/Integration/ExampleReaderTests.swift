@@ -1,4 +1,5 @@
 import Foundation
+import SIWAServer
 import Synchronization
 import Testing
 
@@ -126,8 +127,12 @@ struct ExampleReaderTests {
             ])
         // Acknowledged: a second run finds nothing new.
         #expect(try reader.run(["deletions", "--redis-url", stack.redis.url()]).isEmpty)
-        let pending = try stack.redisConnection().command("XPENDING", "siwa:events", "account-cleanup")
+        // The group reads the deletions stream: nothing pending, nothing left to deliver.
+        let pending = try stack.redisConnection().command("XPENDING", "siwa:deletions", "account-cleanup")
         #expect(pending.array?.first?.integer == 0)
+        let reading = try DeletionDutyReading.read(stack.redisConnection(), key: "siwa:deletions")
+        #expect(reading.entries == 2 && reading.groups.map(\.name) == ["account-cleanup"])
+        #expect(reading.groups.first?.pending == 0)
     }
 
     @Test(

@@ -104,6 +104,7 @@ final class ReconcileStack {
             "PATH": "/usr/bin:/bin",
             "SIWA_APPLE_TEAM_ID": Self.teamID, "SIWA_APPLE_KEY_ID": Self.keyID, "SIWA_APPLE_PRIVATE_KEY_FILE": keyPath,
             "SIWA_APPLE_TOKEN_URL": tokenURL, "SIWA_APPLE_CA_FILE": authority.caCertificatePath,
+            "SIWA_APPLE_REVOKE_URL": tokenURL.replacingOccurrences(of: "/auth/token", with: "/auth/revoke"),
             "SIWA_APPLE_TIMEOUT_SECONDS": "1", "SIWA_APPLE_ATTEMPTS": "3", "SIWA_APPLE_RETRY_DELAY_MS": "50",
             "SIWA_REDIS_URL": redis.url(), "SIWA_REDIS_TIMEOUT_MS": "1000",
         ]
@@ -116,6 +117,24 @@ final class ReconcileStack {
         return try CommandRun.endpoint(
             ["reconcile", "--rate", rate, input.path],
             environment: environment.merging(overriding) { _, override in override })
+    }
+
+    /// Runs `siwa-endpoint revoke` on `lines` (a file) to the end.
+    func revoke(_ lines: [String], overriding: [String: String] = [:]) throws -> CommandRun {
+        let input = directory.appendingPathComponent("revoke-\(UUID().uuidString).jsonl")
+        try lines.map { $0 + "\n" }.joined().write(to: input, atomically: true, encoding: .utf8)
+        return try CommandRun.endpoint(
+            ["revoke", "--rate", "50", input.path],
+            environment: environment.merging(overriding) { _, override in override })
+    }
+
+    /// The raw log lines of the stand-in, each as its members (strings only).
+    func standinLog() throws -> [[String: String]] {
+        guard FileManager.default.fileExists(atPath: standinLogPath) else { return [] }
+        return try String(contentsOfFile: standinLogPath, encoding: .utf8).split(separator: "\n").map { line in
+            guard case .object(let members) = try StrictJSONParser.parse(Array(line.utf8)) else { return [:] }
+            return members.compactMapValues { if case .string(let text) = $0 { text } else { nil } }
+        }
     }
 
     /// What the stand-in received, in order.
