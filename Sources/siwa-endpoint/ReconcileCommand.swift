@@ -146,9 +146,9 @@ private final class Run {
                 [("line", .integer(Int64(lineNumber))), ("reason", .string(error.code))])
             return nil
         }
+        // The input line names the user; the log never does (no `sub`: see the privacy table).
         let identity: [(String, JSONValue)] = [
             ("line", .integer(Int64(lineNumber))), ("client_id", .string(user.clientID)),
-            ("sub", .string(user.subject)),
         ]
         do {
             if try store.wasCheckedRecently(clientID: user.clientID, subject: user.subject) {
