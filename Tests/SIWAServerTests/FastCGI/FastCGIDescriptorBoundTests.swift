@@ -27,6 +27,19 @@ struct FastCGIDescriptorBoundTests {
     }
 
     /// The soft limit only: an unprivileged process cannot raise a hard limit again.
+    /// Seconds the process's threads were running or waiting to run (on a CPU or in a run
+    /// queue, from schedstat): a thread that spins counts all the time whatever the load,
+    /// where its CPU time alone shrinks on a busy machine; a waiting one counts almost none.
+    static func runnableSeconds(_ pid: Int32) -> Double {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        return tasks.reduce(0.0) { total, task in
+            let fields = ((try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/schedstat", encoding: .utf8)) ?? "")
+                .split(separator: " ")
+            guard fields.count >= 2 else { return total }
+            return total + ((Double(fields[0]) ?? 0) + (Double(fields[1]) ?? 0)) / 1e9
+        }
+    }
+
     static func setDescriptorLimit(_ pid: Int32, _ limit: Int) throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/prlimit")
@@ -36,17 +49,18 @@ struct FastCGIDescriptorBoundTests {
         #expect(process.terminationStatus == 0, "prlimit --nofile=\(limit):")
     }
 
-    /// For `seconds`: the most descriptors seen open (sampled every 20 ms) and the CPU
-    /// seconds the process used.
-    static func watch(_ pid: Int32, seconds: Double) -> (mostDescriptors: Int, cpu: Double) {
+    /// For `seconds`: the most descriptors seen open (sampled every 20 ms), the CPU
+    /// seconds the process used, and the seconds its threads were runnable.
+    static func watch(_ pid: Int32, seconds: Double) -> (mostDescriptors: Int, cpu: Double, runnable: Double) {
         let cpuBefore = cpuSeconds(pid)
+        let runnableBefore = runnableSeconds(pid)
         var most = 0
         let end = ContinuousClock.now.advanced(by: .milliseconds(Int(seconds * 1000)))
         while ContinuousClock.now < end {
             most = max(most, openDescriptors(pid))
             usleep(20_000)
         }
-        return (most, cpuSeconds(pid) - cpuBefore)
+        return (most, cpuSeconds(pid) - cpuBefore, runnableSeconds(pid) - runnableBefore)
     }
 
     @Test("both workers held, 300 requests waiting: descriptors stay bounded, no spin at the limit, all answered")
@@ -99,6 +113,7 @@ struct FastCGIDescriptorBoundTests {
         // machine: waiting idle is near 0.
         let starved = Self.watch(pid, seconds: 3)
         #expect(starved.cpu < 0.6, "\(starved.cpu) s of CPU in 3 s at the descriptor limit")
+        #expect(starved.runnable < 1.5, "runnable \(starved.runnable) s of 3 s at the descriptor limit")
 
         // Then descriptors to spare (64 above serve's own): the acceptor takes at most 16
         // (four per worker, at least 16) beside the two held; the rest wait in the backlog.
@@ -108,6 +123,7 @@ struct FastCGIDescriptorBoundTests {
         #expect(
             bounded.mostDescriptors <= baseline + 16 + 2 + 4, "\(bounded.mostDescriptors) open, \(baseline) at rest")
         #expect(bounded.cpu < 0.6, "\(bounded.cpu) s of CPU in 3 s while waiting")
+        #expect(bounded.runnable < 1.5, "runnable \(bounded.runnable) s of 3 s while waiting")
 
         // Descriptors back, workers freed (their holders leave): every waiting request is
         // answered, none lost from the backlog.
