@@ -119,15 +119,26 @@ final class FastCGIAcceptor: Sendable {
 
     /// A worker starts reading `fd`'s request: past `deadline` its reading side is shut
     /// down (a blocked read returns at once). At least a second is left to a request that
-    /// waited for a worker, whose bytes are already here.
-    func beginReading(_ fd: Int32, deadline: ContinuousClock.Instant) {
+    /// waited for a worker, whose bytes are already here. The acceptor holds a duplicate of
+    /// the descriptor (shutdown acts on the socket, whichever descriptor names it), so
+    /// that libfcgi closing its own after a protocol error can never leave the acceptor
+    /// with a number that another connection has been given meanwhile.
+    func beginReading(_ fd: Int32, deadline: ContinuousClock.Instant) -> Int32 {
+        let watched = fcntl(fd, F_DUPFD_CLOEXEC, 0)
+        // No descriptor to spare: each read keeps its own timeout, as before.
+        guard watched >= 0 else { return -1 }
         let bound = max(deadline, ContinuousClock.now.advanced(by: .seconds(1)))
-        state.withLock { $0.reading[fd] = bound }
+        state.withLock { $0.reading[watched] = bound }
+        return watched
     }
 
-    /// The worker is done reading `fd`; from now on the acceptor does not touch it.
-    func endReading(_ fd: Int32) {
-        _ = state.withLock { $0.reading.removeValue(forKey: fd) }
+    /// The worker is done reading; the acceptor lets go of the duplicate `beginReading` gave.
+    func endReading(_ watched: Int32) {
+        guard watched >= 0 else { return }
+        state.withLock { state in
+            state.reading[watched] = nil
+            close(watched)
+        }
     }
 
     /// A kept connection (nginx's `fastcgi_keep_conn`) goes back to be watched for its
@@ -339,12 +350,12 @@ final class FastCGIAcceptor: Sendable {
 
     /// Shuts the reading side of each connection a worker reads past its request's
     /// deadline: the worker's read returns at once, and the body counts as incomplete.
-    /// Under the lock, so the worker cannot have closed the descriptor in between.
     private func endExpiredReads() {
         let now = ContinuousClock.now
         state.withLock { state in
             for (fd, deadline) in state.reading where deadline <= now {
                 shutdown(fd, Int32(SHUT_RD))
+                // Shut once; the duplicate stays open until the worker lets go of it.
                 state.reading[fd] = nil
             }
         }

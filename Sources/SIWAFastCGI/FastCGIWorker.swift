@@ -42,7 +42,7 @@ final class FastCGIWorker: @unchecked Sendable {
             applyTimeouts(to: fd)
             // Past the request's deadline the acceptor shuts this connection's reading side,
             // which ends any read below at once: parameters and body share one deadline.
-            acceptor.beginReading(fd, deadline: handed.deadline)
+            let deadlineWatch = acceptor.beginReading(fd, deadline: handed.deadline)
             request.pointee.ipcFd = fd
             // So that the finish inside FCGX_Accept_r keeps (does not close) this connection.
             request.pointee.keepConnection = 1
@@ -50,19 +50,19 @@ final class FastCGIWorker: @unchecked Sendable {
             // protocol error libfcgi closes the connection and, with no listening socket,
             // returns a negative status instead of accepting another.
             guard FCGX_Accept_r(request) >= 0 else {
-                acceptor.endReading(fd)
+                acceptor.endReading(deadlineWatch)
                 continue
             }
-            serveAcceptedRequest(fd)
+            serveAcceptedRequest(deadlineWatch: deadlineWatch)
         }
     }
 
-    private func serveAcceptedRequest(_ fd: Int32) {
+    private func serveAcceptedRequest(deadlineWatch: Int32) {
         // The connection's timeouts were set before FCGX_Accept_r read the parameters.
         let peerKeepsConnection = request.pointee.keepConnection != 0
         let params = copyParams()
         let body = readBody(declaredLength: params.value("CONTENT_LENGTH"))
-        acceptor.endReading(fd)
+        acceptor.endReading(deadlineWatch)
         let response = handler(FastCGIRequest(parameters: params, body: body))
         let bytes = response.serialized()
         bytes.withUnsafeBufferPointer { buffer in
