@@ -205,7 +205,10 @@ final class FastCGIAcceptor: Sendable {
                     acceptingFrom = ContinuousClock.now.advanced(by: Self.descriptorShortagePause)
                 }
             }
-            examine(&watched, events: Array(fds.dropFirst(3)), buffer: &peekBuffer)
+            // By descriptor: accepting may have closed one watched connection to make room.
+            var events: [Int32: Int16] = [:]
+            for entry in fds.dropFirst(3) where entry.revents != 0 { events[entry.fd] = entry.revents }
+            examine(&watched, events: events, buffer: &peekBuffer)
             endExpiredReads()
         }
         shutDown(closing: watched)
@@ -279,12 +282,12 @@ final class FastCGIAcceptor: Sendable {
 
     /// Peeks at each watched connection: hands on the complete ones, closes the dead, the
     /// malformed and the expired, drains those being closed.
-    private func examine(_ watched: inout [Watched], events: [pollfd], buffer: inout [UInt8]) {
+    private func examine(_ watched: inout [Watched], events: [Int32: Int16], buffer: inout [UInt8]) {
         let now = ContinuousClock.now
         var kept: [Watched] = []
         var handed: [Handed] = []
-        for (index, var entry) in watched.enumerated() {
-            let revents = index < events.count ? events[index].revents : 0
+        for var entry in watched {
+            let revents = events[entry.fd] ?? 0
             if entry.draining {
                 if drain(&entry, buffer: &buffer), entry.deadline > now {
                     kept.append(entry)
