@@ -3,44 +3,84 @@ import Glibc
 import Synchronization
 
 /// Accepts connections on one thread and hands a connection to a worker only once its
-/// request's header and parameters are waiting in the socket, so no worker ever waits,
-/// without a timeout, on a silent peer.
+/// request is waiting in the socket, so that no peer allowed on the socket can take a
+/// worker away from Apple and `/healthz`.
 ///
 /// Why: libfcgi's `FCGX_Accept_r` reads the begin record and the parameters itself, with
-/// no timeout, before our code sees the connection; a peer that sent one byte and then
-/// nothing held a worker for ever (four such peers, four workers: `/healthz` unanswered).
-/// Here a new connection, and a kept connection that a worker hands back, is watched with
-/// poll(2) and peeked at (`MSG_PEEK`, nothing is consumed) until the FastCGI records up
-/// to the end of the parameters (the empty PARAMS record) are there. The body is read
-/// by the worker with the connection's read timeout (`ioTimeout`), as before. A
-/// connection still without its parameters after `headerTimeout` is closed: it never
-/// had a worker. nginx sends the parameters in one go, so a real request passes at once.
+/// no timeout, and reads the body with only a per-read timeout, so a peer that sent one
+/// byte and then nothing, or trickled its body a byte at a time, held a worker for as
+/// long as it liked. Here:
+/// - a new connection, and a kept connection that a worker hands back, is watched with
+///   poll(2) and peeked at (`MSG_PEEK`, nothing is consumed) until its whole request is
+///   there: a BEGIN_REQUEST, its PARAMS up to the empty record, and its STDIN up to the
+///   empty record, all of the same request id. Anything else in that place (a PARAMS
+///   record without a BEGIN_REQUEST, another request id, another record type) closes
+///   the connection without a worker. A body larger than the peek window (64 KiB) is
+///   handed on once the parameters are complete and the window is full; the worker then
+///   reads the rest, within the same deadline.
+/// - one deadline per request (`requestTimeout` from the connection's accept, or from
+///   the first byte of a kept connection's next request) bounds the parameters and the
+///   body together, here and in the worker: at the deadline a connection still watched
+///   is closed, and the reading side of one a worker is reading is shut down, which
+///   ends that read at once.
+/// - a kept connection (`FCGI_KEEP_CONN`) waits idle for its next request at most
+///   `requestTimeout` too.
+/// - a connection answered with input left unread is drained here (at most
+///   `drainBytes` or `drainTime`), then closed: no worker lingers on it.
+/// - watched and waiting connections together are bounded (`capacity`, four per
+///   worker and at least 16): beyond it new connections wait in the kernel's listen
+///   backlog; when the watched ones fill it, the one watched longest is closed to make
+///   room, so idle or silent peers never take the listener away.
+/// - accept(2) failing for want of descriptors (EMFILE, ENFILE) pauses accepting for a
+///   moment instead of retrying at once.
 final class FastCGIAcceptor: Sendable {
-    /// A connection waiting for its request; `deadline` is set once it has a first byte
-    /// (a new connection) or at once (kept connections wait idle without one).
+    /// A connection waiting here: for its request, or being drained before it is closed.
     private struct Watched {
         let fd: Int32
-        var deadline: ContinuousClock.Instant?
+        var draining: Bool
+        /// When it began waiting here: the one waiting longest makes room first.
+        let since: ContinuousClock.Instant
+        var deadline: ContinuousClock.Instant
+        /// A kept connection without a byte of its next request yet.
+        var idle: Bool
         var peeked = -1
+        /// Peeked at least once: a connection not yet looked at is never closed to make room.
+        var examined = false
+        var drainLeft = 0
+    }
+
+    /// A connection handed to the workers: its request, and the request's deadline.
+    struct Handed {
+        let fd: Int32
+        let deadline: ContinuousClock.Instant
     }
 
     private let listenFD: Int32
     private let stopFD: Int32
-    private let headerTimeout: Duration
-    /// Peeked bytes that let a connection through even before its parameters end (nginx's
-    /// are a few KiB; the worker reads on with its timeouts).
+    private let requestTimeout: Duration
+    /// Peeked bytes that let a request through once its parameters are complete even
+    /// before its body ends (nginx's parameters are a few KiB; a body beyond this is read
+    /// by the worker, within the request's deadline).
     private let enoughBytes: Int
-    /// Connections watched at most; beyond it new ones wait in the listen backlog.
-    private let maximumWatched = 512
+    /// Watched connections plus those waiting for a worker, at most.
+    let capacity: Int
+    /// Unread input a closing connection may still send, and for how long, before it is closed.
+    static let drainBytes = 64 * 1024
+    static let drainTime: Duration = .seconds(2)
+    /// How long accepting pauses after accept(2) found no descriptor left.
+    static let descriptorShortagePause: Duration = .milliseconds(250)
 
     /// POLLRDHUP (Linux): the peer shut its writing side. Glibc hides the name behind _GNU_SOURCE.
     private static let pollReadHangUp: Int16 = 0x2000
 
     private struct State {
         /// Connections whose request is waiting, for the workers.
-        var ready: [Int32] = []
-        /// Kept connections the workers gave back, for the poll thread.
-        var returned: [Int32] = []
+        var ready: [Handed] = []
+        /// Connections the workers gave back, for the poll thread: kept ones (false) and
+        /// ones to drain and close (true).
+        var returned: [(fd: Int32, draining: Bool)] = []
+        /// Connections a worker is reading from, with the deadline of their request.
+        var reading: [Int32: ContinuousClock.Instant] = [:]
         var stopping = false
         var finished = false
     }
@@ -51,23 +91,24 @@ final class FastCGIAcceptor: Sendable {
     private let available = DispatchSemaphore(value: 0)
     private let wake: (read: Int32, write: Int32)
 
-    init(listenFD: Int32, stopFD: Int32, headerTimeout: Duration) throws(FastCGIError) {
+    init(listenFD: Int32, stopFD: Int32, requestTimeout: Duration, workerCount: Int) throws(FastCGIError) {
         self.listenFD = listenFD
         self.stopFD = stopFD
-        self.headerTimeout = headerTimeout
+        self.requestTimeout = requestTimeout
         self.enoughBytes = 64 * 1024
+        self.capacity = max(16, 4 * workerCount)
         wake = try FastCGILibrary.makePipe()
         _ = fcntl(listenFD, F_SETFL, fcntl(listenFD, F_GETFL) | O_NONBLOCK)
         for end in [wake.read, wake.write] { _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK) }
     }
 
     /// The next connection whose request is waiting; nil once stopping and none is left.
-    func next() -> Int32? {
+    func next() -> Handed? {
         while true {
-            let (fd, finished) = state.withLock { state -> (Int32?, Bool) in
+            let (handed, finished) = state.withLock { state -> (Handed?, Bool) in
                 state.ready.isEmpty ? (nil, state.finished) : (state.ready.removeFirst(), false)
             }
-            if let fd { return fd }
+            if let handed { return handed }
             if finished {
                 available.signal()
                 return nil
@@ -76,16 +117,46 @@ final class FastCGIAcceptor: Sendable {
         }
     }
 
+    /// A worker starts reading `fd`'s request: past `deadline` its reading side is shut
+    /// down (a blocked read returns at once). At least a second is left to a request that
+    /// waited for a worker, whose bytes are already here. The acceptor holds a duplicate of
+    /// the descriptor (shutdown acts on the socket, whichever descriptor names it), so
+    /// that libfcgi closing its own after a protocol error can never leave the acceptor
+    /// with a number that another connection has been given meanwhile.
+    func beginReading(_ fd: Int32, deadline: ContinuousClock.Instant) -> Int32 {
+        let watched = fcntl(fd, F_DUPFD_CLOEXEC, 0)
+        // No descriptor to spare: each read keeps its own timeout, as before.
+        guard watched >= 0 else { return -1 }
+        let bound = max(deadline, ContinuousClock.now.advanced(by: .seconds(1)))
+        state.withLock { $0.reading[watched] = bound }
+        return watched
+    }
+
+    /// The worker is done reading; the acceptor lets go of the duplicate `beginReading` gave.
+    func endReading(_ watched: Int32) {
+        guard watched >= 0 else { return }
+        state.withLock { state in
+            state.reading[watched] = nil
+            close(watched)
+        }
+    }
+
     /// A kept connection (nginx's `fastcgi_keep_conn`) goes back to be watched for its
     /// next request; when stopping it is closed instead.
-    func watchAgain(_ fd: Int32) {
+    func watchAgain(_ fd: Int32) { giveBack(fd, draining: false) }
+
+    /// A connection answered with input left unread: its writing side is already shut;
+    /// it is drained here, bounded, then closed.
+    func drainAndClose(_ fd: Int32) { giveBack(fd, draining: true) }
+
+    private func giveBack(_ fd: Int32, draining: Bool) {
         state.withLock { state in
             guard !state.stopping else {
                 shutdown(fd, Int32(SHUT_RDWR))
                 close(fd)
                 return
             }
-            state.returned.append(fd)
+            state.returned.append((fd, draining))
             // Under the lock: the pipe is closed only after `stopping` is set, under it too.
             var byte: UInt8 = 1
             _ = write(wake.write, &byte, 1)
@@ -99,23 +170,29 @@ final class FastCGIAcceptor: Sendable {
         var watched: [Watched] = []
         // Where peeks land: made once (64 KiB zeroed on every pass was a visible cost).
         var peekBuffer = [UInt8](repeating: 0, count: enoughBytes)
+        var acceptingFrom = ContinuousClock.now
         while true {
+            let now = ContinuousClock.now
+            let (waiting, soonestRead) = state.withLock { ($0.ready.count, $0.reading.values.min()) }
+            let listening = now >= acceptingFrom && mayAccept(watched: watched, waiting: waiting)
             var fds: [pollfd] = [
                 pollfd(fd: stopFD, events: Int16(POLLIN), revents: 0),
                 pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0),
-                pollfd(fd: watched.count < maximumWatched ? listenFD : -1, events: Int16(POLLIN), revents: 0),
+                pollfd(fd: listening ? listenFD : -1, events: Int16(POLLIN), revents: 0),
             ]
             // A connection already peeked and still incomplete is re-peeked on a short tick
             // (its unread bytes would make poll return at once, for ever).
             var tick = false
             for entry in watched {
-                let waiting = entry.peeked > 0
-                tick = tick || waiting
-                fds.append(pollfd(fd: entry.fd, events: waiting ? Self.pollReadHangUp : Int16(POLLIN), revents: 0))
+                let peekedBefore = !entry.draining && entry.peeked > 0
+                tick = tick || peekedBefore
+                fds.append(pollfd(fd: entry.fd, events: peekedBefore ? Self.pollReadHangUp : Int16(POLLIN), revents: 0))
             }
-            let now = ContinuousClock.now
+            var soonest = watched.map(\.deadline).min()
+            if let soonestRead { soonest = min(soonest ?? soonestRead, soonestRead) }
+            if now < acceptingFrom { soonest = min(soonest ?? acceptingFrom, acceptingFrom) }
             var timeout: Int32 = tick ? 20 : 1000
-            if let soonest = watched.compactMap(\.deadline).min() {
+            if let soonest {
                 let milliseconds = (now.duration(to: soonest) / .milliseconds(1)).rounded(.up)
                 timeout = min(timeout, Int32(max(0, min(1000, milliseconds))))
             }
@@ -123,64 +200,136 @@ final class FastCGIAcceptor: Sendable {
             if count < 0 && errno != EINTR { break }
             if fds[0].revents != 0 { break }
             if fds[1].revents != 0 { takeReturned(into: &watched) }
-            if fds[2].revents != 0 { acceptWaiting(into: &watched) }
-            examine(&watched, events: Array(fds.dropFirst(3)), buffer: &peekBuffer)
+            if fds[2].revents != 0 {
+                if !acceptWaiting(into: &watched, waiting: waiting) {
+                    acceptingFrom = ContinuousClock.now.advanced(by: Self.descriptorShortagePause)
+                }
+            }
+            // By descriptor: accepting may have closed one watched connection to make room.
+            var events: [Int32: Int16] = [:]
+            for entry in fds.dropFirst(3) where entry.revents != 0 { events[entry.fd] = entry.revents }
+            examine(&watched, events: events, buffer: &peekBuffer)
+            endExpiredReads()
         }
         shutDown(closing: watched)
+    }
+
+    /// Room for one more connection: below capacity, or the watched ones (not those
+    /// waiting for a worker, which the backlog stands in for) fill it and one can go.
+    private func mayAccept(watched: [Watched], waiting: Int) -> Bool {
+        watched.count + waiting < capacity || (waiting < capacity / 2 && watched.contains(where: \.examined))
     }
 
     private func takeReturned(into watched: inout [Watched]) {
         var byte = [UInt8](repeating: 0, count: 64)
         while read(wake.read, &byte, byte.count) > 0 {}
-        let fds = state.withLock { state in
+        let returned = state.withLock { state in
             defer { state.returned = [] }
             return state.returned
         }
-        watched += fds.map { Watched(fd: $0, deadline: nil) }
-    }
-
-    private func acceptWaiting(into watched: inout [Watched]) {
-        while watched.count < maximumWatched {
-            let fd = accept(listenFD, nil, nil)
-            guard fd >= 0 else { return }  // EAGAIN: none left; EMFILE: the next tick retries
-            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-            watched.append(Watched(fd: fd, deadline: ContinuousClock.now.advanced(by: headerTimeout)))
+        let now = ContinuousClock.now
+        for (fd, draining) in returned {
+            if draining {
+                watched.append(
+                    Watched(
+                        fd: fd, draining: true, since: now, deadline: now.advanced(by: Self.drainTime), idle: false,
+                        drainLeft: Self.drainBytes))
+            } else {
+                watched.append(
+                    Watched(fd: fd, draining: false, since: now, deadline: now.advanced(by: requestTimeout), idle: true)
+                )
+            }
         }
     }
 
-    /// Peeks at each watched connection: hands on the complete ones, closes the dead and
-    /// the expired.
-    private func examine(_ watched: inout [Watched], events: [pollfd], buffer: inout [UInt8]) {
+    /// Accepts what the listen backlog holds, within capacity (closing the connection
+    /// watched longest to make room when the watched ones fill it). False when accept(2)
+    /// found no descriptor left: accepting pauses, the backlog keeps the connections.
+    private func acceptWaiting(into watched: inout [Watched], waiting: Int) -> Bool {
+        while true {
+            if watched.count + waiting >= capacity {
+                guard waiting < capacity / 2, let oldest = Self.longestWatched(watched) else { return true }
+                let fd = accept(listenFD, nil, nil)
+                guard fd >= 0 else { return !Self.isDescriptorShortage(errno) }
+                shutdown(watched[oldest].fd, Int32(SHUT_RDWR))
+                close(watched[oldest].fd)
+                watched.remove(at: oldest)
+                add(fd, to: &watched)
+                // One at a time: the next pass looks at this one before anything else goes.
+                return true
+            }
+            let fd = accept(listenFD, nil, nil)
+            guard fd >= 0 else { return !Self.isDescriptorShortage(errno) }  // EAGAIN: none left
+            add(fd, to: &watched)
+        }
+    }
+
+    private func add(_ fd: Int32, to watched: inout [Watched]) {
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        let now = ContinuousClock.now
+        watched.append(
+            Watched(fd: fd, draining: false, since: now, deadline: now.advanced(by: requestTimeout), idle: false))
+    }
+
+    /// The examined connection waiting here longest, if any.
+    private static func longestWatched(_ watched: [Watched]) -> Int? {
+        watched.indices.filter { watched[$0].examined }.min { watched[$0].since < watched[$1].since }
+    }
+
+    static func isDescriptorShortage(_ code: Int32) -> Bool {
+        code == EMFILE || code == ENFILE || code == ENOBUFS || code == ENOMEM
+    }
+
+    /// Peeks at each watched connection: hands on the complete ones, closes the dead, the
+    /// malformed and the expired, drains those being closed.
+    private func examine(_ watched: inout [Watched], events: [Int32: Int16], buffer: inout [UInt8]) {
         let now = ContinuousClock.now
         var kept: [Watched] = []
-        var handed: [Int32] = []
-        for (index, var entry) in watched.enumerated() {
-            let revents = index < events.count ? events[index].revents : 0
+        var handed: [Handed] = []
+        for var entry in watched {
+            let revents = events[entry.fd] ?? 0
+            if entry.draining {
+                if drain(&entry, buffer: &buffer), entry.deadline > now {
+                    kept.append(entry)
+                } else {
+                    close(entry.fd)
+                }
+                continue
+            }
+            entry.examined = true
             let peeked = recv(entry.fd, &buffer, buffer.count, Int32(MSG_PEEK | MSG_DONTWAIT))
             if peeked > 0 {
-                if entry.deadline == nil { entry.deadline = now.advanced(by: headerTimeout) }
+                if entry.idle {
+                    // A kept connection's next request begins: its own deadline starts now.
+                    entry.idle = false
+                    entry.deadline = now.advanced(by: requestTimeout)
+                }
+                let hungUp = revents & (Self.pollReadHangUp | Int16(POLLHUP)) != 0
                 switch Self.requestState(buffer[0..<peeked]) {
                 case .complete:
-                    handed.append(entry.fd)
+                    handed.append(Handed(fd: entry.fd, deadline: entry.deadline))
                     continue
                 case .garbage:
                     close(entry.fd)
                     continue
-                case .partial:
-                    if peeked >= enoughBytes || revents & (Self.pollReadHangUp | Int16(POLLHUP)) != 0 {
-                        // Enough to be a large body, or the peer has said all it will:
-                        // either way a worker is not left waiting on a silent peer.
-                        handed.append(entry.fd)
-                        continue
-                    }
+                case .parametersComplete where peeked >= enoughBytes || hungUp:
+                    // A body larger than the window, or a peer that has said all it will:
+                    // the worker reads the rest within the request's deadline.
+                    handed.append(Handed(fd: entry.fd, deadline: entry.deadline))
+                    continue
+                case .partial where peeked >= enoughBytes || hungUp:
+                    // Parameters larger than the window, or cut short: never a request.
+                    close(entry.fd)
+                    continue
+                case .partial, .parametersComplete:
                     entry.peeked = peeked
                 }
             } else if peeked == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
                 close(entry.fd)  // the peer left before sending a request
                 continue
             }
-            if let deadline = entry.deadline, deadline <= now {
-                close(entry.fd)  // a silent peer: it never had a worker
+            if entry.deadline <= now {
+                close(entry.fd)  // a silent or slow peer, or an idle kept connection: it never had a worker
                 continue
             }
             kept.append(entry)
@@ -191,21 +340,69 @@ final class FastCGIAcceptor: Sendable {
         for _ in handed { available.signal() }
     }
 
-    enum RequestState { case complete, partial, garbage }
+    /// Reads and discards what a closing connection sends; false once it is to be closed
+    /// (the peer closed, an error, or its allowance is used up).
+    private func drain(_ entry: inout Watched, buffer: inout [UInt8]) -> Bool {
+        let count = recv(entry.fd, &buffer, min(buffer.count, entry.drainLeft), Int32(MSG_DONTWAIT))
+        if count > 0 {
+            entry.drainLeft -= count
+            return entry.drainLeft > 0
+        }
+        return count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+    }
 
-    /// Walks FastCGI record headers (version 1; type; request id; content length; padding):
-    /// complete once the empty PARAMS record that ends the parameters is there.
+    /// Shuts the reading side of each connection a worker reads past its request's
+    /// deadline: the worker's read returns at once, and the body counts as incomplete.
+    private func endExpiredReads() {
+        let now = ContinuousClock.now
+        state.withLock { state in
+            for (fd, deadline) in state.reading where deadline <= now {
+                shutdown(fd, Int32(SHUT_RD))
+                // Shut once; the duplicate stays open until the worker lets go of it.
+                state.reading[fd] = nil
+            }
+        }
+    }
+
+    enum RequestState: Equatable { case complete, parametersComplete, partial, garbage }
+
+    /// Walks FastCGI record headers (version 1; type; request id; content length;
+    /// padding). A request is a BEGIN_REQUEST (responder role), its PARAMS up to the empty
+    /// record, then its STDIN up to the empty record, all with the request's id; any other
+    /// record in their place is garbage (nginx sends nothing else).
     static func requestState(_ bytes: ArraySlice<UInt8>) -> RequestState {
+        let beginRequest: UInt8 = 1
+        let params: UInt8 = 4
+        let stdin: UInt8 = 5
+        var requestID: Int?
+        var parametersEnded = false
         var offset = bytes.startIndex
         while bytes.endIndex - offset >= 8 {
             guard bytes[offset] == 1 else { return .garbage }
             let type = bytes[offset + 1]
+            let id = Int(bytes[offset + 2]) << 8 | Int(bytes[offset + 3])
             let length = Int(bytes[offset + 4]) << 8 | Int(bytes[offset + 5])
             let padding = Int(bytes[offset + 6])
-            if type == 4 && length == 0 { return .complete }
+            switch type {
+            case beginRequest:
+                guard requestID == nil, id != 0, length == 8 else { return .garbage }
+                // The role (two bytes) is checked once the body is there: 1, responder.
+                if bytes.endIndex - offset >= 10, bytes[offset + 8] != 0 || bytes[offset + 9] != 1 {
+                    return .garbage
+                }
+                requestID = id
+            case params:
+                guard id == requestID, !parametersEnded else { return .garbage }
+                if length == 0 { parametersEnded = true }
+            case stdin:
+                guard id == requestID, parametersEnded else { return .garbage }
+                if length == 0 { return .complete }
+            default:
+                return .garbage
+            }
             offset += 8 + length + padding
         }
-        return .partial
+        return parametersEnded ? .parametersComplete : .partial
     }
 
     private func shutDown(closing watched: [Watched]) {
@@ -220,7 +417,7 @@ final class FastCGIAcceptor: Sendable {
             return state.returned
         }
         available.signal()
-        for fd in leftovers {
+        for (fd, _) in leftovers {
             shutdown(fd, Int32(SHUT_RDWR))
             close(fd)
         }

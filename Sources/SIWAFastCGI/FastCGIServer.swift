@@ -61,7 +61,8 @@ public final class FastCGIServer: Sendable {
             let acceptor: FastCGIAcceptor
             do throws(FastCGIError) {
                 acceptor = try FastCGIAcceptor(
-                    listenFD: listener.fileDescriptor, stopFD: ends.read, headerTimeout: configuration.ioTimeout)
+                    listenFD: listener.fileDescriptor, stopFD: ends.read, requestTimeout: configuration.ioTimeout,
+                    workerCount: configuration.workerCount)
                 for _ in 0..<configuration.workerCount {
                     workers.append(
                         try FastCGIWorker(

@@ -10,10 +10,13 @@ public struct FastCGIServerConfiguration: Sendable, Equatable {
     /// Bodies larger than this are answered from `FastCGIRequest.Body.tooLarge` unread.
     /// Apple's notifications are a few KiB; 64 KiB leaves room without inviting abuse.
     public var maximumBodyBytes: Int
-    /// listen(2) backlog: connections nginx may queue while every worker is busy.
+    /// listen(2) backlog: connections nginx may queue while every worker is busy (the
+    /// responder itself holds at most four per worker, at least 16, beyond those served).
     public var backlog: Int32
-    /// Read and write timeout on an accepted connection, so a stalled peer cannot hold a
-    /// worker forever once its request has begun.
+    /// The one deadline of a request, from its connection's accept (or the first byte of a
+    /// kept connection's next request), for its parameters and body together; also how
+    /// long a kept connection waits idle for its next request, and the timeout of each
+    /// read and write on the connection.
     public var ioTimeout: Duration
     /// How long `run()` waits, after SIGTERM/SIGINT, for requests in flight to finish.
     public var shutdownTimeout: Duration

@@ -37,35 +37,32 @@ final class FastCGIWorker: @unchecked Sendable {
             FCGX_Free(request, 1)
             request.deallocate()
         }
-        while let fd = acceptor.next() {
+        while let handed = acceptor.next() {
+            let fd = handed.fd
             applyTimeouts(to: fd)
+            // Past the request's deadline the acceptor shuts this connection's reading side,
+            // which ends any read below at once: parameters and body share one deadline.
+            let deadlineWatch = acceptor.beginReading(fd, deadline: handed.deadline)
             request.pointee.ipcFd = fd
             // So that the finish inside FCGX_Accept_r keeps (does not close) this connection.
             request.pointee.keepConnection = 1
             // Reads the begin record and the parameters, already waiting in the socket. On a
             // protocol error libfcgi closes the connection and, with no listening socket,
             // returns a negative status instead of accepting another.
-            guard FCGX_Accept_r(request) >= 0 else { continue }
-            serveAcceptedRequest()
-            if request.pointee.ipcFd >= 0 {
-                // nginx (fastcgi_keep_conn on) kept the connection: it is watched for its
-                // next request by the acceptor, not by this worker.
-                let kept = request.pointee.ipcFd
-                request.pointee.ipcFd = -1
-                acceptor.watchAgain(kept)
+            guard FCGX_Accept_r(request) >= 0 else {
+                acceptor.endReading(deadlineWatch)
+                continue
             }
+            serveAcceptedRequest(deadlineWatch: deadlineWatch)
         }
     }
 
-    private func serveAcceptedRequest() {
+    private func serveAcceptedRequest(deadlineWatch: Int32) {
         // The connection's timeouts were set before FCGX_Accept_r read the parameters.
+        let peerKeepsConnection = request.pointee.keepConnection != 0
         let params = copyParams()
         let body = readBody(declaredLength: params.value("CONTENT_LENGTH"))
-        if case .complete = body {
-        } else {
-            // Unread or unreliable input is left on the connection: do not reuse it.
-            request.pointee.keepConnection = 0
-        }
+        acceptor.endReading(deadlineWatch)
         let response = handler(FastCGIRequest(parameters: params, body: body))
         let bytes = response.serialized()
         bytes.withUnsafeBufferPointer { buffer in
@@ -75,26 +72,37 @@ final class FastCGIWorker: @unchecked Sendable {
                 _ = FCGX_PutStr(pointer, Int32(buffer.count), request.pointee.out)
             }
         }
-        finish(bodyWasReadToItsEnd: { if case .complete = body { true } else { false } }())
+        let bodyWasReadToItsEnd = { if case .complete = body { true } else { false } }()
+        finish(keeping: peerKeepsConnection && bodyWasReadToItsEnd, bodyWasReadToItsEnd: bodyWasReadToItsEnd)
     }
 
-    /// Ends the request. For a connection nginx does not keep, libfcgi's own close is a
-    /// lingering one (`shutdown`, then `select` and `read` until nginx's FIN, up to 2 s):
-    /// it keeps a reset from discarding the response when unread input is still arriving,
-    /// and costs three system calls and a round trip through nginx with this worker
-    /// blocked. When the body was read to its end (through the empty STDIN record, after
-    /// which nginx sends nothing more on a connection it does not keep) nothing unread can
-    /// draw a reset, so the worker closes the connection at once; otherwise libfcgi
-    /// lingers as before.
-    private func finish(bodyWasReadToItsEnd: Bool) {
-        let closesAtOnce = request.pointee.keepConnection == 0 && bodyWasReadToItsEnd
-        if closesAtOnce { request.pointee.keepConnection = 1 }
+    /// Ends the request without libfcgi's own close, which lingers (`shutdown`, then
+    /// `select` and `read` for as long as input keeps arriving within 2 s of the last):
+    /// a peer sending a byte a second held the worker for as long as it liked. Instead:
+    /// - a connection the peer keeps (nginx's `fastcgi_keep_conn`), its body read to the
+    ///   end, goes back to the acceptor to wait for its next request;
+    /// - one whose body was read to its end (through the empty STDIN record, after which
+    ///   nginx sends nothing more on a connection it does not keep) is closed at once:
+    ///   nothing unread can draw a reset that would discard the answer;
+    /// - one with input left unread (a body over the limit, or cut short) has its writing
+    ///   side shut, so the answer is complete, and is drained by the acceptor (bounded in
+    ///   bytes and time), then closed: never by this worker.
+    private func finish(keeping: Bool, bodyWasReadToItsEnd: Bool) {
+        request.pointee.keepConnection = 1
+        // An input error would make libfcgi close (and linger) even so.
+        FCGX_ClearError(request.pointee.in)
         FCGX_Finish_r(request)
-        // libfcgi closed it anyway after a stream error; else it is still open here.
-        if closesAtOnce, request.pointee.ipcFd >= 0 {
-            let fd = request.pointee.ipcFd
-            request.pointee.ipcFd = -1
+        // libfcgi closed it anyway after a failed write (the peer left); else it is open here.
+        guard request.pointee.ipcFd >= 0 else { return }
+        let fd = request.pointee.ipcFd
+        request.pointee.ipcFd = -1
+        if keeping {
+            acceptor.watchAgain(fd)
+        } else if bodyWasReadToItsEnd {
             Glibc.close(fd)
+        } else {
+            shutdown(fd, Int32(SHUT_WR))
+            acceptor.drainAndClose(fd)
         }
     }
 

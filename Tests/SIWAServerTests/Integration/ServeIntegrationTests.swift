@@ -384,9 +384,14 @@ struct ServeIntegrationTests {
 
     @Test("SIGTERM with a request in flight: it is finished and answered, then serve exits 0")
     func sigtermFinishesTheRequestInFlight() throws {
-        let stack = try ServeStack()
+        let stack = try ServeStack(extraEnvironment: ["SIWA_MAX_BODY_BYTES": "262144"])
         defer { stack.shutdown() }
-        let body = try stack.body(type: "consent-revoked", sub: "000013.s.0001")
+        // A worker takes a request only once it is whole, or once more than 64 KiB of it
+        // are there (the rest is read within the request's deadline): padded with JSON
+        // whitespace, this body is taken before its end arrives.
+        let body =
+            [UInt8](repeating: 0x20, count: 100_000) + (try stack.body(type: "consent-revoked", sub: "000013.s.0001"))
+        let firstPart = 90_000
         let params = FastCGIClient.params(
             method: "POST", uri: "/apple/notifications", body: body, contentType: "application/json",
             extra: [("REQUEST_ID", "in-flight")])
@@ -397,17 +402,17 @@ struct ServeIntegrationTests {
         }
         let connection = try FastCGIClient(.unixSocket(stack.socketPath)).connect()
         defer { connection.close() }
-        // The request begins: parameters and the first half of the body...
+        // The request begins: parameters and most of the body...
         var first: [UInt8] = []
         FastCGIClient.appendRecord(&first, type: 1, requestID: 1, content: [0, 1, 0, 0, 0, 0, 0, 0])
         FastCGIClient.appendStream(&first, type: 4, requestID: 1, content: encoded)
-        FastCGIClient.appendRecord(&first, type: 5, requestID: 1, content: Array(body.prefix(body.count / 2)))
+        first += FastCGIHostilePeerTests.bodyRecords(Array(body.prefix(firstPart)))
         try connection.writeAll(first)
         // In flight once a worker has read all of it: our send queue is empty then (the
         // acceptor only peeks; a connection still waiting for a worker keeps its bytes queued).
         #expect(
             stack.waitUntil(timeout: 10) { connection.unreadByPeer == 0 },
-            "a worker read the parameters and the first half of the body")
+            "a worker read the parameters and the first part of the body")
         // ...SIGTERM arrives while it is in flight: it has taken effect once the socket refuses
         // new connections, and serve still runs, holding the request...
         stack.serve?.terminate()
@@ -416,7 +421,7 @@ struct ServeIntegrationTests {
         #expect(stack.serve?.process.isRunning == true)
         // ...and the rest of the body still gets a real answer.
         var rest: [UInt8] = []
-        FastCGIClient.appendRecord(&rest, type: 5, requestID: 1, content: Array(body.suffix(from: body.count / 2)))
+        FastCGIClient.appendRecord(&rest, type: 5, requestID: 1, content: Array(body.suffix(from: firstPart)))
         FastCGIClient.appendRecord(&rest, type: 5, requestID: 1, content: [UInt8]())
         try connection.writeAll(rest)
         let raw = try connection.readToEnd()

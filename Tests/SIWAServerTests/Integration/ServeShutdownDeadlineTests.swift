@@ -14,7 +14,9 @@ struct ServeShutdownDeadlineTests {
 
     @Test("SIGTERM during a long replay with a stuck request exits within the deadline; every record applied once")
     func shutdownDuringReplay() throws {
-        let stack = try ServeStack(extraEnvironment: ["SIWA_SHUTDOWN_TIMEOUT_SECONDS": "2"], startingServe: false)
+        let stack = try ServeStack(
+            extraEnvironment: ["SIWA_SHUTDOWN_TIMEOUT_SECONDS": "2", "SIWA_MAX_BODY_BYTES": "262144"],
+            startingServe: false)
         defer { stack.shutdown() }
         // Records spooled with the spool's own API (as a Redis outage would leave them).
         try FileManager.default.createDirectory(atPath: stack.spoolDirectory, withIntermediateDirectories: true)
@@ -77,7 +79,9 @@ struct ServeShutdownDeadlineTests {
         return Int(line[range.upperBound...].prefix { $0.isNumber }) ?? 0
     }
 
-    /// A FastCGI POST that announces 100 body bytes and sends 10: a worker waits on it.
+    /// A FastCGI POST that announces 100,000 body bytes and sends 70,000: more than the
+    /// 64 KiB a connection is handed to a worker with before its body ends, so a worker
+    /// takes it and waits for the rest (until the request's 30 s deadline).
     static func partialRequest(socketPath: String) throws -> Int32 {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_un()
@@ -97,13 +101,14 @@ struct ServeShutdownDeadlineTests {
         var params: [UInt8] = []
         for (name, value) in [
             ("REQUEST_METHOD", "POST"), ("SCRIPT_NAME", "/apple/notifications"),
-            ("REQUEST_URI", "/apple/notifications"), ("CONTENT_TYPE", "application/json"), ("CONTENT_LENGTH", "100"),
+            ("REQUEST_URI", "/apple/notifications"), ("CONTENT_TYPE", "application/json"), ("CONTENT_LENGTH", "100000"),
         ] {
             params += [UInt8(name.utf8.count), UInt8(value.utf8.count)] + Array(name.utf8) + Array(value.utf8)
         }
         let bytes =
             record(1, [0, 1, 0, 0, 0, 0, 0, 0]) + record(4, params) + record(4, [])
-            + record(5, Array(repeating: UInt8(ascii: "{"), count: 10))
+            + record(5, Array(repeating: UInt8(ascii: "{"), count: 35_000))
+            + record(5, Array(repeating: UInt8(ascii: "{"), count: 35_000))
         try #require(write(fd, bytes, bytes.count) == bytes.count)
         return fd
     }
