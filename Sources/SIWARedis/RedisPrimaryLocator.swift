@@ -71,7 +71,7 @@ public final class RedisPrimaryLocator: Sendable {
     public typealias Confirmation = (Primary) throws(RedisError) -> Role
 
     /// What the locator saw that an operator must be told; the application logs it.
-    public enum Event: Sendable {
+    public enum Event: Sendable, Equatable {
         /// `sentinel` named `primary`, whose `ROLE` was not master: that sentinel has not seen the
         /// last failover (it was cut off, or restarted with an old configuration) and was moved to
         /// the back of the list.
