@@ -78,6 +78,10 @@ public final class RedisPrimaryLocator: Sendable {
         case sentinelNamedNonPrimary(sentinel: Sentinel, primary: Primary, role: Role)
         /// `sentinel` named `primary`, whose ROLE could not be asked (unreachable, a timeout, refused).
         case sentinelNamedUnreachable(sentinel: Sentinel, primary: Primary, message: String)
+        /// `sentinel` named `primary`, which a `+switch-master` announced as the old primary a
+        /// moment ago (it still says master until the sentinels demote it): that sentinel has not
+        /// caught up yet and was moved to the back of the list.
+        case sentinelNamedDemoted(sentinel: Sentinel, primary: Primary)
         /// A discovery confirmed `primary`, named by `sentinel`, after `previous` (nil: none known).
         case primaryFound(sentinel: Sentinel, primary: Primary, previous: Primary?)
         /// `sentinel` announced `+switch-master` from `old` to `new`: every connection leaves `old`.
@@ -103,6 +107,12 @@ public final class RedisPrimaryLocator: Sendable {
         var discoveries = 0
         var failovers = 0
         var staleAnswers = 0
+        /// Addresses a `+switch-master` announced as the old primary, until when they are not used.
+        var demoted: [Primary: ContinuousClock.Instant] = [:]
+
+        func isDemoted(_ primary: Primary, at now: ContinuousClock.Instant) -> Bool {
+            demoted[primary].map { now < $0 } ?? false
+        }
 
         mutating func use(_ found: Primary?) {
             guard primary != found else { return }
@@ -246,14 +256,26 @@ public final class RedisPrimaryLocator: Sendable {
     /// A sentinel published `+switch-master <master> <old-ip> <old-port> <new-ip> <new-port>`:
     /// the primary in use becomes `new` at once (each connection confirms its ROLE when it
     /// reconnects), and no connection sends another command to `old`.
+    ///
+    /// `old` is not used for `demotedPeriod` (or until an announcement names it as the new
+    /// primary): a sentinel that has not caught up yet may still name it, and a node that was
+    /// paused past the failover still says master until the sentinels demote it.
     public func switchAnnounced(by sentinel: Sentinel, old: Primary, new: Primary) {
+        let now = ContinuousClock.now
         let changed = state.withLock { state in
+            if old != new { state.demoted[old] = now + Self.demotedPeriod }
+            state.demoted[new] = nil
+            state.demoted = state.demoted.filter { now < $0.value }
             guard state.primary != new else { return false }
             state.use(new)
             return true
         }
         if changed { observer?(.switchAnnounced(sentinel: sentinel, old: old, new: new)) }
     }
+
+    /// How long an address announced as the old primary is refused: the sentinels convert a
+    /// returning old primary to a replica within about 10 s (their INFO period).
+    public static let demotedPeriod = Duration.seconds(60)
 
     /// Asks the sentinels now, in order, and confirms each answer with `confirm` until one is a
     /// master. A sentinel whose address is not a master goes to the back; the one whose address
@@ -295,6 +317,16 @@ public final class RedisPrimaryLocator: Sendable {
                 continue
             }
             let found = Primary(host: host, port: port)
+            if state.withLock({ $0.isDemoted(found, at: .now) }) {
+                verdicts[found] = "announced as the old primary by +switch-master"
+                unusable.append("sentinel \(sentinel) named \(found) (announced as the old primary by +switch-master)")
+                state.withLock { state in
+                    state.staleAnswers += 1
+                    state.moveToBack(sentinel)
+                }
+                observer?(.sentinelNamedDemoted(sentinel: sentinel, primary: found))
+                continue
+            }
             if let verdict = verdicts[found] {
                 unusable.append("sentinel \(sentinel) named \(found) (\(verdict))")
                 staleSentinels.append(sentinel)
@@ -321,13 +353,22 @@ public final class RedisPrimaryLocator: Sendable {
                 observer?(.sentinelNamedNonPrimary(sentinel: sentinel, primary: found, role: role))
                 continue
             }
-            let (previous, generation) = state.withLock { state in
+            let installed = state.withLock { state -> (previous: Primary?, generation: UInt64)? in
+                // A +switch-master announced while this node was being confirmed wins over the
+                // sentinel's older answer (the node said master: it had not been demoted yet).
+                if state.isDemoted(found, at: .now) { return nil }
                 let previous = state.primary
                 // Sentinels that named another address are stale: behind the ones that agree.
                 for stale in staleSentinels { state.moveToBack(stale) }
                 state.moveToFront(sentinel)
                 state.use(found)
                 return (previous, state.generation)
+            }
+            guard let (previous, generation) = installed else {
+                throw RedisError(
+                    .connectionLost,
+                    "sentinel \(sentinel) named \(found), which a +switch-master announced as the old primary "
+                        + "while its ROLE was asked; asking again")
             }
             if previous != found || !unusable.isEmpty {
                 observer?(.primaryFound(sentinel: sentinel, primary: found, previous: previous))

@@ -60,6 +60,13 @@ extension ServeCommand {
                     ("sentinel", .string(sentinel.description)), ("named", .string(primary.description)),
                     ("role", .string(role.description)),
                 ])
+        case .sentinelNamedDemoted(let sentinel, let primary):
+            EventLog.event(
+                "redis_sentinel_stale", level: "warning",
+                [
+                    ("sentinel", .string(sentinel.description)), ("named", .string(primary.description)),
+                    ("role", .null), ("reason", .string("announced as the old primary by +switch-master")),
+                ])
         case .sentinelNamedUnreachable(let sentinel, let primary, let message):
             EventLog.event(
                 "redis_primary_unconfirmed", level: "warning",
