@@ -18,6 +18,9 @@ import Testing
 struct SentinelPauseTests {
     static let count = 1200
     static let clients = 4
+    /// More workers than clients, as in production: some connections sit idle on the old primary
+    /// through the pause and are used again after it (the ones that must ask before writing).
+    static let workers = 8
     static let pauseAfterAnswers = 300
     /// 1,200 requests over about 10 s: the pause lands after about 3 s.
     static let spacing = Duration.milliseconds(8)
@@ -100,7 +103,7 @@ struct SentinelPauseTests {
             "SIWA_REDIS_SENTINEL_MASTER": RedisSentinelCluster.masterName,
             "SIWA_REDIS_MIN_REPLICAS": String(minimumReplicas),
             "SIWA_REDIS_REPLICA_TIMEOUT_MS": "100",
-            "SIWA_WORKERS": String(clients),
+            "SIWA_WORKERS": String(workers),
         ])
         defer { stack.shutdown() }
         let serve = try #require(stack.serve)
