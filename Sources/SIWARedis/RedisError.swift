@@ -50,17 +50,11 @@ public struct RedisError: CodedError {
     /// (written by another program: the apply script's `userKeyWrongTypeReply`), or a sub
     /// that would break the key layout. Everything else is about the deployment: the spool
     /// keeps the record, in order, and retries. That includes every other `WRONGTYPE`: a
-    /// shared key such as the events stream of the wrong type refuses every record alike
-    /// (`isSharedKeyOfWrongType`), as do NOPERM, NOAUTH, `ERR max number of clients
-    /// reached`, a script error every call hits and a reply of an unexpected shape.
+    /// shared key such as the events stream of the wrong type refuses every record alike, as
+    /// do NOPERM, NOAUTH, `ERR max number of clients reached`, a script error every call
+    /// hits and a reply of an unexpected shape.
     public var isRecordSpecific: Bool {
         code == .unsafeKey || (code == .serverError && message.hasPrefix(Self.userKeyWrongTypeReply))
-    }
-
-    /// A key every notification writes (the events stream) holds another type: every
-    /// record is refused alike until an operator deletes or renames it.
-    public var isSharedKeyOfWrongType: Bool {
-        code == .serverError && message.hasPrefix("WRONGTYPE") && !isRecordSpecific
     }
 
     /// The apply script's refusal when the user's own hash holds another type: the one
