@@ -17,8 +17,9 @@ enum ServeCommand {
         usage: siwa-endpoint serve [--env-file FILE] [--check]
 
         Runs the FastCGI responder behind nginx. Settings are SIWA_* environment
-        variables (the environment wins over --env-file). --check validates the
-        settings and exits. SIGTERM or SIGINT: stop accepting, finish requests in
+        variables (the environment wins over --env-file). --check runs the checks
+        serve runs before serving (the settings, this machine, the sentinels, Redis,
+        the spool, read only) and exits. SIGTERM or SIGINT: stop accepting, finish requests in
         flight, exit 0.
 
         settings:
