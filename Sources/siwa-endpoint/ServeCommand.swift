@@ -36,11 +36,12 @@ enum ServeCommand {
 
         guard let configuration = loadConfiguration(envFile: arguments.value("--env-file")) else { return 2 }
         let locator: RedisPrimaryLocator?
-        switch startChecks(configuration) {
+        let checkOnly = arguments.has("--check")
+        switch startChecks(configuration, readingSpool: checkOnly) {
         case .success(let found): locator = found
         case .failure(let refused): return refused.exitStatus
         }
-        if arguments.has("--check") {
+        if checkOnly {
             Output.line("settings are valid")
             return 0
         }
@@ -49,9 +50,13 @@ enum ServeCommand {
 
     /// The start-up checks `serve` and `serve --check` both run, after the settings: the
     /// sentinels (with `SIWA_REDIS_SENTINELS`), what Redis lets this user do, and the spool as
-    /// serve will open it (read only: `--check` creates and changes nothing there). A refusal
+    /// serve opens it (read only: `--check` creates and changes nothing there). A refusal
     /// is logged (one `configuration_invalid` line) and given as the exit status.
-    static func startChecks(_ configuration: ServerConfiguration) -> Result<RedisPrimaryLocator?, StartRefused> {
+    /// `readingSpool` is false for serve, which opens the spool a moment later and refuses
+    /// with the same line (`spoolRefusal`): a long spool is not read twice before serving.
+    static func startChecks(
+        _ configuration: ServerConfiguration, readingSpool: Bool
+    ) -> Result<RedisPrimaryLocator?, StartRefused> {
         let locator: RedisPrimaryLocator?
         switch locatePrimaryAtStart(configuration) {
         case .success(let found): locator = found
@@ -64,6 +69,7 @@ enum ServeCommand {
             Output.error("siwa-endpoint serve: SIWA_REDIS_URL \(refusal)")
             return .failure(StartRefused(exitStatus: 2))
         }
+        guard readingSpool else { return .success(locator) }
         do throws(SpoolError) {
             // What opening the spool reads (the replay position, the waiting segments), read
             // only: a position serve could not read stops both the same way.
