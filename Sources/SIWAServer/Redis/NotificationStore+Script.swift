@@ -59,7 +59,10 @@ extension NotificationStore {
         if event_time == nil then return redis.error_reply('ERR event_time is not a number') end
 
         if redis.call('EXISTS', seen_key) == 1 then
-          if earlier_attempt ~= '' and redis.call('GET', seen_key) == earlier_attempt then return 'stored' end
+          -- A marker of another type (written by another program) is still a marker: this
+          -- record's own key, never an error that would block every other record.
+          if earlier_attempt ~= '' and redis.call('TYPE', seen_key)['ok'] == 'string'
+            and redis.call('GET', seen_key) == earlier_attempt then return 'stored' end
           return 'duplicate'
         end
 

@@ -415,6 +415,19 @@ struct RedisNotificationStoreTests {
         #expect(try fixture.connection.command("DBSIZE") == .integer(1))
     }
 
+    /// The seen marker is this record's own key: one of another type is read as seen, never
+    /// an error (which, not being the user hash's, would block every record behind it).
+    @Test func seenMarkerOfAnotherTypeIsADuplicate() throws {
+        let fixture = try Fixture()
+        defer { fixture.close() }
+        let seenKey = fixture.store.seenKey(clientID: Self.clientID, subject: Self.subject, tokenID: "jti-hash")
+        _ = try fixture.connection.command("HSET", seenKey, "f", "v")
+        let notification = Self.notification("consent-revoked", at: 1_700_000_000_000, jti: "jti-hash")
+        #expect(try fixture.store.apply(notification, receivedAt: Self.receivedAt, earlierAttempt: 5) == .duplicate)
+        #expect(try fixture.connection.command("DBSIZE") == .integer(1))
+        #expect(try fixture.connection.command("TYPE", seenKey) == .status("hash"))
+    }
+
     // MARK: - Script cache and outages
 
     @Test func reloadsTheScriptAfterScriptFlush() throws {
