@@ -87,7 +87,8 @@ extension NotificationStore {
         if event_type == 'account-deleted' then
           local deletions_type = redis.call('TYPE', deletions_key)['ok']
           if deletions_type ~= 'none' and deletions_type ~= 'stream' then
-            return redis.error_reply('WRONGTYPE the deletions key does not hold a stream')
+            return redis.error_reply('WRONGTYPE the deletions key ' .. deletions_key .. ' holds a ' .. deletions_type ..
+              ', not a stream: every account deletion is refused until it is deleted or renamed')
           end
         end
 

@@ -76,15 +76,18 @@ public enum RedisCapabilityCheck {
         } catch {
             return classify(error, step: "running the apply script (EVALSHA)")
         }
-        do {
-            let type = try connection.command("TYPE", store.streamKey).string ?? ""
-            guard type == "none" || type == "stream" else {
-                return .refused(
-                    "the events key \(store.streamKey) holds a \(type), not a stream: every notification would be "
-                        + "refused; delete or rename it (SIWA_KEY_PREFIX names it)")
+        // The shared streams: a key of another type refuses every notification alike.
+        for (name, key) in [("events", store.streamKey), ("deletions", store.deletionsKey)] {
+            do {
+                let type = try connection.command("TYPE", key).string ?? ""
+                guard type == "none" || type == "stream" else {
+                    return .refused(
+                        "the \(name) key \(key) holds a \(type), not a stream: every notification would be "
+                            + "refused; delete or rename it (SIWA_KEY_PREFIX names it)")
+                }
+            } catch {
+                return classify(error, step: "TYPE \(key)")
             }
-        } catch {
-            return classify(error, step: "TYPE \(store.streamKey)")
         }
         guard minimumReplicas > 0 else { return .ready }
         let replicaSteps: [(what: String, arguments: [String])] = [

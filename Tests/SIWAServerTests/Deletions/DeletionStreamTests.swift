@@ -59,7 +59,8 @@ struct DeletionStreamTests {
                 Store.notification("account-deleted", at: 1_700_000_100_000, jti: "jti-d"), receivedAt: Store.receivedAt
             )
         } throws: { error in
-            (error as? RedisError)?.message.contains("WRONGTYPE the deletions key does not hold a stream") == true
+            (error as? RedisError)?.message.contains(
+                "WRONGTYPE the deletions key siwa:deletions holds a string, not a stream") == true
         }
         #expect(try fixture.connection.command("EXISTS", fixture.userKey).integer == 0)
         #expect(try fixture.connection.command("XLEN", "siwa:events").integer == 0)

@@ -55,29 +55,32 @@ struct DeploymentRefusalTests {
         #expect(stack.serve?.logLines(event: "spool_replay_unblocked").count == 1)
     }
 
-    /// `serve` and `serve --check` look at `TYPE` of the stream key: exit 2, one JSON line
+    /// `serve` and `serve --check` look at `TYPE` of the two stream keys: exit 2, one JSON line
     /// naming the key, the key left as it was.
-    @Test("at start: an events key of the wrong type stops serve and serve --check, naming the key")
+    @Test("at start: an events or deletions key of the wrong type stops serve and serve --check, naming the key")
     func wrongTypeEventsKeyRefusedAtStart() throws {
         let redis = try RedisServerProcess()
         defer { redis.shutdown() }
         let admin = RedisConnection(endpoint: try RedisEndpoint(parsing: redis.url()))
-        _ = try admin.command("HSET", "siwa:events", "f", "v")
-        for arguments in [["serve", "--check"], ["serve"]] {
-            let result = try CommandRun.endpoint(
-                arguments, environment: SpoolDeadEndTests.serveEnvironment(redisURL: redis.url()))
-            let name = arguments.joined(separator: " ")
-            #expect(result.status == 2, "\(name): \(result.errors)")
-            #expect(result.output.isEmpty, "\(name)")
-            let lines = result.errors.split(separator: "\n").filter { $0.hasPrefix("{") }
-            #expect(lines.count == 1, "\(name): \(result.errors)")
-            let line = String(lines.first ?? "")
-            #expect(line.contains(#""event":"configuration_invalid","setting":"SIWA_REDIS_URL""#), "\(name)")
-            #expect(line.contains("the events key siwa:events holds a hash, not a stream"), "\(name): \(line)")
-            #expect(!result.errors.contains(#""event":"started""#), "\(name)")
+        for (name, key) in [("events", "siwa:events"), ("deletions", "siwa:deletions")] {
+            _ = try admin.command("HSET", key, "f", "v")
+            for arguments in [["serve", "--check"], ["serve"]] {
+                let result = try CommandRun.endpoint(
+                    arguments, environment: SpoolDeadEndTests.serveEnvironment(redisURL: redis.url()))
+                let run = arguments.joined(separator: " ") + " (\(key))"
+                #expect(result.status == 2, "\(run): \(result.errors)")
+                #expect(result.output.isEmpty, "\(run)")
+                let lines = result.errors.split(separator: "\n").filter { $0.hasPrefix("{") }
+                #expect(lines.count == 1, "\(run): \(result.errors)")
+                let line = String(lines.first ?? "")
+                #expect(line.contains(#""event":"configuration_invalid","setting":"SIWA_REDIS_URL""#), "\(run)")
+                #expect(line.contains("the \(name) key \(key) holds a hash, not a stream"), "\(run): \(line)")
+                #expect(!result.errors.contains(#""event":"started""#), "\(run)")
+            }
+            #expect(try admin.command("TYPE", key).string == "hash")
+            #expect(try admin.command("DBSIZE").integer == 1)
+            _ = try admin.command("DEL", key)
         }
-        #expect(try admin.command("TYPE", "siwa:events").string == "hash")
-        #expect(try admin.command("DBSIZE").integer == 1)
     }
 
     /// The user's own hash of the wrong type is about that record: the live answer is 503
