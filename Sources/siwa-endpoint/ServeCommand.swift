@@ -35,7 +35,11 @@ enum ServeCommand {
 
         guard let configuration = loadConfiguration(envFile: arguments.value("--env-file")) else { return 2 }
         if arguments.has("--check") {
-            Output.line("settings are valid")
+            // Whose view of the files was checked: the unit runs as its own user, so a
+            // check run as root can pass where the service's cannot read.
+            let checker = getpwuid(geteuid()).map { String(cString: $0.pointee.pw_name) } ?? "uid \(geteuid())"
+            FileHandle.standardOutput.write(
+                Data(EventLog.eventLine("configuration_valid", [("checked_as", .string(checker))])))
             return 0
         }
         let locator: RedisPrimaryLocator?
