@@ -86,10 +86,15 @@ class BootedDebian:
             self.pid = self._container_systemd()
             if self.pid is None:
                 time.sleep(0.1)
-        remaining = max(1, int(deadline - time.monotonic()))
-        state = self.run(["systemctl", "is-system-running", "--wait"], check=False, timeout=remaining)
+        # Until its bus answers, systemctl inside prints nothing and fails at once.
+        while True:
+            remaining = max(1, int(deadline - time.monotonic()))
+            state = self.run(["systemctl", "is-system-running", "--wait"], check=False, timeout=remaining)
+            if state.stdout.strip() or time.monotonic() >= deadline:
+                break
+            time.sleep(0.2)
         assert state.stdout.strip() == "running", (
-            f"the container's system is {state.stdout.strip()}: "
+            f"the container's system is {state.stdout.strip()} {state.stderr.strip()}: "
             + self.run(["systemctl", "--failed", "--no-legend"], check=False).stdout)
         return self
 

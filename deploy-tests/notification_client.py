@@ -2,7 +2,10 @@
 Apple would (one connection per notification), from several threads; run by the
 package tests inside the booted container's network namespace.
 
-    notification_client.py CA_FILE THREADS [STOP_FILE] < bodies (one per line)
+    notification_client.py CA_FILE THREADS RATE [STOP_FILE] < bodies (one per line)
+
+At most RATE notifications start each second, all threads together: the shipped site
+answers 429 above 50 a second from one address (burst 100), as it should.
 
 Prints one JSON line per body, in input order: {"index", "status", "outcome"}; status 0
 means no answer (the connection failed). With STOP_FILE, it stops taking new bodies as
@@ -15,6 +18,7 @@ import os
 import ssl
 import sys
 import threading
+import time
 
 
 def post(context, body):
@@ -35,14 +39,15 @@ def post(context, body):
 
 
 def main():
-    ca_file, threads = sys.argv[1], int(sys.argv[2])
-    stop_file = sys.argv[3] if len(sys.argv) > 3 else None
+    ca_file, threads, rate = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    stop_file = sys.argv[4] if len(sys.argv) > 4 else None
     bodies = [line.strip().encode() for line in sys.stdin if line.strip()]
     context = ssl.create_default_context(cafile=ca_file)
     results = [None] * len(bodies)
     next_index = iter(range(len(bodies)))
     lock = threading.Lock()
     stopped = threading.Event()
+    pacing = {"next": time.monotonic()}
 
     def worker():
         while not stopped.is_set():
@@ -51,8 +56,13 @@ def main():
                 return
             with lock:
                 index = next(next_index, None)
+                start_at = pacing["next"]
+                pacing["next"] = max(start_at, time.monotonic()) + 1 / rate
             if index is None:
                 return
+            delay = start_at - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
             results[index] = post(context, bodies[index])
 
     pool = [threading.Thread(target=worker) for _ in range(threads)]
