@@ -4,8 +4,10 @@ scripts/install into a temp root, with the shipped systemd unit checked by
 systemd-analyze."""
 
 import hashlib
+import json
 import os
 import pathlib
+import pwd
 import queue
 import re
 import shutil
@@ -467,7 +469,9 @@ def test_env_example_names_every_setting_and_is_valid_uncommented(binary, workdi
     checked = subprocess.run([str(binary), "serve", "--env-file", str(uncommented), "--check"],
                              capture_output=True, text=True, timeout=30, env={"PATH": os.environ["PATH"], **overrides})
     assert checked.returncode == 0, checked.stderr
-    assert checked.stdout.strip() == "settings are valid"
+    valid = json.loads(checked.stdout)
+    assert (valid["event"], valid["level"], valid["checked_as"]) == \
+        ("configuration_valid", "info", pwd.getpwuid(os.geteuid()).pw_name)
 
     # As shipped (all commented out) it is refused until SIWA_CLIENT_IDS is set.
     refused = subprocess.run([str(binary), "serve", "--env-file", str(DEPLOY / "env.example"), "--check"],
@@ -482,7 +486,10 @@ def test_systemd_unit_passes_systemd_analyze_verify(workdir, binary):
     # verify also checks that ExecStart's binary exists: the installed path is
     # replaced by the binary under test, nothing else changes.
     installed = "/usr/local/lib/siwa-endpoint/current-%i/siwa-endpoint"
-    assert unit.count(installed) == 2
+    # ExecStart only: a bad setting is refused by serve itself, as the main process, so
+    # RestartPreventExitStatus=2 applies (an ExecStartPre check restart-looped).
+    assert unit.count(installed) == 1
+    assert not [line for line in unit.splitlines() if line.startswith("ExecStartPre=")]
     directory = workdir / "unit"
     directory.mkdir(exist_ok=True)
     (directory / "siwa-endpoint@blue.service").write_text(unit.replace(installed, str(binary)))

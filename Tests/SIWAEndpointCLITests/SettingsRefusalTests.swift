@@ -138,7 +138,15 @@ struct SettingsRefusalTests {
         let scratch = try Scratch()
         let outcome = try Self.run(["serve", "--check"], environment: scratch.environment)
         #expect(outcome.status == 0, "\(outcome.standardError)")
-        #expect(outcome.standardOutput == "settings are valid\n")
+        // One JSON line saying whose view of the files was checked (the unit's user may differ).
+        let lines = outcome.standardOutput.split(separator: "\n")
+        #expect(lines.count == 1)
+        let line = try #require(
+            try JSONSerialization.jsonObject(with: Data((lines.first ?? "").utf8)) as? [String: Any])
+        #expect(line["event"] as? String == "configuration_valid")
+        #expect(line["level"] as? String == "info")
+        let user = try #require(getpwuid(geteuid())).pointee.pw_name.map { String(cString: $0) }
+        #expect(line["checked_as"] as? String == user)
     }
 
     @Test("a TCP port already taken stops serve with the setting named, before started")
