@@ -232,11 +232,17 @@ def test_serve_cannot_read_what_reconcile_holds(deployment, installed):
     machine.put("/etc/siwa-endpoint/reconcile/apple-key.p8", key, mode="0600",
                 owner="siwa-endpoint-reconcile:siwa-endpoint-reconcile")
     pid = deployment.main_pid("blue")
-    # As serve sees the file system (its mount namespace, its user and groups).
+    serve_uid = machine.run(["id", "-u", "siwa-endpoint"]).stdout.strip()
+    serve_gid = machine.run(["id", "-g", "siwa-endpoint"]).stdout.strip()
     for path in ("/var/lib/siwa-endpoint-reconcile/users.jsonl", "/etc/siwa-endpoint/reconcile/apple-key.p8"):
-        as_serve = machine.run(["nsenter", "-t", str(pid), "-m", "-S", "siwa-endpoint", "-G", "siwa-endpoint",
-                                "cat", path], check=False)
-        assert as_serve.returncode != 0 and as_serve.stdout == "", path
+        # Two walls. The serve unit's file system has no such path (InaccessiblePaths=):
+        # not even root, in serve's mount namespace, reads it.
+        in_serve_namespace = machine.run(["nsenter", "-t", str(pid), "-m", "cat", path], check=False)
+        assert in_serve_namespace.returncode != 0 and in_serve_namespace.stdout == "", path
+        # And serve's user cannot read it anywhere: reconcile's own user owns it, 0600.
+        as_serve_user = machine.run(["setpriv", f"--reuid={serve_uid}", f"--regid={serve_gid}", "--init-groups",
+                                     "cat", path], check=False)
+        assert "Permission denied" in as_serve_user.stderr and as_serve_user.stdout == "", path
     # reconcile, as its own unit, reads both (an unreadable key would stop it with exit 2).
     machine.sh(f"""cat >>{ENV} <<'EOF'
 SIWA_APPLE_TEAM_ID=TEAM123456
