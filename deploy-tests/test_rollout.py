@@ -451,6 +451,23 @@ def test_install_keeps_the_operators_files_and_starts_once_configured(install_ro
     assert "would run: systemctl reload nginx" in result.stdout
 
 
+def test_install_run_again_on_the_nodes_layout_starts_no_slot(install_root, binary, rsa_cert):
+    install(install_root, binary)
+    (install_root / "etc/siwa-endpoint/env").write_text("SIWA_CLIENT_IDS=com.example.app\n")
+    site = install_root / "etc/nginx/sites-available/siwa-endpoint.conf"
+    site.write_text(site.read_text().replace("siwa.example.com", "siwa.test.example"))
+    certificate, key = rsa_cert
+    (install_root / "etc/ssl/siwa-endpoint").mkdir(parents=True)
+    shutil.copy(certificate, install_root / "etc/ssl/siwa-endpoint/fullchain.pem")
+    shutil.copy(key, install_root / "etc/ssl/siwa-endpoint/privkey.pem")
+    # The README's nodes layout: the nodes' upstream file in place of the slots'.
+    shutil.copy(REPO / "nginx/siwa-endpoint-upstream-nodes.conf", install_root / "etc/nginx/siwa-endpoint-upstream.conf")
+    result = install(install_root, binary)
+    assert "lists several nodes: no slot started" in result.stdout
+    assert "siwa-endpoint@blue" not in result.stdout and "siwa-endpoint@green" not in result.stdout
+    assert "would run: systemctl reload nginx" in result.stdout
+
+
 def test_env_example_names_every_setting_and_is_valid_uncommented(binary, workdir):
     help_text = subprocess.run([str(binary), "serve", "--help"], capture_output=True, text=True, timeout=30,
                                check=True).stdout
