@@ -214,6 +214,7 @@ def test_the_unit_runs_with_its_hardening(deployment, installed):
     machine = deployment.machine
     result = machine.run(["systemd-analyze", "security", "--no-pager", "siwa-endpoint@blue.service"], check=False)
     exposure = float(re.search(r"Overall exposure level for \S+: (\d+\.\d+)", result.stdout).group(1))
+    print(f"systemd-analyze security: overall exposure {exposure}")
     assert exposure <= 2.0, result.stdout
     pid = deployment.main_pid("blue")
     status = machine.run(["cat", f"/proc/{pid}/status"]).stdout
