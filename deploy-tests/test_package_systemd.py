@@ -198,6 +198,23 @@ EOF""")
 def test_configured_it_starts_and_a_notification_through_nginx_and_tls_is_applied(deployment, installed):
     machine = deployment.machine
     configure(deployment)
+    # The README's check, as the service user sees the files (the slot's own socket and
+    # spool, as the unit sets them).
+    check = ["serve", "--env-file", ENV, "--check"]
+    as_service = ["runuser", "-u", "siwa-endpoint", "--", "env", "SIWA_FCGI_SOCKET=/run/siwa-endpoint/blue.sock",
+                  "SIWA_SPOOL_DIR=/var/lib/siwa-endpoint/spool-blue", "siwa-endpoint", *check]
+    valid = json.loads(machine.run(as_service).stdout)
+    assert (valid["event"], valid["checked_as"]) == ("configuration_valid", "siwa-endpoint")
+    # An env file root can read and the service user cannot: root's check says whose view
+    # it took, and the service user's check refuses it.
+    machine.run(["chmod", "0600", ENV])
+    try:
+        as_root = json.loads(machine.run(["siwa-endpoint", *check]).stdout)
+        assert (as_root["event"], as_root["checked_as"]) == ("configuration_valid", "root")
+        refused = machine.run(as_service, check=False)
+        assert refused.returncode == 2 and '"event":"configuration_invalid"' in refused.stderr
+    finally:
+        machine.run(["chmod", "0640", ENV])
     result = machine.run(["dpkg-reconfigure", "siwa-endpoint"], timeout=120)
     assert "siwa-endpoint@blue is enabled" in result.stdout
     assert machine.run(["systemctl", "is-enabled", "siwa-endpoint@blue"]).stdout.strip() == "enabled"
