@@ -20,7 +20,10 @@ import time
 # What the booted system needs besides the package itself: the web server and Redis the
 # package recommends, the runtime libraries of its Depends (preinstalled because the
 # container has no network when the package is installed), and curl for the reverse.
-PACKAGES = ["nginx", "redis-server", "libfcgi0ldbl", "libhiredis0.14", "libssl3", "libcurl4", "curl"]
+PACKAGES = {
+    "bookworm": ["nginx", "redis-server", "libfcgi0ldbl", "libhiredis0.14", "libssl3", "libcurl4", "curl"],
+    "trixie": ["nginx", "redis-server", "libfcgi0t64", "libhiredis1.1.0", "libssl3t64", "libcurl4t64", "curl"],
+}
 INCLUDE = "systemd,systemd-sysv,dbus,ca-certificates"
 MIRROR = os.environ.get("SIWA_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 
@@ -43,7 +46,7 @@ def cached_root(suite="bookworm"):
                    check=True, capture_output=True, timeout=900)
     subprocess.run(["systemd-nspawn", "-D", str(building), "--register=no", "--keep-unit", "--pipe", "sh", "-c",
                     "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
-                    "--no-install-recommends " + " ".join(PACKAGES) + " >/dev/null && apt-get clean"],
+                    "--no-install-recommends " + " ".join(PACKAGES[suite]) + " >/dev/null && apt-get clean"],
                    check=True, capture_output=True, timeout=900)
     shutil.rmtree(root, ignore_errors=True)
     building.rename(root)

@@ -6,7 +6,8 @@ HTTPS under the test CA, standing in for https://appleid.apple.com/auth/keys.
 
 The tests run in the order written, on one booted host: install (nothing starts),
 configure (it starts), then each check, the upgrade and the rollback, a reboot, and
-purge. Run by scripts/test with SIWA_PACKAGE_DEB (the package scripts/package made)."""
+purge. Run by scripts/test with SIWA_PACKAGE_DEB (the package scripts/package made), and
+with SIWA_PACKAGE_SUITE=trixie for Debian 13's package (scripts/package --debian trixie)."""
 
 import json
 import os
@@ -29,6 +30,7 @@ ENV = "/etc/siwa-endpoint/env"
 REDIS_INCLUDE = "include /etc/redis/siwa-endpoint.conf"
 # Notifications a second, below the site's limit of 50 a second from one address.
 RATE = 40
+SUITE = os.environ.get("SIWA_PACKAGE_SUITE", "bookworm")
 
 
 def package_path():
@@ -47,12 +49,13 @@ def restamped(deb, revision, directory):
     subprocess.run(["dpkg-deb", "-R", str(deb), str(unpacked)], check=True, timeout=300)
     control = unpacked / "DEBIAN" / "control"
     text = control.read_text()
-    version = re.search(r"^Version: (\S+)-\d+$", text, re.M).group(1)
-    control.write_text(re.sub(r"^Version: .*$", f"Version: {version}-{revision}", text, flags=re.M))
-    target = directory / f"siwa-endpoint_{version}-{revision}.deb"
+    version, suffix = re.search(r"^Version: (\S+)-\d+(\+deb\d+)?$", text, re.M).groups()
+    new_version = f"{version}-{revision}{suffix or ''}"
+    control.write_text(re.sub(r"^Version: .*$", f"Version: {new_version}", text, flags=re.M))
+    target = directory / f"siwa-endpoint_{new_version}.deb"
     subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "-z1", "-b", str(unpacked), str(target)],
                    check=True, capture_output=True, timeout=300)
-    return target, f"{version}-{revision}"
+    return target, new_version
 
 
 class Deployment:
@@ -133,7 +136,7 @@ class Deployment:
 def deployment():
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="siwa-package-"))
     binary = pathlib.Path(os.environ.get("SIWA_RELEASE_BINARY", REPO / ".build" / "release" / "siwa-endpoint"))
-    machine = BootedDebian("bookworm")
+    machine = BootedDebian(SUITE)
     try:
         machine.boot()
         yield Deployment(machine, workdir, binary)
@@ -394,7 +397,8 @@ def test_a_rollback_to_the_previous_version_the_same_way(deployment, installed):
     machine = deployment.machine
     result, answered = upgrade_under_load(deployment, package_path(), extra=("--allow-downgrades",))
     assert "done: slot blue serves" in result.stdout + result.stderr
-    assert machine.run(["dpkg-query", "-W", "-f", "${Version}", "siwa-endpoint"]).stdout.endswith("-1")
+    assert re.fullmatch(r"\S+-1(\+deb\d+)?", machine.run(["dpkg-query", "-W", "-f", "${Version}",
+                                                          "siwa-endpoint"]).stdout)
     assert deployment.active_slot() == "blue"
     assert [status for _, status in answered if status != 200] == []
     counts = deployment.stream_count_by_sub()
@@ -429,3 +433,8 @@ def test_purge_removes_the_configuration_but_keeps_a_spool_that_holds_notificati
     held = machine.sh("cat /var/lib/siwa-endpoint/spool-blue/segment-*.log").stdout
     assert subs[0] in held
     assert machine.property("siwa-endpoint@blue", "LoadState") == "not-found"
+    # remove (the first half of purge) stopped every slot and took the site out of nginx,
+    # which still runs.
+    assert machine.run(["systemctl", "list-units", "--state=active", "--no-legend", "siwa-endpoint@*"]).stdout == ""
+    assert machine.run(["test", "-e", "/etc/nginx/sites-enabled/siwa-endpoint.conf"], check=False).returncode == 1
+    assert machine.run(["systemctl", "is-active", "nginx"]).stdout.strip() == "active"
