@@ -19,10 +19,10 @@ import time
 
 # What the booted system needs besides the package itself: the web server and Redis the
 # package recommends, the runtime libraries of its Depends (preinstalled because the
-# container has no network when the package is installed), and curl for the reverse.
+# container has no network when the package is installed), and curl.
 PACKAGES = {
-    "bookworm": ["nginx", "redis-server", "libfcgi0ldbl", "libhiredis0.14", "libssl3", "libcurl4", "curl"],
-    "trixie": ["nginx", "redis-server", "libfcgi0t64", "libhiredis1.1.0", "libssl3t64", "libcurl4t64", "curl"],
+    "bookworm": ["nginx", "redis-server", "libfcgi0ldbl", "libhiredis0.14", "libssl3", "libcurl4", "curl", "procps"],
+    "trixie": ["nginx", "redis-server", "libfcgi0t64", "libhiredis1.1.0", "libssl3t64", "libcurl4t64", "curl", "procps"],
 }
 INCLUDE = "systemd,systemd-sysv,dbus,ca-certificates"
 MIRROR = os.environ.get("SIWA_DEBIAN_MIRROR", "http://deb.debian.org/debian")
@@ -37,7 +37,10 @@ def cached_root(suite="bookworm"):
     """The cached root file system of `suite`, built when missing (under a temporary name,
     renamed into place once complete, so a failed build is never taken for a cache)."""
     root = cache_dir() / suite
-    if (root / "usr" / "sbin" / "nginx").exists():
+    # Beside the root: the package list it was made with; another list makes it again.
+    stamp = cache_dir() / f"{suite}.packages"
+    wanted = " ".join(PACKAGES[suite]) + "\n"
+    if (root / "usr" / "sbin" / "nginx").exists() and stamp.exists() and stamp.read_text() == wanted:
         return root
     building = cache_dir() / f"{suite}.building"
     shutil.rmtree(building, ignore_errors=True)
@@ -50,6 +53,7 @@ def cached_root(suite="bookworm"):
                    check=True, capture_output=True, timeout=900)
     shutil.rmtree(root, ignore_errors=True)
     building.rename(root)
+    stamp.write_text(wanted)
     return root
 
 
@@ -89,11 +93,11 @@ class BootedDebian:
             self.pid = self._container_systemd()
             if self.pid is None:
                 time.sleep(0.1)
-        # Until its bus answers, systemctl inside prints nothing and fails at once.
+        # Until its bus answers, systemctl inside prints nothing or "offline" and returns at once.
         while True:
             remaining = max(1, int(deadline - time.monotonic()))
             state = self.run(["systemctl", "is-system-running", "--wait"], check=False, timeout=remaining)
-            if state.stdout.strip() or time.monotonic() >= deadline:
+            if state.stdout.strip() not in ("", "offline") or time.monotonic() >= deadline:
                 break
             time.sleep(0.2)
         assert state.stdout.strip() == "running", (

@@ -40,8 +40,9 @@ def test_depends_is_what_dpkg_shlibdeps_derives_from_the_binary(unpacked):
     subprocess.run(["rm", "-rf", str(source)], check=False)
     shlibs = re.search(r"^shlibs:Depends=(.*)$", derived, re.M).group(1)
     depends = control_fields(package_path())["Depends"]
-    # The shared libraries, versions included, then passwd (useradd, in postinst).
-    assert depends == f"{shlibs}, passwd"
+    # The shared libraries, versions included, then passwd (useradd, in postinst) and
+    # procps (/bin/kill, the unit's ExecReload).
+    assert depends == f"{shlibs}, passwd, procps"
     names = package_names(shlibs)
     assert {"libcurl4", "libfcgi0ldbl", "libhiredis0.14", "libssl3"} <= set(names)
     assert not [name for name in names if "swift" in name or name.endswith("-dev")]
