@@ -51,7 +51,7 @@ def test_depends_is_what_dpkg_shlibdeps_derives_from_the_binary(unpacked):
 def test_recommends_and_suggests(unpacked):
     fields = control_fields(package_path())
     assert package_names(fields["Recommends"]) == ["nginx", "redis-server"]
-    assert package_names(fields["Suggests"]) == ["python3", "stunnel4"]
+    assert package_names(fields["Suggests"]) == ["openssl", "python3", "stunnel4"]
 
 
 def test_the_binary_needs_no_toolchain_is_stripped_and_its_symbols_are_kept_beside_the_package(unpacked):
