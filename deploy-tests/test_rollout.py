@@ -142,6 +142,8 @@ def test_rollout_under_traffic_answers_every_notification_and_loses_none(stack):
     assert "the old nginx workers have exited" in result.stdout
     assert "spool depth of slot %s: 0" % old_slot in result.stdout
     assert os.readlink(stack.lib_dir / f"current-{new_slot}").startswith("releases/")
+    # The reconcile unit's link follows the release nginx serves.
+    assert os.readlink(stack.lib_dir / "current-live") == os.readlink(stack.lib_dir / f"current-{new_slot}")
 
 
 # ---- The old slot's spool is drained before the old slot stops ---------------------------
@@ -387,6 +389,7 @@ def test_install_lays_out_files_with_tight_modes_and_twice_is_the_same(install_r
         "/var/lib/siwa-endpoint": ("dir", "0o750"),
         "/usr/local/lib/siwa-endpoint": ("dir", "0o755"),
         "/usr/local/lib/siwa-endpoint/current-blue": ("link", f"releases/{release}"),
+        "/usr/local/lib/siwa-endpoint/current-live": ("link", f"releases/{release}"),
         f"/usr/local/lib/siwa-endpoint/releases/{release}/siwa-endpoint":
             ("file", "0o755", hashlib.sha256(binary.read_bytes()).hexdigest()),
         "/etc/siwa-endpoint/env": ("file", "0o640", hashlib.sha256((DEPLOY / "env.example").read_bytes()).hexdigest()),
@@ -525,7 +528,7 @@ def test_reconcile_units_pass_systemd_analyze_verify(workdir, binary):
     assert analyze is not None, "systemd-analyze is missing (scripts/install-deps installs the systemd package)"
     service = (DEPLOY / "siwa-endpoint-reconcile.service").read_text()
     timer = (DEPLOY / "siwa-endpoint-reconcile.timer").read_text()
-    installed = "/usr/local/lib/siwa-endpoint/current-blue/siwa-endpoint"
+    installed = "/usr/local/lib/siwa-endpoint/current-live/siwa-endpoint"
     assert service.count(installed) == 1
     directory = workdir / "reconcile-units"
     directory.mkdir(exist_ok=True)
