@@ -4,8 +4,10 @@ scripts/install into a temp root, with the shipped systemd unit checked by
 systemd-analyze."""
 
 import hashlib
+import json
 import os
 import pathlib
+import pwd
 import queue
 import re
 import shutil
@@ -140,6 +142,8 @@ def test_rollout_under_traffic_answers_every_notification_and_loses_none(stack):
     assert "the old nginx workers have exited" in result.stdout
     assert "spool depth of slot %s: 0" % old_slot in result.stdout
     assert os.readlink(stack.lib_dir / f"current-{new_slot}").startswith("releases/")
+    # The reconcile unit's link follows the release nginx serves.
+    assert os.readlink(stack.lib_dir / "current-live") == os.readlink(stack.lib_dir / f"current-{new_slot}")
 
 
 # ---- The old slot's spool is drained before the old slot stops ---------------------------
@@ -385,6 +389,7 @@ def test_install_lays_out_files_with_tight_modes_and_twice_is_the_same(install_r
         "/var/lib/siwa-endpoint": ("dir", "0o750"),
         "/usr/local/lib/siwa-endpoint": ("dir", "0o755"),
         "/usr/local/lib/siwa-endpoint/current-blue": ("link", f"releases/{release}"),
+        "/usr/local/lib/siwa-endpoint/current-live": ("link", f"releases/{release}"),
         f"/usr/local/lib/siwa-endpoint/releases/{release}/siwa-endpoint":
             ("file", "0o755", hashlib.sha256(binary.read_bytes()).hexdigest()),
         "/etc/siwa-endpoint/env": ("file", "0o640", hashlib.sha256((DEPLOY / "env.example").read_bytes()).hexdigest()),
@@ -449,6 +454,23 @@ def test_install_keeps_the_operators_files_and_starts_once_configured(install_ro
     assert "would run: systemctl reload nginx" in result.stdout
 
 
+def test_install_run_again_on_the_nodes_layout_starts_no_slot(install_root, binary, rsa_cert):
+    install(install_root, binary)
+    (install_root / "etc/siwa-endpoint/env").write_text("SIWA_CLIENT_IDS=com.example.app\n")
+    site = install_root / "etc/nginx/sites-available/siwa-endpoint.conf"
+    site.write_text(site.read_text().replace("siwa.example.com", "siwa.test.example"))
+    certificate, key = rsa_cert
+    (install_root / "etc/ssl/siwa-endpoint").mkdir(parents=True)
+    shutil.copy(certificate, install_root / "etc/ssl/siwa-endpoint/fullchain.pem")
+    shutil.copy(key, install_root / "etc/ssl/siwa-endpoint/privkey.pem")
+    # The README's nodes layout: the nodes' upstream file in place of the slots'.
+    shutil.copy(REPO / "nginx/siwa-endpoint-upstream-nodes.conf", install_root / "etc/nginx/siwa-endpoint-upstream.conf")
+    result = install(install_root, binary)
+    assert "lists several nodes: no slot started" in result.stdout
+    assert "siwa-endpoint@blue" not in result.stdout and "siwa-endpoint@green" not in result.stdout
+    assert "would run: systemctl reload nginx" in result.stdout
+
+
 def test_env_example_names_every_setting_and_is_valid_uncommented(binary, workdir):
     help_text = subprocess.run([str(binary), "serve", "--help"], capture_output=True, text=True, timeout=30,
                                check=True).stdout
@@ -470,7 +492,9 @@ def test_env_example_names_every_setting_and_is_valid_uncommented(binary, workdi
     checked = subprocess.run([str(binary), "serve", "--env-file", str(uncommented), "--check"],
                              capture_output=True, text=True, timeout=30, env={"PATH": os.environ["PATH"], **overrides})
     assert checked.returncode == 0, checked.stderr
-    assert checked.stdout.strip() == "settings are valid"
+    valid = json.loads(checked.stdout)
+    assert (valid["event"], valid["level"], valid["checked_as"]) == \
+        ("configuration_valid", "info", pwd.getpwuid(os.geteuid()).pw_name)
 
     # As shipped (all commented out) it is refused until SIWA_CLIENT_IDS is set.
     refused = subprocess.run([str(binary), "serve", "--env-file", str(DEPLOY / "env.example"), "--check"],
@@ -485,7 +509,10 @@ def test_systemd_unit_passes_systemd_analyze_verify(workdir, binary):
     # verify also checks that ExecStart's binary exists: the installed path is
     # replaced by the binary under test, nothing else changes.
     installed = "/usr/local/lib/siwa-endpoint/current-%i/siwa-endpoint"
-    assert unit.count(installed) == 2
+    # ExecStart only: a bad setting is refused by serve itself, as the main process, so
+    # RestartPreventExitStatus=2 applies (an ExecStartPre check restart-looped).
+    assert unit.count(installed) == 1
+    assert not [line for line in unit.splitlines() if line.startswith("ExecStartPre=")]
     directory = workdir / "unit"
     directory.mkdir(exist_ok=True)
     (directory / "siwa-endpoint@blue.service").write_text(unit.replace(installed, str(binary)))
@@ -504,7 +531,7 @@ def test_reconcile_units_pass_systemd_analyze_verify(workdir, binary):
     assert analyze is not None, "systemd-analyze is missing (scripts/install-deps installs the systemd package)"
     service = (DEPLOY / "siwa-endpoint-reconcile.service").read_text()
     timer = (DEPLOY / "siwa-endpoint-reconcile.timer").read_text()
-    installed = "/usr/local/lib/siwa-endpoint/current-blue/siwa-endpoint"
+    installed = "/usr/local/lib/siwa-endpoint/current-live/siwa-endpoint"
     assert service.count(installed) == 1
     directory = workdir / "reconcile-units"
     directory.mkdir(exist_ok=True)

@@ -24,7 +24,8 @@ enum SIWAEndpointCommand {
         subcommands:
         \(subcommands.map { "  " + $0.name.padding(toLength: 11, withPad: " ", startingAt: 0) + $0.summary }.joined(separator: "\n"))
 
-        Run `siwa-endpoint <subcommand> --help` for its options.
+        Run `siwa-endpoint <subcommand> --help` for its options, `siwa-endpoint --version` for
+        the version.
         """
 
     static func main() {
@@ -36,6 +37,10 @@ enum SIWAEndpointCommand {
         arguments.removeFirst()
         if subcommand == "--help" || subcommand == "-h" || subcommand == "help" {
             Output.line(usage)
+            exit(0)
+        }
+        if subcommand == "--version" {
+            Output.line("siwa-endpoint \(EndpointVersion.current)")
             exit(0)
         }
         let status: Int32

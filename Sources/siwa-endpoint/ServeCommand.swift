@@ -42,7 +42,11 @@ enum ServeCommand {
         case .failure(let refused): return refused.exitStatus
         }
         if checkOnly {
-            Output.line("settings are valid")
+            // Whose view of the files was checked: the unit runs as its own user, so a
+            // check run as root can pass where the service's cannot read.
+            let checker = getpwuid(geteuid()).map { String(cString: $0.pointee.pw_name) } ?? "uid \(geteuid())"
+            FileHandle.standardOutput.write(
+                Data(EventLog.eventLine("configuration_valid", [("checked_as", .string(checker))])))
             return 0
         }
         return try serve(configuration, locator: locator)

@@ -133,12 +133,68 @@ struct SettingsRefusalTests {
         #expect(try Self.run(["serve", "--check"], environment: environment).status == 0)
     }
 
+    /// Runs the binary with standard error going to a file; JOURNAL_STREAM names that file
+    /// (as systemd names the journal's stream) when `asJournal`, another inode otherwise.
+    static func runToFile(_ arguments: [String], environment: [String: String], asJournal: Bool, in scratch: Scratch)
+        throws -> (status: Int32, standardError: String)
+    {
+        let path = scratch.path("stderr-\(UUID().uuidString)")
+        #expect(FileManager.default.createFile(atPath: path, contents: nil))
+        var status = stat()
+        #expect(stat(path, &status) == 0)
+        let errors = try #require(FileHandle(forWritingAtPath: path))
+        var environment = environment
+        environment["JOURNAL_STREAM"] = asJournal ? "\(status.st_dev):\(status.st_ino)" : "\(status.st_dev):1"
+        let process = Process()
+        process.executableURL = EndpointBinary.url
+        process.arguments = arguments
+        process.environment = environment
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = errors
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        try errors.close()
+        return (process.terminationStatus, try String(contentsOfFile: path, encoding: .utf8))
+    }
+
+    @Test("on the journal's stream each line starts with its syslog priority; anywhere else plain JSON")
+    func journalPriorityPrefix() throws {
+        let scratch = try Scratch()
+        var refused = scratch.environment
+        refused["SIWA_WORKERS"] = "many"
+        let error = try Self.runToFile(["serve", "--check"], environment: refused, asJournal: true, in: scratch)
+        #expect(error.status == 2)
+        #expect(error.standardError.hasPrefix(#"<3>{"time":""#), "\(error.standardError)")
+        #expect(error.standardError.contains(#""event":"configuration_invalid","setting":"SIWA_WORKERS""#))
+        #expect(error.standardError.split(separator: "\n").count == 1)
+
+        var unknown = scratch.environment
+        unknown["SIWA_NOT_A_SETTING"] = "1"
+        let warning = try Self.runToFile(["serve", "--check"], environment: unknown, asJournal: true, in: scratch)
+        #expect(warning.status == 0)
+        #expect(warning.standardError.hasPrefix(#"<4>{"time":""#), "\(warning.standardError)")
+        #expect(warning.standardError.contains(#""event":"unknown_setting""#))
+
+        let elsewhere = try Self.runToFile(["serve", "--check"], environment: refused, asJournal: false, in: scratch)
+        #expect(elsewhere.status == 2)
+        #expect(elsewhere.standardError.hasPrefix(#"{"time":""#), "\(elsewhere.standardError)")
+    }
+
     @Test("the valid settings of these cases pass --check")
     func baselineIsValid() throws {
         let scratch = try Scratch()
         let outcome = try Self.run(["serve", "--check"], environment: scratch.environment)
         #expect(outcome.status == 0, "\(outcome.standardError)")
-        #expect(outcome.standardOutput == "settings are valid\n")
+        // One JSON line saying whose view of the files was checked (the unit's user may differ).
+        let lines = outcome.standardOutput.split(separator: "\n")
+        #expect(lines.count == 1)
+        let line = try #require(
+            try JSONSerialization.jsonObject(with: Data((lines.first ?? "").utf8)) as? [String: Any])
+        #expect(line["event"] as? String == "configuration_valid")
+        #expect(line["level"] as? String == "info")
+        let user = try #require(getpwuid(geteuid())).pointee.pw_name.map { String(cString: $0) }
+        #expect(line["checked_as"] as? String == user)
     }
 
     /// The refusal of a spool serve could not open is --check's too, the same line, and

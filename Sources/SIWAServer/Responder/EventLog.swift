@@ -54,21 +54,55 @@ public enum EventLog {
 
     /// A lifecycle line: start, stop, JWKS refresh, spool replay, a loud unknown type.
     public static func event(_ name: String, level: String = "info", _ fields: [(String, JSONValue)] = []) {
-        write([("time", .string(timestamp())), ("level", .string(level)), ("event", .string(name))] + fields)
+        write(eventLine(name, level: level, fields))
     }
 
-    private static func write(_ members: [(String, JSONValue)]) {
+    /// The text of a lifecycle line, newline included, for a command that prints it
+    /// elsewhere (`serve --check` on standard output).
+    public static func eventLine(_ name: String, level: String = "info", _ fields: [(String, JSONValue)] = [])
+        -> [UInt8]
+    {
         var line: [UInt8] = []
-        JSONWriter.writeObject(members, to: &line)
+        JSONWriter.writeObject(
+            [("time", .string(timestamp())), ("level", .string(level)), ("event", .string(name))] + fields,
+            to: &line)
         line.append(UInt8(ascii: "\n"))
-        write(line)
+        return line
     }
 
     /// One write(2) per line, so lines from several threads never interleave.
     private static func write(_ line: [UInt8]) {
         // write(2), errors ignored: a full disk or a closed pipe must cost a log line,
         // never the process (FileHandle.write traps on failure).
-        writing.withLock { _ in writeAll(line) }
+        guard journalPriorities else {
+            writing.withLock { _ in writeAll(line) }
+            return
+        }
+        writing.withLock { _ in writeAll(journalPriorityPrefix(ofLineAt: line) + line) }
+    }
+
+    /// True when standard error is the journal's stream (sd-daemon(3): `JOURNAL_STREAM`
+    /// names its device and inode): each line then starts with `<N>`, its syslog priority,
+    /// which journald takes off (`SyslogLevelPrefix=`, on by default), so the journal keeps
+    /// the JSON line at its priority. Anywhere else every line is plain JSON.
+    static let journalPriorities: Bool = {
+        guard let stream = ProcessInfo.processInfo.environment["JOURNAL_STREAM"] else { return false }
+        var status = stat()
+        guard fstat(2, &status) == 0 else { return false }
+        return stream == "\(status.st_dev):\(status.st_ino)"
+    }()
+
+    /// `<3>` for error, `<4>` for warning, `<6>` for info: read from the line's own
+    /// `"level"` member, which every line carries right after `time`.
+    static func journalPriorityPrefix(ofLineAt line: [UInt8]) -> [UInt8] {
+        let levels: [(member: String, priority: String)] = [
+            (#""level":"error""#, "<3>"), (#""level":"warning""#, "<4>"), (#""level":"info""#, "<6>"),
+        ]
+        let head = String(decoding: line.prefix(80), as: UTF8.self)
+        for (member, priority) in levels where head.contains(member) {
+            return Array(priority.utf8)
+        }
+        return Array("<6>".utf8)
     }
 
     private static func writeAll(_ line: [UInt8]) {
