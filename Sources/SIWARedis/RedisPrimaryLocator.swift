@@ -38,6 +38,8 @@ public final class RedisPrimaryLocator: Sendable {
 
     public let masterName: String
     private let sentinelPassword: String?
+    /// TLS to the sentinels; nil: plain TCP.
+    private let sentinelTLS: RedisTLS?
     private let timeout: Duration
 
     private struct State {
@@ -54,9 +56,13 @@ public final class RedisPrimaryLocator: Sendable {
     private let discovery = Mutex(())
 
     /// `timeout` bounds each sentinel's connect and answer.
-    public init(sentinels: [Sentinel], masterName: String, sentinelPassword: String?, timeout: Duration) {
+    public init(
+        sentinels: [Sentinel], masterName: String, sentinelPassword: String?, timeout: Duration,
+        sentinelTLS: RedisTLS? = nil
+    ) {
         self.masterName = masterName
         self.sentinelPassword = sentinelPassword
+        self.sentinelTLS = sentinelTLS
         self.timeout = timeout
         state = Mutex(State(sentinels: sentinels))
     }
@@ -137,16 +143,20 @@ public final class RedisPrimaryLocator: Sendable {
         var unreachable: [String] = []
         var unknownMaster: [Sentinel] = []
         var refusedLogin: [String] = []
+        var refusedTLS: [String] = []
         for sentinel in order {
             let connection = RedisConnection(
                 endpoint: RedisEndpoint(
-                    address: .tcp(host: sentinel.host, port: sentinel.port), password: sentinelPassword),
+                    address: .tcp(host: sentinel.host, port: sentinel.port), password: sentinelPassword,
+                    tls: sentinelTLS),
                 connectTimeout: timeout, commandTimeout: timeout)
             let reply: RedisReply
             do {
                 reply = try connection.command("SENTINEL", "get-master-addr-by-name", masterName)
             } catch {
-                if Self.isLoginRefusal(error) {
+                if error.code == .tlsRefused {
+                    refusedTLS.append("\(sentinel): \(error.message)")
+                } else if Self.isLoginRefusal(error) {
                     refusedLogin.append("\(sentinel): \(error.message)")
                 } else {
                     unreachable.append("\(sentinel): \(error.message)")
@@ -170,6 +180,11 @@ public final class RedisPrimaryLocator: Sendable {
                 state.primary = found
             }
             return found
+        }
+        if !refusedTLS.isEmpty {
+            throw RedisError(
+                .tlsRefused,
+                "SIWA_REDIS_SENTINEL_TLS: TLS to the sentinels was refused (\(refusedTLS.joined(separator: "; ")))")
         }
         if !refusedLogin.isEmpty {
             throw RedisError(

@@ -18,7 +18,7 @@ extension ServeCommand {
         let master = sentinel.masterName
         let locator = RedisPrimaryLocator(
             sentinels: sentinel.sentinels, masterName: master, sentinelPassword: sentinel.password,
-            timeout: configuration.redis.timeout)
+            timeout: configuration.redis.timeout, sentinelTLS: sentinel.tls)
         do {
             let primary = try locator.discover()
             EventLog.event(
