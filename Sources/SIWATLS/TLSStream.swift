@@ -20,9 +20,9 @@ public final class TLSStream {
         guard let made = SSL_new(context.context) else {
             throw TLSError(.setupFailed, "OpenSSL could not make a TLS connection: \(TLSClientContext.openSSLReason())")
         }
+        // From here a throw runs deinit, which frees it.
         ssl = made
         guard SSL_set_fd(made, descriptor) == 1 else {
-            SSL_free(made)
             throw TLSError(.setupFailed, "OpenSSL could not use the socket: \(TLSClientContext.openSSLReason())")
         }
         let named: Bool
@@ -34,7 +34,6 @@ public final class TLSStream {
                 SSL_set1_host(made, serverName) == 1 && siwa_ssl_set_server_name_indication(made, serverName) == 1
         }
         guard named else {
-            SSL_free(made)
             throw TLSError(.setupFailed, "OpenSSL refused the server name '\(serverName)' to verify")
         }
         let result = SSL_connect(made)
@@ -50,7 +49,6 @@ public final class TLSStream {
             } else {
                 error = Self.failure(of: made, result: result, during: "the TLS handshake")
             }
-            SSL_free(made)
             throw error
         }
     }
