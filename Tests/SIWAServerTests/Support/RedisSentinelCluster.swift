@@ -58,7 +58,7 @@ final class RedisSentinelCluster: @unchecked Sendable {
 
     /// `downAfterMilliseconds`: how long the primary may be silent before the sentinels call it down.
     init(
-        downAfterMilliseconds: Int = 1000, sentinelPassword: String? = nil, flavor: RedisFlavor = .redis,
+        downAfterMilliseconds: Int = 1000, sentinelPassword: String? = nil, flavor: RedisFlavor = .underTest,
         tls: RedisServerProcess.TLSFiles? = nil
     ) throws {
         signal(SIGPIPE, SIG_IGN)

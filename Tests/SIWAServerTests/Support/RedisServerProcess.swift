@@ -27,8 +27,13 @@ final class RedisServerProcess: @unchecked Sendable {
     let password: String?
     /// AOF on with `appendfsync always`: state survives a SIGKILL and a restart.
     let appendOnly: Bool
-    /// TLS only on `port` (no plain TCP port) when set; the unix socket stays plain.
-    let tls: TLSFiles?
+    /// TLS only on `port` (no plain TCP port) when set; the unix socket stays plain. A test
+    /// may change it between a `stop()` and a `start()` (another certificate, same port).
+    var tls: TLSFiles? {
+        get { lock.withLock { tlsFiles } }
+        set { lock.withLock { tlsFiles = newValue } }
+    }
+    private var tlsFiles: TLSFiles?
     /// `redis-server`, or `valkey-server`.
     let flavor: RedisFlavor
     private var process: Process?
@@ -53,7 +58,7 @@ final class RedisServerProcess: @unchecked Sendable {
     /// Starts redis-server; retries on a new port if the chosen one was taken meanwhile.
     init(
         password: String? = nil, appendOnly: Bool = false, startTimeout: TimeInterval = 10, tls: TLSFiles? = nil,
-        flavor: RedisFlavor = .redis
+        flavor: RedisFlavor = .underTest
     ) throws {
         // hiredis writes with write(2): a write to a killed server must not kill the test run.
         signal(SIGPIPE, SIG_IGN)
@@ -62,7 +67,7 @@ final class RedisServerProcess: @unchecked Sendable {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         self.password = password
         self.appendOnly = appendOnly
-        self.tls = tls
+        tlsFiles = tls
         self.flavor = flavor
         var lastError: Error = StartError(description: "redis-server did not start")
         for _ in 0..<3 {
@@ -88,14 +93,14 @@ final class RedisServerProcess: @unchecked Sendable {
         let server = Process()
         server.executableURL = URL(fileURLWithPath: flavor.serverPath)
         var arguments = [
-            "--port", tls == nil ? String(port) : "0", "--bind", "127.0.0.1", "--dir", directory.path,
+            "--port", tlsFiles == nil ? String(port) : "0", "--bind", "127.0.0.1", "--dir", directory.path,
             "--save", "", "--appendonly", "no", "--daemonize", "no",
             "--unixsocket", unixSocketPath, "--unixsocketperm", "700",
             "--logfile", directory.appendingPathComponent("redis.log").path,
         ]
         if let password { arguments += ["--requirepass", password] }
         if appendOnly { arguments += ["--appendonly", "yes", "--appendfsync", "always"] }
-        if let tls {
+        if let tls = tlsFiles {
             arguments += [
                 "--tls-port", String(port), "--tls-cert-file", tls.certificatePath, "--tls-key-file", tls.keyPath,
                 "--tls-ca-cert-file", tls.caPath, "--tls-auth-clients", tls.requireClientCertificates ? "yes" : "no",
@@ -207,7 +212,7 @@ final class RedisServerProcess: @unchecked Sendable {
     /// over loopback TCP, or over the unix socket for a TLS-only server.
     private func exchange(_ commands: String) -> String? {
         let connected =
-            tls == nil
+            tlsFiles == nil
             ? connectToLoopback(port: port, receiveTimeoutMicroseconds: 500_000)
             : connectToUnixSocket(path: unixSocketPath, receiveTimeoutMicroseconds: 500_000)
         guard let descriptor = connected else { return nil }
@@ -229,10 +234,10 @@ enum RedisFlavor: String, CaseIterable, CustomStringConvertible {
 
     var serverPath: String { self == .redis ? "/usr/bin/redis-server" : "/usr/bin/valkey-server" }
 
-    /// The servers installed here: Redis always; Valkey where its package is.
-    static var installed: [RedisFlavor] {
-        allCases.filter { FileManager.default.isExecutableFile(atPath: $0.serverPath) }
-    }
+    /// The server the suites run against: `SIWA_TEST_REDIS_SERVER=valkey` (set by
+    /// `scripts/test` for its Valkey pass) or Redis by default.
+    static let underTest: RedisFlavor =
+        ProcessInfo.processInfo.environment["SIWA_TEST_REDIS_SERVER"].flatMap(RedisFlavor.init(rawValue:)) ?? .redis
 
     var description: String { rawValue }
 }
