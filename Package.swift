@@ -25,13 +25,17 @@ let package = Package(
         .target(name: "SIWAJSON"),
 
         // One thin Swift wrapper per C library; none knows anything of notifications.
-        // Every OpenSSL pointer lives in SIWACrypto, every libfcgi pointer in SIWAFastCGI,
+        // Every OpenSSL pointer lives in SIWACrypto (signatures) or SIWATLS (TLS client
+        // connections), every libfcgi pointer in SIWAFastCGI,
         // every hiredis pointer in SIWARedis, every libcurl pointer in SIWAHTTPS.
         // The few OpenSSL helpers written in C (a .c file and a header of declarations).
         .target(name: "COpenSSLShim", dependencies: ["COpenSSL"]),
         .target(name: "SIWACrypto", dependencies: ["COpenSSL", "COpenSSLShim"]),
+        .target(name: "SIWATLS", dependencies: ["COpenSSL", "COpenSSLShim", "SIWASupport"]),
         .target(name: "SIWAFastCGI", dependencies: ["CFastCGI", "SIWASupport"]),
-        .target(name: "SIWARedis", dependencies: ["CHiredis", "SIWASupport"]),
+        // hiredis only as a codec (commands formatted, replies parsed); the socket, and TLS
+        // over it through SIWATLS, belong to the connection.
+        .target(name: "SIWARedis", dependencies: ["CHiredis", "SIWASupport", "SIWATLS"]),
         .target(name: "SIWAHTTPS", dependencies: ["CCurl", "SIWASupport"]),
 
         // Pure Swift: bytes + keys + clock in, a verified notification out.

@@ -14,10 +14,12 @@
 #include <openssl/param_build.h>
 #include <openssl/pem.h>
 #include <openssl/rsa.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <stdint.h>
 #include <string.h>
 
-// Pass-through only: the OpenSSL headers the Swift wrapper (SIWACrypto) calls into. The
+// Pass-through only: the OpenSSL headers the Swift wrappers (SIWACrypto, SIWATLS) call into. The
 // few helpers written in C are declared in COpenSSLShim/include/siwa_openssl.h.
 
 #endif

@@ -11,6 +11,7 @@
 #include <openssl/param_build.h>
 #include <openssl/pem.h>
 #include <openssl/rsa.h>
+#include <openssl/ssl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,3 +162,7 @@ EVP_PKEY *siwa_private_key_from_pem(const char *pem, size_t length) {
     ERR_clear_error();
     return key;
 }
+
+int siwa_ssl_ctx_require_tls12(SSL_CTX *context) { return (int)SSL_CTX_set_min_proto_version(context, TLS1_2_VERSION); }
+
+int siwa_ssl_set_server_name_indication(SSL *ssl, const char *name) { return (int)SSL_set_tlsext_host_name(ssl, name); }

@@ -1,26 +1,24 @@
-import CHiredis
-import Glibc
-
-/// One blocking connection to Redis: the thin wrapper over hiredis, where every
-/// hiredis pointer lives.
+/// One blocking connection to Redis, over a `RedisTransport` it opens: a TCP or unix
+/// socket, with TLS for a `rediss://` endpoint; hiredis only formats the commands and
+/// parses the replies.
 ///
-/// NOT thread safe: a `redisContext` must not be shared, so each worker thread owns
-/// its own `RedisConnection` (create it inside the thread's closure).
+/// NOT thread safe: each worker thread owns its own `RedisConnection` (create it inside
+/// the thread's closure).
 ///
 /// It connects lazily on the first command (or on `connect()`), with a connect
 /// timeout and a command timeout, then sends AUTH and SELECT when the endpoint asks
 /// for them. After an I/O error or a timeout the command throws `connectionLost`
-/// and the next command reconnects (`redisReconnect`, then the command timeout,
-/// AUTH and SELECT again: hiredis 0.14.1 forgets the socket timeout on reconnect).
+/// (or `timedOut`) and the next command reconnects (a new socket, the handshake, AUTH
+/// and SELECT again).
 ///
-/// hiredis writes with `write(2)`: a process using it must ignore SIGPIPE, or a
+/// The transport writes with `write(2)`: a process using it must ignore SIGPIPE, or a
 /// write to a connection Redis has closed kills the process.
 public final class RedisConnection {
     public let endpoint: RedisEndpoint
     public let connectTimeout: Duration
     public let commandTimeout: Duration
 
-    private var context: UnsafeMutablePointer<redisContext>?
+    private var transport: RedisTransport?
     /// Connected, timeout set, authenticated and on the right database.
     private var ready = false
 
@@ -40,10 +38,6 @@ public final class RedisConnection {
         self.connectTimeout = connectTimeout
         self.commandTimeout = commandTimeout
         self.locator = locator
-    }
-
-    deinit {
-        if let context { redisFree(context) }
     }
 
     /// Whether the last command left the connection usable (no I/O error since).
@@ -121,39 +115,27 @@ public final class RedisConnection {
     private func confirmPrimary(_ primary: RedisPrimaryLocator.Primary) throws(RedisError)
         -> RedisPrimaryLocator.Role
     {
-        guard let context else { throw RedisError(.connectionFailed, "no Redis connection") }
-        let role = try send([Array("ROLE".utf8)], on: context).array?.first?.string ?? "?"
+        guard let transport else { throw RedisError(.connectionFailed, "no Redis connection") }
+        let role = try send([Array("ROLE".utf8)], on: transport).array?.first?.string ?? "?"
         return role == "master" ? .master : .other(role)
     }
 
+    /// A new socket (and TLS handshake) to `address`, then AUTH and SELECT.
     private func open(_ address: RedisEndpoint.Address) throws(RedisError) {
-        if let context {
-            guard redisReconnect(context) == REDIS_OK else { throw failure(.connectionFailed, context) }
-        } else {
-            let connectTimeval = Self.makeTimeval(connectTimeout)
-            let created: UnsafeMutablePointer<redisContext>? =
-                switch address {
-                case .tcp(let host, let port): redisConnectWithTimeout(host, Int32(port), connectTimeval)
-                case .unixSocket(let path): redisConnectUnixWithTimeout(path, connectTimeval)
-                }
-            guard let created else {
-                throw RedisError(.connectionFailed, "could not allocate a Redis connection to \(target)")
-            }
-            // Kept even when the connect failed: redisReconnect reuses its address.
-            context = created
-            guard created.pointee.err == 0 else { throw failure(.connectionFailed, created) }
+        transport = nil
+        do throws(RedisTransport.Failure) {
+            transport = try RedisTransport.open(
+                address, tls: endpoint.tls, connectTimeout: connectTimeout, commandTimeout: commandTimeout)
+        } catch {
+            throw failure(.connectionFailed, error)
         }
-        guard let context else { throw RedisError(.connectionFailed, "no Redis connection") }
-        guard redisSetTimeout(context, Self.makeTimeval(commandTimeout)) == REDIS_OK else {
-            throw failure(.connectionFailed, context)
-        }
-        try login(context)
+        guard let transport else { throw RedisError(.connectionFailed, "no Redis connection") }
+        try login(transport)
     }
 
     /// Closes the socket; the next command reconnects.
     public func disconnect() {
-        if let context { redisFree(context) }
-        context = nil
+        transport = nil
         ready = false
     }
 
@@ -173,8 +155,8 @@ public final class RedisConnection {
     /// failover does when it resumes): the connection is closed and `connectionLost` thrown.
     public func command(_ arguments: [[UInt8]]) throws(RedisError) -> RedisReply {
         try connect()
-        guard let context else { throw RedisError(.connectionLost, "no Redis connection") }
-        let reply = try send(arguments, on: context)
+        guard let transport else { throw RedisError(.connectionLost, "no Redis connection") }
+        let reply = try send(arguments, on: transport)
         if let locator, locator.generation != connectedGeneration {
             let left = connectedPrimary.map(\.description) ?? "(unknown)"
             disconnect()
@@ -197,28 +179,26 @@ public final class RedisConnection {
     /// Waits up to the command timeout for a reply the server sends unasked: a pub/sub
     /// message after `SUBSCRIBE`. A timeout throws `timedOut` and leaves the connection closed.
     public func nextPushedReply() throws(RedisError) -> RedisReply {
-        guard ready, let context else { throw RedisError(.connectionLost, "no Redis connection") }
-        var raw: UnsafeMutableRawPointer?
-        guard redisGetReply(context, &raw) == REDIS_OK, let raw else {
-            let error = failure(.connectionLost, context)
+        guard ready, let transport else { throw RedisError(.connectionLost, "no Redis connection") }
+        do throws(RedisTransport.Failure) {
+            return try transport.nextReply()
+        } catch {
+            let failed = failure(.connectionLost, error)
             disconnect()
-            throw error
+            throw failed
         }
-        let reply = Self.convert(raw.assumingMemoryBound(to: redisReply.self))
-        freeReplyObject(raw)
-        return reply
     }
 
-    // MARK: - Below: hiredis calls
+    // MARK: - Below: the exchanges
 
-    private func login(_ context: UnsafeMutablePointer<redisContext>) throws(RedisError) {
+    private func login(_ transport: RedisTransport) throws(RedisError) {
         do {
             if let password = endpoint.password {
                 let arguments = ["AUTH"] + (endpoint.username.map { [$0] } ?? []) + [password]
-                _ = try send(arguments.map { Array($0.utf8) }, on: context)
+                _ = try send(arguments.map { Array($0.utf8) }, on: transport)
             }
             if endpoint.database != 0 {
-                _ = try send([Array("SELECT".utf8), Array(String(endpoint.database).utf8)], on: context)
+                _ = try send([Array("SELECT".utf8), Array(String(endpoint.database).utf8)], on: transport)
             }
         } catch {
             // The server's AUTH/SELECT text names no secret, but a half-logged-in
@@ -230,40 +210,17 @@ public final class RedisConnection {
         }
     }
 
-    private func send(_ arguments: [[UInt8]], on context: UnsafeMutablePointer<redisContext>) throws(RedisError)
-        -> RedisReply
-    {
-        // One contiguous buffer keeps every argument's address valid during the call.
-        let joined = arguments.flatMap { $0 }
-        let lengths = arguments.map { $0.count }
-        let raw: UnsafeMutableRawPointer? = joined.withUnsafeBufferPointer { buffer in
-            let base = UnsafeRawPointer(buffer.baseAddress)
-            var offsets: [Int] = []
-            var offset = 0
-            for length in lengths {
-                offsets.append(offset)
-                offset += length
-            }
-            // An empty argument still needs a non-null pointer.
-            let empty: StaticString = ""
-            var pointers: [UnsafePointer<CChar>?] = offsets.map { start in
-                guard let base else { return UnsafeRawPointer(empty.utf8Start).assumingMemoryBound(to: CChar.self) }
-                return (base + start).assumingMemoryBound(to: CChar.self)
-            }
-            return pointers.withUnsafeMutableBufferPointer { argv in
-                lengths.withUnsafeBufferPointer { argvlen in
-                    redisCommandArgv(context, Int32(arguments.count), argv.baseAddress, argvlen.baseAddress)
-                }
-            }
-        }
-        guard let raw else {
+    private func send(_ arguments: [[UInt8]], on transport: RedisTransport) throws(RedisError) -> RedisReply {
+        let reply: RedisReply
+        do throws(RedisTransport.Failure) {
+            reply = try transport.roundTrip(arguments)
+        } catch {
+            // The stream may hold half a reply: it is never used again.
+            self.transport = nil
             ready = false
             forgetPrimary()
-            throw failure(.connectionLost, context)
+            throw failure(.connectionLost, error)
         }
-        let replyPointer = raw.assumingMemoryBound(to: redisReply.self)
-        let reply = Self.convert(replyPointer)
-        freeReplyObject(raw)
         if case .error(let text) = reply {
             let shown = String(text.prefix(Self.maximumServerErrorLength))
             if locator != nil, text.hasPrefix("READONLY") || text.contains("READONLY You can't write") {
@@ -280,46 +237,24 @@ public final class RedisConnection {
     /// Redis error replies are short; the cap keeps a surprising one out of the logs.
     private static let maximumServerErrorLength = 300
 
-    private static func convert(_ pointer: UnsafeMutablePointer<redisReply>) -> RedisReply {
-        let reply = pointer.pointee
-        func bytes() -> [UInt8] {
-            guard let text = reply.str, reply.len > 0 else { return [] }
-            return Array(UnsafeRawBufferPointer(start: text, count: reply.len))
-        }
-        switch reply.type {
-        case REDIS_REPLY_STATUS: return .status(String(decoding: bytes(), as: UTF8.self))
-        case REDIS_REPLY_ERROR: return .error(String(decoding: bytes(), as: UTF8.self))
-        case REDIS_REPLY_INTEGER: return .integer(Int64(reply.integer))
-        case REDIS_REPLY_STRING: return .bulkString(bytes())
-        case REDIS_REPLY_ARRAY:
-            guard let elements = reply.element else { return .array([]) }
-            return .array((0..<reply.elements).compactMap { index in elements[index].map(convert) })
-        default: return .null
-        }
-    }
-
-    private func failure(_ code: RedisError.Code, _ context: UnsafeMutablePointer<redisContext>) -> RedisError {
+    private func failure(_ code: RedisError.Code, _ problem: RedisTransport.Failure) -> RedisError {
         ready = false
-        let detail = withUnsafeBytes(of: context.pointee.errstr) { buffer in
-            String(decoding: buffer.prefix(while: { $0 != 0 }), as: UTF8.self)
-        }
         let verb = code == .connectionFailed ? "could not connect to" : "lost the connection to"
-        // hiredis reports a socket timeout as the errno text of EAGAIN (a command) or
-        // ETIMEDOUT (connecting): the call may still run once Redis resumes.
-        let timedOut = [EAGAIN, EWOULDBLOCK, ETIMEDOUT].contains { detail == String(cString: strerror($0)) }
+        // A timeout: the call may still run once Redis resumes.
+        let reported: RedisError.Code =
+            switch problem.kind {
+            case .timedOut: .timedOut
+            case .tlsRefused: .tlsRefused
+            default: code
+            }
         return RedisError(
-            timedOut ? .timedOut : code, "\(verb) \(target): \(detail.isEmpty ? "unknown error" : detail)",
-            cause: .hiredis(code: context.pointee.err))
+            reported, "\(verb) \(target): \(problem.detail.isEmpty ? "unknown error" : problem.detail)",
+            cause: .hiredis(code: problem.hiredisCode))
     }
 
     /// What the messages name: the endpoint, or the primary the sentinels gave.
     private var target: String {
         guard locator != nil else { return endpoint.description }
         return "the Redis primary \(connectedPrimary.map(\.description) ?? "(unknown)") (from the sentinels)"
-    }
-
-    private static func makeTimeval(_ duration: Duration) -> timeval {
-        let (seconds, attoseconds) = duration.components
-        return timeval(tv_sec: Int(seconds), tv_usec: Int(attoseconds / 1_000_000_000_000))
     }
 }

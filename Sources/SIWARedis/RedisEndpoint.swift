@@ -5,9 +5,8 @@
 ///   brackets (`redis://[::1]:6379/0`);
 /// - `redis://:password@host:port/db` (or `user:password@` for a Redis 6 ACL user);
 ///   the password may be percent-encoded;
+/// - `rediss://...`: the same as `redis://`, over TLS (see `RedisTLS`);
 /// - `unix:///absolute/path/to/redis.sock[?db=N]`.
-///
-/// `rediss://` is refused: hiredis 0.14.1 (Debian 12) has no TLS.
 public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     /// The transport.
     public enum Address: Sendable, Equatable {
@@ -22,12 +21,17 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     public let username: String?
     /// The password for AUTH; never part of `description`.
     public let password: String?
+    /// TLS over the TCP connection (a `rediss://` URL), with the files it uses; nil: plain.
+    public var tls: RedisTLS?
 
-    public init(address: Address, database: Int = 0, username: String? = nil, password: String? = nil) {
+    public init(
+        address: Address, database: Int = 0, username: String? = nil, password: String? = nil, tls: RedisTLS? = nil
+    ) {
         self.address = address
         self.database = database
         self.username = username
         self.password = password
+        self.tls = tls
     }
 
     /// Parses a Redis URL; the error names the part that is wrong and never echoes a password.
@@ -37,9 +41,10 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
         } else if text.hasPrefix("unix://") {
             self = try Self.parseUnix(String(text.dropFirst("unix://".count)))
         } else if text.hasPrefix("rediss://") {
-            throw Self.invalid("rediss:// (TLS) is not supported by hiredis 0.14.1; use redis:// or unix://")
+            self = try Self.parseTCP(String(text.dropFirst("rediss://".count)))
+            tls = RedisTLS()
         } else {
-            throw Self.invalid("the Redis URL must start with redis:// or unix://")
+            throw Self.invalid("the Redis URL must start with redis://, rediss:// (TLS) or unix://")
         }
     }
 
@@ -49,7 +54,7 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
         switch address {
         case .tcp(let host, let port):
             let shownHost = host.contains(":") ? "[\(host)]" : host
-            return "redis://\(credentials)\(shownHost):\(port)/\(database)"
+            return "\(tls == nil ? "redis" : "rediss")://\(credentials)\(shownHost):\(port)/\(database)"
         case .unixSocket(let path):
             return "unix://\(path)?db=\(database)" + (password == nil ? "" : "&password=***")
         }
@@ -61,7 +66,7 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
 
     private static func parseTCP(_ rest: String) throws(RedisError) -> RedisEndpoint {
         if rest.contains("?") || rest.contains("#") {
-            throw invalid("a redis:// URL takes no query or fragment; put the database in the path (/N)")
+            throw invalid("a redis:// or rediss:// URL takes no query or fragment; put the database in the path (/N)")
         }
         let authority: Substring
         let path: Substring

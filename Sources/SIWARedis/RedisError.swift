@@ -29,7 +29,7 @@ public struct RedisError: CodedError {
     /// The sentinel codes count too: without a primary's address, Redis cannot be reached.
     public var isConnectionError: Bool {
         code == .connectionFailed || code == .connectionLost || code == .timedOut || code == .sentinelUnreachable
-            || code == .sentinelUnknownMaster || code == .sentinelLoginRefused
+            || code == .sentinelUnknownMaster || code == .sentinelLoginRefused || code == .tlsRefused
     }
 
     /// Server replies that say "not now" rather than "never": Redis loading its data after a
@@ -98,5 +98,9 @@ public struct RedisError: CodedError {
         public static let sentinelLoginRefused = Code("redis_sentinel_login_refused")
         /// Fewer replicas than `SIWA_REDIS_MIN_REPLICAS` acknowledged a write in time.
         public static let replicaShortfall = Code("redis_replica_shortfall")
+        /// TLS to Redis cannot work as set: the server's certificate was refused (untrusted,
+        /// expired, or not naming the host), or a TLS file cannot be used. The message names
+        /// the setting. Redis is unreachable meanwhile, as in an outage: records spool.
+        public static let tlsRefused = Code("redis_tls_refused")
     }
 }

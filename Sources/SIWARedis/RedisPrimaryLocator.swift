@@ -94,6 +94,8 @@ public final class RedisPrimaryLocator: Sendable {
 
     public let masterName: String
     let sentinelPassword: String?
+    /// TLS to the sentinels; nil: plain TCP.
+    let sentinelTLS: RedisTLS?
     let timeout: Duration
     let observer: (@Sendable (Event) -> Void)?
 
@@ -146,10 +148,11 @@ public final class RedisPrimaryLocator: Sendable {
     /// must be told (on the thread that saw it).
     public init(
         sentinels: [Sentinel], masterName: String, sentinelPassword: String?, timeout: Duration,
-        observer: (@Sendable (Event) -> Void)? = nil
+        sentinelTLS: RedisTLS? = nil, observer: (@Sendable (Event) -> Void)? = nil
     ) {
         self.masterName = masterName
         self.sentinelPassword = sentinelPassword
+        self.sentinelTLS = sentinelTLS
         self.timeout = timeout
         self.observer = observer
         state = Mutex(State(sentinels: sentinels))
@@ -300,16 +303,20 @@ public final class RedisPrimaryLocator: Sendable {
         var verdicts: [Primary: String] = [:]
         var unusable: [String] = []
         var staleSentinels: [Sentinel] = []
+        var refusedTLS: [String] = []
         for sentinel in order {
             let connection = RedisConnection(
                 endpoint: RedisEndpoint(
-                    address: .tcp(host: sentinel.host, port: sentinel.port), password: sentinelPassword),
+                    address: .tcp(host: sentinel.host, port: sentinel.port), password: sentinelPassword,
+                    tls: sentinelTLS),
                 connectTimeout: timeout, commandTimeout: timeout)
             let reply: RedisReply
             do {
                 reply = try connection.command("SENTINEL", "get-master-addr-by-name", masterName)
             } catch {
-                if Self.isLoginRefusal(error) {
+                if error.code == .tlsRefused {
+                    refusedTLS.append("\(sentinel): \(error.message)")
+                } else if Self.isLoginRefusal(error) {
                     refusedLogin.append("\(sentinel): \(error.message)")
                 } else {
                     unreachable.append("\(sentinel): \(error.message)")
@@ -381,6 +388,11 @@ public final class RedisPrimaryLocator: Sendable {
                 observer?(.primaryFound(sentinel: sentinel, primary: found, previous: previous))
             }
             return (found, generation)
+        }
+        if !refusedTLS.isEmpty {
+            throw RedisError(
+                .tlsRefused,
+                "SIWA_REDIS_SENTINEL_TLS: TLS to the sentinels was refused (\(refusedTLS.joined(separator: "; ")))")
         }
         if !refusedLogin.isEmpty {
             throw RedisError(

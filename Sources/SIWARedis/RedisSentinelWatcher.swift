@@ -35,7 +35,8 @@ public final class RedisSentinelWatcher: Service {
         while !stopped.hasOpened {
             let connection = RedisConnection(
                 endpoint: RedisEndpoint(
-                    address: .tcp(host: sentinel.host, port: sentinel.port), password: locator.sentinelPassword),
+                    address: .tcp(host: sentinel.host, port: sentinel.port), password: locator.sentinelPassword,
+                    tls: locator.sentinelTLS),
                 connectTimeout: locator.timeout, commandTimeout: readInterval)
             var subscribed = false
             do {

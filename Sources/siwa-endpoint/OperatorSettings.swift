@@ -24,7 +24,7 @@ enum OperatorSettings {
         let locator = redis.sentinel.map {
             RedisPrimaryLocator(
                 sentinels: $0.sentinels, masterName: $0.masterName, sentinelPassword: $0.password,
-                timeout: redis.timeout)
+                timeout: redis.timeout, sentinelTLS: $0.tls)
         }
         return RedisConnection(
             endpoint: redis.endpoint, connectTimeout: redis.timeout, commandTimeout: redis.timeout, locator: locator)

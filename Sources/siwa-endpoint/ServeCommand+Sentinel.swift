@@ -21,14 +21,17 @@ extension ServeCommand {
         let master = sentinel.masterName
         let locator = RedisPrimaryLocator(
             sentinels: sentinel.sentinels, masterName: master, sentinelPassword: sentinel.password,
-            timeout: configuration.redis.timeout, observer: logSentinelEvent)
+            timeout: configuration.redis.timeout, sentinelTLS: sentinel.tls, observer: logSentinelEvent)
         let confirming = RedisConnection(
             endpoint: configuration.redis.endpoint, connectTimeout: configuration.redis.timeout,
             commandTimeout: configuration.redis.timeout, locator: locator)
         defer { confirming.disconnect() }
         do {
             try confirming.connect()
-        } catch  where error.code != .sentinelUnknownMaster && error.code != .sentinelLoginRefused {
+        } catch
+            where error.code != .sentinelUnknownMaster && error.code != .sentinelLoginRefused
+            && !Self.isSentinelTLSRefusal(error)
+        {
             // No address confirmed. One the sentinels named may still refuse the URL's user or
             // password (a setting to fix, not an outage): the start-up check tells which.
             if let named = locator.lastNamed, let refusal = checkRedis(configuration, primary: named) {
@@ -50,6 +53,12 @@ extension ServeCommand {
             return .failure(StartRefused(exitStatus: 2))
         }
         return .success(locator)
+    }
+
+    /// The sentinels refused TLS (a wrong CA, host name or certificate: a setting to fix), as
+    /// opposed to a data node refusing it, which the start-up check names.
+    static func isSentinelTLSRefusal(_ error: RedisError) -> Bool {
+        error.code == .tlsRefused && error.message.hasPrefix("SIWA_REDIS_SENTINEL_TLS")
     }
 
     /// One `+switch-master` watcher per sentinel, for the service group to run and stop.

@@ -297,7 +297,7 @@ enum ServeCommand {
             // With Sentinel, the URL gives the database and credentials; the primary its address.
             endpoint = RedisEndpoint(
                 address: .tcp(host: primary.host, port: primary.port), database: endpoint.database,
-                username: endpoint.username, password: endpoint.password)
+                username: endpoint.username, password: endpoint.password, tls: endpoint.tls)
         } else if configuration.redis.sentinel != nil {
             return nil  // no primary known yet: an outage, reported by /healthz; serve spools
         }

@@ -79,10 +79,11 @@ stack_make_ca() {
   chmod 600 "$dir/ca.key"
 }
 
-# The extensions of a server certificate naming SAN (DIR/NAME.ext).
+# The extensions of a leaf certificate naming SAN (DIR/NAME.ext); USAGE its extended key
+# usage (serverAuth by default; clientAuth for a TLS client, serverAuth,clientAuth for both).
 stack_leaf_extensions() {
   printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
-    "extendedKeyUsage=serverAuth" "subjectAltName=$3" >"$1/$2.ext"
+    "extendedKeyUsage=${4:-serverAuth}" "subjectAltName=$3" >"$1/$2.ext"
 }
 
 # stack_make_leaf DIR NAME [KEY] [DIGEST] [DAYS] [SAN]: DIR/NAME.key and DIR/NAME.pem, a
@@ -90,10 +91,11 @@ stack_leaf_extensions() {
 # rsa1024 (too weak for ATS) or ec (P-256); DIGEST: the CA's signature hash (sha256; sha1
 # is too weak for ATS); DAYS: validity from now (90: longer than check-endpoint's 30-day
 # warning); SAN: the names it holds (DNS:localhost,IP:127.0.0.1,IP:::1: the names curl
-# and check-endpoint verify).
+# and check-endpoint verify); USAGE: its extended key usage (serverAuth; see
+# stack_leaf_extensions).
 stack_make_leaf() {
   local dir=$1 name=$2 key=${3:-rsa} digest=${4:-sha256} days=${5:-90}
-  local san=${6:-DNS:localhost,IP:127.0.0.1,IP:::1}
+  local san=${6:-DNS:localhost,IP:127.0.0.1,IP:::1} usage=${7:-serverAuth}
   local algorithm
   case $key in
     rsa) algorithm=(-newkey rsa:2048) ;;
@@ -101,7 +103,7 @@ stack_make_leaf() {
     ec) algorithm=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1) ;;
     *) stack_die "stack_make_leaf: unknown key kind $key" ;;
   esac
-  stack_leaf_extensions "$dir" "$name" "$san"
+  stack_leaf_extensions "$dir" "$name" "$san" "$usage"
   openssl req -new "${algorithm[@]}" -nodes -keyout "$dir/$name.key" -out "$dir/$name.csr" \
     -subj "/CN=localhost" 2>/dev/null
   openssl x509 -req -in "$dir/$name.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -CAcreateserial \
@@ -109,15 +111,15 @@ stack_make_leaf() {
   chmod 600 "$dir/$name.key"
 }
 
-# stack_make_expired_leaf DIR NAME: as stack_make_leaf, but valid only in January 2020.
-# OpenSSL 3.0's `x509 -req` takes no dates; `openssl ca` takes -startdate/-enddate.
+# stack_make_expired_leaf DIR NAME [SAN]: as stack_make_leaf, but valid only in January
+# 2020. OpenSSL 3.0's `x509 -req` takes no dates; `openssl ca` takes -startdate/-enddate.
 stack_make_expired_leaf() {
-  local dir=$1 name=$2
+  local dir=$1 name=$2 san=${3:-DNS:localhost,IP:127.0.0.1,IP:::1}
   local database=$dir/ca-db
   mkdir -p "$database"
   : >"$database/index.txt"
   echo 1000 >"$database/serial"
-  stack_leaf_extensions "$dir" "$name" "DNS:localhost,IP:127.0.0.1,IP:::1"
+  stack_leaf_extensions "$dir" "$name" "$san"
   printf '%s\n' "[ca]" "default_ca = test_ca" "[test_ca]" "database = $database/index.txt" \
     "new_certs_dir = $database" "serial = $database/serial" "default_md = sha256" "policy = any_name" \
     "unique_subject = no" "copy_extensions = none" "[any_name]" "commonName = supplied" >"$dir/ca.cnf"

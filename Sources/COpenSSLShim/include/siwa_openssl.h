@@ -8,6 +8,7 @@
 #define OPENSSL_NO_DEPRECATED 1
 
 #include <openssl/evp.h>
+#include <openssl/ssl.h>
 #include <stddef.h>
 
 /// An RSA public key from big-endian modulus and exponent bytes; NULL on failure.
@@ -47,5 +48,12 @@ char *siwa_private_key_pem(EVP_PKEY *key, size_t *length);
 
 /// A private key from PEM text; NULL on failure.
 EVP_PKEY *siwa_private_key_from_pem(const char *pem, size_t length);
+
+/// One-line pass-throughs for OpenSSL macros Swift cannot call (SIWATLS).
+/// SSL_CTX_set_min_proto_version(context, TLS1_2_VERSION): 1 on success.
+int siwa_ssl_ctx_require_tls12(SSL_CTX *context);
+
+/// SSL_set_tlsext_host_name (SNI): 1 on success.
+int siwa_ssl_set_server_name_indication(SSL *ssl, const char *name);
 
 #endif

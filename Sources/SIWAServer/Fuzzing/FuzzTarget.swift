@@ -141,6 +141,9 @@ package struct FuzzTarget: Sendable {
         // Files named by the settings are checked for readability only: keep them out of
         // reach of the fuzzer's strings so no input makes it read a real file.
         environment["SIWA_JWKS_CA_FILE"] = nil
+        for name in ["SIWA_REDIS_TLS_CA_FILE", "SIWA_REDIS_TLS_CERT_FILE", "SIWA_REDIS_TLS_KEY_FILE"] {
+            environment[name] = nil
+        }
         do {
             _ = try ServerConfiguration(environment: environment)
             return .accepted("settings")

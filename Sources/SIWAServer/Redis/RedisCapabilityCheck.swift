@@ -27,11 +27,14 @@ public enum RedisCapabilityCheck {
         minimumReplicas: Int = 0
     ) -> Result {
         // Logged in by hand, so that each step's refusal is told apart from an outage.
-        let bare = RedisEndpoint(address: endpoint.address)
+        let bare = RedisEndpoint(address: endpoint.address, tls: endpoint.tls)
         let connection = RedisConnection(endpoint: bare, connectTimeout: timeout, commandTimeout: timeout)
         defer { connection.disconnect() }
         do {
             try connection.connect()
+        } catch  where error.code == .tlsRefused {
+            // A certificate or a TLS file the settings must fix: no outage ends it.
+            return .refused(error.message)
         } catch {
             return .unavailable(error.message)
         }

@@ -49,7 +49,8 @@ public struct ServerConfiguration: Sendable, Equatable {
             .duration("SIWA_JWKS_TIMEOUT_SECONDS", default: 5, in: 1...60, unit: .seconds, "whole JWKS fetch timeout"),
             .parsed(
                 "SIWA_REDIS_URL", default: "redis://127.0.0.1:6379/0",
-                "`redis://[:password@]host:port/db` or `unix:///path[?db=N]`", redisEndpoint),
+                "`redis://[:password@]host:port/db`, the same over TLS as `rediss://...`, or `unix:///path[?db=N]`",
+                redisEndpoint),
             .duration(
                 "SIWA_REDIS_TIMEOUT_MS", default: 1000, in: 10...60_000, unit: .milliseconds,
                 "Redis connect and command timeout"),
@@ -110,6 +111,24 @@ public struct ServerConfiguration: Sendable, Equatable {
                 "SIWA_REDIS_REPLICA_TIMEOUT_MS", default: 100, in: 1...60_000, unit: .milliseconds,
                 "how long to `WAIT` for those replicas; shorter than `SIWA_REDIS_TIMEOUT_MS` when replicas are asked for"
             ),
+            .optional(
+                "SIWA_REDIS_TLS_CA_FILE", shown: "(system trust store)",
+                "PEM CA certificates that may sign Redis's (and TLS sentinels') certificate", readableFile),
+            .optional(
+                "SIWA_REDIS_TLS_CERT_FILE", shown: "(none)",
+                "PEM client certificate chain, for a Redis that asks for one (mutual TLS); with `SIWA_REDIS_TLS_KEY_FILE`",
+                readableFile),
+            .optional(
+                "SIWA_REDIS_TLS_KEY_FILE", shown: "(none)", "PEM private key of `SIWA_REDIS_TLS_CERT_FILE`",
+                readableFile),
+            .optional(
+                "SIWA_REDIS_TLS_SERVER_NAME", shown: "(the host connected to)",
+                "the name Redis's certificate must hold, also sent as SNI, when it is not the host of the URL or the address the sentinels give",
+                tlsServerName),
+            .parsed(
+                "SIWA_REDIS_SENTINEL_TLS", default: "no",
+                "`yes`: the sentinels are reached over TLS too (the same CA, client certificate and server name)",
+                yesOrNo),
         ] + ReconcileConfiguration.appleSettings
 
     /// Reads the settings from `environment`, after the lines of `envFile` (`NAME=value`,
@@ -179,12 +198,62 @@ public struct ServerConfiguration: Sendable, Equatable {
                 "must be shorter than SIWA_REDIS_TIMEOUT_MS (\(Int(timeout / .milliseconds(1))) ms) when "
                     + "SIWA_REDIS_MIN_REPLICAS is above 0: WAIT runs within the command timeout")
         }
+        var endpoint: RedisEndpoint = parsed["SIWA_REDIS_URL"]
+        var sentinelWithTLS = sentinel
+        let sentinelsUseTLS: Bool = parsed["SIWA_REDIS_SENTINEL_TLS"]
+        let tls = try redisTLS(parsed, urlUsesTLS: endpoint.tls != nil, sentinelsUseTLS: sentinelsUseTLS)
+        if sentinelsUseTLS {
+            guard sentinel != nil else {
+                throw ConfigurationError(
+                    setting: "SIWA_REDIS_SENTINEL_TLS", "is yes but SIWA_REDIS_SENTINELS is not set: name the sentinels"
+                )
+            }
+            sentinelWithTLS?.tls = tls
+        }
+        if endpoint.tls != nil { endpoint.tls = tls }
         return RedisSettings(
             url: values["SIWA_REDIS_URL"] ?? defaultValue(of: "SIWA_REDIS_URL"),
-            endpoint: parsed["SIWA_REDIS_URL"],
-            timeout: parsed["SIWA_REDIS_TIMEOUT_MS"], sentinel: sentinel,
+            endpoint: endpoint,
+            timeout: parsed["SIWA_REDIS_TIMEOUT_MS"], sentinel: sentinelWithTLS,
             minimumReplicas: parsed["SIWA_REDIS_MIN_REPLICAS"], replicaTimeout: parsed["SIWA_REDIS_REPLICA_TIMEOUT_MS"],
             circuitRetryInterval: parsed["SIWA_REDIS_RETRY_MS"])
+    }
+
+    /// The TLS files and name, when `rediss://` or `SIWA_REDIS_SENTINEL_TLS` asks for TLS; the
+    /// files are loaded now, so a CA file that holds no certificate or a key that does not
+    /// match its certificate stops the start, naming the setting.
+    static func redisTLS(_ parsed: SettingValues, urlUsesTLS: Bool, sentinelsUseTLS: Bool) throws(ConfigurationError)
+        -> RedisTLS
+    {
+        let tls = RedisTLS(
+            caFile: parsed["SIWA_REDIS_TLS_CA_FILE"], certificateFile: parsed["SIWA_REDIS_TLS_CERT_FILE"],
+            keyFile: parsed["SIWA_REDIS_TLS_KEY_FILE"], serverName: parsed["SIWA_REDIS_TLS_SERVER_NAME"])
+        let given: [(name: String, isSet: Bool)] = [
+            ("SIWA_REDIS_TLS_CA_FILE", tls.caFile != nil), ("SIWA_REDIS_TLS_CERT_FILE", tls.certificateFile != nil),
+            ("SIWA_REDIS_TLS_KEY_FILE", tls.keyFile != nil), ("SIWA_REDIS_TLS_SERVER_NAME", tls.serverName != nil),
+        ]
+        guard urlUsesTLS || sentinelsUseTLS else {
+            // A TLS setting that would be ignored: Redis would be reached in plain text.
+            if let ignored = given.first(where: \.isSet) {
+                throw ConfigurationError(
+                    setting: ignored.name,
+                    "is set but TLS is off: SIWA_REDIS_URL is not rediss:// and SIWA_REDIS_SENTINEL_TLS is not yes")
+            }
+            return tls
+        }
+        if (tls.certificateFile == nil) != (tls.keyFile == nil) {
+            let missing = tls.certificateFile == nil ? "SIWA_REDIS_TLS_CERT_FILE" : "SIWA_REDIS_TLS_KEY_FILE"
+            throw ConfigurationError(
+                setting: missing, "is required with the other of SIWA_REDIS_TLS_CERT_FILE and SIWA_REDIS_TLS_KEY_FILE")
+        }
+        do throws(RedisError) {
+            try tls.check()
+        } catch {
+            let named = error.message.prefix { $0 != ":" }
+            let setting = named.hasPrefix("SIWA_") ? String(named) : "SIWA_REDIS_TLS_CA_FILE"
+            throw ConfigurationError(setting: setting, "cannot be used for TLS to Redis: \(error.message)")
+        }
+        return tls
     }
 
     /// The documented default of a row (for rows whose default is a literal value).
@@ -250,6 +319,8 @@ public struct SentinelSettings: Sendable, Equatable {
     public var sentinels: [RedisPrimaryLocator.Sentinel]
     public var masterName: String
     public var password: String?
+    /// TLS to the sentinels (`SIWA_REDIS_SENTINEL_TLS`); nil: plain TCP.
+    public var tls: RedisTLS?
 }
 
 /// Where the responder listens, with how many workers.
@@ -332,6 +403,26 @@ extension ServerConfiguration {
             return try RedisEndpoint(parsing: text)
         } catch {
             throw SettingProblem("is not a usable Redis URL: \(error.message)")
+        }
+    }
+
+    /// A DNS name or an IP address, as a certificate holds it.
+    @Sendable static func tlsServerName(_ text: String) throws(SettingProblem) -> String {
+        guard text.utf8.count <= 253,
+            text.unicodeScalars.allSatisfy({
+                $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "-.:".unicodeScalars.contains($0))
+            })
+        else {
+            throw SettingProblem("must be a host name or an IP address (letters, digits, '-', '.', ':')")
+        }
+        return text
+    }
+
+    @Sendable static func yesOrNo(_ text: String) throws(SettingProblem) -> Bool {
+        switch text {
+        case "yes": return true
+        case "no": return false
+        default: throw SettingProblem("must be yes or no")
         }
     }
 

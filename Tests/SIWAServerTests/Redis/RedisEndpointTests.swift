@@ -38,6 +38,19 @@ struct RedisEndpointTests {
         #expect(endpoint.description == "redis://[::1]:7000/2")
     }
 
+    @Test("rediss:// is redis:// over TLS: the same parts, TLS on, and `rediss` in the logged form")
+    func tlsURL() throws {
+        let endpoint = try RedisEndpoint(parsing: "rediss://app:pw@cache.example:6380/2")
+        #expect(
+            endpoint
+                == RedisEndpoint(
+                    address: .tcp(host: "cache.example", port: 6380), database: 2, username: "app", password: "pw",
+                    tls: RedisTLS()))
+        #expect(endpoint.description == "rediss://app:***@cache.example:6380/2")
+        #expect(try RedisEndpoint(parsing: "redis://cache.example:6380/2").tls == nil)
+        #expect(try RedisEndpoint(parsing: "rediss://[::1]").address == .tcp(host: "::1", port: 6379))
+    }
+
     @Test func unixSocket() throws {
         let plain = try RedisEndpoint(parsing: "unix:///run/redis/redis.sock")
         #expect(plain.address == .unixSocket(path: "/run/redis/redis.sock"))
@@ -55,9 +68,10 @@ struct RedisEndpointTests {
 
     @Test(
         arguments: [
-            ("", "must start with redis:// or unix://"),
-            ("http://localhost", "must start with redis:// or unix://"),
-            ("rediss://localhost", "TLS"),
+            ("", "must start with redis://, rediss:// (TLS) or unix://"),
+            ("http://localhost", "must start with redis://, rediss:// (TLS) or unix://"),
+            ("rediss://", "host is missing"),
+            ("rediss://localhost?tls=no", "takes no query or fragment"),
             ("redis://", "host is missing"),
             ("redis://:6379", "host is missing"),
             ("redis://localhost:0", "port must be a number from 1 to 65535"),

@@ -21,3 +21,32 @@ func connectToLoopback(port: Int, receiveTimeoutMicroseconds: Int) -> Int32? {
     }
     return descriptor
 }
+
+/// A connection to the unix socket at `path` with a receive timeout, or nil. The caller closes it.
+func connectToUnixSocket(path: String, receiveTimeoutMicroseconds: Int) -> Int32? {
+    let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+    guard descriptor >= 0 else { return nil }
+    var timeout = timeval(tv_sec: 0, tv_usec: receiveTimeoutMicroseconds)
+    setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    var address = sockaddr_un()
+    address.sun_family = sa_family_t(AF_UNIX)
+    let bytes = Array(path.utf8)
+    guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+        close(descriptor)
+        return nil
+    }
+    withUnsafeMutableBytes(of: &address.sun_path) { buffer in
+        buffer.copyBytes(from: bytes)
+        buffer[bytes.count] = 0
+    }
+    let connected = withUnsafePointer(to: &address) { pointer in
+        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) == 0
+        }
+    }
+    guard connected else {
+        close(descriptor)
+        return nil
+    }
+    return descriptor
+}

@@ -3,9 +3,11 @@ import SIWARedis
 import SIWAServer
 
 /// Redis as teams run it for availability, on loopback: one primary, two replicas and
-/// three sentinels (real `redis-server`, the sentinels as `redis-server --sentinel`),
-/// each on its own free port and in one temporary directory. No persistence: a node
-/// that is killed loses what it held, as a lost machine does. Always call `shutdown()`.
+/// three sentinels (real `redis-server`, the sentinels as `redis-server --sentinel`; or
+/// the same with `valkey-server`), each on its own free port and in one temporary
+/// directory. With `tls`, every node and sentinel listens with TLS only and replication
+/// runs over TLS. No persistence: a node that is killed loses what it held, as a lost
+/// machine does. Always call `shutdown()`.
 final class RedisSentinelCluster: @unchecked Sendable {
     static let masterName = "siwa-test-master"
 
@@ -16,17 +18,19 @@ final class RedisSentinelCluster: @unchecked Sendable {
         let port: Int
         let arguments: [String]
         let logPath: String
+        let serverPath: String
         private(set) var process: Process?
 
-        init(port: Int, arguments: [String], logPath: String) {
+        init(port: Int, arguments: [String], logPath: String, serverPath: String) {
             self.port = port
             self.arguments = arguments
             self.logPath = logPath
+            self.serverPath = serverPath
         }
 
         func start() throws {
             let server = Process()
-            server.executableURL = URL(fileURLWithPath: "/usr/bin/redis-server")
+            server.executableURL = URL(fileURLWithPath: serverPath)
             server.arguments = arguments
             server.standardOutput = FileHandle.nullDevice
             server.standardError = FileHandle.nullDevice
@@ -60,33 +64,51 @@ final class RedisSentinelCluster: @unchecked Sendable {
     let dataNodes: [Node]
     let sentinels: [Node]
     let sentinelPassword: String?
+    let flavor: RedisFlavor
+    /// Every node's certificate and the CA (TLS-only nodes and sentinels), or nil for plain TCP.
+    let tls: RedisServerProcess.TLSFiles?
     /// Sentinels started by `startStaleSentinel`, stopped by `shutdown()` too.
     private(set) var staleSentinels: [Node] = []
 
     /// `downAfterMilliseconds`: how long the primary may be silent before the sentinels call it down.
-    init(downAfterMilliseconds: Int = 1000, sentinelPassword: String? = nil) throws {
+    init(
+        downAfterMilliseconds: Int = 1000, sentinelPassword: String? = nil, flavor: RedisFlavor = .underTest,
+        tls: RedisServerProcess.TLSFiles? = nil
+    ) throws {
         signal(SIGPIPE, SIG_IGN)
         directory = FileManager.default.temporaryDirectory
             .appendingPathComponent("siwa-sentinel-\(UUID().uuidString)", isDirectory: true)
         let directory = self.directory
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         self.sentinelPassword = sentinelPassword
+        self.flavor = flavor
+        self.tls = tls
+        let tlsArguments =
+            tls.map {
+                [
+                    "--tls-cert-file", $0.certificatePath, "--tls-key-file", $0.keyPath, "--tls-ca-cert-file",
+                    $0.caPath,
+                    "--tls-auth-clients", $0.requireClientCertificates ? "yes" : "no", "--tls-replication", "yes",
+                ]
+            } ?? []
         let dataPorts = try (0..<3).map { _ in try RedisServerProcess.freeLoopbackPort() }
         let primaryPort = dataPorts[0]
         dataNodes = dataPorts.enumerated().map { index, port in
             let nodeDirectory = Self.makeDirectory(in: directory, "data-\(index)")
             var arguments = [
-                "--port", String(port), "--bind", "127.0.0.1", "--dir", nodeDirectory, "--save", "",
-                "--appendonly", "no", "--daemonize", "no", "--logfile", nodeDirectory + "/redis.log",
+                "--port", tls == nil ? String(port) : "0", "--bind", "127.0.0.1", "--dir", nodeDirectory, "--save",
+                "", "--appendonly", "no", "--daemonize", "no", "--logfile", nodeDirectory + "/redis.log",
             ]
+            if tls != nil { arguments += ["--tls-port", String(port)] + tlsArguments }
             if index > 0 { arguments += ["--replicaof", "127.0.0.1", String(primaryPort)] }
-            return Node(port: port, arguments: arguments, logPath: nodeDirectory + "/redis.log")
+            return Node(
+                port: port, arguments: arguments, logPath: nodeDirectory + "/redis.log", serverPath: flavor.serverPath)
         }
         sentinels = try (0..<3).map { index in
             let port = try RedisServerProcess.freeLoopbackPort()
             let nodeDirectory = Self.makeDirectory(in: directory, "sentinel-\(index)")
             var config = """
-                port \(port)
+                port \(tls == nil ? port : 0)
                 bind 127.0.0.1
                 dir \(nodeDirectory)
                 logfile \(nodeDirectory)/sentinel.log
@@ -97,10 +119,19 @@ final class RedisSentinelCluster: @unchecked Sendable {
 
                 """
             if let sentinelPassword { config += "requirepass \(sentinelPassword)\n" }
+            if tls != nil {
+                // The same options as the command line's, as sentinel.conf lines.
+                config += "tls-port \(port)\n"
+                for pair in stride(from: 0, to: tlsArguments.count, by: 2) {
+                    config += "\(tlsArguments[pair].dropFirst(2)) \(tlsArguments[pair + 1])\n"
+                }
+            }
             // Sentinels rewrite their file with what they learn: one writable file each.
             let configPath = nodeDirectory + "/sentinel.conf"
             try config.write(toFile: configPath, atomically: true, encoding: .utf8)
-            return Node(port: port, arguments: [configPath, "--sentinel"], logPath: nodeDirectory + "/sentinel.log")
+            return Node(
+                port: port, arguments: [configPath, "--sentinel"], logPath: nodeDirectory + "/sentinel.log",
+                serverPath: flavor.serverPath)
         }
         do {
             for node in dataNodes { try node.start() }
@@ -123,12 +154,17 @@ final class RedisSentinelCluster: @unchecked Sendable {
     /// `SIWA_REDIS_SENTINELS` for this cluster.
     var sentinelList: String { sentinels.map { "127.0.0.1:\($0.port)" }.joined(separator: ",") }
 
-    /// A plain connection to one node.
+    /// A connection to one node (over TLS, trusting the test CA, when the cluster has TLS).
     func connection(port: Int, password: String? = nil) -> RedisConnection {
         RedisConnection(
-            endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: port), password: password),
+            endpoint: RedisEndpoint(
+                address: .tcp(host: "127.0.0.1", port: port), password: password, tls: clientTLS),
             connectTimeout: .milliseconds(500), commandTimeout: .seconds(2))
     }
+
+    /// What a client needs for this cluster's TLS: the CA, and `localhost`, the name the
+    /// certificates hold (the sentinels name nodes by IP address).
+    var clientTLS: RedisTLS? { tls.map { RedisTLS(caFile: $0.caPath, serverName: "localhost") } }
 
     /// The port the first answering sentinel names as the master's, or nil.
     func masterPortFromSentinels() -> Int? {

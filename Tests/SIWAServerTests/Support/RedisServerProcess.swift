@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import SIWARedis
 
 /// A real `redis-server` for tests: its own free loopback port, its own temporary
 /// directory, no persistence (`--save "" --appendonly no`), and a Unix socket in that
@@ -11,26 +12,54 @@ final class RedisServerProcess: @unchecked Sendable {
         let description: String
     }
 
+    /// A TLS-only server (`--port 0 --tls-port`): its certificate, key and the CA it
+    /// trusts for clients' certificates, which it requires when `requireClientCertificates`.
+    struct TLSFiles {
+        let certificatePath: String
+        let keyPath: String
+        let caPath: String
+        var requireClientCertificates = false
+    }
+
     /// Fixed once started: restarts reuse it.
     private(set) var port = 0
     let directory: URL
     let password: String?
     /// AOF on with `appendfsync always`: state survives a SIGKILL and a restart.
     let appendOnly: Bool
+    /// TLS only on `port` (no plain TCP port) when set; the unix socket stays plain. A test
+    /// may change it between a `stop()` and a `start()` (another certificate, same port).
+    var tls: TLSFiles? {
+        get { lock.withLock { tlsFiles } }
+        set { lock.withLock { tlsFiles = newValue } }
+    }
+    private var tlsFiles: TLSFiles?
+    /// `redis-server`, or `valkey-server`.
+    let flavor: RedisFlavor
     private var process: Process?
     private let lock = NSLock()
 
     /// The Unix socket Redis also listens on.
     var unixSocketPath: String { directory.appendingPathComponent("redis.sock").path }
 
-    /// `redis://127.0.0.1:<port>/<database>`, with the password when one is set.
+    /// `redis://127.0.0.1:<port>/<database>` (with TLS `rediss://localhost:...`, the name its
+    /// test certificate holds), with the password when one is set.
     func url(database: Int = 0) -> String {
         let credentials = password.map { ":\($0)@" } ?? ""
+        if tls != nil { return "rediss://\(credentials)localhost:\(port)/\(database)" }
         return "redis://\(credentials)127.0.0.1:\(port)/\(database)"
     }
 
+    /// A plain connection over the unix socket, for the test's own reads (with TLS too).
+    func unixSocketConnection() -> RedisConnection {
+        RedisConnection(endpoint: RedisEndpoint(address: .unixSocket(path: unixSocketPath), password: password))
+    }
+
     /// Starts redis-server; retries on a new port if the chosen one was taken meanwhile.
-    init(password: String? = nil, appendOnly: Bool = false, startTimeout: TimeInterval = 10) throws {
+    init(
+        password: String? = nil, appendOnly: Bool = false, startTimeout: TimeInterval = 10, tls: TLSFiles? = nil,
+        flavor: RedisFlavor = .underTest
+    ) throws {
         // hiredis writes with write(2): a write to a killed server must not kill the test run.
         signal(SIGPIPE, SIG_IGN)
         directory = FileManager.default.temporaryDirectory
@@ -38,6 +67,8 @@ final class RedisServerProcess: @unchecked Sendable {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         self.password = password
         self.appendOnly = appendOnly
+        tlsFiles = tls
+        self.flavor = flavor
         var lastError: Error = StartError(description: "redis-server did not start")
         for _ in 0..<3 {
             port = try Self.freeLoopbackPort()
@@ -60,15 +91,21 @@ final class RedisServerProcess: @unchecked Sendable {
         defer { lock.unlock() }
         if let process, process.isRunning { return }
         let server = Process()
-        server.executableURL = URL(fileURLWithPath: "/usr/bin/redis-server")
+        server.executableURL = URL(fileURLWithPath: flavor.serverPath)
         var arguments = [
-            "--port", String(port), "--bind", "127.0.0.1", "--dir", directory.path,
+            "--port", tlsFiles == nil ? String(port) : "0", "--bind", "127.0.0.1", "--dir", directory.path,
             "--save", "", "--appendonly", "no", "--daemonize", "no",
             "--unixsocket", unixSocketPath, "--unixsocketperm", "700",
             "--logfile", directory.appendingPathComponent("redis.log").path,
         ]
         if let password { arguments += ["--requirepass", password] }
         if appendOnly { arguments += ["--appendonly", "yes", "--appendfsync", "always"] }
+        if let tls = tlsFiles {
+            arguments += [
+                "--tls-port", String(port), "--tls-cert-file", tls.certificatePath, "--tls-key-file", tls.keyPath,
+                "--tls-ca-cert-file", tls.caPath, "--tls-auth-clients", tls.requireClientCertificates ? "yes" : "no",
+            ]
+        }
         server.arguments = arguments
         server.standardOutput = FileHandle.nullDevice
         server.standardError = FileHandle.nullDevice
@@ -80,7 +117,7 @@ final class RedisServerProcess: @unchecked Sendable {
                 process = nil
                 throw StartError(description: "redis-server exited at start (port \(port) taken?)")
             }
-            if Self.answersPing(port: port) { return }
+            if answersPing() { return }
             Thread.sleep(forTimeInterval: 0.02)
         }
         Foundation.kill(server.processIdentifier, SIGKILL)
@@ -100,7 +137,7 @@ final class RedisServerProcess: @unchecked Sendable {
         if process.isRunning {
             var commands = password.map { "AUTH \($0)\r\n" } ?? ""
             commands += "SHUTDOWN NOSAVE\r\n"
-            _ = Self.exchange(port: port, commands: commands)
+            _ = exchange(commands)
         }
         Self.stop(process, signal: SIGKILL, timeout: timeout)
         self.process = nil
@@ -165,15 +202,20 @@ final class RedisServerProcess: @unchecked Sendable {
         return Int(UInt16(bigEndian: address.sin_port))
     }
 
-    /// A raw PING over TCP (a server with a password answers NOAUTH, which also means "up").
-    private static func answersPing(port: Int) -> Bool {
-        guard let answer = exchange(port: port, commands: "PING\r\n") else { return false }
+    /// A raw PING (a server with a password answers NOAUTH, which also means "up").
+    private func answersPing() -> Bool {
+        guard let answer = exchange("PING\r\n") else { return false }
         return answer.hasPrefix("+PONG") || answer.hasPrefix("-NOAUTH")
     }
 
-    /// Sends inline commands on a fresh loopback connection and returns the first bytes answered.
-    private static func exchange(port: Int, commands: String) -> String? {
-        guard let descriptor = connectToLoopback(port: port, receiveTimeoutMicroseconds: 500_000) else { return nil }
+    /// Sends inline commands on a fresh connection and returns the first bytes answered:
+    /// over loopback TCP, or over the unix socket for a TLS-only server.
+    private func exchange(_ commands: String) -> String? {
+        let connected =
+            tlsFiles == nil
+            ? connectToLoopback(port: port, receiveTimeoutMicroseconds: 500_000)
+            : connectToUnixSocket(path: unixSocketPath, receiveTimeoutMicroseconds: 500_000)
+        guard let descriptor = connected else { return nil }
         defer { close(descriptor) }
         let bytes = Array(commands.utf8)
         guard write(descriptor, bytes, bytes.count) == bytes.count else { return nil }
@@ -182,4 +224,20 @@ final class RedisServerProcess: @unchecked Sendable {
         guard count > 0 else { return nil }
         return String(decoding: buffer[..<count], as: UTF8.self)
     }
+}
+
+/// Which server the test support starts: Redis, or Valkey (its fork, the same protocol,
+/// Lua and ACL as Redis 7.2), from bookworm-backports on Debian 12.
+enum RedisFlavor: String, CaseIterable, CustomStringConvertible {
+    case redis
+    case valkey
+
+    var serverPath: String { self == .redis ? "/usr/bin/redis-server" : "/usr/bin/valkey-server" }
+
+    /// The server the suites run against: `SIWA_TEST_REDIS_SERVER=valkey` (set by
+    /// `scripts/test` for its Valkey pass) or Redis by default.
+    static let underTest: RedisFlavor =
+        ProcessInfo.processInfo.environment["SIWA_TEST_REDIS_SERVER"].flatMap(RedisFlavor.init(rawValue:)) ?? .redis
+
+    var description: String { rawValue }
 }

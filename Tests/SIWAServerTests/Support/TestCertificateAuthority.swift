@@ -20,13 +20,35 @@ struct TestCertificateAuthority {
     }
 
     /// Makes the CA and the `localhost` certificate inside `directory`, valid for two days.
-    init(in directory: URL) throws {
+    /// `serverUsage`: the server certificate's extended key usage (`serverAuth,clientAuth`
+    /// for a Redis whose replicas present it to their primary).
+    init(in directory: URL, serverUsage: String = "serverAuth") throws {
         self.directory = directory
         caCertificatePath = directory.appendingPathComponent("ca.pem").path
         serverCertificatePath = directory.appendingPathComponent("server.pem").path
         serverKeyPath = directory.appendingPathComponent("server.key").path
         try Self.localStack("stack_make_ca", [directory.path, "2", "SIWA Test CA"])
-        try Self.localStack("stack_make_leaf", [directory.path, "server", "rsa", "sha256", "2", "DNS:localhost"])
+        try Self.localStack(
+            "stack_make_leaf", [directory.path, "server", "rsa", "sha256", "2", "DNS:localhost", serverUsage])
+    }
+
+    /// A certificate and key signed by this CA, named `name` in the directory: for a TLS
+    /// client (`clientAuth`) or another server.
+    func makeLeaf(_ name: String, san: String = "DNS:localhost", usage: String) throws -> (
+        certificatePath: String, keyPath: String
+    ) {
+        try Self.localStack("stack_make_leaf", [directory.path, name, "rsa", "sha256", "2", san, usage])
+        return (
+            directory.appendingPathComponent("\(name).pem").path, directory.appendingPathComponent("\(name).key").path
+        )
+    }
+
+    /// A `localhost` server certificate signed by this CA that expired in February 2020.
+    func makeExpiredServerCertificate(_ name: String) throws -> (certificatePath: String, keyPath: String) {
+        try Self.localStack("stack_make_expired_leaf", [directory.path, name, "DNS:localhost"])
+        return (
+            directory.appendingPathComponent("\(name).pem").path, directory.appendingPathComponent("\(name).key").path
+        )
     }
 
     /// Runs one function of `scripts/lib/local-stack.sh` with `arguments`.

@@ -1,0 +1,112 @@
+import COpenSSL
+import COpenSSLShim
+import Glibc
+
+/// One TLS client connection over a connected stream socket the caller owns (and closes
+/// once the stream is released): the handshake, then blocking reads and writes. No close
+/// alert is sent at the end: writing one to a peer that has gone would raise SIGPIPE in a
+/// process that does not ignore it, and a Redis server needs none.
+///
+/// Timeouts are the socket's own (`SO_RCVTIMEO`, `SO_SNDTIMEO`), set by the caller: a
+/// read or write that hits one throws `timedOut`. Not thread safe: one thread uses a
+/// stream at a time. A process using it must ignore SIGPIPE.
+public final class TLSStream {
+    private let ssl: OpaquePointer
+
+    /// Connects over `descriptor` and verifies the peer: its certificate must chain to the
+    /// context's CAs, be valid now, and name `serverName` (a DNS name, also sent as SNI,
+    /// or an IP address, matched against the certificate's IP addresses).
+    public init(context: TLSClientContext, descriptor: Int32, serverName: String) throws(TLSError) {
+        ERR_clear_error()
+        guard let made = SSL_new(context.context) else {
+            throw TLSError(.setupFailed, "OpenSSL could not make a TLS connection: \(TLSClientContext.openSSLReason())")
+        }
+        // From here a throw runs deinit, which frees it.
+        ssl = made
+        guard SSL_set_fd(made, descriptor) == 1 else {
+            throw TLSError(.setupFailed, "OpenSSL could not use the socket: \(TLSClientContext.openSSLReason())")
+        }
+        let named: Bool
+        if Self.isIPAddress(serverName) {
+            named = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(made), serverName) == 1
+        } else {
+            SSL_set_hostflags(made, UInt32(X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS))
+            named =
+                SSL_set1_host(made, serverName) == 1 && siwa_ssl_set_server_name_indication(made, serverName) == 1
+        }
+        guard named else {
+            throw TLSError(.setupFailed, "OpenSSL refused the server name '\(serverName)' to verify")
+        }
+        let result = SSL_connect(made)
+        guard result == 1 else {
+            let verification = SSL_get_verify_result(made)
+            let error: TLSError
+            if verification != X509_V_OK {
+                let reason = String(cString: X509_verify_cert_error_string(verification))
+                error = TLSError(
+                    .peerCertificateRefused, "the certificate was refused: \(reason)",
+                    verificationResult: Int(verification))
+                ERR_clear_error()
+            } else {
+                error = Self.failure(of: made, result: result, during: "the TLS handshake")
+            }
+            throw error
+        }
+    }
+
+    deinit { SSL_free(ssl) }
+
+    /// Writes every byte, or throws.
+    public func write(_ bytes: UnsafeRawBufferPointer) throws(TLSError) {
+        guard var base = bytes.baseAddress else { return }
+        var remaining = bytes.count
+        while remaining > 0 {
+            ERR_clear_error()
+            let written = SSL_write(ssl, base, Int32(min(remaining, Int(Int32.max))))
+            guard written > 0 else {
+                throw Self.failure(of: ssl, result: written, during: "writing")
+            }
+            base += Int(written)
+            remaining -= Int(written)
+        }
+    }
+
+    /// Reads what is available, up to the buffer's size (at least one byte), or throws.
+    public func read(into buffer: UnsafeMutableRawBufferPointer) throws(TLSError) -> Int {
+        guard let base = buffer.baseAddress, buffer.count > 0 else { return 0 }
+        ERR_clear_error()
+        let count = SSL_read(ssl, base, Int32(min(buffer.count, Int(Int32.max))))
+        guard count > 0 else {
+            throw Self.failure(of: ssl, result: count, during: "reading")
+        }
+        return Int(count)
+    }
+
+    private static func failure(of ssl: OpaquePointer, result: Int32, during step: String) -> TLSError {
+        let savedErrno = errno
+        switch SSL_get_error(ssl, result) {
+        case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE:
+            ERR_clear_error()
+            return TLSError(.timedOut, "the peer did not answer in time (\(step))")
+        case SSL_ERROR_ZERO_RETURN:
+            ERR_clear_error()
+            return TLSError(.closed, "the peer closed the TLS connection (\(step))")
+        case SSL_ERROR_SYSCALL:
+            let reason = TLSClientContext.openSSLReason()
+            if savedErrno == EAGAIN || savedErrno == EWOULDBLOCK {
+                return TLSError(.timedOut, "the peer did not answer in time (\(step))")
+            }
+            if savedErrno == 0 { return TLSError(.closed, "the peer closed the connection (\(step))") }
+            return TLSError(
+                .ioFailed, "\(step) failed: \(String(cString: strerror(savedErrno))) (\(reason))")
+        default:
+            let code: TLSError.Code = step == "the TLS handshake" ? .handshakeFailed : .ioFailed
+            return TLSError(code, "\(step) failed: \(TLSClientContext.openSSLReason())")
+        }
+    }
+
+    private static func isIPAddress(_ text: String) -> Bool {
+        var storage = in6_addr()
+        return inet_pton(AF_INET, text, &storage) == 1 || inet_pton(AF_INET6, text, &storage) == 1
+    }
+}
