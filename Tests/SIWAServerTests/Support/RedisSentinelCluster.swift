@@ -254,7 +254,8 @@ final class RedisSentinelCluster: @unchecked Sendable {
         let configPath = nodeDirectory + "/sentinel.conf"
         try config.write(toFile: configPath, atomically: true, encoding: .utf8)
         let node = Node(
-            port: sentinelPort, arguments: [configPath, "--sentinel"], logPath: nodeDirectory + "/sentinel.log")
+            port: sentinelPort, arguments: [configPath, "--sentinel"], logPath: nodeDirectory + "/sentinel.log",
+            serverPath: flavor.serverPath)
         try node.start()
         staleSentinels.append(node)
         let deadline = Date().addingTimeInterval(20)
