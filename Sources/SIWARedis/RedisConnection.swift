@@ -29,6 +29,8 @@ public final class RedisConnection {
     public let locator: RedisPrimaryLocator?
     /// The primary this connection is on (with a locator).
     private var connectedPrimary: RedisPrimaryLocator.Primary?
+    /// The locator's generation when this connection confirmed `connectedPrimary`.
+    private var connectedGeneration: UInt64 = 0
 
     public init(
         endpoint: RedisEndpoint, connectTimeout: Duration = .seconds(1), commandTimeout: Duration = .seconds(2),
@@ -48,12 +50,22 @@ public final class RedisConnection {
     public var isConnected: Bool { ready }
 
     /// Connects now if not connected; commands call this themselves.
+    ///
+    /// With Sentinel, a connection whose primary changed since it confirmed it (another
+    /// connection found a new one, a sentinel announced `+switch-master`, or the address was
+    /// forgotten after a failure) is closed and the command refused with `connectionLost`:
+    /// nothing more goes to a node the sentinels may have demoted, and a caller that waits for
+    /// replicas (`WAIT`) never counts them on a different node than its write. The next
+    /// command connects to the primary the locator names now.
     public func connect() throws(RedisError) {
         if ready {
-            // Another connection found a new primary: follow it rather than stay on a demoted node.
-            guard let locator, let connectedPrimary, let current = locator.current, current != connectedPrimary
-            else { return }
+            guard let locator, locator.generation != connectedGeneration else { return }
+            let left = connectedPrimary.map(\.description) ?? "(unknown)"
             disconnect()
+            throw RedisError(
+                .connectionLost,
+                "the Redis primary changed (this connection was on \(left), the sentinels name "
+                    + "\(locator.current.map(\.description) ?? "none yet")); reconnecting")
         }
         if let locator {
             try connectToPrimary(locator)
@@ -63,36 +75,55 @@ public final class RedisConnection {
         ready = true
     }
 
-    /// Connects to the primary the sentinels name and confirms it with ROLE. Twice at most:
-    /// an address that fails or is not master is forgotten, so the second try asks again.
+    /// Connects to the primary the locator names and confirms it with ROLE. Twice at most:
+    /// an address that fails is forgotten, so the second try asks the sentinels again (and a
+    /// discovery goes on to the next sentinel when an address is not a master).
     private func connectToPrimary(_ locator: RedisPrimaryLocator) throws(RedisError) {
         var lastError = RedisError(.connectionFailed, "no Redis primary")
         for _ in 0..<2 {
-            let primary = try locator.primary()
-            disconnect()
-            connectedPrimary = primary
             do {
-                try open(.tcp(host: primary.host, port: primary.port))
-                try confirmPrimary(primary)
+                let (primary, generation) = try locator.primary { candidate throws(RedisError) in
+                    try self.openAndAskRole(candidate)
+                }
+                connectedPrimary = primary
+                connectedGeneration = generation
                 ready = true
                 return
             } catch {
-                locator.forget(primary)
                 disconnect()
                 lastError = error
+                // The sentinels answered, but not about a usable primary: asking again now finds the same.
+                if !error.isConnectionError { break }
             }
         }
         throw lastError
     }
 
-    /// Sentinel's answer may be stale during a failover: only a node whose ROLE is master is used.
-    private func confirmPrimary(_ primary: RedisPrimaryLocator.Primary) throws(RedisError) {
+    /// Opens a connection to `candidate` (closing any other) and asks its ROLE.
+    private func openAndAskRole(_ candidate: RedisPrimaryLocator.Primary) throws(RedisError)
+        -> RedisPrimaryLocator.Role
+    {
+        disconnect()
+        connectedPrimary = candidate
+        do {
+            try open(.tcp(host: candidate.host, port: candidate.port))
+            let role = try confirmPrimary(candidate)
+            if role != .master { disconnect() }
+            return role
+        } catch {
+            disconnect()
+            throw error
+        }
+    }
+
+    /// Sentinel's answer may be stale during a failover, or come from a sentinel that missed
+    /// it: only a node whose ROLE is master is used.
+    private func confirmPrimary(_ primary: RedisPrimaryLocator.Primary) throws(RedisError)
+        -> RedisPrimaryLocator.Role
+    {
         guard let context else { throw RedisError(.connectionFailed, "no Redis connection") }
         let role = try send([Array("ROLE".utf8)], on: context).array?.first?.string ?? "?"
-        guard role == "master" else {
-            throw RedisError(
-                .connectionFailed, "\(primary) is not the master (ROLE: \(role)); asking the sentinels again")
-        }
+        return role == "master" ? .master : .other(role)
     }
 
     private func open(_ address: RedisEndpoint.Address) throws(RedisError) {
@@ -136,10 +167,21 @@ public final class RedisConnection {
 
     /// Sends one command; arguments are binary safe. A top-level error reply throws
     /// `serverError` with Redis's text.
+    ///
+    /// With Sentinel, a reply that arrives after the primary changed is not trusted (the node
+    /// may have run the command after the sentinels demoted it, as a node paused past a
+    /// failover does when it resumes): the connection is closed and `connectionLost` thrown.
     public func command(_ arguments: [[UInt8]]) throws(RedisError) -> RedisReply {
         try connect()
         guard let context else { throw RedisError(.connectionLost, "no Redis connection") }
-        return try send(arguments, on: context)
+        let reply = try send(arguments, on: context)
+        if let locator, locator.generation != connectedGeneration {
+            let left = connectedPrimary.map(\.description) ?? "(unknown)"
+            disconnect()
+            throw RedisError(
+                .connectionLost, "the Redis primary changed while \(left) ran the command; its answer is not used")
+        }
+        return reply
     }
 
     /// Sends one command whose arguments are text.
@@ -150,6 +192,21 @@ public final class RedisConnection {
     /// Sends one command whose arguments are text.
     public func command(_ arguments: String...) throws(RedisError) -> RedisReply {
         try command(arguments)
+    }
+
+    /// Waits up to the command timeout for a reply the server sends unasked: a pub/sub
+    /// message after `SUBSCRIBE`. A timeout throws `timedOut` and leaves the connection closed.
+    public func nextPushedReply() throws(RedisError) -> RedisReply {
+        guard ready, let context else { throw RedisError(.connectionLost, "no Redis connection") }
+        var raw: UnsafeMutableRawPointer?
+        guard redisGetReply(context, &raw) == REDIS_OK, let raw else {
+            let error = failure(.connectionLost, context)
+            disconnect()
+            throw error
+        }
+        let reply = Self.convert(raw.assumingMemoryBound(to: redisReply.self))
+        freeReplyObject(raw)
+        return reply
     }
 
     // MARK: - Below: hiredis calls

@@ -5,11 +5,21 @@ import Synchronization
 /// for Redis clients with support for Redis Sentinel" ask:
 ///
 /// 1. ask the sentinels in order for `SENTINEL get-master-addr-by-name <master>`;
-///    the first that answers is moved to the front of the list;
-/// 2. the connection that uses the address confirms it with `ROLE` (see
-///    `RedisConnection`) before sending anything else;
+/// 2. confirm the address with `ROLE` (the connection that will use it does, see
+///    `RedisConnection`); a sentinel whose address is not a master (a sentinel cut off
+///    from the last failover names a replica) goes to the back of the list and the next
+///    sentinel is asked in the same discovery; the sentinel that named the confirmed
+///    primary goes to the front;
 /// 3. a connection failure, a timeout, `READONLY` or a `ROLE` that is not master makes
-///    the connection `forget` the address, so the next connection asks again.
+///    the connection `forget` the address, so the next command asks again;
+/// 4. a `+switch-master` event from any sentinel (see `RedisSentinelWatcher`) moves the
+///    primary at once.
+///
+/// Every change of the primary in use (a new address, or the address forgotten) raises
+/// `generation`. A connection remembers the generation it confirmed its primary at and
+/// checks it before and after every command: no connection keeps writing to an address
+/// the sentinels no longer name, and a reply that arrives after the primary changed is
+/// not trusted (see `RedisConnection.command`).
 ///
 /// Shared by every worker connection and the spool replayer (thread safe). Discoveries
 /// run one at a time: workers that find the address forgotten while another one asks
@@ -29,35 +39,117 @@ public final class RedisPrimaryLocator: Sendable {
     }
 
     /// A primary's address as the sentinels gave it.
-    public struct Primary: Sendable, Equatable, CustomStringConvertible {
+    public struct Primary: Sendable, Hashable, CustomStringConvertible {
         public let host: String
         public let port: Int
+
+        public init(host: String, port: Int) {
+            self.host = host
+            self.port = port
+        }
 
         public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
     }
 
+    /// What a node's `ROLE` said.
+    public enum Role: Sendable, Equatable, CustomStringConvertible {
+        case master
+        /// `slave`, `sentinel`, or whatever else the node answered.
+        case other(String)
+
+        public var description: String {
+            switch self {
+            case .master: "master"
+            case .other(let text): text
+            }
+        }
+    }
+
+    /// Connects to an address and asks its `ROLE`; throws when it cannot be reached. The
+    /// connection that will use the primary does this (see `RedisConnection`), so a
+    /// confirmed master is the node that connection is on.
+    public typealias Confirmation = (Primary) throws(RedisError) -> Role
+
+    /// What the locator saw that an operator must be told; the application logs it.
+    public enum Event: Sendable, Equatable {
+        /// `sentinel` named `primary`, whose `ROLE` was not master: that sentinel has not seen the
+        /// last failover (it was cut off, or restarted with an old configuration) and was moved to
+        /// the back of the list.
+        case sentinelNamedNonPrimary(sentinel: Sentinel, primary: Primary, role: Role)
+        /// `sentinel` named `primary`, whose ROLE could not be asked (unreachable, a timeout, refused).
+        case sentinelNamedUnreachable(sentinel: Sentinel, primary: Primary, message: String)
+        /// `sentinel` named `primary`, which a `+switch-master` announced as the old primary a
+        /// moment ago (it still says master until the sentinels demote it): that sentinel has not
+        /// caught up yet and was moved to the back of the list.
+        case sentinelNamedDemoted(sentinel: Sentinel, primary: Primary)
+        /// A discovery confirmed `primary`, named by `sentinel`, after `previous` (nil: none known).
+        case primaryFound(sentinel: Sentinel, primary: Primary, previous: Primary?)
+        /// `sentinel` announced `+switch-master` from `old` to `new`: every connection leaves `old`.
+        case switchAnnounced(sentinel: Sentinel, old: Primary, new: Primary)
+        /// The `+switch-master` subscription on `sentinel` failed (logged once until it is back).
+        case sentinelWatchFailed(sentinel: Sentinel, message: String)
+        /// The `+switch-master` subscription on `sentinel` is up again after a failure.
+        case sentinelWatchRestored(sentinel: Sentinel)
+    }
+
     public let masterName: String
-    private let sentinelPassword: String?
-    private let timeout: Duration
+    let sentinelPassword: String?
+    let timeout: Duration
+    let observer: (@Sendable (Event) -> Void)?
 
     private struct State {
         var sentinels: [Sentinel]
         var primary: Primary?
+        /// Raised at every change of `primary` (another address, or forgotten).
+        var generation: UInt64 = 1
         /// The last primary any discovery found: a new one is a failover seen.
         var lastFound: Primary?
         var discoveries = 0
         var failovers = 0
+        var staleAnswers = 0
+        /// Addresses a `+switch-master` announced as the old primary, until when they are not used.
+        var demoted: [Primary: ContinuousClock.Instant] = [:]
+
+        func isDemoted(_ primary: Primary, at now: ContinuousClock.Instant) -> Bool {
+            demoted[primary].map { now < $0 } ?? false
+        }
+
+        mutating func use(_ found: Primary?) {
+            guard primary != found else { return }
+            primary = found
+            generation &+= 1
+            guard let found else { return }
+            if let previous = lastFound, previous != found { failovers += 1 }
+            lastFound = found
+        }
+
+        mutating func moveToFront(_ sentinel: Sentinel) {
+            guard let index = sentinels.firstIndex(of: sentinel), index != 0 else { return }
+            sentinels.remove(at: index)
+            sentinels.insert(sentinel, at: 0)
+        }
+
+        mutating func moveToBack(_ sentinel: Sentinel) {
+            guard let index = sentinels.firstIndex(of: sentinel), index != sentinels.count - 1 else { return }
+            sentinels.remove(at: index)
+            sentinels.append(sentinel)
+        }
     }
 
     private let state: Mutex<State>
     /// Held while the sentinels are asked, so one discovery runs at a time.
     private let discovery = Mutex(())
 
-    /// `timeout` bounds each sentinel's connect and answer.
-    public init(sentinels: [Sentinel], masterName: String, sentinelPassword: String?, timeout: Duration) {
+    /// `timeout` bounds each sentinel's connect and answer; `observer` hears what an operator
+    /// must be told (on the thread that saw it).
+    public init(
+        sentinels: [Sentinel], masterName: String, sentinelPassword: String?, timeout: Duration,
+        observer: (@Sendable (Event) -> Void)? = nil
+    ) {
         self.masterName = masterName
         self.sentinelPassword = sentinelPassword
         self.timeout = timeout
+        self.observer = observer
         state = Mutex(State(sentinels: sentinels))
     }
 
@@ -103,33 +195,94 @@ public final class RedisPrimaryLocator: Sendable {
     /// The primary in use, or nil when none is known (never found, or forgotten after a failure).
     public var current: Primary? { state.withLock { $0.primary } }
 
+    /// Raised at every change of the primary in use: a connection that confirmed its primary at
+    /// another generation must not send to it again before it asks (see `RedisConnection`).
+    public var generation: UInt64 { state.withLock { $0.generation } }
+
     /// How many times the sentinels were asked.
     public var discoveries: Int { state.withLock { $0.discoveries } }
 
-    /// How many discoveries found a primary other than the one found before.
+    /// How many times the primary in use moved to another address (a discovery or `+switch-master`).
     public var failovers: Int { state.withLock { $0.failovers } }
 
-    /// The primary to connect to: the known one, else a discovery.
-    public func primary() throws(RedisError) -> Primary {
-        if let known = current { return known }
-        return try discovery.withLock { _ throws(RedisError) -> Primary in
+    /// How many sentinel answers named an address whose `ROLE` was not master.
+    public var staleAnswers: Int { state.withLock { $0.staleAnswers } }
+
+    private var known: (primary: Primary, generation: UInt64)? {
+        state.withLock { state in state.primary.map { ($0, state.generation) } }
+    }
+
+    /// The primary to use, confirmed by `confirm` (the caller's own connection), with the
+    /// generation it was confirmed at. The known primary when it is still a master; else the
+    /// sentinels are asked (one discovery at a time). A known primary that cannot be reached
+    /// is forgotten and the error thrown: the caller's next try asks the sentinels.
+    public func primary(confirmingWith confirm: Confirmation) throws(RedisError) -> (
+        primary: Primary, generation: UInt64
+    ) {
+        if let known, let confirmed = try confirmKnown(known, confirm) { return confirmed }
+        return try discovery.withLock { _ throws(RedisError) -> (primary: Primary, generation: UInt64) in
             // Another thread may have found it while this one waited.
-            if let known = current { return known }
-            return try discover()
+            if let known, let confirmed = try confirmKnown(known, confirm) { return confirmed }
+            return try discover(confirmingWith: confirm)
         }
+    }
+
+    /// The known primary confirmed; nil when its ROLE is not master (it is forgotten then).
+    private func confirmKnown(
+        _ known: (primary: Primary, generation: UInt64), _ confirm: Confirmation
+    ) throws(RedisError) -> (primary: Primary, generation: UInt64)? {
+        let role: Role
+        do {
+            role = try confirm(known.primary)
+        } catch {
+            forget(known.primary)
+            throw error
+        }
+        guard role == .master else {
+            forget(known.primary)
+            return nil
+        }
+        return known
     }
 
     /// A connection found `primary` unusable (it failed, timed out, answered READONLY, or
-    /// its ROLE is not master): the next connection asks the sentinels again.
+    /// its ROLE is not master): every connection asks the sentinels before its next command.
     public func forget(_ primary: Primary) {
         state.withLock { state in
-            if state.primary == primary { state.primary = nil }
+            if state.primary == primary { state.use(nil) }
         }
     }
 
-    /// Asks the sentinels now, in order, and remembers the answer.
-    @discardableResult
-    public func discover() throws(RedisError) -> Primary {
+    /// A sentinel published `+switch-master <master> <old-ip> <old-port> <new-ip> <new-port>`:
+    /// the primary in use becomes `new` at once (each connection confirms its ROLE when it
+    /// reconnects), and no connection sends another command to `old`.
+    ///
+    /// `old` is not used for `demotedPeriod` (or until an announcement names it as the new
+    /// primary): a sentinel that has not caught up yet may still name it, and a node that was
+    /// paused past the failover still says master until the sentinels demote it.
+    public func switchAnnounced(by sentinel: Sentinel, old: Primary, new: Primary) {
+        let now = ContinuousClock.now
+        let changed = state.withLock { state in
+            if old != new { state.demoted[old] = now + Self.demotedPeriod }
+            state.demoted[new] = nil
+            state.demoted = state.demoted.filter { now < $0.value }
+            guard state.primary != new else { return false }
+            state.use(new)
+            return true
+        }
+        if changed { observer?(.switchAnnounced(sentinel: sentinel, old: old, new: new)) }
+    }
+
+    /// How long an address announced as the old primary is refused: the sentinels convert a
+    /// returning old primary to a replica within about 10 s (their INFO period).
+    public static let demotedPeriod = Duration.seconds(60)
+
+    /// Asks the sentinels now, in order, and confirms each answer with `confirm` until one is a
+    /// master. A sentinel whose address is not a master goes to the back; the one whose address
+    /// is goes to the front.
+    public func discover(confirmingWith confirm: Confirmation) throws(RedisError) -> (
+        primary: Primary, generation: UInt64
+    ) {
         let order = state.withLock { state in
             state.discoveries += 1
             return state.sentinels
@@ -137,6 +290,10 @@ public final class RedisPrimaryLocator: Sendable {
         var unreachable: [String] = []
         var unknownMaster: [Sentinel] = []
         var refusedLogin: [String] = []
+        /// Each address named and what confirming it found: asked once per discovery.
+        var verdicts: [Primary: String] = [:]
+        var unusable: [String] = []
+        var staleSentinels: [Sentinel] = []
         for sentinel in order {
             let connection = RedisConnection(
                 endpoint: RedisEndpoint(
@@ -160,22 +317,74 @@ public final class RedisPrimaryLocator: Sendable {
                 continue
             }
             let found = Primary(host: host, port: port)
-            state.withLock { state in
-                if let index = state.sentinels.firstIndex(of: sentinel), index != 0 {
-                    state.sentinels.remove(at: index)
-                    state.sentinels.insert(sentinel, at: 0)
+            if state.withLock({ $0.isDemoted(found, at: .now) }) {
+                verdicts[found] = "announced as the old primary by +switch-master"
+                unusable.append("sentinel \(sentinel) named \(found) (announced as the old primary by +switch-master)")
+                state.withLock { state in
+                    state.staleAnswers += 1
+                    state.moveToBack(sentinel)
                 }
-                if let previous = state.lastFound, previous != found { state.failovers += 1 }
-                state.lastFound = found
-                state.primary = found
+                observer?(.sentinelNamedDemoted(sentinel: sentinel, primary: found))
+                continue
             }
-            return found
+            if let verdict = verdicts[found] {
+                unusable.append("sentinel \(sentinel) named \(found) (\(verdict))")
+                staleSentinels.append(sentinel)
+                continue
+            }
+            let role: Role
+            do {
+                role = try confirm(found)
+            } catch {
+                verdicts[found] = "not confirmed: \(error.message)"
+                unusable.append("sentinel \(sentinel) named \(found) (not confirmed: \(error.message))")
+                staleSentinels.append(sentinel)
+                observer?(.sentinelNamedUnreachable(sentinel: sentinel, primary: found, message: error.message))
+                continue
+            }
+            guard role == .master else {
+                verdicts[found] = "ROLE: \(role)"
+                unusable.append("sentinel \(sentinel) named \(found) (ROLE: \(role))")
+                staleSentinels.append(sentinel)
+                state.withLock { state in
+                    state.staleAnswers += 1
+                    state.moveToBack(sentinel)
+                }
+                observer?(.sentinelNamedNonPrimary(sentinel: sentinel, primary: found, role: role))
+                continue
+            }
+            let installed = state.withLock { state -> (previous: Primary?, generation: UInt64)? in
+                // A +switch-master announced while this node was being confirmed wins over the
+                // sentinel's older answer (the node said master: it had not been demoted yet).
+                if state.isDemoted(found, at: .now) { return nil }
+                let previous = state.primary
+                // Sentinels that named another address are stale: behind the ones that agree.
+                for stale in staleSentinels { state.moveToBack(stale) }
+                state.moveToFront(sentinel)
+                state.use(found)
+                return (previous, state.generation)
+            }
+            guard let (previous, generation) = installed else {
+                throw RedisError(
+                    .connectionLost,
+                    "sentinel \(sentinel) named \(found), which a +switch-master announced as the old primary "
+                        + "while its ROLE was asked; asking again")
+            }
+            if previous != found || !unusable.isEmpty {
+                observer?(.primaryFound(sentinel: sentinel, primary: found, previous: previous))
+            }
+            return (found, generation)
         }
         if !refusedLogin.isEmpty {
             throw RedisError(
                 .sentinelLoginRefused,
                 "SIWA_REDIS_SENTINEL_PASSWORD: the sentinels refused it ("
                     + "\(refusedLogin.joined(separator: "; ")))")
+        }
+        if !unusable.isEmpty {
+            throw RedisError(
+                .connectionFailed,
+                "no sentinel named a Redis primary that could be confirmed (\(unusable.joined(separator: "; ")))")
         }
         if !unknownMaster.isEmpty {
             throw RedisError(
@@ -197,14 +406,19 @@ public final class RedisPrimaryLocator: Sendable {
 
     /// The Prometheus lines for the sentinel counters.
     public func metricsText() -> String {
-        let (discoveries, failovers) = state.withLock { ($0.discoveries, $0.failovers) }
+        let (discoveries, failovers, staleAnswers) = state.withLock {
+            ($0.discoveries, $0.failovers, $0.staleAnswers)
+        }
         return """
             # HELP siwa_redis_sentinel_discoveries_total Times the sentinels were asked for the primary.
             # TYPE siwa_redis_sentinel_discoveries_total counter
             siwa_redis_sentinel_discoveries_total \(discoveries)
-            # HELP siwa_redis_failovers_total Discoveries that found a primary other than the previous one.
+            # HELP siwa_redis_failovers_total Times the primary in use moved to another address (a discovery or +switch-master).
             # TYPE siwa_redis_failovers_total counter
             siwa_redis_failovers_total \(failovers)
+            # HELP siwa_redis_sentinel_stale_answers_total Sentinel answers naming an address whose ROLE was not master.
+            # TYPE siwa_redis_sentinel_stale_answers_total counter
+            siwa_redis_sentinel_stale_answers_total \(staleAnswers)
 
             """
     }

@@ -7,10 +7,13 @@ struct StartRefused: Error {
 }
 
 extension ServeCommand {
-    /// With `SIWA_REDIS_SENTINELS`: asks the sentinels once before serving. Sentinels that do
-    /// not answer are no reason to refuse to start (notifications are spooled meanwhile, and
-    /// /healthz says 503); sentinels that answer "no such master" or refuse the password
-    /// are a setting to fix, so serve stops with a message naming it (exit status 2).
+    /// With `SIWA_REDIS_SENTINELS`: asks the sentinels once before serving and confirms the
+    /// address with `ROLE` on the data node (so the start-up check below runs against a
+    /// confirmed primary, never a replica a stale sentinel named). Sentinels that do not
+    /// answer, or name no node that is a master now, are no reason to refuse to start
+    /// (notifications are spooled meanwhile, and /healthz says 503); sentinels that answer
+    /// "no such master" or refuse the password are a setting to fix, so serve stops with a
+    /// message naming it (exit status 2).
     static func locatePrimaryAtStart(_ configuration: ServerConfiguration) -> Result<
         RedisPrimaryLocator?, StartRefused
     > {
@@ -18,13 +21,14 @@ extension ServeCommand {
         let master = sentinel.masterName
         let locator = RedisPrimaryLocator(
             sentinels: sentinel.sentinels, masterName: master, sentinelPassword: sentinel.password,
-            timeout: configuration.redis.timeout)
+            timeout: configuration.redis.timeout, observer: logSentinelEvent)
+        let confirming = RedisConnection(
+            endpoint: configuration.redis.endpoint, connectTimeout: configuration.redis.timeout,
+            commandTimeout: configuration.redis.timeout, locator: locator)
+        defer { confirming.disconnect() }
         do {
-            let primary = try locator.discover()
-            EventLog.event(
-                "redis_primary_found",
-                [("primary", .string(primary.description)), ("master", .string(master))])
-        } catch  where error.code == .sentinelUnreachable {
+            try confirming.connect()
+        } catch  where error.code != .sentinelUnknownMaster && error.code != .sentinelLoginRefused {
             EventLog.event(
                 "redis_primary_unknown", level: "warning",
                 [("error", .string(error.code.rawValue)), ("message", .string(error.message))])
@@ -37,5 +41,59 @@ extension ServeCommand {
             return .failure(StartRefused(exitStatus: 2))
         }
         return .success(locator)
+    }
+
+    /// One `+switch-master` watcher per sentinel, for the service group to run and stop.
+    static func sentinelWatchers(_ locator: RedisPrimaryLocator?) -> [RedisSentinelWatcher] {
+        guard let locator else { return [] }
+        return locator.sentinels.map { RedisSentinelWatcher(sentinel: $0, locator: locator) }
+    }
+
+    /// What the locator reports, as one JSON line each: which sentinel named which address
+    /// and what its ROLE said, and every move of the primary.
+    @Sendable static func logSentinelEvent(_ event: RedisPrimaryLocator.Event) {
+        switch event {
+        case .sentinelNamedNonPrimary(let sentinel, let primary, let role):
+            EventLog.event(
+                "redis_sentinel_stale", level: "warning",
+                [
+                    ("sentinel", .string(sentinel.description)), ("named", .string(primary.description)),
+                    ("role", .string(role.description)),
+                ])
+        case .sentinelNamedDemoted(let sentinel, let primary):
+            EventLog.event(
+                "redis_sentinel_stale", level: "warning",
+                [
+                    ("sentinel", .string(sentinel.description)), ("named", .string(primary.description)),
+                    ("role", .null), ("reason", .string("announced as the old primary by +switch-master")),
+                ])
+        case .sentinelNamedUnreachable(let sentinel, let primary, let message):
+            EventLog.event(
+                "redis_primary_unconfirmed", level: "warning",
+                [
+                    ("sentinel", .string(sentinel.description)), ("named", .string(primary.description)),
+                    ("message", .string(message)),
+                ])
+        case .primaryFound(let sentinel, let primary, let previous):
+            EventLog.event(
+                "redis_primary_found",
+                [
+                    ("sentinel", .string(sentinel.description)), ("primary", .string(primary.description)),
+                    ("previous", previous.map { .string($0.description) } ?? .null), ("role", .string("master")),
+                ])
+        case .switchAnnounced(let sentinel, let old, let new):
+            EventLog.event(
+                "redis_primary_switched", level: "warning",
+                [
+                    ("sentinel", .string(sentinel.description)), ("old", .string(old.description)),
+                    ("new", .string(new.description)),
+                ])
+        case .sentinelWatchFailed(let sentinel, let message):
+            EventLog.event(
+                "redis_sentinel_watch_failed", level: "warning",
+                [("sentinel", .string(sentinel.description)), ("message", .string(message))])
+        case .sentinelWatchRestored(let sentinel):
+            EventLog.event("redis_sentinel_watch_restored", [("sentinel", .string(sentinel.description))])
+        }
     }
 }

@@ -119,6 +119,9 @@ enum ServeCommand {
         // replayer once the socket listens.
         let services = ServiceGroup()
         services.start(JWKSRefresher(provider: keys))
+        // With Sentinel: every connection leaves an old primary as soon as a sentinel announces
+        // a failover, before the first request.
+        for watcher in sentinelWatchers(locator) { services.start(watcher) }
 
         let redis = configuration.redis.endpoint
         let timeout = configuration.redis.timeout

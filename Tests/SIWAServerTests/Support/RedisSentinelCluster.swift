@@ -42,12 +42,26 @@ final class RedisSentinelCluster: @unchecked Sendable {
         }
 
         var isRunning: Bool { process?.isRunning ?? false }
+
+        /// A VM pause, a long fork, a stalled disk: SIGSTOP. The kernel still accepts
+        /// connections and buffers what clients send; the node runs it at `resume()`.
+        func pause() {
+            guard let process, process.isRunning else { return }
+            Foundation.kill(process.processIdentifier, SIGSTOP)
+        }
+
+        func resume() {
+            guard let process else { return }
+            Foundation.kill(process.processIdentifier, SIGCONT)
+        }
     }
 
     let directory: URL
     let dataNodes: [Node]
     let sentinels: [Node]
     let sentinelPassword: String?
+    /// Sentinels started by `startStaleSentinel`, stopped by `shutdown()` too.
+    private(set) var staleSentinels: [Node] = []
 
     /// `downAfterMilliseconds`: how long the primary may be silent before the sentinels call it down.
     init(downAfterMilliseconds: Int = 1000, sentinelPassword: String? = nil) throws {
@@ -184,8 +198,42 @@ final class RedisSentinelCluster: @unchecked Sendable {
         return nil
     }
 
+    /// A real sentinel that names a replica as the master: one configured with `port`, a
+    /// replica's address (an old primary's, as a sentinel restored from an old configuration
+    /// or cut off from a failover has). No failover has raised the configuration epoch, so the
+    /// other sentinels' hello messages never correct it. Returns once it names that port.
+    func startStaleSentinel(naming port: Int) throws -> Node {
+        let sentinelPort = try RedisServerProcess.freeLoopbackPort()
+        let nodeDirectory = Self.makeDirectory(in: directory, "stale-sentinel-\(staleSentinels.count)")
+        var config = """
+            port \(sentinelPort)
+            bind 127.0.0.1
+            dir \(nodeDirectory)
+            logfile \(nodeDirectory)/sentinel.log
+            sentinel monitor \(Self.masterName) 127.0.0.1 \(port) 2
+            sentinel down-after-milliseconds \(Self.masterName) 60000
+
+            """
+        if let sentinelPassword { config += "requirepass \(sentinelPassword)\n" }
+        let configPath = nodeDirectory + "/sentinel.conf"
+        try config.write(toFile: configPath, atomically: true, encoding: .utf8)
+        let node = Node(
+            port: sentinelPort, arguments: [configPath, "--sentinel"], logPath: nodeDirectory + "/sentinel.log")
+        try node.start()
+        staleSentinels.append(node)
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline {
+            let reply = try? connection(port: sentinelPort, password: sentinelPassword)
+                .command("SENTINEL", "get-master-addr-by-name", Self.masterName)
+            if reply?.array?.last?.string == String(port) { return node }
+            usleep(50_000)
+        }
+        throw StartError(description: "the stale sentinel did not answer within 20 s (logs in \(directory.path))")
+    }
+
     func shutdown() {
-        for node in sentinels + dataNodes { node.kill() }
+        for node in dataNodes { node.resume() }
+        for node in staleSentinels + sentinels + dataNodes { node.kill() }
         try? FileManager.default.removeItem(at: directory)
     }
 }
