@@ -228,15 +228,16 @@ def claims_of(body):
     return claims, (json.loads(events) if isinstance(events, str) else events)
 
 
-def sign_pool(binary, signing_key, users, seed):
-    """[(Notification, body)] for `users` users spread over PLANS, one body per event."""
+def sign_pool(binary, signing_key, users, seed, passes):
+    """[(Notification, body)] for `users` users spread over PLANS, one body per event of
+    each plan, the plans `passes` times (each pass 10 s of event time after the last)."""
     per_group = max(1, users // len(PLANS))
     base_time = 1_700_000_000_000 + seed * 1000
     pool = []
     for group_number, (group, plan) in enumerate(PLANS.items()):
         base_sub = f"00{group_number + 1}000.50a{seed % 1000:03d}"
-        for raw_type, offset, label, private in plan:
-            event_time = base_time + offset * 1000
+        for (raw_type, offset, label, private), number in [(row, n) for n in range(passes) for row in plan]:
+            event_time = base_time + (number * 10 + offset) * 1000
             args = [str(binary), "sign", "--key", str(signing_key), "--kid", KEY_ID, "--type", raw_type, "--sub",
                     base_sub, "--client-id", CLIENT_ID, "--event-time", str(event_time), "--count", str(per_group)]
             email = None
@@ -396,7 +397,7 @@ class Soak:
             node.process.kill()
             node.process.wait(timeout=10)
             new_port = self.new_primary(node.port)
-            self.wait_for_traffic(20, timeout=30)
+            self.wait_for_traffic(10, timeout=30)
             self.await_replica(self.redis.restart(node))
             return f"SIGKILL to the primary {node.port}; {new_port} promoted; {node.port} back as a replica"
         if fault == "primary-paused":
@@ -404,7 +405,7 @@ class Soak:
             node.process.send_signal(signal.SIGSTOP)
             try:
                 new_port = self.new_primary(node.port)
-                self.wait_for_traffic(20, timeout=30)
+                self.wait_for_traffic(10, timeout=30)
             finally:
                 node.process.send_signal(signal.SIGCONT)
             self.await_replica(node)
@@ -420,11 +421,12 @@ class Soak:
             node = next(node for node in self.redis.nodes if node.port != primary_port)
             node.process.kill()
             node.process.wait(timeout=10)
-            self.wait_for_traffic(20, timeout=30)
+            self.wait_for_traffic(10, timeout=30)
             self.await_replica(self.redis.restart(node))
             return f"SIGKILL to the replica {node.port}; restarted"
         if fault == "serve-sighup":
             self.serve.process.send_signal(signal.SIGHUP)
+            self.wait_for_traffic(10, timeout=30)
             return "SIGHUP to serve"
         raise ValueError(fault)
 
@@ -434,7 +436,10 @@ class Soak:
         wait_until(lambda: self.posts > before + 5, timeout=seconds, interval=0.05)
 
     def run(self):
-        pool = sign_pool(self.binary, self.signing_key, self.args.users, self.args.seed)
+        per_pass = sum(len(plan) for plan in PLANS.values()) * max(1, self.args.users // len(PLANS))
+        wanted = self.args.rate * self.args.seconds * 100 // (100 + self.args.repost_percent)
+        passes = min(100, max(1, -(-wanted // per_pass)))
+        pool = sign_pool(self.binary, self.signing_key, self.args.users, self.args.seed, passes)
         reposts = self.random.sample(pool, len(pool) * self.args.repost_percent // 100)
         posts = pool + reposts
         self.random.shuffle(posts)
@@ -450,10 +455,11 @@ class Soak:
         for thread in threads:
             thread.start()
         turn = 0
-        while time.monotonic() - started < self.args.seconds and turn < 10_000:
+        # Every fault at least once, then in turn until the time is up.
+        while (time.monotonic() - started < self.args.seconds or turn < len(FAULTS)) and turn < 10_000:
             fault = FAULTS[turn % len(FAULTS)]
             turn += 1
-            if not self.wait_for_traffic(30, timeout=30):
+            if not self.wait_for_traffic(10, timeout=30):
                 say("no traffic answered 200 for 30 s before the next fault")
             description = self.inject(fault)
             self.faults[fault] += 1
@@ -538,6 +544,7 @@ def parse(argv):
     parser.add_argument("--seconds", type=int, default=600, help="how long faults are injected while posting")
     parser.add_argument("--seed", type=int, default=None, help="the shuffle of posts and re-posts (default: random)")
     parser.add_argument("--users", type=int, default=300)
+    parser.add_argument("--rate", type=int, default=10, help="notifications per second wanted (the plans repeat)")
     parser.add_argument("--threads", type=int, default=4, help="concurrent posters")
     parser.add_argument("--workers", type=int, default=4, help="serve's SIWA_WORKERS")
     parser.add_argument("--repost-percent", type=int, default=15)
