@@ -540,7 +540,8 @@ def parse(argv):
     parser = argparse.ArgumentParser(prog="scripts/soak", description=__doc__.split("\n\n")[0])
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--sentinel", action="store_true", help="one primary, two replicas, three sentinels (default)")
-    mode.add_argument("--cluster", action="store_true", help="a Redis Cluster (not yet: the endpoint has no cluster mode)")
+    mode.add_argument("--cluster", action="store_true",
+                      help="a Redis Cluster (not yet: the endpoint has no cluster mode)")
     parser.add_argument("--seconds", type=int, default=600, help="how long faults are injected while posting")
     parser.add_argument("--seed", type=int, default=None, help="the shuffle of posts and re-posts (default: random)")
     parser.add_argument("--users", type=int, default=300)

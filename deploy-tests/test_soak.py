@@ -21,7 +21,8 @@ def test_short_soak_loses_nothing_under_combined_faults():
                             capture_output=True, text=True, timeout=900)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
-    assert "soak: result: lost 0, doubled 0, unexpected 0, wrong entries 0, users wrong 0, never answered 200 0" in output
+    assert ("soak: result: lost 0, doubled 0, unexpected 0, wrong entries 0, users wrong 0, never answered 200 0"
+            in output), output
     faults = dict(re.findall(r"([a-z-]+) (\d+)", re.search(r"^soak: faults: (.*)$", output, re.M).group(1)))
     assert sorted(faults) == sorted(FAULTS) and all(int(count) >= 1 for count in faults.values()), output
     # The faults reached the spool, and every notification signed is in the stream once.
