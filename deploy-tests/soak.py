@@ -403,9 +403,12 @@ class Soak:
         if fault == "primary-paused":
             node = self.primary()
             node.process.send_signal(signal.SIGSTOP)
+            stopped = time.monotonic()
             try:
                 new_port = self.new_primary(node.port)
                 self.wait_for_traffic(10, timeout=30)
+                # Past the sentinels' failover timeout too (posting goes on meanwhile).
+                time.sleep(max(0.0, stopped + FAILOVER_TIMEOUT_MS / 1000 - time.monotonic()))
             finally:
                 node.process.send_signal(signal.SIGCONT)
             self.await_replica(node)
@@ -515,6 +518,12 @@ class Soak:
                 "wrong entries": wrong_entries, "wrong users": wrong_users, "users": len(by_user)}
 
 
+def described(notification):
+    """A notification in a report line: never its address."""
+    return (f"{notification.raw_type} at {notification.event_time} for {notification.sub} "
+            f"(jti {notification.jti})")
+
+
 def report(soak, pool, posts, found, seconds):
     say(f"ran {seconds:.0f} s, seed {soak.args.seed}")
     say(f"posts: {soak.posts} ({len(pool)} notifications, {len(posts) - len(pool)} re-posts of a jti, "
@@ -522,13 +531,16 @@ def report(soak, pool, posts, found, seconds):
     say("outcomes: " + ", ".join(f"{outcome} {count}" for outcome, count in sorted(soak.outcomes.items())))
     say("faults: " + ", ".join(f"{fault} {soak.faults[fault]}" for fault in FAULTS))
     say(f"stream: {found['stream entries']} entries; users: {found['users']}")
-    for name in ("lost", "doubled", "unexpected", "wrong entries"):
-        for item in found[name][:5]:
-            say(f"  {name}: {item}")
+    for name in ("lost", "doubled"):
+        for notification in found[name][:5]:
+            say(f"  {name}: {described(notification)}")
+    for name in ("unexpected", "wrong entries"):
+        for jti in found[name][:5]:
+            say(f"  {name}: jti {jti}")
     for sub, problems in list(found["wrong users"].items())[:10]:
         say(f"  user {sub}: " + "; ".join(problems))
     for notification in soak.unanswered[:5]:
-        say(f"  never answered 200: {notification.raw_type} for {notification.sub} (jti {notification.jti})")
+        say(f"  never answered 200: {described(notification)}")
     failures = {"lost": len(found["lost"]), "doubled": len(found["doubled"]),
                 "unexpected": len(found["unexpected"]), "wrong entries": len(found["wrong entries"]),
                 "users wrong": len(found["wrong users"]), "never answered 200": len(soak.unanswered)}
