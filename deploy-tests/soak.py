@@ -267,6 +267,7 @@ class Soak:
         self.answered = {}  # jti -> True once some post of it was answered 200
         self.unanswered = []
         self.posts = 0
+        self.posters_left = arguments.threads
         self.redis = self.nginx = self.serve = None
 
     # -- parts
@@ -353,6 +354,8 @@ class Soak:
                 index = next_index[0]
                 next_index[0] += 1
             if index >= len(schedule):
+                with self.lock:
+                    self.posters_left -= 1
                 return
             due, (notification, body) = schedule[index]
             pause = started + due - time.monotonic()
@@ -365,9 +368,10 @@ class Soak:
             return sum(self.outcomes[o] for o in self.outcomes if o.startswith("200"))
 
     def wait_for_traffic(self, count, timeout):
-        """Until `count` more posts were answered 200 (posting goes on meanwhile)."""
+        """Until `count` more posts were answered 200 (posting goes on meanwhile), or posting is over."""
         target = self.answered_count() + count
-        return wait_until(lambda: self.answered_count() >= target, timeout=timeout, interval=0.1)
+        return wait_until(lambda: self.answered_count() >= target or self.posters_left == 0, timeout=timeout,
+                          interval=0.1)
 
     # -- faults
 
