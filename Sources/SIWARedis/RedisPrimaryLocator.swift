@@ -107,6 +107,8 @@ public final class RedisPrimaryLocator: Sendable {
         var discoveries = 0
         var failovers = 0
         var staleAnswers = 0
+        /// The last address a sentinel named, confirmed or not.
+        var lastNamed: Primary?
         /// Addresses a `+switch-master` announced as the old primary, until when they are not used.
         var demoted: [Primary: ContinuousClock.Instant] = [:]
 
@@ -204,6 +206,10 @@ public final class RedisPrimaryLocator: Sendable {
 
     /// How many times the primary in use moved to another address (a discovery or `+switch-master`).
     public var failovers: Int { state.withLock { $0.failovers } }
+
+    /// The last address a sentinel named, whether or not it could be confirmed: what a start-up
+    /// check can try, to tell a refusal (a wrong password) from an outage when none was confirmed.
+    public var lastNamed: Primary? { state.withLock { $0.lastNamed } }
 
     /// How many sentinel answers named an address whose `ROLE` was not master.
     public var staleAnswers: Int { state.withLock { $0.staleAnswers } }
@@ -317,6 +323,7 @@ public final class RedisPrimaryLocator: Sendable {
                 continue
             }
             let found = Primary(host: host, port: port)
+            state.withLock { $0.lastNamed = found }
             if state.withLock({ $0.isDemoted(found, at: .now) }) {
                 verdicts[found] = "announced as the old primary by +switch-master"
                 unusable.append("sentinel \(sentinel) named \(found) (announced as the old primary by +switch-master)")

@@ -29,6 +29,15 @@ extension ServeCommand {
         do {
             try confirming.connect()
         } catch  where error.code != .sentinelUnknownMaster && error.code != .sentinelLoginRefused {
+            // No address confirmed. One the sentinels named may still refuse the URL's user or
+            // password (a setting to fix, not an outage): the start-up check tells which.
+            if let named = locator.lastNamed, let refusal = checkRedis(configuration, primary: named) {
+                EventLog.event(
+                    "configuration_invalid", level: "error",
+                    [("setting", .string("SIWA_REDIS_URL")), ("message", .string(refusal))])
+                Output.error("siwa-endpoint serve: SIWA_REDIS_URL \(refusal)")
+                return .failure(StartRefused(exitStatus: 2))
+            }
             EventLog.event(
                 "redis_primary_unknown", level: "warning",
                 [("error", .string(error.code.rawValue)), ("message", .string(error.message))])

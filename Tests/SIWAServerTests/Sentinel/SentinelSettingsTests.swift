@@ -184,6 +184,23 @@ struct SentinelSettingsTests {
         #expect(!good.logText.contains("test-sentinel-secret"))
     }
 
+    @Test(
+        "the data nodes refuse the URL's password: serve exits 2 naming SIWA_REDIS_URL, though ROLE could not confirm the primary"
+    )
+    func dataNodeLoginRefused() throws {
+        let cluster = try RedisSentinelCluster()
+        defer { cluster.shutdown() }
+        let stack = try ServeStack(startingServe: false)
+        defer { stack.shutdown() }
+        // The cluster's data nodes have no password: AUTH with one is refused.
+        let (status, log) = try Self.failedStart(
+            stack, Self.environment(cluster, extra: ["SIWA_REDIS_URL": "redis://:wrong-data-secret@127.0.0.1:1/0"]))
+        #expect(status == 2, "\(log)")
+        #expect(log.contains(#""setting":"SIWA_REDIS_URL""#), "\(log)")
+        #expect(log.contains("AUTH"), "\(log)")
+        #expect(!log.contains("wrong-data-secret"), "\(log)")
+    }
+
     @Test("sentinel settings that cannot be used are refused by --check, naming the setting")
     func configurationErrors() throws {
         let base = ["SIWA_CLIENT_IDS": "com.example.app"]
