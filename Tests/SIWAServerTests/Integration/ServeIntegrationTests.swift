@@ -336,10 +336,8 @@ struct ServeIntegrationTests {
         _ = try stack.redisConnection().command("SET", "siwa:user:{\(ServeStack.clientID):000011.q.0001}", "not a hash")
         // Spooled while Redis is down (the live path refuses it with 503 when Redis answers);
         // replayed once Redis is back, it can only be set aside.
-        stack.redis.stop()
-        let poisoned = try stack.post(try stack.body(type: "consent-revoked", sub: "000011.q.0001"))
-        #expect(poisoned.bodyText == #"{"status":"spooled"}"#)
-        try stack.redis.start()
+        let poisoned = try stack.postWhileRedisIsDown([try stack.body(type: "consent-revoked", sub: "000011.q.0001")])
+        #expect(poisoned.map(\.bodyText) == [#"{"status":"spooled"}"#])
         #expect(
             try stack.waitUntil(timeout: 10) {
                 try stack.request("GET", "/metrics").bodyText.contains("siwa_spool_rejected_total 1\n")
