@@ -294,7 +294,7 @@ class Soak:
             "SIWA_REDIS_URL": "redis://127.0.0.1:6379/0",
             "SIWA_REDIS_SENTINELS": self.redis.sentinel_list,
             "SIWA_REDIS_SENTINEL_MASTER": MASTER,
-            "SIWA_REDIS_MIN_REPLICAS": "1",
+            "SIWA_REDIS_MIN_REPLICAS": str(self.args.min_replicas),
             "SIWA_REDIS_TIMEOUT_MS": "500",
             "SIWA_FCGI_SOCKET": str(self.socket_path),
             "SIWA_SPOOL_DIR": str(serve_dir / "spool"),
@@ -529,7 +529,7 @@ def described(notification):
 
 
 def report(soak, pool, posts, found, seconds):
-    say(f"ran {seconds:.0f} s, seed {soak.args.seed}")
+    say(f"ran {seconds:.0f} s, seed {soak.args.seed}, SIWA_REDIS_MIN_REPLICAS={soak.args.min_replicas}")
     say(f"posts: {soak.posts} ({len(pool)} notifications, {len(posts) - len(pool)} re-posts of a jti, "
         f"{soak.posts - len(posts)} retries)")
     say("outcomes: " + ", ".join(f"{outcome} {count}" for outcome, count in sorted(soak.outcomes.items())))
@@ -564,6 +564,8 @@ def parse(argv):
     parser.add_argument("--rate", type=int, default=10, help="notifications per second wanted (the plans repeat)")
     parser.add_argument("--threads", type=int, default=4, help="concurrent posters")
     parser.add_argument("--workers", type=int, default=4, help="serve's SIWA_WORKERS")
+    parser.add_argument("--min-replicas", type=int, choices=(0, 1, 2), default=1,
+                        help="serve's SIWA_REDIS_MIN_REPLICAS")
     parser.add_argument("--repost-percent", type=int, default=15)
     parser.add_argument("--retries", type=int, default=60, help="posts of one notification at most")
     parser.add_argument("--retry-seconds", type=int, default=180, help="how long one notification is retried")
