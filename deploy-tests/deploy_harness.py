@@ -56,14 +56,17 @@ class RedisServer:
     (appendonly yes) is how run-local runs it; aof=False (no persistence at all) where a
     test needs only a store. Checked at start: the server runs with the asked-for AOF."""
 
-    def __init__(self, directory, aof=True):
+    def __init__(self, directory, aof=True, port=None, extra_args=()):
+        """port: a given one (a node restarted where it was), else a free one; extra_args
+        go to redis-server after the usual ones (for example --replicaof)."""
         self.dir = pathlib.Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        self.port = port or free_port()
         self.log = self.dir / "redis.log"
         self.process = subprocess.Popen(
             ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir),
-             "--appendonly", "yes" if aof else "no", "--save", "", "--daemonize", "no", "--logfile", str(self.log)],
+             "--appendonly", "yes" if aof else "no", "--save", "", "--daemonize", "no", "--logfile", str(self.log),
+             *map(str, extra_args)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if not wait_until(self._answers, timeout=10):
             self.stop()
