@@ -48,15 +48,13 @@ public struct ReconcileConfiguration: Sendable {
             "reconcile only: wait before the first retry, doubled for each next one"),
     ]
 
-    /// The rows of the table reconcile reads: its own and serve's Redis settings.
+    /// The rows of the table reconcile reads: its own and every one of serve's Redis settings
+    /// (a Redis setting serve has and reconcile lacked would stop reconcile with a setting
+    /// missing from its table).
     static var table: [Setting] {
-        let redisNames: Set<String> = [
-            "SIWA_REDIS_URL", "SIWA_REDIS_TIMEOUT_MS", "SIWA_REDIS_RETRY_MS", "SIWA_KEY_PREFIX", "SIWA_STREAM_MAXLEN",
-            "SIWA_REDIS_SENTINELS",
-            "SIWA_REDIS_SENTINEL_MASTER", "SIWA_REDIS_SENTINEL_PASSWORD", "SIWA_REDIS_MIN_REPLICAS",
-            "SIWA_REDIS_REPLICA_TIMEOUT_MS",
-        ]
-        return ServerConfiguration.settings.filter { redisNames.contains($0.name) } + appleSettings
+        let sharedNames: Set<String> = ["SIWA_KEY_PREFIX", "SIWA_STREAM_MAXLEN"]
+        return ServerConfiguration.settings.filter { $0.name.hasPrefix("SIWA_REDIS_") || sharedNames.contains($0.name) }
+            + appleSettings
     }
 
     /// `reconcile --help`'s lines: reconcile's own rows.
