@@ -29,7 +29,8 @@ final class FastCGISignalWatcher: Sendable {
     /// `serve` reloads the JWKS cache file on it.
     static let signals: [Int32] = [SIGTERM, SIGINT, SIGHUP]
 
-    /// Installs the handlers; `onSignal` runs on the watcher thread, once per signal.
+    /// Installs the handlers; `onSignal` runs on the watcher thread, once per signal, except
+    /// for SIGHUP (see `HangUpRunner`).
     init(onSignal: @escaping @Sendable (Int32) -> Void) throws(FastCGIError) {
         let claimed = Self.installed.withLock { installed -> Bool in
             defer { installed = true }
@@ -66,6 +67,7 @@ final class FastCGISignalWatcher: Sendable {
         self.previous = Mutex(previous)
         let readEnd = readEnd
         let finished = finished
+        let hangUps = HangUpRunner { onSignal(SIGHUP) }
         let thread = Thread {
             // If a parent started us with these signals blocked (inherited by every thread),
             // this thread at least can take them, so a stop never depends on the caller's mask.
@@ -79,7 +81,7 @@ final class FastCGISignalWatcher: Sendable {
                 if count < 0 && errno == EINTR { continue }
                 // Byte 0 is our own "stop watching"; a closed pipe also ends the loop.
                 guard count == 1, byte != 0 else { break }
-                onSignal(Int32(byte))
+                if Int32(byte) == SIGHUP { hangUps.request() } else { onSignal(Int32(byte)) }
             }
             finished.signal()
         }
@@ -101,5 +103,42 @@ final class FastCGISignalWatcher: Sendable {
         close(writeEnd)
         close(readEnd)
         Self.installed.withLock { $0 = false }
+    }
+}
+
+/// Runs the SIGHUP work (a reload that reads a file) on a thread of its own, never on the
+/// watcher thread: a reload that hangs must not keep a SIGTERM that follows from stopping
+/// the server. SIGHUPs that arrive while one runs are folded into one more run after it.
+private final class HangUpRunner: Sendable {
+    private struct State {
+        var running = false
+        var pending = false
+    }
+    private let state = Mutex(State())
+    private let work: @Sendable () -> Void
+
+    init(_ work: @escaping @Sendable () -> Void) { self.work = work }
+
+    func request() {
+        let start = state.withLock { state -> Bool in
+            if state.running {
+                state.pending = true
+                return false
+            }
+            state.running = true
+            return true
+        }
+        guard start else { return }
+        let thread = Thread { [self] in
+            repeat {
+                work()
+            } while state.withLock { state -> Bool in
+                defer { state.pending = false }
+                state.running = state.pending
+                return state.pending
+            }
+        }
+        thread.name = "fastcgi-hangup"
+        thread.start()
     }
 }

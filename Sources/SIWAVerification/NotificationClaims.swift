@@ -7,6 +7,7 @@ struct NotificationClaims {
     let clientID: String
     let issuedAt: Int64
     let expiresAt: Int64?
+    let notBefore: Int64?
     let tokenID: String
     let events: JSONValue
 
@@ -15,7 +16,7 @@ struct NotificationClaims {
 
         switch members["iss"] {
         case nil: throw VerificationError(.issMissing, "the claims have no iss")
-        case .string(NotificationVerifier.appleIssuer)?: break
+        case .string(let issuer)? where issuer.utf8.elementsEqual(NotificationVerifier.appleIssuer.utf8): break
         default: throw VerificationError(.issMismatch, "iss is not exactly \(NotificationVerifier.appleIssuer)")
         }
 
@@ -35,7 +36,13 @@ struct NotificationClaims {
         case let other?:
             throw VerificationError(.audInvalid, "aud is a JSON \(other.typeName), not a string or array of strings")
         }
-        guard let served = audiences.first(where: clientIDs.contains) else {
+        // Byte for byte: String equality would take a canonically equivalent spelling (a
+        // Kelvin sign for a K) as the client ID, and that spelling would end up in Redis keys.
+        // The client ID kept is the configured one.
+        let served = audiences.lazy.compactMap { audience in
+            clientIDs.first { $0.utf8.elementsEqual(audience.utf8) }
+        }.first
+        guard let served else {
             throw VerificationError(.audNotServed, "aud names no client ID this deployment serves")
         }
         clientID = served
@@ -47,6 +54,15 @@ struct NotificationClaims {
                 throw VerificationError(.expInvalid, "exp is not a NumericDate")
             }
             expiresAt = seconds
+        }
+
+        switch members["nbf"] {
+        case nil: notBefore = nil
+        case let value?:
+            guard let seconds = Self.numericDate(value) else {
+                throw VerificationError(.nbfInvalid, "nbf is not a NumericDate")
+            }
+            notBefore = seconds
         }
 
         guard let iat = members["iat"] else { throw VerificationError(.iatMissing, "the claims have no iat") }
@@ -74,22 +90,45 @@ struct NotificationClaims {
     /// (Apple's documented shape) gets it too, so a captured token cannot be replayed for ever.
     static let lifetimeWithoutExpirySeconds: Int64 = 86_400
 
+    /// The longest lifetime accepted: `exp` may be at most this long after `iat`. Apple's
+    /// is exactly one day; a longer one would outlive the `jti` marker that stops a replay.
+    static let maximumLifetimeSeconds: Int64 = 86_400
+
+    /// The token's times against `now`, each with the leeway; the sums saturate, so a time
+    /// near `Int64.max` can never wrap round to the past.
     func checkTimes(now: Int64, leewaySeconds: Int64) throws(VerificationError) {
-        let expiry = expiresAt ?? issuedAt.addingReportingOverflow(Self.lifetimeWithoutExpirySeconds).partialValue
-        if now >= expiry.addingReportingOverflow(leewaySeconds).partialValue {
+        let latestExpiry = Self.adding(issuedAt, Self.maximumLifetimeSeconds)
+        if let expiresAt, expiresAt > latestExpiry {
+            throw VerificationError(
+                .expBeyondLifetime,
+                "exp \(expiresAt) is more than \(Self.maximumLifetimeSeconds) s after iat \(issuedAt)")
+        }
+        let expiry = expiresAt ?? Self.adding(issuedAt, Self.lifetimeWithoutExpirySeconds)
+        if now >= Self.adding(expiry, leewaySeconds) {
             throw VerificationError(
                 .tokenExpired,
                 expiresAt == nil
                     ? "the token has no exp and was issued more than a day ago (now \(now), leeway \(leewaySeconds) s)"
                     : "the token expired at \(expiry) (now \(now), leeway \(leewaySeconds) s)")
         }
-        guard issuedAt <= now + leewaySeconds else {
+        guard issuedAt <= Self.adding(now, leewaySeconds) else {
             var error = VerificationError(
                 .iatInFuture, "iat \(issuedAt) is in the future (now \(now), leeway \(leewaySeconds) s)")
             error.issuedAt = issuedAt
             error.serverTime = now
             throw error
         }
+        if let notBefore, notBefore > Self.adding(now, leewaySeconds) {
+            throw VerificationError(
+                .tokenNotYetValid, "nbf \(notBefore) is in the future (now \(now), leeway \(leewaySeconds) s)")
+        }
+    }
+
+    /// `time + seconds`, held at `Int64.max` (or `.min`) instead of wrapping.
+    static func adding(_ time: Int64, _ seconds: Int64) -> Int64 {
+        let (sum, overflow) = time.addingReportingOverflow(seconds)
+        guard overflow else { return sum }
+        return seconds > 0 ? .max : .min
     }
 
     /// RFC 7519 NumericDate: non-negative seconds, fractions truncated.

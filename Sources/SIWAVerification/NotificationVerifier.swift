@@ -53,7 +53,9 @@ public struct NotificationVerifier: Sendable {
             return try verify(body: body, now: now) { kid throws(VerificationError) in
                 try source.key(forKeyID: kid)
             }
-        } catch  where error.code == .kidUnknown || error.code == .keysUnavailable {
+        } catch  where error.code == .kidUnknown || error.code == .keysUnavailable || error.code.isAboutOurKeySet {
+            // An unusable entry under the kid is a question about our key set too: a fetch
+            // may bring the entry fixed. If it does not, its own code answers (503).
             refreshed = source.refreshForUnknownKey()
         }
         do {
@@ -92,7 +94,7 @@ public struct NotificationVerifier: Sendable {
         let claims = try NotificationClaims(decoding: bytes, clientIDs: clientIDs)
         try claims.checkTimes(now: now, leewaySeconds: leewaySeconds)
         let event = try NotificationEventClaim(claims.events)
-        let latest = claims.issuedAt.addingReportingOverflow(leewaySeconds).partialValue
+        let latest = NotificationClaims.adding(claims.issuedAt, leewaySeconds)
         guard event.eventTimeMilliseconds / 1000 <= latest else {
             throw VerificationError(
                 .eventTimeInFuture,

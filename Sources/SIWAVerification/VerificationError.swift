@@ -31,7 +31,8 @@ public struct VerificationError: Error, Sendable, Equatable, CustomStringConvert
         case notAuthentic = "not_authentic"
         /// Authentic, but for a client ID this deployment does not serve: 403.
         case notOurs = "not_ours"
-        /// Cannot decide now (no keys yet): 503, Apple retries.
+        /// Cannot decide now (no keys yet, or our entry for the kid is unusable): 503, Apple
+        /// retries.
         case retryable
 
         public var httpStatus: Int {
@@ -88,11 +89,19 @@ public struct VerificationError: Error, Sendable, Equatable, CustomStringConvert
         // The key.
         public static let keysUnavailable = Code("keys_unavailable", .retryable)
         public static let kidUnknown = Code("kid_unknown", .notAuthentic)
-        public static let keyNotRSA = Code("key_not_rsa", .notAuthentic)
-        public static let keyUseNotSig = Code("key_use_not_sig", .notAuthentic)
-        public static let keyAlgNotRS256 = Code("key_alg_not_rs256", .notAuthentic)
-        public static let keyTooSmall = Code("key_too_small", .notAuthentic)
-        public static let keyInvalid = Code("key_invalid", .notAuthentic)
+        // The entry our key set holds under the token's kid cannot verify. That is about
+        // our key set (a bad merge, a damaged document), never about the token: 503, after
+        // the unknown-kid refresh was tried, so a fixed JWKS host ends it.
+        public static let keyNotRSA = Code("key_not_rsa", .retryable)
+        public static let keyUseNotSig = Code("key_use_not_sig", .retryable)
+        public static let keyAlgNotRS256 = Code("key_alg_not_rs256", .retryable)
+        public static let keyTooSmall = Code("key_too_small", .retryable)
+        public static let keyInvalid = Code("key_invalid", .retryable)
+
+        /// Whether the code refuses the entry our key set holds for the kid.
+        public var isAboutOurKeySet: Bool {
+            [Code.keyNotRSA, .keyUseNotSig, .keyAlgNotRS256, .keyTooSmall, .keyInvalid].contains(self)
+        }
 
         // The signature.
         public static let signatureLengthMismatch = Code("signature_length_mismatch", .notAuthentic)
@@ -110,6 +119,12 @@ public struct VerificationError: Error, Sendable, Equatable, CustomStringConvert
         public static let audNotServed = Code("aud_not_served", .notOurs)
         public static let expInvalid = Code("exp_invalid", .malformed)
         public static let tokenExpired = Code("token_expired", .notAuthentic)
+        /// `exp` later than `iat` plus the longest lifetime accepted (Apple's is one day):
+        /// a far-future token could be replayed once its `jti` marker has expired.
+        public static let expBeyondLifetime = Code("exp_beyond_lifetime", .notAuthentic)
+        public static let nbfInvalid = Code("nbf_invalid", .malformed)
+        /// `nbf` later than now plus the leeway.
+        public static let tokenNotYetValid = Code("token_not_yet_valid", .notAuthentic)
         public static let iatMissing = Code("iat_missing", .malformed)
         public static let iatInvalid = Code("iat_invalid", .malformed)
         public static let iatInFuture = Code("iat_in_future", .notAuthentic)
@@ -145,7 +160,8 @@ public struct VerificationError: Error, Sendable, Equatable, CustomStringConvert
             kidMissing, kidInvalid, keysUnavailable, kidUnknown, keyNotRSA, keyUseNotSig, keyAlgNotRS256,
             keyTooSmall, keyInvalid, signatureLengthMismatch, signatureInvalid, claimsNotJSON, claimsTooDeep,
             claimsDuplicateMember, claimsNotObject, issMissing, issMismatch, audMissing, audInvalid,
-            audNotServed, expInvalid, tokenExpired, iatMissing, iatInvalid, iatInFuture, jtiMissing,
+            audNotServed, expInvalid, tokenExpired, expBeyondLifetime, nbfInvalid, tokenNotYetValid, iatMissing,
+            iatInvalid, iatInFuture, jtiMissing,
             jtiInvalid, eventsMissing, eventsWrongType, eventsNotJSON, eventsTooDeep, eventsDuplicateMember,
             eventsNotObject, eventTypeMissing, eventTypeInvalid, eventSubMissing, eventSubInvalid,
             eventTimeMissing, eventTimeInvalid, eventTimeInFuture, emailMissing, emailInvalid, isPrivateEmailInvalid,

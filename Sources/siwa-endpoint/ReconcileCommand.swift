@@ -24,7 +24,8 @@ enum ReconcileCommand {
         check time. 5xx, 429, timeouts: retried, then unknown. 400 invalid_client:
         a configuration error, the run stops.
 
-        --rate N   at most N requests per second (default 5, at most 100)
+        --rate N   at most N requests per second (default 5; from 0.01, one request
+                   every 100 seconds, to 100)
 
         Exit status: 0 every line decided or skipped; 1 some user unknown (or Redis
         failed); 2 a configuration or usage error (invalid_client included).
@@ -34,6 +35,9 @@ enum ReconcileCommand {
           SIWA_REDIS_URL, SIWA_REDIS_TIMEOUT_MS, SIWA_KEY_PREFIX, SIWA_STREAM_MAXLEN and the
           Sentinel settings (SIWA_REDIS_SENTINELS ...): as for serve
         """
+
+    /// Requests per second `--rate` accepts: the slowest is one request every 100 seconds.
+    static let allowedRates: ClosedRange<Double> = 0.01...100
 
     static func run(_ words: [String]) throws -> Int32 {
         if words.contains("--help") {
@@ -46,8 +50,10 @@ enum ReconcileCommand {
         }
         var rate = 5.0
         if let text = arguments.value("--rate") {
-            guard let value = Double(text), value > 0, value <= 100 else {
-                throw UsageError("--rate must be a number of requests per second above 0, at most 100")
+            guard let value = Double(text), allowedRates.contains(value) else {
+                throw UsageError(
+                    "--rate must be a number of requests per second from \(allowedRates.lowerBound) to "
+                        + "\(Int(allowedRates.upperBound)), got \(text)")
             }
             rate = value
         }
@@ -101,7 +107,7 @@ private final class Run {
         store = ReconcileStore(
             connection: OperatorSettings.redisConnection(configuration.redis),
             keyPrefix: configuration.keyPrefix, streamMaximumLength: configuration.streamMaximumLength)
-        let pacer = Pacer(interval: 1 / rate)
+        let pacer = Pacer(interval: .seconds(1 / rate))
         check = AppleTokenCheck(
             tokenURL: configuration.tokenURL,
             secret: AppleClientSecret(
@@ -220,22 +226,34 @@ private final class Run {
     }
 }
 
-/// Spaces request starts at least `interval` seconds apart.
+/// Spaces request starts at least `interval` apart, on the monotonic clock.
 private final class Pacer: Sendable {
-    let interval: Double
-    /// The uptime at which the next start may come.
-    private let next = Mutex(0.0)
+    let interval: Duration
+    /// When the next start may come.
+    private let next: Mutex<ContinuousClock.Instant>
 
-    init(interval: Double) { self.interval = interval }
+    init(interval: Duration) {
+        self.interval = interval
+        next = Mutex(.now)
+    }
 
     /// Takes the next free start time, then sleeps until it.
     func wait() {
-        let now = ProcessInfo.processInfo.systemUptime
-        let start = next.withLock { next -> Double in
+        let now = ContinuousClock.now
+        let start = next.withLock { next -> ContinuousClock.Instant in
             let start = max(now, next)
             next = start + interval
             return start
         }
-        if start > now { usleep(UInt32((start - now) * 1_000_000)) }
+        Self.sleep(for: start - now)
+    }
+
+    /// Sleeps the whole `duration`, resuming after a signal interrupts the sleep.
+    private static func sleep(for duration: Duration) {
+        guard duration > .zero else { return }
+        let (seconds, attoseconds) = duration.components
+        var request = timespec(tv_sec: Int(seconds), tv_nsec: Int(attoseconds / 1_000_000_000))
+        var remaining = timespec()
+        while nanosleep(&request, &remaining) != 0, errno == EINTR { request = remaining }
     }
 }

@@ -101,7 +101,9 @@ enum ServeCommand {
             settings: JWKSProvider.Settings(
                 url: jwksSettings.url, cacheFilePath: jwksSettings.cachePath,
                 refreshInterval: jwksSettings.refreshInterval,
-                unknownKeyIDRefreshInterval: jwksSettings.unknownKeyIDRefreshInterval),
+                unknownKeyIDRefreshInterval: jwksSettings.unknownKeyIDRefreshInterval,
+                // A lone worker never waits for a fetch: /healthz and known kids would wait with it.
+                unknownKeyIDWaiters: configuration.fastCGI.workers > 1 ? 1 : 0),
             fetcher: HTTPSFetcher(
                 caFilePath: jwksSettings.caFile, timeoutSeconds: Double(jwksSettings.timeout.components.seconds)),
             clock: clock)
@@ -136,6 +138,11 @@ enum ServeCommand {
         } catch {
             refuse(ConfigurationError(setting: "SIWA_SPOOL_DIR", "cannot be opened: \(error)"))
             return 2
+        }
+        for leftover in setAside.leftovers {
+            EventLog.event(
+                "spool_leftover_settled", level: "warning",
+                [("file", .string(leftover.file)), ("action", .string(leftover.action.rawValue))])
         }
         let replayer = SpoolReplayer(
             spool: spool, setAside: setAside, store: makeStore(), metrics: metrics, clientIDs: configuration.clientIDs,

@@ -20,8 +20,9 @@ enum UserCommand {
         hash (times as Unix milliseconds with the UTC date beside them), whether a
         session that started at the given time is still valid (a line `session
         valid` or `session not valid`), and that user's entries among the newest N
-        entries of the events stream (default 1000, at most 100000; email addresses
-        in them are never printed: only the hash's own, when it holds one).
+        entries of the events stream (default 1000, at most 100000; an entry reconcile
+        wrote, not Apple-signed, shows source=reconcile; email addresses in them are
+        never printed: only the hash's own, when it holds one).
 
         Redis is reached with serve's settings (SIWA_REDIS_URL, SIWA_REDIS_TIMEOUT_MS,
         SIWA_KEY_PREFIX; from the environment and --env-file, the environment wins).
@@ -32,11 +33,9 @@ enum UserCommand {
 
     static let maximumRecent: Int64 = 100_000
 
-    /// The hash fields that hold a time in Unix milliseconds.
-    static let timeFields: Set<String> = [
-        "sessions_revoked_at", "consent_revoked_at", "account_deleted_at", "email_forwarding_at", "last_event_at",
-        "updated_at",
-    ]
+    /// Whether a hash field holds a time in Unix milliseconds: every `…_at` field of the
+    /// contract does (`refresh_token_refused_at`, written by reconcile, included).
+    static func isTimeField(_ field: String) -> Bool { field.hasSuffix("_at") }
 
     static func run(_ words: [String]) throws -> Int32 {
         if words.contains("--help") {
@@ -88,7 +87,7 @@ enum UserCommand {
             for field in hash.keys.sorted() {
                 let value = hash[field] ?? ""
                 var line = "  " + field.padding(toLength: width, withPad: " ", startingAt: 0) + "  " + value
-                if timeFields.contains(field), let milliseconds = Int64(value) {
+                if isTimeField(field), let milliseconds = Int64(value) {
                     line += "  " + utcDate(milliseconds)
                 }
                 Output.line(line)
@@ -121,6 +120,8 @@ enum UserCommand {
         }
         parts.append("applied=\(fields["applied"] ?? "?")")
         if let jti = fields["jti"] { parts.append("jti=\(jti)") }
+        // An entry written by reconcile (not Apple-signed) says so; Apple's entries carry no source.
+        if let source = fields["source"] { parts.append("source=\(source)") }
         // The address and its private-relay flag may be gone from the hash (account-deleted).
         if fields["email"] != nil || fields["is_private_email"] != nil { parts.append("email=(not shown)") }
         return parts.joined(separator: "  ")

@@ -140,6 +140,29 @@ final class CommandLineTests {
     }
 
     @Test(
+        "reconcile --rate out of range is refused by name, exit 2, before any setting is read",
+        arguments: ["0.0002", "0.009", "0", "-1", "100.5", "nan", "inf", "5/s"])
+    func reconcileRateOutOfRange(_ rate: String) throws {
+        let run = try EndpointBinary.run(["reconcile", "--rate", rate, "-"])
+        #expect(run.status == 2)
+        #expect(run.standardOutput.isEmpty)
+        #expect(
+            run.standardError
+                == "siwa-endpoint reconcile: --rate must be a number of requests per second from 0.01 to 100, got \(rate)\n"
+        )
+    }
+
+    @Test("reconcile --rate at its bounds passes the check (the run then stops at the missing settings)")
+    func reconcileRateBounds() throws {
+        for rate in ["0.01", "100"] {
+            let run = try EndpointBinary.run(["reconcile", "--rate", rate, "-"])
+            #expect(run.status == 2)
+            #expect(!run.standardError.contains("--rate"), "\(run.standardError)")
+            #expect(run.standardError.contains("SIWA_"), "\(run.standardError)")
+        }
+    }
+
+    @Test(
         "usage errors exit 2",
         arguments: [["verify"], ["verify", "--jwks", "/nonexistent"], ["sign", "--key"], ["frobnicate"], []])
     func usageErrors(_ arguments: [String]) throws {

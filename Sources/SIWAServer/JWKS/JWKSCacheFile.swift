@@ -23,17 +23,28 @@ public struct JWKSCacheFile: Sendable {
     }
 
     /// The cached document and when it was written (Unix seconds); nil when there is no file.
+    ///
+    /// Only a regular file is read. The open neither blocks (a FIFO put at the path would
+    /// hang start-up, or a SIGHUP reload, until someone writes into it) nor follows a
+    /// symbolic link; the type is then checked on the open descriptor, so nothing can be
+    /// swapped in between.
     public func load() throws(JWKSCacheFileError) -> (bytes: [UInt8], writtenAt: Int64)? {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        let descriptor = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC)
         guard descriptor >= 0 else {
             let error = errno
             if error == ENOENT { return nil }
+            if error == ELOOP {
+                throw JWKSCacheFileError(.notRegularFile, "\(path) is a symbolic link; only a regular file is read")
+            }
             throw JWKSCacheFileError(.readFailed, "cannot open \(path): \(Self.describe(error))")
         }
         let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
         var status = stat()
         guard fstat(descriptor, &status) == 0 else {
             throw JWKSCacheFileError(.readFailed, "cannot stat \(path): \(Self.describe(errno))")
+        }
+        guard status.st_mode & S_IFMT == S_IFREG else {
+            throw JWKSCacheFileError(.notRegularFile, "\(path) is not a regular file; only a regular file is read")
         }
         guard status.st_size <= maximumBytes else {
             throw JWKSCacheFileError(.tooLarge, "\(path) is \(status.st_size) bytes, over \(maximumBytes)")

@@ -18,6 +18,9 @@ public struct JWKSCacheFileError: CodedError {
 
         /// The file exists but cannot be read.
         public static let readFailed = Code("cache_read_failed")
+        /// Something other than a regular file is at the path (a FIFO, a directory, a device,
+        /// a symbolic link): it is not read.
+        public static let notRegularFile = Code("cache_not_regular_file")
         /// The file is larger than any JWKS we would have written.
         public static let tooLarge = Code("cache_too_large")
         /// The new file could not be written, synced or renamed into place.

@@ -8,7 +8,21 @@ extension JWKSProvider {
         public let refreshFailures: Int
         /// How many keys in the current set can verify.
         public let usableKeyCount: Int
+        /// Entries of the last document taken (fetched or read from the cache file) that
+        /// cannot verify, counting those under which an older key was kept.
+        public let unusableKeyCount: Int
         /// The plain message of the most recent failure, for the application to log.
         public let lastFailure: String?
+    }
+
+    /// The provider's own lines of the metrics text (what `ServerMetrics` does not hold).
+    public func metricsText() -> String {
+        let unusable = metrics(now: now()).unusableKeyCount
+        return """
+            # HELP siwa_jwks_unusable_keys Entries of the last JWKS taken that cannot verify (an older key under the same kid is kept).
+            # TYPE siwa_jwks_unusable_keys gauge
+            siwa_jwks_unusable_keys \(unusable)
+
+            """
     }
 }

@@ -15,16 +15,26 @@ extension JWKSProvider {
         /// The least time between two fetches caused by an unknown `kid`: a stranger
         /// sending made-up kids must not turn us into a load generator against Apple.
         public var unknownKeyIDRefreshInterval: Duration
+        /// The longest a request with an unknown kid waits for the fetch it caused or joined;
+        /// then it is answered 503 `keys_unavailable` (Apple retries) while the fetch goes on.
+        public var unknownKeyIDWaitLimit: Duration
+        /// How many requests with an unknown kid may wait for a fetch at once; the others are
+        /// answered 503 at once. Kept below the worker count, so that made-up kids never hold
+        /// every worker: known kids and `/healthz` always find one.
+        public var unknownKeyIDWaiters: Int
 
         public init(
             url: String = appleKeysURL, cacheFilePath: String? = nil, refreshInterval: Duration = .seconds(3600),
-            failedRefreshRetryInterval: Duration = .seconds(60), unknownKeyIDRefreshInterval: Duration = .seconds(60)
+            failedRefreshRetryInterval: Duration = .seconds(60), unknownKeyIDRefreshInterval: Duration = .seconds(60),
+            unknownKeyIDWaitLimit: Duration = .seconds(2), unknownKeyIDWaiters: Int = 1
         ) {
             self.url = url
             self.cacheFilePath = cacheFilePath
             self.refreshInterval = refreshInterval
             self.failedRefreshRetryInterval = failedRefreshRetryInterval
             self.unknownKeyIDRefreshInterval = unknownKeyIDRefreshInterval
+            self.unknownKeyIDWaitLimit = unknownKeyIDWaitLimit
+            self.unknownKeyIDWaiters = unknownKeyIDWaiters
         }
     }
 }

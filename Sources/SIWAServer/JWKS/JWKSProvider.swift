@@ -23,6 +23,12 @@ public final class JWKSProvider: Sendable {
 
     private struct State {
         var keySet = JSONWebKeySet()
+        /// The kids of the last document taken whose entry cannot verify (see `take`).
+        var unusableKeyIDs: [String] = []
+        /// Counts the key sets taken, so the cache file is never overwritten by an older one.
+        var generation = 0
+        /// Callers with an unknown kid waiting for a fetch now (at most `unknownKeyIDWaiters`).
+        var unknownKeyIDWaiting = 0
         /// Wall time (Unix seconds) of the current keys: shown as their age.
         var fetchedAt: Int64?
         /// When the last fetch started, on the monotonic clock: every interval counts from it.
@@ -38,6 +44,8 @@ public final class JWKSProvider: Sendable {
     }
 
     private let state = Mutex(State())
+    /// The generation of the key set last written to the cache file; held while writing.
+    private let cacheWriting = Mutex(0)
 
     /// - Parameter clock: intervals count on its monotonic reading, the keys' age on its
     ///   wall reading; tests pass their own.
@@ -101,11 +109,14 @@ public final class JWKSProvider: Sendable {
     }
 
     /// Fetches because a token named a kid we do not hold, at most once per
-    /// `unknownKeyIDRefreshInterval` counted from the last fetch of any kind.
+    /// `unknownKeyIDRefreshInterval` counted from the last fetch of any kind. The fetch runs
+    /// on a thread of its own; the caller waits for it at most `unknownKeyIDWaitLimit`, and
+    /// only `unknownKeyIDWaiters` callers wait at once (`stillRunning` otherwise): a worker
+    /// is never held for a whole fetch timeout by a made-up kid.
     @discardableResult
     public func refreshForUnknownKeyID() -> JWKSRefreshOutcome {
         let interval = settings.unknownKeyIDRefreshInterval
-        return refresh { state, now in
+        return refresh(waitLimit: settings.unknownKeyIDWaitLimit) { state, now in
             guard let lastAttemptAt = state.lastAttemptAt else { return true }
             return now - lastAttemptAt >= interval
         }
@@ -116,7 +127,8 @@ public final class JWKSProvider: Sendable {
         state.withLock { state in
             Metrics(
                 ageSeconds: state.fetchedAt.map { max(0, now - $0) }, refreshFailures: state.refreshFailures,
-                usableKeyCount: state.keySet.usableKeyIDs.count, lastFailure: state.lastFailure)
+                usableKeyCount: state.keySet.usableKeyIDs.count, unusableKeyCount: state.unusableKeyIDs.count,
+                lastFailure: state.lastFailure)
         }
     }
 
@@ -130,47 +142,78 @@ public final class JWKSProvider: Sendable {
             landed.open()
         }
 
-        /// The running fetch is bounded by the fetcher's timeout.
-        func wait() -> JWKSRefreshOutcome {
-            landed.wait()
+        /// The outcome, or `stillRunning` when the fetch has not landed by `deadline` (nil:
+        /// no deadline; the running fetch is bounded by the fetcher's timeout).
+        func wait(until deadline: ContinuousClock.Instant?) -> JWKSRefreshOutcome {
+            guard landed.wait(until: deadline) else { return .stillRunning }
             return outcome.withLock { $0 } ?? .failed
         }
     }
 
     /// The single flight: join a running fetch, or decide under the lock whether to
     /// start one (`isDue` is given the state and the monotonic now), then fetch without
-    /// holding the lock.
-    private func refresh(isDue: (State, ContinuousClock.Instant) -> Bool) -> JWKSRefreshOutcome {
+    /// holding the lock. With a `waitLimit` (an unknown kid) the fetch runs on a thread of
+    /// its own, and the caller waits for it within the limit, when a waiting place is free.
+    private func refresh(
+        waitLimit: Duration? = nil, isDue: (State, ContinuousClock.Instant) -> Bool
+    ) -> JWKSRefreshOutcome {
         let now = clock.monotonic()
-        let wallNow = clock.wallSeconds()
+        let waiters = settings.unknownKeyIDWaiters
         enum Decision {
             case join(Flight)
             case skip
+            /// A fetch runs and every waiting place is taken.
+            case busy
             case fetch(Flight)
+            case fetchElsewhere(Flight, waiting: Bool)
         }
         let decision = state.withLock { state -> Decision in
-            if let flight = state.flight { return .join(flight) }
-            guard isDue(state, now) else { return .skip }
+            let mayWait = waitLimit == nil || state.unknownKeyIDWaiting < waiters
+            if waitLimit != nil && mayWait { state.unknownKeyIDWaiting += 1 }
+            if let flight = state.flight { return mayWait ? .join(flight) : .busy }
+            guard isDue(state, now) else {
+                if waitLimit != nil && mayWait { state.unknownKeyIDWaiting -= 1 }
+                return .skip
+            }
             let flight = Flight()
             state.flight = flight
             state.lastAttemptAt = now
-            return .fetch(flight)
+            return waitLimit == nil ? .fetch(flight) : .fetchElsewhere(flight, waiting: mayWait)
         }
         let flight: Flight
         switch decision {
-        case .join(let running): return running.wait()
         case .skip: return .skipped
-        case .fetch(let started): flight = started
+        case .busy: return .stillRunning
+        case .fetch(let started): return fly(started)
+        case .join(let running): flight = running
+        case .fetchElsewhere(let started, let waiting):
+            Thread { [self] in fly(started) }.start()
+            guard waiting else { return .stillRunning }
+            flight = started
         }
+        guard let waitLimit else { return flight.wait(until: nil) }
+        defer { state.withLock { $0.unknownKeyIDWaiting -= 1 } }
+        return flight.wait(until: ContinuousClock.now + waitLimit)
+    }
 
+    /// Runs the fetch of `flight`, lands it for every caller waiting, then writes the cache
+    /// file (its fsyncs wait for the disk, which no caller needs to wait for).
+    @discardableResult
+    private func fly(_ flight: Flight) -> JWKSRefreshOutcome {
+        let wallNow = clock.wallSeconds()
         let result = fetchKeySet()
+        var taken: (document: JSONWebKeySet, kept: [String], cacheBytes: [UInt8], generation: Int)?
         let outcome = state.withLock { state -> JWKSRefreshOutcome in
             state.flight = nil
             switch result {
-            case .success(let fetched):
-                state.keySet = fetched
+            case .success(let fetched, let bytes):
+                let kept = take(fetched, in: &state)
                 state.fetchedAt = wallNow
                 state.lastSucceeded = true
+                // When older keys were kept, the file keeps them too: a restart must not
+                // bring the broken entries back in their place.
+                let cacheBytes = kept.isEmpty ? bytes : state.keySet.usableKeysDocument()
+                taken = (fetched, kept, cacheBytes, state.generation)
                 return .refreshed
             case .failure(let message):
                 state.lastSucceeded = false
@@ -180,21 +223,50 @@ public final class JWKSProvider: Sendable {
             }
         }
         flight.land(outcome)
+        if let taken {
+            Self.logUnusableKeys(of: taken.document, kept: taken.kept, source: "fetch")
+            if let cacheFile { store(taken.cacheBytes, generation: taken.generation, in: cacheFile) }
+        }
         return outcome
     }
 
-    private enum FetchResult {
-        case success(JSONWebKeySet)
-        case failure(String)
+    /// Makes `document` the held key set, except that an unusable entry never displaces a
+    /// usable key held under the same kid; returns the kids so kept.
+    private func take(_ document: JSONWebKeySet, in state: inout State) -> [String] {
+        let (merged, kept) = document.keepingUsableKeys(of: state.keySet)
+        state.keySet = merged
+        state.unusableKeyIDs = document.unusableKeyIDs
+        state.generation += 1
+        return kept
     }
 
-    private func fetchKeySet() -> FetchResult {
-        let bytes: [UInt8]
-        do { bytes = try fetcher.fetch(settings.url) } catch { return .failure("JWKS fetch failed: \(error)") }
-        let fetched: JSONWebKeySet
-        do { fetched = try Self.usableKeySet(bytes) } catch { return .failure(error.description) }
-        if let cacheFile {
-            do { try cacheFile.store(bytes) } catch {
+    /// One warning line per document taken with unusable entries: which kids, and under
+    /// which of them an older key was kept. (Kids are public; no key material is written.)
+    private static func logUnusableKeys(of document: JSONWebKeySet, kept: [String], source: String) {
+        let unusable = document.unusableEntries
+        guard !unusable.isEmpty else { return }
+        EventLog.event(
+            "jwks_keys_unusable", level: "warning",
+            [
+                ("source", .string(source)),
+                (
+                    "unusable",
+                    .array(
+                        unusable.map { entry in
+                            .object(["kid": .string(entry.keyID), "error": .string(entry.reason.description)])
+                        })
+                ),
+                ("kept", .array(kept.map { .string($0) })),
+            ])
+    }
+
+    private func store(_ bytes: [UInt8], generation: Int, in cacheFile: JWKSCacheFile) {
+        cacheWriting.withLock { lastStored in
+            guard generation > lastStored else { return }
+            do {
+                try cacheFile.store(bytes)
+                lastStored = generation
+            } catch {
                 // The keys are good; only the restart without network loses them.
                 state.withLock { state in
                     state.cacheFailures += 1
@@ -202,17 +274,28 @@ public final class JWKSProvider: Sendable {
                 }
             }
         }
-        return .success(fetched)
+    }
+
+    private enum FetchResult {
+        case success(JSONWebKeySet, [UInt8])
+        case failure(String)
+    }
+
+    private func fetchKeySet() -> FetchResult {
+        let bytes: [UInt8]
+        do { bytes = try fetcher.fetch(settings.url) } catch { return .failure("JWKS fetch failed: \(error)") }
+        do { return .success(try usableKeySet(bytes), bytes) } catch { return .failure(error.description) }
     }
 
     private func loadCache(_ cacheFile: JWKSCacheFile) {
         do {
             guard let (bytes, writtenAt) = try cacheFile.load() else { return }
-            let cached = try Self.usableKeySet(bytes)
-            state.withLock { state in
-                state.keySet = cached
-                state.fetchedAt = writtenAt
+            let cached = try usableKeySet(bytes)
+            let kept = state.withLock { state in
+                defer { state.fetchedAt = writtenAt }
+                return take(cached, in: &state)
             }
+            Self.logUnusableKeys(of: cached, kept: kept, source: "cache")
         } catch {
             state.withLock { state in
                 state.cacheFailures += 1
@@ -221,11 +304,15 @@ public final class JWKSProvider: Sendable {
         }
     }
 
-    /// A document is usable only when at least one key in it can verify.
-    private static func usableKeySet(_ bytes: [UInt8]) throws(UnusableDocument) -> JSONWebKeySet {
+    /// A document is usable only when at least one key can verify once the held keys its
+    /// unusable entries cannot displace are counted.
+    private func usableKeySet(_ bytes: [UInt8]) throws(UnusableDocument) -> JSONWebKeySet {
         let keySet: JSONWebKeySet
         do { keySet = try JSONWebKeySet(jsonBytes: bytes) } catch { throw UnusableDocument(description: "\(error)") }
-        guard !keySet.usableKeyIDs.isEmpty else { throw UnusableDocument(description: "the JWKS has no usable key") }
+        let held = keys
+        guard !keySet.keepingUsableKeys(of: held).keySet.usableKeyIDs.isEmpty else {
+            throw UnusableDocument(description: "the JWKS has no usable key")
+        }
         return keySet
     }
 

@@ -6,4 +6,8 @@ public enum JWKSRefreshOutcome: Sendable, Equatable {
     case failed
     /// No fetch was made: not due yet, or an unknown-kid refresh ran too recently.
     case skipped
+    /// A fetch is running and this caller did not see its end: its wait is bounded
+    /// (`Settings.unknownKeyIDWaitLimit`), and only `Settings.unknownKeyIDWaiters` callers
+    /// may wait at once, so made-up kids cannot hold the workers.
+    case stillRunning
 }

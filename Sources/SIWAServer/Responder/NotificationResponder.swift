@@ -208,7 +208,7 @@ public final class NotificationResponder: Sendable {
             spoolDepth: spool.depth, jwksAgeSeconds: jwks.ageSeconds.map(Double.init),
             jwksRefreshFailures: jwks.refreshFailures, jwksKeys: jwks.usableKeyCount)
         return Reply(
-            status: 200, outcome: "metrics", body: text + (primaryLocator?.metricsText() ?? ""),
+            status: 200, outcome: "metrics", body: text + keys.metricsText() + (primaryLocator?.metricsText() ?? ""),
             contentType: "text/plain; version=0.0.4")
     }
 

@@ -38,5 +38,8 @@ public struct SpoolError: CodedError {
         public static let positionUnreadable = Code("spool_position_unreadable")
         /// A set-aside or requeued file cannot be moved where it belongs.
         public static let moveFailed = Code("spool_move_failed")
+        /// Another process (`spool requeue`, a retention sweep, a scrub) held `rejected/`
+        /// longer than the wait allows; nothing was changed.
+        public static let setAsideBusy = Code("spool_set_aside_busy")
     }
 }

@@ -286,6 +286,92 @@ enum SpoolFileSystem {
         do { try syncDirectory(directory) } catch { throw SpoolError(code, error.message) }
     }
 
+    /// Which file a path or a descriptor names: a rename keeps it, a re-creation changes it.
+    struct FileIdentity: Equatable {
+        let device: UInt64
+        let inode: UInt64
+    }
+
+    /// The identity and the last modification of the file open on `descriptor`.
+    static func identity(of descriptor: Int32) -> (identity: FileIdentity, modified: timespec)? {
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else { return nil }
+        return (FileIdentity(device: UInt64(status.st_dev), inode: UInt64(status.st_ino)), status.st_mtim)
+    }
+
+    /// The identity of the file `path` names now; nil when nothing does.
+    static func identity(at path: String) -> FileIdentity? {
+        var status = stat()
+        guard lstat(path, &status) == 0 else { return nil }
+        return FileIdentity(device: UInt64(status.st_dev), inode: UInt64(status.st_ino))
+    }
+
+    /// Replaces the file that was read (`read`) with `bytes`, only if `path` still names it:
+    /// a file another process renamed away (`spool requeue`) or deleted (the retention
+    /// sweep) after it was read is not re-created. The new file keeps the old one's
+    /// modification time, which is what the retention counts from. Written under a
+    /// temporary name, fsynced, renamed over; the directory is fsynced. Returns whether
+    /// it replaced the file.
+    static func replaceIfUnchanged(
+        _ path: String, read: FileIdentity, modified: timespec, with bytes: [UInt8], mode: mode_t,
+        directory: String, code: SpoolError.Code
+    ) throws(SpoolError) -> Bool {
+        let temporary = path + temporarySuffix
+        unlink(temporary)
+        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
+        guard descriptor >= 0 else { throw failure(code, "cannot create \(temporary)") }
+        do throws(SpoolError) {
+            guard fchmod(descriptor, mode) == 0 else { throw failure(code, "cannot set mode on \(temporary)") }
+            try writeAll(descriptor, bytes, code: code, path: temporary)
+            var times = [modified, modified]
+            guard futimens(descriptor, &times) == 0 else { throw failure(code, "cannot set the time of \(temporary)") }
+            guard fsync(descriptor) == 0 else { throw failure(code, "cannot fsync \(temporary)") }
+        } catch {
+            Glibc.close(descriptor)
+            unlink(temporary)
+            throw error
+        }
+        Glibc.close(descriptor)
+        guard identity(at: path) == read else {
+            unlink(temporary)
+            return false
+        }
+        guard rename(temporary, path) == 0 else {
+            let error = failure(code, "cannot rename \(temporary) to \(path)")
+            unlink(temporary)
+            throw error
+        }
+        do { try syncDirectory(directory) } catch { throw SpoolError(code, error.message) }
+        return true
+    }
+
+    /// The suffix of a file written whole before it is renamed into place.
+    static let temporarySuffix = ".tmp"
+
+    /// Runs `body` holding an exclusive `flock` on `directory`, which every process that
+    /// reads-then-changes files there takes too (`serve`'s scrub and retention sweep,
+    /// `spool requeue`). Waits at most `wait` for another holder, then throws `busy`.
+    static func withDirectoryLock<Result>(
+        _ directory: String, wait: Duration, _ body: () throws(SpoolError) -> Result
+    ) throws(SpoolError) -> Result {
+        let descriptor = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw failure(.directoryUnusable, "cannot open directory \(directory)") }
+        defer { Glibc.close(descriptor) }
+        let deadline = ContinuousClock.now + wait
+        while flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
+            guard errno == EWOULDBLOCK || errno == EINTR else {
+                throw failure(.setAsideBusy, "cannot lock \(directory)")
+            }
+            guard ContinuousClock.now < deadline else {
+                throw SpoolError(
+                    .setAsideBusy, "another process held \(directory) for more than \(wait); nothing was changed")
+            }
+            usleep(5_000)
+        }
+        // Closing the descriptor (deferred) releases the lock.
+        return try body()
+    }
+
     /// Whether a small file can be written and fsynced in `directory` now (then deleted).
     static func canWrite(in directory: String) -> Bool {
         let path = directory + "/.write-check"

@@ -52,24 +52,40 @@ public enum SpoolInspector {
     /// running `serve` takes it at its next replay (within a second), a stopped one at its
     /// next start. A file is in one place or the other, never both, so no record can be
     /// applied twice by this (and Redis's jti marker answers `duplicate` for one that was).
+    ///
+    /// Each file is counted and moved holding the lock on `rejected/` that `serve`'s scrub
+    /// and retention sweep take too, so a file is never moved while it is being rewritten.
     public static func requeue(spoolDirectory directory: String) throws(SpoolError) -> Requeued {
+        try requeue(spoolDirectory: directory, lockWait: SpoolSetAsideStore.lockWait)
+    }
+
+    static func requeue(spoolDirectory directory: String, lockWait: Duration) throws(SpoolError) -> Requeued {
         guard SpoolFileSystem.status(directory) != nil else {
             throw SpoolError(.directoryUnusable, "\(directory) does not exist")
         }
         let rejected = directory + "/" + SpoolSetAsideStore.directoryName
         var result = Requeued(files: 0, records: 0)
-        for name in try SpoolSetAsideStore.recordFiles(rejected) {
-            let source = rejected + "/" + name
-            let records = try SpoolSegmentReader.countRecords(path: source, from: 0).count
-            if try SpoolFileSystem.move(source, to: directory + "/" + NotificationSpool.requeuePrefix + name) {
-                result.files += 1
-                result.records += records
+        var stoppedBy: SpoolError?
+        do {
+            for name in try SpoolSetAsideStore.recordFiles(rejected) {
+                let source = rejected + "/" + name
+                try SpoolFileSystem.withDirectoryLock(rejected, wait: lockWait) { () throws(SpoolError) in
+                    let records = try SpoolSegmentReader.countRecords(path: source, from: 0).count
+                    if try SpoolFileSystem.move(source, to: directory + "/" + NotificationSpool.requeuePrefix + name) {
+                        result.files += 1
+                        result.records += records
+                    }
+                }
             }
+        } catch {
+            stoppedBy = error
         }
+        // What moved before a stop is made durable too.
         if result.files > 0 {
             try SpoolFileSystem.syncDirectory(directory)
             try SpoolFileSystem.syncDirectory(rejected)
         }
+        if let stoppedBy { throw stoppedBy }
         return result
     }
 
@@ -82,7 +98,16 @@ public enum SpoolInspector {
 
     /// Deletes set-aside and torn files last modified more than `days` days before `now`
     /// (Unix seconds); returns what it deleted, for the log.
+    ///
+    /// A set-aside file is judged and deleted holding the lock on `rejected/` (see
+    /// `requeue`); one held longer than `lockWait` by another process waits for the next sweep.
     public static func expire(spoolDirectory directory: String, olderThanDays days: Int, now: Int64) -> [Expired] {
+        expire(spoolDirectory: directory, olderThanDays: days, now: now, lockWait: SpoolSetAsideStore.lockWait)
+    }
+
+    static func expire(spoolDirectory directory: String, olderThanDays days: Int, now: Int64, lockWait: Duration)
+        -> [Expired]
+    {
         let rejected = directory + "/" + SpoolSetAsideStore.directoryName
         var candidates: [(String, String)] = []
         for name in (try? SpoolSetAsideStore.recordFiles(rejected)) ?? [] {
@@ -93,10 +118,18 @@ public enum SpoolInspector {
         }
         var expired: [Expired] = []
         for (kind, path) in candidates {
-            guard let modified = SpoolFileSystem.status(path)?.modified else { continue }
-            let age = now - modified
-            guard age > Int64(days) * 86_400, (try? SpoolFileSystem.remove(path)) != nil else { continue }
-            expired.append(Expired(kind: kind, path: path, ageDays: Int(age / 86_400)))
+            let judgeAndDelete = { () throws(SpoolError) -> Expired? in
+                guard let modified = SpoolFileSystem.status(path)?.modified else { return nil }
+                let age = now - modified
+                guard age > Int64(days) * 86_400 else { return nil }
+                try SpoolFileSystem.remove(path)
+                return Expired(kind: kind, path: path, ageDays: Int(age / 86_400))
+            }
+            let deleted =
+                kind == "set_aside"
+                ? try? SpoolFileSystem.withDirectoryLock(rejected, wait: lockWait, judgeAndDelete)
+                : try? judgeAndDelete()
+            if let deleted = deleted ?? nil { expired.append(deleted) }
         }
         return expired
     }

@@ -1,5 +1,9 @@
 import SIWAVerification
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Walks the records of one segment file from a starting offset, reading it in pieces of
 /// `chunkBytes`: a segment is never held in memory whole, and a line longer than
 /// `maximumRecordBytes` (no record is: every field of a notification is bounded) is
@@ -20,6 +24,8 @@ final class SpoolSegmentReader {
 
     let path: String
     let maximumRecordBytes: Int
+    /// The file opened, and its last modification: what a rewrite of it checks against.
+    let opened: (identity: SpoolFileSystem.FileIdentity, modified: timespec)?
     private let descriptor: Int32
     private var buffer: [UInt8] = []
     private var bufferIndex = 0
@@ -33,6 +39,7 @@ final class SpoolSegmentReader {
         self.path = path
         self.descriptor = descriptor
         self.maximumRecordBytes = maximumRecordBytes
+        opened = SpoolFileSystem.identity(of: descriptor)
         // A position past the end means nothing now (the file is not the one it was about).
         let size = SpoolFileSystem.size(of: descriptor) ?? 0
         self.offset = offset <= size ? offset : 0

@@ -13,17 +13,32 @@ import Synchronization
 /// change is one atomic rename.
 public final class SpoolSetAsideStore: Sendable {
     public static let directoryName = "rejected"
+    /// How long a change here waits for another process's (`spool requeue`) hold on the
+    /// directory before giving up; each holds it for one file at a time.
+    static let lockWait: Duration = .seconds(5)
     public let directory: String
     private let counter = Atomic<Int>(0)
     /// One rewrite at a time: two deletions at once must not share a temporary file.
     private let rewriting = Mutex(0)
     /// Wall time: the record's `spooledAt` and the time in its file name.
     private let clock: EndpointClock
+    /// Runs between reading a file and replacing it: where tests put a concurrent change.
+    private let afterReading: @Sendable (String) -> Void
+    /// What start-up found left by a crash in `rejected/`, for the log.
+    public let leftovers: [SpoolLeftover]
 
-    public init(spoolDirectory: String, clock: EndpointClock = .system) throws(SpoolError) {
+    public convenience init(spoolDirectory: String, clock: EndpointClock = .system) throws(SpoolError) {
+        try self.init(spoolDirectory: spoolDirectory, clock: clock, afterReading: { _ in })
+    }
+
+    init(spoolDirectory: String, clock: EndpointClock, afterReading: @escaping @Sendable (String) -> Void)
+        throws(SpoolError)
+    {
         directory = spoolDirectory + "/" + Self.directoryName
         self.clock = clock
+        self.afterReading = afterReading
         try SpoolFileSystem.prepareDirectory(directory, mode: SpoolFileSystem.privateDirectoryMode)
+        leftovers = try Self.settleLeftovers(directory)
     }
 
     /// Writes the record durably; returns the file it is kept in.
@@ -53,37 +68,104 @@ public final class SpoolSetAsideStore: Sendable {
 
     private func rewriteWithoutEmail(clientID: String, subject: String) throws(SpoolError) -> Int {
         var scrubbed = 0
+        var busy: SpoolError?
         for name in try Self.recordFiles(directory) {
             let path = directory + "/" + name
-            guard let reader = try SpoolSegmentReader(path: path, offset: 0) else { continue }
-            var lines: [[UInt8]] = []
-            var changed = 0
-            var intact = true
-            while let entry = try reader.next() {
-                guard case .record(let record, let spooledAt, let attemptedAt, _) = entry else {
-                    intact = false
-                    break
+            // Held while the file is read and replaced: `spool requeue` and the retention
+            // sweep take the same lock, so neither moves nor deletes a file being rewritten.
+            do {
+                scrubbed += try SpoolFileSystem.withDirectoryLock(directory, wait: Self.lockWait) {
+                    () throws(SpoolError) -> Int in
+                    try rewriteWithoutEmail(path, clientID: clientID, subject: subject)
                 }
-                if record.clientID == clientID, record.subject == subject, record.email != nil {
-                    let withoutAddress = VerifiedNotification(
-                        clientID: record.clientID, subject: record.subject, type: record.type,
-                        rawType: record.rawType, eventTimeMilliseconds: record.eventTimeMilliseconds,
-                        tokenID: record.tokenID, issuedAt: record.issuedAt, expiresAt: record.expiresAt, email: nil,
-                        isPrivateEmail: nil)
-                    lines.append(SpoolRecord.encode(withoutAddress, spooledAt: spooledAt, attemptedAt: attemptedAt))
-                    changed += 1
-                } else {
-                    lines.append(SpoolRecord.encode(record, spooledAt: spooledAt, attemptedAt: attemptedAt))
-                }
+            } catch  where error.code == .setAsideBusy {
+                // The other files are still scrubbed; the failure is reported after them.
+                busy = error
             }
-            // A file with damage in it is left as it is (retention deletes it).
-            guard intact, changed > 0 else { continue }
-            try SpoolFileSystem.createDurably(
-                path, lines.flatMap { $0 }, mode: SpoolFileSystem.privateFileMode, directory: directory,
-                code: .setAsideFailed)
-            scrubbed += changed
         }
+        if let busy { throw busy }
         return scrubbed
+    }
+
+    /// Rewrites one file without the user's address; how many records lost one.
+    private func rewriteWithoutEmail(_ path: String, clientID: String, subject: String) throws(SpoolError) -> Int {
+        guard let reader = try SpoolSegmentReader(path: path, offset: 0), let opened = reader.opened else { return 0 }
+        var lines: [[UInt8]] = []
+        var changed = 0
+        while let entry = try reader.next() {
+            // A file with damage in it is left as it is (retention deletes it).
+            guard case .record(let record, let spooledAt, let attemptedAt, _) = entry else { return 0 }
+            if record.clientID == clientID, record.subject == subject, record.email != nil {
+                lines.append(
+                    SpoolRecord.encode(Self.withoutAddress(record), spooledAt: spooledAt, attemptedAt: attemptedAt))
+                changed += 1
+            } else {
+                lines.append(SpoolRecord.encode(record, spooledAt: spooledAt, attemptedAt: attemptedAt))
+            }
+        }
+        guard changed > 0 else { return 0 }
+        afterReading(path)
+        // Only the file that was read: one moved away or deleted meanwhile (by a process
+        // that does not take the lock) is not brought back.
+        let replaced = try SpoolFileSystem.replaceIfUnchanged(
+            path, read: opened.identity, modified: opened.modified, with: lines.flatMap { $0 },
+            mode: SpoolFileSystem.privateFileMode, directory: directory, code: .setAsideFailed)
+        return replaced ? changed : 0
+    }
+
+    static func withoutAddress(_ record: VerifiedNotification) -> VerifiedNotification {
+        VerifiedNotification(
+            clientID: record.clientID, subject: record.subject, type: record.type, rawType: record.rawType,
+            eventTimeMilliseconds: record.eventTimeMilliseconds, tokenID: record.tokenID, issuedAt: record.issuedAt,
+            expiresAt: record.expiresAt, email: nil, isPrivateEmail: nil)
+    }
+
+    /// What a crash can leave in `rejected/`: `<name>.log.tmp`, a file written whole
+    /// before its rename. Without `<name>.log` beside it, it is a record whose setting
+    /// aside never finished: the spool did not move past that record, which replay sets
+    /// aside again, so the copy is deleted. With `<name>.log` beside it, it is that file
+    /// rewritten without an address: adopted (renamed over it) when it holds the same
+    /// records, whole, differing at most by the address removed; deleted otherwise.
+    /// Either way no `.tmp` file stays to escape the retention and the scrub.
+    static func settleLeftovers(_ directory: String) throws(SpoolError) -> [SpoolLeftover] {
+        let suffix = NotificationSpool.segmentSuffix + SpoolFileSystem.temporarySuffix
+        var settled: [SpoolLeftover] = []
+        for name in try SpoolFileSystem.list(directory).filter({ $0.hasSuffix(suffix) }).sorted() {
+            let temporary = directory + "/" + name
+            let original = String(temporary.dropLast(SpoolFileSystem.temporarySuffix.count))
+            if SpoolFileSystem.identity(at: original) != nil,
+                try isAddressRemoved(from: original, in: temporary),
+                try SpoolFileSystem.move(temporary, to: original)
+            {
+                settled.append(SpoolLeftover(file: temporary, action: .adopted))
+            } else {
+                try SpoolFileSystem.remove(temporary)
+                settled.append(SpoolLeftover(file: temporary, action: .deleted))
+            }
+        }
+        if !settled.isEmpty { try SpoolFileSystem.syncDirectory(directory) }
+        return settled
+    }
+
+    /// Whether `rewritten` holds exactly the records of `original`, each whole, at most
+    /// without its address.
+    private static func isAddressRemoved(from original: String, in rewritten: String) throws(SpoolError) -> Bool {
+        guard let before = try SpoolSegmentReader(path: original, offset: 0),
+            let after = try SpoolSegmentReader(path: rewritten, offset: 0)
+        else { return false }
+        while true {
+            switch (try before.next(), try after.next()) {
+            case (nil, nil): return true
+            case (
+                .record(let old, let oldSpooledAt, let oldAttemptedAt, _),
+                .record(let new, let newSpooledAt, let newAttemptedAt, _)
+            ):
+                guard oldSpooledAt == newSpooledAt, oldAttemptedAt == newAttemptedAt,
+                    new == old || new == withoutAddress(old)
+                else { return false }
+            default: return false
+            }
+        }
     }
 
     /// The record files here, oldest name first (files of earlier releases, which kept a
@@ -92,4 +174,17 @@ public final class SpoolSetAsideStore: Sendable {
         guard SpoolFileSystem.status(directory) != nil else { return [] }
         return try SpoolFileSystem.list(directory).filter { $0.hasSuffix(NotificationSpool.segmentSuffix) }.sorted()
     }
+}
+
+/// A file a crash left in `rejected/`, and what start-up did with it.
+public struct SpoolLeftover: Sendable, Equatable {
+    public enum Action: String, Sendable {
+        /// Renamed over the file it was rewritten from (it is that file without an address).
+        case adopted
+        /// Deleted (a copy of a record the spool still holds, or an unfinished rewrite).
+        case deleted
+    }
+
+    public let file: String
+    public let action: Action
 }

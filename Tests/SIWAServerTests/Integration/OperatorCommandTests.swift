@@ -1,4 +1,5 @@
 import Foundation
+import SIWAServer
 import SIWATestKit
 import SIWAVerification
 import Testing
@@ -77,6 +78,38 @@ struct UserCommandTests {
         let kept = try user(stack, [ServeStack.clientID, forwarding])
         #expect(kept.lines.contains("  email                kept@privaterelay.appleid.com"))
         #expect(kept.output.components(separatedBy: "@").count == 2, "the address once, from the hash")
+    }
+
+    @Test("a refresh token reconcile found refused: its time with the UTC date, its entry marked source=reconcile")
+    func reconcileEntry() throws {
+        let stack = try ServeStack()
+        defer { stack.shutdown() }
+        let sub = "000020.u.0006"
+        #expect(
+            try stack.post(
+                try stack.body(type: "consent-revoked", sub: sub, eventTimeMilliseconds: Self.revokedAt)
+            ).status == 200)
+        // What a reconcile run writes when Apple refuses the user's refresh token, one second later.
+        let checkedAt = Self.revokedAt + 1000
+        #expect(
+            try ReconcileStore(connection: stack.redisConnection()).record(
+                clientID: ServeStack.clientID, subject: sub, refused: true, checkedAt: checkedAt))
+
+        let shown = try user(stack, [ServeStack.clientID, sub])
+        #expect(shown.status == 0, "\(shown.errors)")
+        let lines = shown.lines
+        #expect(lines.contains("  refresh_token_refused_at  1796000001000  2026-11-30T00:53:21.000Z"))
+        #expect(lines.contains("  sessions_revoked_at       1796000001000  2026-11-30T00:53:21.000Z"))
+        #expect(lines.contains("stream entries for this user among the newest 1000 of siwa:events: 2"))
+        let entries = lines.filter { $0.hasPrefix("  ") && $0.contains(" received ") }
+        #expect(entries.count == 2)
+        // Apple's entry first: no source; then reconcile's, saying where it came from.
+        #expect(entries.first?.contains("  consent-revoked  ") == true)
+        #expect(entries.first?.contains("source=") == false)
+        #expect(
+            entries.last?.hasSuffix(
+                "  reconciled-sessions-revoked  event_time=1796000001000 2026-11-30T00:53:21.000Z  applied=1"
+                    + "  source=reconcile") == true, "\(entries)")
     }
 
     @Test("nothing held exits 1; --recent bounds the scan; settings from --env-file; Redis down exits 3")

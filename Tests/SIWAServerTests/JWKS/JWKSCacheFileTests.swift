@@ -1,5 +1,7 @@
 import Foundation
+import Glibc
 import SIWAServer
+import Synchronization
 import Testing
 
 @Suite("JWKS cache file")
@@ -46,15 +48,52 @@ struct JWKSCacheFileTests {
     @Test func unreadableFileIsAnErrorNotAMissingFile() throws {
         let directory = try JWKSTestFixtures.temporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
-        // A directory where the file should be: open succeeds, read fails, and
-        // the provider must not mistake it for "no cache yet".
+        // A directory where the file should be: the open succeeds, and the provider must
+        // not mistake it for "no cache yet".
         let path = directory.appendingPathComponent("jwks.json").path
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
         do {
             _ = try JWKSCacheFile(path: path).load()
             Issue.record("loading a directory succeeded")
         } catch {
-            #expect(error.code == .readFailed)
+            #expect(error.code == .notRegularFile)
+        }
+    }
+
+    @Test func aFIFOIsRefusedWithoutBlocking() throws {
+        let directory = try JWKSTestFixtures.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("jwks.json").path
+        #expect(mkfifo(path, 0o600) == 0)
+        // A blocking open of a FIFO waits for a writer: nobody writes, so a regression hangs
+        // here, on a thread the test gives up on after 10 s.
+        let outcome = Mutex<String?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            do {
+                _ = try JWKSCacheFile(path: path).load()
+                outcome.withLock { $0 = "loaded" }
+            } catch {
+                outcome.withLock { $0 = (error as? JWKSCacheFileError)?.code.rawValue ?? "\(error)" }
+            }
+            done.signal()
+        }.start()
+        #expect(done.wait(timeout: .now() + 10) == .success, "the load of a FIFO blocked")
+        #expect(outcome.withLock { $0 } == "cache_not_regular_file")
+    }
+
+    @Test func aSymbolicLinkIsNotFollowed() throws {
+        let directory = try JWKSTestFixtures.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let target = directory.appendingPathComponent("elsewhere.json").path
+        try Data("{}".utf8).write(to: URL(fileURLWithPath: target))
+        let path = directory.appendingPathComponent("jwks.json").path
+        try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: target)
+        do {
+            _ = try JWKSCacheFile(path: path).load()
+            Issue.record("loading through a symbolic link succeeded")
+        } catch {
+            #expect(error.code == .notRegularFile)
         }
     }
 }

@@ -14,7 +14,8 @@ struct JWKSProviderRateLimitTests {
         JWKSProvider(
             settings: JWKSProvider.Settings(
                 url: "https://jwks.invalid/auth/keys", refreshInterval: .seconds(3600),
-                failedRefreshRetryInterval: .seconds(60), unknownKeyIDRefreshInterval: .seconds(60)),
+                failedRefreshRetryInterval: .seconds(60), unknownKeyIDRefreshInterval: .seconds(60),
+                unknownKeyIDWaitLimit: .seconds(30)),
             fetcher: fetcher, clock: clock.endpointClock)
     }
 

@@ -9,10 +9,14 @@ import Testing
 @Suite("JWKS provider")
 struct JWKSProviderTests {
     private static func provider(
-        _ server: JWKSTestServer, clock: JWKSTestClock, cacheFilePath: String? = nil, url: String? = nil
+        _ server: JWKSTestServer, clock: JWKSTestClock, cacheFilePath: String? = nil, url: String? = nil,
+        // A generous wait: these tests are about what a fetch brings, on a loaded machine.
+        unknownKeyIDWaitLimit: Duration = .seconds(30), unknownKeyIDWaiters: Int = 1
     ) -> JWKSProvider {
         JWKSProvider(
-            settings: JWKSProvider.Settings(url: url ?? server.keysURL, cacheFilePath: cacheFilePath),
+            settings: JWKSProvider.Settings(
+                url: url ?? server.keysURL, cacheFilePath: cacheFilePath, unknownKeyIDWaitLimit: unknownKeyIDWaitLimit,
+                unknownKeyIDWaiters: unknownKeyIDWaiters),
             fetcher: server.fetcher, clock: clock.endpointClock)
     }
 
@@ -125,10 +129,12 @@ struct JWKSProviderTests {
         try server.serve(document)
         let clock = JWKSTestClock()
         // The slow location sends 600 bytes a second: the fetch takes about two seconds,
-        // long enough for every thread to arrive while it runs.
+        // long enough for every thread to arrive while it runs. Every thread may wait, and
+        // long enough: this proves the sharing (the bound on waiting is proven apart).
         #expect(document.count > 1000)
         let provider = Self.provider(
-            server, clock: clock, url: "https://localhost:\(server.nginx.httpsPort)/slow/keys.json")
+            server, clock: clock, url: "https://localhost:\(server.nginx.httpsPort)/slow/keys.json",
+            unknownKeyIDWaitLimit: .seconds(60), unknownKeyIDWaiters: 8)
         let threadCount = 8
         let outcomes = Mutex<[JWKSRefreshOutcome]>([])
         let finished = DispatchSemaphore(value: 0)
