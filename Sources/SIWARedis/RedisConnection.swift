@@ -18,24 +18,30 @@ public final class RedisConnection {
     public let connectTimeout: Duration
     public let commandTimeout: Duration
 
-    private var transport: RedisTransport?
+    var transport: RedisTransport?
     /// Connected, timeout set, authenticated and on the right database.
-    private var ready = false
+    var ready = false
 
     /// With Sentinel: where the primary is. `endpoint` then gives only the database, user
     /// and password; its host and port are not used.
     public let locator: RedisPrimaryLocator?
     /// The primary this connection is on (with a locator).
     private var connectedPrimary: RedisPrimaryLocator.Primary?
+    /// With Redis Cluster: which node owns the contract's slot. `endpoint` then gives only
+    /// the user, password and TLS; its host and port are not used.
+    public let cluster: RedisClusterLocator?
+    /// The cluster node this connection is on (with a cluster locator).
+    var connectedNode: RedisClusterLocator.Node?
 
     public init(
         endpoint: RedisEndpoint, connectTimeout: Duration = .seconds(1), commandTimeout: Duration = .seconds(2),
-        locator: RedisPrimaryLocator? = nil
+        locator: RedisPrimaryLocator? = nil, cluster: RedisClusterLocator? = nil
     ) {
         self.endpoint = endpoint
         self.connectTimeout = connectTimeout
         self.commandTimeout = commandTimeout
         self.locator = locator
+        self.cluster = cluster
     }
 
     /// Whether the last command left the connection usable (no I/O error since).
@@ -43,6 +49,10 @@ public final class RedisConnection {
 
     /// Connects now if not connected; commands call this themselves.
     public func connect() throws(RedisError) {
+        if let cluster {
+            try connectToSlotOwner(cluster)
+            return
+        }
         if ready {
             // Another connection found a new primary: follow it rather than stay on a demoted node.
             guard let locator, let connectedPrimary, let current = locator.current, current != connectedPrimary
@@ -80,7 +90,7 @@ public final class RedisConnection {
     }
 
     /// Sentinel's answer may be stale during a failover: only a node whose ROLE is master is used.
-    private func confirmPrimary(_ primary: RedisPrimaryLocator.Primary) throws(RedisError) {
+    func confirmPrimary(_ primary: some CustomStringConvertible) throws(RedisError) {
         guard let transport else { throw RedisError(.connectionFailed, "no Redis connection") }
         let role = try send([Array("ROLE".utf8)], on: transport).array?.first?.string ?? "?"
         guard role == "master" else {
@@ -90,7 +100,7 @@ public final class RedisConnection {
     }
 
     /// A new socket (and TLS handshake) to `address`, then AUTH and SELECT.
-    private func open(_ address: RedisEndpoint.Address) throws(RedisError) {
+    func open(_ address: RedisEndpoint.Address) throws(RedisError) {
         transport = nil
         do throws(RedisTransport.Failure) {
             transport = try RedisTransport.open(
@@ -119,6 +129,7 @@ public final class RedisConnection {
     /// Sends one command; arguments are binary safe. A top-level error reply throws
     /// `serverError` with Redis's text.
     public func command(_ arguments: [[UInt8]]) throws(RedisError) -> RedisReply {
+        if let cluster { return try clusterCommand(arguments, cluster) }
         try connect()
         guard let transport else { throw RedisError(.connectionLost, "no Redis connection") }
         return try send(arguments, on: transport)
@@ -155,7 +166,7 @@ public final class RedisConnection {
         }
     }
 
-    private func send(_ arguments: [[UInt8]], on transport: RedisTransport) throws(RedisError) -> RedisReply {
+    func send(_ arguments: [[UInt8]], on transport: RedisTransport) throws(RedisError) -> RedisReply {
         let reply: RedisReply
         do throws(RedisTransport.Failure) {
             reply = try transport.roundTrip(arguments)
@@ -164,6 +175,7 @@ public final class RedisConnection {
             self.transport = nil
             ready = false
             forgetPrimary()
+            forgetNode()
             throw failure(.connectionLost, error)
         }
         if case .error(let text) = reply {
@@ -173,6 +185,12 @@ public final class RedisConnection {
                 forgetPrimary()
                 disconnect()
                 throw RedisError(.connectionLost, "\(shown) (the node is a replica now; asking the sentinels again)")
+            }
+            if cluster != nil, Self.clusterTroublePrefixes.contains(where: { text.hasPrefix($0) }) {
+                // The node lost the slot's primary role or the cluster is failing over: ask it again.
+                forgetNode()
+                disconnect()
+                throw RedisError(.connectionLost, "\(shown) (on \(target); asking the cluster again)")
             }
             throw RedisError(.serverError, shown)
         }
@@ -198,7 +216,8 @@ public final class RedisConnection {
     }
 
     /// What the messages name: the endpoint, or the primary the sentinels gave.
-    private var target: String {
+    var target: String {
+        if cluster != nil { return "the cluster node \(connectedNode.map(\.description) ?? "(unknown)")" }
         guard locator != nil else { return endpoint.description }
         return "the Redis primary \(connectedPrimary.map(\.description) ?? "(unknown)") (from the sentinels)"
     }

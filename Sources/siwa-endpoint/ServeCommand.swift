@@ -43,14 +43,19 @@ enum ServeCommand {
         case .success(let found): locator = found
         case .failure(let refused): return refused.exitStatus
         }
-        if let refusal = checkRedis(configuration, primary: locator?.current) {
+        let cluster: RedisClusterLocator?
+        switch locateClusterAtStart(configuration) {
+        case .success(let found): cluster = found
+        case .failure(let refused): return refused.exitStatus
+        }
+        if let refusal = checkRedis(configuration, primary: locator?.current, clusterNode: cluster?.current) {
             EventLog.event(
                 "configuration_invalid", level: "error",
                 [("setting", .string("SIWA_REDIS_URL")), ("message", .string(refusal))])
             Output.error("siwa-endpoint serve: SIWA_REDIS_URL \(refusal)")
             return 2
         }
-        return try serve(configuration, locator: locator)
+        return try serve(configuration, locator: locator, cluster: cluster)
     }
 
     /// The one validation path of `serve` and `serve --check`: the settings table, then the
@@ -78,7 +83,9 @@ enum ServeCommand {
             [("setting", .string(error.setting)), ("message", .string(error.description))])
     }
 
-    static func serve(_ configuration: ServerConfiguration, locator: RedisPrimaryLocator?) throws -> Int32 {
+    static func serve(
+        _ configuration: ServerConfiguration, locator: RedisPrimaryLocator?, cluster: RedisClusterLocator? = nil
+    ) throws -> Int32 {
         // A peer that hangs up must not kill the process; SIGTERM/SIGINT may arrive
         // blocked from a parent, and the FastCGI server turns them into a clean stop.
         signal(SIGPIPE, SIG_IGN)
@@ -126,7 +133,8 @@ enum ServeCommand {
         let makeStore: @Sendable () -> NotificationStore = {
             NotificationStore(
                 connection: RedisConnection(
-                    endpoint: redis, connectTimeout: timeout, commandTimeout: timeout, locator: locator),
+                    endpoint: redis, connectTimeout: timeout, commandTimeout: timeout, locator: locator,
+                    cluster: cluster),
                 keyPrefix: store.keyPrefix, seenMarkerTTL: store.seenMarkerTTL,
                 streamMaximumLength: store.streamMaximumLength)
         }
@@ -243,9 +251,19 @@ enum ServeCommand {
 
     /// Whether Redis can do the endpoint's work (see `RedisCapabilityCheck`): the refusal
     /// to stop with, or nil to start (a Redis that is only unreachable is an outage: spool).
-    static func checkRedis(_ configuration: ServerConfiguration, primary: RedisPrimaryLocator.Primary?) -> String? {
+    static func checkRedis(
+        _ configuration: ServerConfiguration, primary: RedisPrimaryLocator.Primary?,
+        clusterNode: RedisClusterLocator.Node? = nil
+    ) -> String? {
         var endpoint = configuration.redis.endpoint
-        if let primary {
+        if let clusterNode {
+            // With Redis Cluster, the slot's primary, found from the cluster itself.
+            endpoint = RedisEndpoint(
+                address: .tcp(host: clusterNode.host, port: clusterNode.port), username: endpoint.username,
+                password: endpoint.password, tls: endpoint.tls)
+        } else if configuration.redis.clusterNodes != nil {
+            return nil  // no node answered yet: an outage, reported by /healthz; serve spools
+        } else if let primary {
             // With Sentinel, the URL gives the database and credentials; the primary its address.
             endpoint = RedisEndpoint(
                 address: .tcp(host: primary.host, port: primary.port), database: endpoint.database,

@@ -1,0 +1,48 @@
+import Foundation
+import SIWARedis
+import SIWAServer
+import Testing
+
+/// The real `serve` against a real Redis Cluster on loopback (3 primaries, 3 replicas).
+@Suite("Redis Cluster: serve", .serialized)
+struct ClusterServeTests {
+    static func environment(_ cluster: RedisClusterNodes, seeds: String? = nil) -> [String: String] {
+        [
+            "SIWA_REDIS_CLUSTER_NODES": seeds ?? cluster.nodeList, "SIWA_KEY_PREFIX": RedisClusterNodes.keyPrefix,
+            "SIWA_REDIS_URL": "redis://127.0.0.1:1",
+        ]
+    }
+
+    @Test("a seed list naming a dead node first: notifications applied on the slot's primary, keys in one slot")
+    func appliedWithDeadSeedFirst() throws {
+        let cluster = try RedisClusterNodes()
+        defer { cluster.shutdown() }
+        let deadPort = try RedisServerProcess.freeLoopbackPort()
+        let stack = try ServeStack(
+            extraEnvironment: Self.environment(cluster, seeds: "127.0.0.1:\(deadPort)," + cluster.nodeList))
+        defer { stack.shutdown() }
+
+        let response = try stack.post(try stack.body(type: "consent-revoked", sub: "001.cluster.1"))
+        #expect(response.status == 200)
+        #expect(response.jsonFields["status"] == "applied")
+        let owner = try cluster.ownerConnection()
+        let hash = try owner.command("HGETALL", "{siwa}:user:{\(ServeStack.clientID):001.cluster.1}").fieldMap
+        #expect(hash?["last_event_type"] == "consent-revoked")
+        #expect(try owner.command("XLEN", "{siwa}:events").integer == 1)
+        // Nothing went outside the prefix (the test Redis of the stack is untouched too).
+        #expect(try stack.redisSnapshot() == [])
+    }
+
+    @Test("cluster mode with a key prefix that is not a hash tag: refused at start, naming SIWA_KEY_PREFIX")
+    func prefixWithoutHashTagRefused() throws {
+        let stack = try ServeStack(
+            extraEnvironment: [
+                "SIWA_REDIS_CLUSTER_NODES": "127.0.0.1:7000", "SIWA_KEY_PREFIX": "siwa",
+            ], startingServe: false)
+        defer { stack.shutdown() }
+        let run = try CommandRun.endpoint(["serve", "--check"], environment: stack.environment)
+        #expect(run.status == 2)
+        #expect(run.errors.contains("SIWA_KEY_PREFIX"), "\(run.errors)")
+        #expect(run.errors.contains("hash tag"))
+    }
+}
