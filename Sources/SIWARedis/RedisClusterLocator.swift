@@ -42,7 +42,8 @@ public final class RedisClusterLocator: Sendable {
         var lastFound: Node?
         var discoveries = 0
         var failovers = 0
-        var redirects = 0
+        var moves = 0
+        var asks = 0
     }
 
     private let state: Mutex<State>
@@ -98,8 +99,11 @@ public final class RedisClusterLocator: Sendable {
     /// How many times the slot's primary changed (a failover or a migration seen).
     public var failovers: Int { state.withLock { $0.failovers } }
 
-    /// How many `MOVED` and `ASK` answers were followed.
-    public var redirects: Int { state.withLock { $0.redirects } }
+    /// How many `MOVED` answers were followed.
+    public var moves: Int { state.withLock { $0.moves } }
+
+    /// How many `ASK` answers were followed.
+    public var asks: Int { state.withLock { $0.asks } }
 
     /// The primary to connect to: the known one, else a discovery.
     public func primary() throws(RedisError) -> Node {
@@ -120,7 +124,7 @@ public final class RedisClusterLocator: Sendable {
     /// A node answered `MOVED <slot> <node>` for the slot: that node owns it now.
     public func moved(to node: Node) {
         state.withLock { state in
-            state.redirects += 1
+            state.moves += 1
             if let previous = state.lastFound, previous != node { state.failovers += 1 }
             state.lastFound = node
             state.primary = node
@@ -129,7 +133,7 @@ public final class RedisClusterLocator: Sendable {
 
     /// An `ASK` answer was followed (the slot is being migrated; the owner stays the same).
     public func asked() {
-        state.withLock { $0.redirects += 1 }
+        state.withLock { $0.asks += 1 }
     }
 
     /// Asks the nodes now (seeds first) for `CLUSTER SLOTS`, and remembers the slot's primary.
@@ -248,17 +252,22 @@ public final class RedisClusterLocator: Sendable {
 
     /// The Prometheus lines for the cluster counters.
     public func metricsText() -> String {
-        let (discoveries, failovers, redirects) = state.withLock { ($0.discoveries, $0.failovers, $0.redirects) }
+        let (discoveries, changes, moves, asks) = state.withLock {
+            ($0.discoveries, $0.failovers, $0.moves, $0.asks)
+        }
         return """
             # HELP siwa_redis_cluster_discoveries_total Times the cluster was asked for its slots.
             # TYPE siwa_redis_cluster_discoveries_total counter
             siwa_redis_cluster_discoveries_total \(discoveries)
             # HELP siwa_redis_cluster_primary_changes_total Times the slot's primary changed (failover or migration).
             # TYPE siwa_redis_cluster_primary_changes_total counter
-            siwa_redis_cluster_primary_changes_total \(failovers)
-            # HELP siwa_redis_cluster_redirects_total MOVED and ASK answers followed.
-            # TYPE siwa_redis_cluster_redirects_total counter
-            siwa_redis_cluster_redirects_total \(redirects)
+            siwa_redis_cluster_primary_changes_total \(changes)
+            # HELP siwa_redis_cluster_moved_total MOVED answers followed (the slot's owner changed).
+            # TYPE siwa_redis_cluster_moved_total counter
+            siwa_redis_cluster_moved_total \(moves)
+            # HELP siwa_redis_cluster_ask_total ASK answers followed (the slot was being migrated).
+            # TYPE siwa_redis_cluster_ask_total counter
+            siwa_redis_cluster_ask_total \(asks)
 
             """
     }

@@ -164,7 +164,8 @@ enum ServeCommand {
 
         let responder = NotificationResponder(
             configuration: configuration, keys: keys, stores: NotificationStorePool(makeStore: makeStore), spool: spool,
-            replayer: replayer, metrics: metrics, clock: clock, primaryLocator: locator)
+            replayer: replayer, metrics: metrics, clock: clock, primaryLocator: locator,
+            clusterLocator: cluster)
         let fastCGI = configuration.fastCGI
         let server: FastCGIServer
         do throws(FastCGIError) {

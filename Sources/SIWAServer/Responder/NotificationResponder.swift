@@ -21,6 +21,8 @@ public final class NotificationResponder: Sendable {
     private let clock: EndpointClock
     /// With Sentinel: names the primary in /healthz, counts discoveries in /metrics.
     let primaryLocator: RedisPrimaryLocator?
+    /// With Redis Cluster: names the slot's primary in /healthz, counts redirections in /metrics.
+    let clusterLocator: RedisClusterLocator?
     /// Redis counts as down for a while after a call could not reach it: requests spool at once.
     public let breaker: RedisCircuitBreaker
 
@@ -28,9 +30,10 @@ public final class NotificationResponder: Sendable {
         configuration: ServerConfiguration, keys: JWKSProvider, stores: NotificationStorePool, spool: NotificationSpool,
         replayer: SpoolReplayer?, metrics: ServerMetrics,
         clock: EndpointClock = .system,
-        primaryLocator: RedisPrimaryLocator? = nil
+        primaryLocator: RedisPrimaryLocator? = nil, clusterLocator: RedisClusterLocator? = nil
     ) {
         self.primaryLocator = primaryLocator
+        self.clusterLocator = clusterLocator
         self.configuration = configuration
         self.verifier = NotificationVerifier(
             clientIDs: configuration.clientIDs,
@@ -208,7 +211,9 @@ public final class NotificationResponder: Sendable {
             spoolDepth: spool.depth, jwksAgeSeconds: jwks.ageSeconds.map(Double.init),
             jwksRefreshFailures: jwks.refreshFailures, jwksKeys: jwks.usableKeyCount)
         return Reply(
-            status: 200, outcome: "metrics", body: text + keys.metricsText() + (primaryLocator?.metricsText() ?? ""),
+            status: 200, outcome: "metrics",
+            body: text + keys.metricsText() + (primaryLocator?.metricsText() ?? "")
+                + (clusterLocator?.metricsText() ?? ""),
             contentType: "text/plain; version=0.0.4")
     }
 

@@ -102,6 +102,43 @@ final class RedisClusterNodes: @unchecked Sendable {
         return connection(port: port)
     }
 
+    func nodeID(port: Int) throws -> String {
+        guard let id = try connection(port: port).command("CLUSTER", "MYID").string else {
+            throw StartError(description: "CLUSTER MYID gave nothing on \(port)")
+        }
+        return id
+    }
+
+    /// Moves the contract's slot by hand, as `redis-cli --cluster reshard` does: IMPORTING on
+    /// the target, MIGRATING on the source, the keys moved a few at a time (`batchPause`
+    /// seconds apart, so writes meet the half-moved slot and get `ASK`), then the slot given
+    /// to the target on every primary. Bounded: at most 10,000 batches.
+    func migrateSlot(from source: Int, to target: Int, batchPause: TimeInterval) throws {
+        let slot = String(Self.slot)
+        let sourceID = try nodeID(port: source)
+        let targetID = try nodeID(port: target)
+        _ = try connection(port: target).command("CLUSTER", "SETSLOT", slot, "IMPORTING", sourceID)
+        _ = try connection(port: source).command("CLUSTER", "SETSLOT", slot, "MIGRATING", targetID)
+        let sourceConnection = connection(port: source)
+        for _ in 0..<10_000 {
+            let keys = (try sourceConnection.command("CLUSTER", "GETKEYSINSLOT", slot, "20").array ?? [])
+                .compactMap(\.string)
+            if keys.isEmpty { break }
+            _ = try sourceConnection.command(
+                ["MIGRATE", "127.0.0.1", String(target), "", "0", "5000", "KEYS"] + keys)
+            Thread.sleep(forTimeInterval: batchPause)
+        }
+        // The target first, then the source, then the others (as redis-cli does).
+        _ = try connection(port: target).command("CLUSTER", "SETSLOT", slot, "NODE", targetID)
+        _ = try connection(port: source).command("CLUSTER", "SETSLOT", slot, "NODE", targetID)
+        for node in nodes
+        where node.isRunning && node.port != source && node.port != target
+            && role(of: node.port) == "master"
+        {
+            _ = try connection(port: node.port).command("CLUSTER", "SETSLOT", slot, "NODE", targetID)
+        }
+    }
+
     func node(port: Int) -> RedisSentinelCluster.Node? { nodes.first { $0.port == port } }
 
     /// Polls every 100 ms until `condition` holds, or throws after `timeout` seconds.
