@@ -45,4 +45,45 @@ struct ClusterServeTests {
         #expect(run.errors.contains("SIWA_KEY_PREFIX"), "\(run.errors)")
         #expect(run.errors.contains("hash tag"))
     }
+
+    @Test("cluster mode beside Sentinel, or with a database other than 0: refused at start, naming the setting")
+    func conflictingSettingsRefused() throws {
+        let stack = try ServeStack(startingServe: false)
+        defer { stack.shutdown() }
+        let cases: [(extra: [String: String], setting: String)] = [
+            (
+                [
+                    "SIWA_REDIS_CLUSTER_NODES": "127.0.0.1:7000", "SIWA_KEY_PREFIX": "{siwa}",
+                    "SIWA_REDIS_SENTINELS": "127.0.0.1:26379", "SIWA_REDIS_SENTINEL_MASTER": "siwa",
+                ], "SIWA_REDIS_CLUSTER_NODES"
+            ),
+            (
+                [
+                    "SIWA_REDIS_CLUSTER_NODES": "127.0.0.1:7000", "SIWA_KEY_PREFIX": "{siwa}",
+                    "SIWA_REDIS_URL": "redis://127.0.0.1:7000/3",
+                ], "SIWA_REDIS_URL"
+            ),
+        ]
+        for (extra, setting) in cases {
+            let run = try CommandRun.endpoint(
+                ["serve", "--check"], environment: stack.environment.merging(extra) { _, new in new })
+            #expect(run.status == 2)
+            #expect(run.errors.contains(setting), "\(run.errors)")
+        }
+    }
+
+    @Test(
+        "cluster nodes that are not in cluster mode: serve refuses to start (exit 2, naming SIWA_REDIS_CLUSTER_NODES)")
+    func notAClusterRefused() throws {
+        let stack = try ServeStack(startingServe: false)
+        defer { stack.shutdown() }
+        var environment = stack.environment
+        environment["SIWA_REDIS_CLUSTER_NODES"] = "127.0.0.1:\(stack.redis.port)"
+        environment["SIWA_KEY_PREFIX"] = "{siwa}"
+        let run = try CommandRun.endpoint(["serve"], environment: environment, timeout: .seconds(60))
+        #expect(run.status == 2)
+        #expect(run.errors.contains("SIWA_REDIS_CLUSTER_NODES"), "\(run.errors)")
+        #expect(run.errors.contains("not in cluster mode"))
+        #expect(try stack.redisSnapshot() == [])
+    }
 }
