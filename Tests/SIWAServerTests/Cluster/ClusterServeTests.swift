@@ -86,4 +86,31 @@ struct ClusterServeTests {
         #expect(run.errors.contains("not in cluster mode"))
         #expect(try stack.redisSnapshot() == [])
     }
+
+    @Test("a TLS-only cluster (--tls-cluster yes): the slot's primary found and the notification applied over TLS")
+    func appliedOverTLS() throws {
+        let certificates = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "siwa-cluster-ca-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: certificates, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: certificates) }
+        let authority = try TestCertificateAuthority(in: certificates, serverUsage: "serverAuth,clientAuth")
+        let cluster = try RedisClusterNodes(tls: authority)
+        defer { cluster.shutdown() }
+        var environment = Self.environment(cluster)
+        environment["SIWA_REDIS_URL"] = "rediss://127.0.0.1:1"
+        environment["SIWA_REDIS_TLS_CA_FILE"] = authority.caCertificatePath
+        environment["SIWA_REDIS_TLS_SERVER_NAME"] = "localhost"
+        let stack = try ServeStack(extraEnvironment: environment)
+        defer { stack.shutdown() }
+
+        let response = try stack.post(try stack.body(type: "consent-revoked", sub: "001.cluster.tls"))
+        #expect(response.status == 200)
+        #expect(response.jsonFields["status"] == "applied")
+        let owner = try cluster.ownerConnection()
+        let hash = try owner.command("HGETALL", "{siwa}:user:{\(ServeStack.clientID):001.cluster.tls}").fieldMap
+        #expect(hash?["last_event_type"] == "consent-revoked")
+        #expect(try owner.command("XLEN", "{siwa}:events").integer == 1)
+        let health = try stack.request("GET", "/healthz").jsonFields
+        #expect(health["redis_primary"] == "127.0.0.1:\(try #require(cluster.slotOwnerPort()))")
+    }
 }

@@ -4,7 +4,9 @@ import SIWAServer
 
 /// A real Redis Cluster on loopback: six `redis-server --cluster-enabled yes` on free
 /// ports (3 primaries, 3 replicas), joined by `redis-cli --cluster create ...
-/// --cluster-replicas 1 --cluster-yes`. No persistence. Always call `shutdown()`.
+/// --cluster-replicas 1 --cluster-yes`. With `tls`, every node listens with TLS only and
+/// the cluster bus and replication run over TLS (`--tls-cluster yes`). No persistence.
+/// Always call `shutdown()`.
 final class RedisClusterNodes: @unchecked Sendable {
     struct StartError: Error, CustomStringConvertible { let description: String }
 
@@ -14,7 +16,11 @@ final class RedisClusterNodes: @unchecked Sendable {
     static let keyPrefix = "{siwa}"
     static let slot = RedisClusterLocator.hashSlot(of: Array("{siwa}:events".utf8))
 
-    init(nodeTimeoutMilliseconds: Int = 1000) throws {
+    /// The CA and the `localhost` certificate every node presents, or nil for plain TCP.
+    let tls: TestCertificateAuthority?
+
+    init(nodeTimeoutMilliseconds: Int = 1000, tls: TestCertificateAuthority? = nil) throws {
+        self.tls = tls
         signal(SIGPIPE, SIG_IGN)
         directory = FileManager.default.temporaryDirectory
             .appendingPathComponent("siwa-cluster-\(UUID().uuidString)", isDirectory: true)
@@ -27,11 +33,12 @@ final class RedisClusterNodes: @unchecked Sendable {
             return RedisSentinelCluster.Node(
                 port: port,
                 arguments: [
-                    "--port", String(port), "--bind", "127.0.0.1", "--dir", nodeDirectory, "--save", "",
+                    "--port", tls == nil ? String(port) : "0", "--bind", "127.0.0.1", "--dir", nodeDirectory, "--save",
+                    "",
                     "--appendonly", "no", "--daemonize", "no", "--logfile", nodeDirectory + "/redis.log",
                     "--cluster-enabled", "yes", "--cluster-config-file", nodeDirectory + "/nodes.conf",
                     "--cluster-node-timeout", String(nodeTimeoutMilliseconds),
-                ],
+                ] + (tls.map { Self.tlsArguments($0, port: port) } ?? []),
                 logPath: nodeDirectory + "/redis.log", serverPath: "/usr/bin/redis-server")
         }
         do {
@@ -40,7 +47,7 @@ final class RedisClusterNodes: @unchecked Sendable {
                 self.nodes.allSatisfy { (try? self.connection(port: $0.port).command("PING")) != nil }
             }
             let create = try Self.runCLI(
-                ["--cluster", "create"] + ports.map { "127.0.0.1:\($0)" } + [
+                cliTLSArguments + ["--cluster", "create"] + ports.map { "127.0.0.1:\($0)" } + [
                     "--cluster-replicas", "1", "--cluster-yes",
                 ])
             guard create.status == 0 else {
@@ -58,9 +65,26 @@ final class RedisClusterNodes: @unchecked Sendable {
     /// `SIWA_REDIS_CLUSTER_NODES` naming every node.
     var nodeList: String { nodes.map { "127.0.0.1:\($0.port)" }.joined(separator: ",") }
 
+    static func tlsArguments(_ authority: TestCertificateAuthority, port: Int) -> [String] {
+        [
+            "--tls-port", String(port), "--tls-cluster", "yes", "--tls-replication", "yes", "--tls-cert-file",
+            authority.serverCertificatePath, "--tls-key-file", authority.serverKeyPath, "--tls-ca-cert-file",
+            authority.caCertificatePath, "--tls-auth-clients", "no",
+        ]
+    }
+
+    /// redis-cli's options for this cluster's TLS.
+    var cliTLSArguments: [String] {
+        tls.map { ["--tls", "--cacert", $0.caCertificatePath, "--sni", "localhost"] } ?? []
+    }
+
+    /// What a client needs for this cluster's TLS: the CA, and `localhost`, the name the
+    /// certificates hold (the cluster names nodes by IP address).
+    var clientTLS: RedisTLS? { tls.map { RedisTLS(caFile: $0.caCertificatePath, serverName: "localhost") } }
+
     func connection(port: Int) -> RedisConnection {
         RedisConnection(
-            endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: port)),
+            endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: port), tls: clientTLS),
             connectTimeout: .milliseconds(500), commandTimeout: .seconds(2))
     }
 
