@@ -29,6 +29,17 @@ struct ClusterServeTests {
         let hash = try owner.command("HGETALL", "{siwa}:user:{\(ServeStack.clientID):001.cluster.1}").fieldMap
         #expect(hash?["last_event_type"] == "consent-revoked")
         #expect(try owner.command("XLEN", "{siwa}:events").integer == 1)
+        // The endpoint's slot arithmetic agrees with Redis's for every key of the contract.
+        let keys = [
+            "{siwa}:user:{\(ServeStack.clientID):001.cluster.1}",
+            "{siwa}:seen:{\(ServeStack.clientID):001.cluster.1}:j",
+            "{siwa}:events", "{siwa}:notifications", "{siwa}:reconciled:{c:s}", "siwa:user:{c:s}", "plain", "{}x",
+        ]
+        for key in keys {
+            let slot = try owner.command("CLUSTER", "KEYSLOT", key).integer
+            #expect(slot == Int64(RedisClusterLocator.hashSlot(of: Array(key.utf8))), "\(key)")
+        }
+        #expect(Set(keys.prefix(5).map { RedisClusterLocator.hashSlot(of: Array($0.utf8)) }).count == 1)
         // Nothing went outside the prefix (the test Redis of the stack is untouched too).
         #expect(try stack.redisSnapshot() == [])
     }
@@ -46,7 +57,9 @@ struct ClusterServeTests {
         #expect(run.errors.contains("hash tag"))
     }
 
-    @Test("cluster mode beside Sentinel, or with a database other than 0: refused at start, naming the setting")
+    @Test(
+        "cluster mode beside Sentinel, with a database other than 0, or with a malformed hash-tag prefix: refused at start, naming the setting"
+    )
     func conflictingSettingsRefused() throws {
         let stack = try ServeStack(startingServe: false)
         defer { stack.shutdown() }
@@ -63,6 +76,9 @@ struct ClusterServeTests {
                     "SIWA_REDIS_URL": "redis://127.0.0.1:7000/3",
                 ], "SIWA_REDIS_URL"
             ),
+            (["SIWA_REDIS_CLUSTER_NODES": "127.0.0.1:7000", "SIWA_KEY_PREFIX": "{}siwa"], "SIWA_KEY_PREFIX"),
+            (["SIWA_REDIS_CLUSTER_NODES": "127.0.0.1:7000", "SIWA_KEY_PREFIX": "{siwa"], "SIWA_KEY_PREFIX"),
+            (["SIWA_KEY_PREFIX": "{si wa}"], "SIWA_KEY_PREFIX"),
         ]
         for (extra, setting) in cases {
             let run = try CommandRun.endpoint(
