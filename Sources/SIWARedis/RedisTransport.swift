@@ -53,7 +53,6 @@ final class RedisTransport {
     }
 
     deinit {
-        tls?.close()
         Glibc.close(descriptor)
         redisReaderFree(reader)
     }
@@ -90,7 +89,6 @@ final class RedisTransport {
             throw error
         }
         guard let reader = redisReaderCreate() else {
-            stream?.close()
             Glibc.close(descriptor)
             throw Failure(kind: .inputOutput, detail: "could not allocate a reply reader")
         }
@@ -139,7 +137,8 @@ final class RedisTransport {
         guard var next = bytes.baseAddress else { return }
         var remaining = bytes.count
         while remaining > 0 {
-            let written = Glibc.write(descriptor, next, remaining)
+            // MSG_NOSIGNAL: a closed peer is an error here, not a SIGPIPE.
+            let written = Glibc.send(descriptor, next, remaining, Int32(MSG_NOSIGNAL))
             if written < 0 {
                 if errno == EINTR { continue }
                 throw Self.socketFailure(errno)

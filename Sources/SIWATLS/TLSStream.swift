@@ -3,14 +3,15 @@ import COpenSSLShim
 import Glibc
 
 /// One TLS client connection over a connected stream socket the caller owns (and closes
-/// after `close()`): the handshake, then blocking reads and writes.
+/// once the stream is released): the handshake, then blocking reads and writes. No close
+/// alert is sent at the end: writing one to a peer that has gone would raise SIGPIPE in a
+/// process that does not ignore it, and a Redis server needs none.
 ///
 /// Timeouts are the socket's own (`SO_RCVTIMEO`, `SO_SNDTIMEO`), set by the caller: a
 /// read or write that hits one throws `timedOut`. Not thread safe: one thread uses a
 /// stream at a time. A process using it must ignore SIGPIPE.
 public final class TLSStream {
     private let ssl: OpaquePointer
-    private var usable = true
 
     /// Connects over `descriptor` and verifies the peer: its certificate must chain to the
     /// context's CAs, be valid now, and name `serverName` (a DNS name, also sent as SNI,
@@ -63,7 +64,6 @@ public final class TLSStream {
             ERR_clear_error()
             let written = SSL_write(ssl, base, Int32(min(remaining, Int(Int32.max))))
             guard written > 0 else {
-                usable = false
                 throw Self.failure(of: ssl, result: written, during: "writing")
             }
             base += Int(written)
@@ -77,19 +77,9 @@ public final class TLSStream {
         ERR_clear_error()
         let count = SSL_read(ssl, base, Int32(min(buffer.count, Int(Int32.max))))
         guard count > 0 else {
-            usable = false
             throw Self.failure(of: ssl, result: count, during: "reading")
         }
         return Int(count)
-    }
-
-    /// Sends the close alert when the stream is still usable (it does not wait for the peer's).
-    public func close() {
-        guard usable else { return }
-        usable = false
-        ERR_clear_error()
-        _ = SSL_shutdown(ssl)
-        ERR_clear_error()
     }
 
     private static func failure(of ssl: OpaquePointer, result: Int32, during step: String) -> TLSError {

@@ -57,4 +57,31 @@ struct RedisTLSSentinelTests {
             #expect(exists, "\(sub) is not on the new primary")
         }
     }
+
+    @Test(
+        "sentinels whose certificate is refused (another CA): serve stops at start, exit 2, naming SIWA_REDIS_SENTINEL_TLS"
+    )
+    func refusedSentinelsAtStart() throws {
+        let fixture = try RedisTLSFixture()
+        defer { fixture.remove() }
+        let cluster = try RedisSentinelCluster(tls: fixture.goodServer)
+        defer { cluster.shutdown() }
+        let environment = SpoolDeadEndTests.serveEnvironment(redisURL: "rediss://sentinel-named:6379/0").merging([
+            "SIWA_REDIS_SENTINELS": cluster.sentinelList,
+            "SIWA_REDIS_SENTINEL_MASTER": RedisSentinelCluster.masterName,
+            "SIWA_REDIS_SENTINEL_TLS": "yes",
+            "SIWA_REDIS_TLS_CA_FILE": fixture.otherAuthority.caCertificatePath,
+            "SIWA_REDIS_TLS_SERVER_NAME": "localhost",
+        ]) { _, tls in tls }
+        let result = try CommandRun.endpoint(["serve"], environment: environment)
+        #expect(result.status == 2, "\(result.errors)")
+        let lines = result.errors.split(separator: "\n").filter { $0.hasPrefix("{") }
+        #expect(lines.count == 1, "\(result.errors)")
+        let line = String(lines.first ?? "")
+        #expect(line.contains(#""event":"configuration_invalid""#))
+        #expect(line.contains(#""setting":"SIWA_REDIS_SENTINEL_TLS""#), "\(line)")
+        #expect(line.contains("the certificate was refused"), "\(line)")
+        #expect(!result.errors.contains(#""event":"started""#))
+        #expect(try cluster.connection(port: cluster.initialPrimary.port).command("DBSIZE").integer == 0)
+    }
 }
