@@ -18,9 +18,9 @@ public final class RedisConnection {
     public let connectTimeout: Duration
     public let commandTimeout: Duration
 
-    private var transport: RedisTransport?
+    var transport: RedisTransport?
     /// Connected, timeout set, authenticated and on the right database.
-    private var ready = false
+    var ready = false
 
     /// With Sentinel: where the primary is. `endpoint` then gives only the database, user
     /// and password; its host and port are not used.
@@ -29,15 +29,21 @@ public final class RedisConnection {
     private var connectedPrimary: RedisPrimaryLocator.Primary?
     /// The locator's generation when this connection confirmed `connectedPrimary`.
     private var connectedGeneration: UInt64 = 0
+    /// With Redis Cluster: which node owns the contract's slot. `endpoint` then gives only
+    /// the user, password and TLS; its host and port are not used.
+    public let cluster: RedisClusterLocator?
+    /// The cluster node this connection is on (with a cluster locator).
+    var connectedNode: RedisClusterLocator.Node?
 
     public init(
         endpoint: RedisEndpoint, connectTimeout: Duration = .seconds(1), commandTimeout: Duration = .seconds(2),
-        locator: RedisPrimaryLocator? = nil
+        locator: RedisPrimaryLocator? = nil, cluster: RedisClusterLocator? = nil
     ) {
         self.endpoint = endpoint
         self.connectTimeout = connectTimeout
         self.commandTimeout = commandTimeout
         self.locator = locator
+        self.cluster = cluster
     }
 
     /// Whether the last command left the connection usable (no I/O error since).
@@ -52,6 +58,10 @@ public final class RedisConnection {
     /// replicas (`WAIT`) never counts them on a different node than its write. The next
     /// command connects to the primary the locator names now.
     public func connect() throws(RedisError) {
+        if let cluster {
+            try connectToSlotOwner(cluster)
+            return
+        }
         if ready {
             guard let locator, locator.generation != connectedGeneration else { return }
             let left = connectedPrimary.map(\.description) ?? "(unknown)"
@@ -101,7 +111,7 @@ public final class RedisConnection {
         connectedPrimary = candidate
         do {
             try open(.tcp(host: candidate.host, port: candidate.port))
-            let role = try confirmPrimary(candidate)
+            let role = try confirmPrimary()
             if role != .master { disconnect() }
             return role
         } catch {
@@ -112,16 +122,14 @@ public final class RedisConnection {
 
     /// Sentinel's answer may be stale during a failover, or come from a sentinel that missed
     /// it: only a node whose ROLE is master is used.
-    private func confirmPrimary(_ primary: RedisPrimaryLocator.Primary) throws(RedisError)
-        -> RedisPrimaryLocator.Role
-    {
+    func confirmPrimary() throws(RedisError) -> RedisPrimaryLocator.Role {
         guard let transport else { throw RedisError(.connectionFailed, "no Redis connection") }
         let role = try send([Array("ROLE".utf8)], on: transport).array?.first?.string ?? "?"
         return role == "master" ? .master : .other(role)
     }
 
     /// A new socket (and TLS handshake) to `address`, then AUTH and SELECT.
-    private func open(_ address: RedisEndpoint.Address) throws(RedisError) {
+    func open(_ address: RedisEndpoint.Address) throws(RedisError) {
         transport = nil
         do throws(RedisTransport.Failure) {
             transport = try RedisTransport.open(
@@ -154,6 +162,7 @@ public final class RedisConnection {
     /// may have run the command after the sentinels demoted it, as a node paused past a
     /// failover does when it resumes): the connection is closed and `connectionLost` thrown.
     public func command(_ arguments: [[UInt8]]) throws(RedisError) -> RedisReply {
+        if let cluster { return try clusterCommand(arguments, cluster) }
         try connect()
         guard let transport else { throw RedisError(.connectionLost, "no Redis connection") }
         let reply = try send(arguments, on: transport)
@@ -210,7 +219,7 @@ public final class RedisConnection {
         }
     }
 
-    private func send(_ arguments: [[UInt8]], on transport: RedisTransport) throws(RedisError) -> RedisReply {
+    func send(_ arguments: [[UInt8]], on transport: RedisTransport) throws(RedisError) -> RedisReply {
         let reply: RedisReply
         do throws(RedisTransport.Failure) {
             reply = try transport.roundTrip(arguments)
@@ -219,6 +228,7 @@ public final class RedisConnection {
             self.transport = nil
             ready = false
             forgetPrimary()
+            forgetNode()
             throw failure(.connectionLost, error)
         }
         if case .error(let text) = reply {
@@ -228,6 +238,12 @@ public final class RedisConnection {
                 forgetPrimary()
                 disconnect()
                 throw RedisError(.connectionLost, "\(shown) (the node is a replica now; asking the sentinels again)")
+            }
+            if cluster != nil, Self.clusterTroublePrefixes.contains(where: { text.hasPrefix($0) }) {
+                // The node lost the slot's primary role or the cluster is failing over: ask it again.
+                forgetNode()
+                disconnect()
+                throw RedisError(.connectionLost, "\(shown) (on \(target); asking the cluster again)")
             }
             throw RedisError(.serverError, shown)
         }
@@ -253,7 +269,8 @@ public final class RedisConnection {
     }
 
     /// What the messages name: the endpoint, or the primary the sentinels gave.
-    private var target: String {
+    var target: String {
+        if cluster != nil { return "the cluster node \(connectedNode.map(\.description) ?? "(unknown)")" }
         guard locator != nil else { return endpoint.description }
         return "the Redis primary \(connectedPrimary.map(\.description) ?? "(unknown)") (from the sentinels)"
     }

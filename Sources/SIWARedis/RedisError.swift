@@ -30,6 +30,7 @@ public struct RedisError: CodedError {
     public var isConnectionError: Bool {
         code == .connectionFailed || code == .connectionLost || code == .timedOut || code == .sentinelUnreachable
             || code == .sentinelUnknownMaster || code == .sentinelLoginRefused || code == .tlsRefused
+            || code == .clusterRefused
     }
 
     /// Server replies that say "not now" rather than "never": Redis loading its data after a
@@ -102,5 +103,8 @@ public struct RedisError: CodedError {
         /// expired, or not naming the host), or a TLS file cannot be used. The message names
         /// the setting. Redis is unreachable meanwhile, as in an outage: records spool.
         public static let tlsRefused = Code("redis_tls_refused")
+        /// The nodes of `SIWA_REDIS_CLUSTER_NODES` answered but are not a cluster (cluster mode
+        /// off), or refused the login: a setting to fix. Redis is unreachable meanwhile.
+        public static let clusterRefused = Code("redis_cluster_refused")
     }
 }

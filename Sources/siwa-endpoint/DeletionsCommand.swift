@@ -61,7 +61,7 @@ enum DeletionsCommand {
             Output.error("siwa-endpoint deletions: \(error.description)")
             return 2
         }
-        let connection = OperatorSettings.redisConnection(configuration.redis)
+        let connection = OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.store.keyPrefix)
         let key = "\(configuration.store.keyPrefix):deletions"
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         var reading: DeletionDutyReading

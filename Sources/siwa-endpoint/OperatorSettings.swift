@@ -20,13 +20,22 @@ enum OperatorSettings {
 
     /// A connection to serve's Redis, with serve's timeouts; with Sentinel, to the primary
     /// the sentinels name (confirmed by ROLE), as serve finds it.
-    static func redisConnection(_ redis: RedisSettings) -> RedisConnection {
+    static func redisConnection(_ redis: RedisSettings, keyPrefix: String) -> RedisConnection {
         let locator = redis.sentinel.map {
             RedisPrimaryLocator(
                 sentinels: $0.sentinels, masterName: $0.masterName, sentinelPassword: $0.password,
                 timeout: redis.timeout, sentinelTLS: $0.tls)
         }
         return RedisConnection(
-            endpoint: redis.endpoint, connectTimeout: redis.timeout, commandTimeout: redis.timeout, locator: locator)
+            endpoint: redis.endpoint, connectTimeout: redis.timeout, commandTimeout: redis.timeout, locator: locator,
+            cluster: clusterLocator(redis, keyPrefix: keyPrefix))
+    }
+
+    /// With `SIWA_REDIS_CLUSTER_NODES`: the locator of the slot of `keyPrefix`'s keys.
+    static func clusterLocator(_ redis: RedisSettings, keyPrefix: String) -> RedisClusterLocator? {
+        redis.clusterNodes.map {
+            RedisClusterLocator(
+                seeds: $0, hashTagKey: keyPrefix + ":events", endpoint: redis.endpoint, timeout: redis.timeout)
+        }
     }
 }

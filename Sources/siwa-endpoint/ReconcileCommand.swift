@@ -105,7 +105,7 @@ private final class Run {
     init(configuration: ReconcileConfiguration, rate: Double) {
         self.configuration = configuration
         store = ReconcileStore(
-            connection: OperatorSettings.redisConnection(configuration.redis),
+            connection: OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.keyPrefix),
             keyPrefix: configuration.keyPrefix, streamMaximumLength: configuration.streamMaximumLength)
         let pacer = Pacer(interval: .seconds(1 / rate))
         check = AppleTokenCheck(

@@ -35,10 +35,10 @@ enum ServeCommand {
         guard arguments.positionals.isEmpty else { throw UsageError("serve takes no positional arguments") }
 
         guard let configuration = loadConfiguration(envFile: arguments.value("--env-file")) else { return 2 }
-        let locator: RedisPrimaryLocator?
+        let redis: RedisAtStart
         let checkOnly = arguments.has("--check")
         switch startChecks(configuration, readingSpool: checkOnly) {
-        case .success(let found): locator = found
+        case .success(let found): redis = found
         case .failure(let refused): return refused.exitStatus
         }
         if checkOnly {
@@ -49,7 +49,15 @@ enum ServeCommand {
                 Data(EventLog.eventLine("configuration_valid", [("checked_as", .string(checker))])))
             return 0
         }
-        return try serve(configuration, locator: locator)
+        return try serve(configuration, locator: redis.sentinel, cluster: redis.cluster)
+    }
+
+    /// Where serve's Redis was found at start: the sentinels' locator (with
+    /// `SIWA_REDIS_SENTINELS`) or the cluster's (with `SIWA_REDIS_CLUSTER_NODES`); neither
+    /// for one Redis at `SIWA_REDIS_URL`.
+    struct RedisAtStart {
+        let sentinel: RedisPrimaryLocator?
+        let cluster: RedisClusterLocator?
     }
 
     /// The start-up checks `serve` and `serve --check` both run, after the settings: the
@@ -60,20 +68,25 @@ enum ServeCommand {
     /// with the same line (`spoolRefusal`): a long spool is not read twice before serving.
     static func startChecks(
         _ configuration: ServerConfiguration, readingSpool: Bool
-    ) -> Result<RedisPrimaryLocator?, StartRefused> {
+    ) -> Result<RedisAtStart, StartRefused> {
         let locator: RedisPrimaryLocator?
         switch locatePrimaryAtStart(configuration) {
         case .success(let found): locator = found
         case .failure(let refused): return .failure(refused)
         }
-        if let refusal = checkRedis(configuration, primary: locator?.current) {
+        let cluster: RedisClusterLocator?
+        switch locateClusterAtStart(configuration) {
+        case .success(let found): cluster = found
+        case .failure(let refused): return .failure(refused)
+        }
+        if let refusal = checkRedis(configuration, primary: locator?.current, clusterNode: cluster?.current) {
             EventLog.event(
                 "configuration_invalid", level: "error",
                 [("setting", .string("SIWA_REDIS_URL")), ("message", .string(refusal))])
             Output.error("siwa-endpoint serve: SIWA_REDIS_URL \(refusal)")
             return .failure(StartRefused(exitStatus: 2))
         }
-        guard readingSpool else { return .success(locator) }
+        guard readingSpool else { return .success(RedisAtStart(sentinel: locator, cluster: cluster)) }
         do throws(SpoolError) {
             // What opening the spool reads (the replay position, the waiting segments), read
             // only: a position serve could not read stops both the same way.
@@ -82,7 +95,7 @@ enum ServeCommand {
             refuse(spoolRefusal(error))
             return .failure(StartRefused(exitStatus: 2))
         }
-        return .success(locator)
+        return .success(RedisAtStart(sentinel: locator, cluster: cluster))
     }
 
     /// The refusal of a spool that cannot be opened, the same from the check and the opening.
@@ -115,7 +128,9 @@ enum ServeCommand {
             [("setting", .string(error.setting)), ("message", .string(error.description))])
     }
 
-    static func serve(_ configuration: ServerConfiguration, locator: RedisPrimaryLocator?) throws -> Int32 {
+    static func serve(
+        _ configuration: ServerConfiguration, locator: RedisPrimaryLocator?, cluster: RedisClusterLocator? = nil
+    ) throws -> Int32 {
         // A peer that hangs up must not kill the process; SIGTERM/SIGINT may arrive
         // blocked from a parent, and the FastCGI server turns them into a clean stop.
         signal(SIGPIPE, SIG_IGN)
@@ -166,7 +181,8 @@ enum ServeCommand {
         let makeStore: @Sendable () -> NotificationStore = {
             NotificationStore(
                 connection: RedisConnection(
-                    endpoint: redis, connectTimeout: timeout, commandTimeout: timeout, locator: locator),
+                    endpoint: redis, connectTimeout: timeout, commandTimeout: timeout, locator: locator,
+                    cluster: cluster),
                 keyPrefix: store.keyPrefix, seenMarkerTTL: store.seenMarkerTTL,
                 streamMaximumLength: store.streamMaximumLength)
         }
@@ -198,12 +214,14 @@ enum ServeCommand {
         // connection of its own: a scrape never waits on Redis.
         let deletionDuty = DeletionDutyMonitor(
             connection: RedisConnection(
-                endpoint: redis, connectTimeout: timeout, commandTimeout: timeout, locator: locator),
+                endpoint: redis, connectTimeout: timeout, commandTimeout: timeout, locator: locator,
+                cluster: cluster),
             key: "\(store.keyPrefix):deletions", clock: clock)
 
         let responder = NotificationResponder(
             configuration: configuration, keys: keys, stores: NotificationStorePool(makeStore: makeStore), spool: spool,
-            replayer: replayer, metrics: metrics, clock: clock, primaryLocator: locator, deletionDuty: deletionDuty)
+            replayer: replayer, metrics: metrics, clock: clock, primaryLocator: locator,
+            clusterLocator: cluster, deletionDuty: deletionDuty)
         let fastCGI = configuration.fastCGI
         let server: FastCGIServer
         do throws(FastCGIError) {
@@ -291,9 +309,19 @@ enum ServeCommand {
 
     /// Whether Redis can do the endpoint's work (see `RedisCapabilityCheck`): the refusal
     /// to stop with, or nil to start (a Redis that is only unreachable is an outage: spool).
-    static func checkRedis(_ configuration: ServerConfiguration, primary: RedisPrimaryLocator.Primary?) -> String? {
+    static func checkRedis(
+        _ configuration: ServerConfiguration, primary: RedisPrimaryLocator.Primary?,
+        clusterNode: RedisClusterLocator.Node? = nil
+    ) -> String? {
         var endpoint = configuration.redis.endpoint
-        if let primary {
+        if let clusterNode {
+            // With Redis Cluster, the slot's primary, found from the cluster itself.
+            endpoint = RedisEndpoint(
+                address: .tcp(host: clusterNode.host, port: clusterNode.port), username: endpoint.username,
+                password: endpoint.password, tls: endpoint.tls)
+        } else if configuration.redis.clusterNodes != nil {
+            return nil  // no node answered yet: an outage, reported by /healthz; serve spools
+        } else if let primary {
             // With Sentinel, the URL gives the database and credentials; the primary its address.
             endpoint = RedisEndpoint(
                 address: .tcp(host: primary.host, port: primary.port), database: endpoint.database,

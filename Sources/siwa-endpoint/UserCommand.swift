@@ -63,7 +63,7 @@ enum UserCommand {
             Output.error("siwa-endpoint user: \(error.description)")
             return 2
         }
-        let connection = OperatorSettings.redisConnection(configuration.redis)
+        let connection = OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.store.keyPrefix)
         let prefix = configuration.store.keyPrefix
         let userKey = "\(prefix):user:{\(clientID):\(sub)}"
 

@@ -134,10 +134,10 @@ public final class NotificationStore {
         do {
             reply = try connection.command([Array("EVALSHA".utf8), Array(sha.utf8), [UInt8(ascii: "4")]] + arguments)
         } catch  where error.code == .serverError && error.message.hasPrefix("NOSCRIPT") {
-            // Redis restarted or SCRIPT FLUSH ran: load it again and retry once.
-            scriptSHA = nil
+            // Redis restarted, SCRIPT FLUSH ran, or (in a cluster) the node is new to this
+            // connection: EVAL sends the script itself and leaves it cached there, once.
             reply = try connection.command(
-                [Array("EVALSHA".utf8), Array(try loadedScriptSHA().utf8), [UInt8(ascii: "4")]] + arguments)
+                [Array("EVAL".utf8), Array(Self.applyScript.utf8), [UInt8(ascii: "4")]] + arguments)
         }
         guard let text = reply.string, let outcome = Outcome(rawValue: text) else {
             throw RedisError(.unexpectedReply, "the apply script returned something other than an outcome name")

@@ -60,8 +60,11 @@ extension NotificationResponder {
         return health.pingPending ? [("redis_circuit", .string("ping_timeout"))] : []
     }
 
-    /// `/healthz`'s member naming the primary in use, with Sentinel.
+    /// `/healthz`'s member naming the primary in use, with Sentinel or Redis Cluster.
     func redisPrimaryMembers() -> [(String, JSONValue)] {
+        if let clusterLocator {
+            return [("redis_primary", clusterLocator.current.map { .string($0.description) } ?? .null)]
+        }
         guard let primaryLocator else { return [] }
         return [("redis_primary", primaryLocator.current.map { .string($0.description) } ?? .null)]
     }

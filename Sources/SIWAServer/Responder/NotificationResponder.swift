@@ -21,6 +21,8 @@ public final class NotificationResponder: Sendable {
     private let clock: EndpointClock
     /// With Sentinel: names the primary in /healthz, counts discoveries in /metrics.
     let primaryLocator: RedisPrimaryLocator?
+    /// With Redis Cluster: names the slot's primary in /healthz, counts redirections in /metrics.
+    let clusterLocator: RedisClusterLocator?
     /// Redis counts as down for a while after a call could not reach it: requests spool at once.
     public let breaker: RedisCircuitBreaker
     /// The last reading of the deletions stream, for /metrics (nil: no deletion figures).
@@ -30,9 +32,11 @@ public final class NotificationResponder: Sendable {
         configuration: ServerConfiguration, keys: JWKSProvider, stores: NotificationStorePool, spool: NotificationSpool,
         replayer: SpoolReplayer?, metrics: ServerMetrics,
         clock: EndpointClock = .system,
-        primaryLocator: RedisPrimaryLocator? = nil, deletionDuty: DeletionDutyMonitor? = nil
+        primaryLocator: RedisPrimaryLocator? = nil, clusterLocator: RedisClusterLocator? = nil,
+        deletionDuty: DeletionDutyMonitor? = nil
     ) {
         self.primaryLocator = primaryLocator
+        self.clusterLocator = clusterLocator
         self.deletionDuty = deletionDuty
         self.configuration = configuration
         self.verifier = NotificationVerifier(
@@ -239,6 +243,7 @@ public final class NotificationResponder: Sendable {
         return Reply(
             status: 200, outcome: "metrics",
             body: text + keys.metricsText() + (primaryLocator?.metricsText() ?? "")
+                + (clusterLocator?.metricsText() ?? "")
                 + (deletionDuty?.metricsText(now: clock.wallMilliseconds()) ?? ""),
             contentType: "text/plain; version=0.0.4")
     }

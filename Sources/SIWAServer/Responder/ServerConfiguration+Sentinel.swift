@@ -39,4 +39,36 @@ extension ServerConfiguration {
         }
         return SentinelSettings(sentinels: sentinels, masterName: master, password: password)
     }
+
+    @Sendable static func clusterNodeList(_ text: String) throws(SettingProblem) -> [RedisClusterLocator.Node] {
+        switch RedisClusterLocator.parseNodes(text) {
+        case .success(let parsed): return parsed
+        case .failure(let error):
+            throw SettingProblem(String(error.message.dropFirst("SIWA_REDIS_CLUSTER_NODES ".count)))
+        }
+    }
+
+    /// Cluster mode: no Sentinel beside it, database 0 (a cluster has no other), and a key
+    /// prefix that is a hash tag, so the one apply script's keys share one slot.
+    static func checkClusterSettings(
+        _ nodes: [RedisClusterLocator.Node]?, sentinel: SentinelSettings?, endpoint: RedisEndpoint, keyPrefix: String
+    ) throws(ConfigurationError) {
+        guard nodes != nil else { return }
+        if sentinel != nil {
+            throw ConfigurationError(
+                setting: "SIWA_REDIS_CLUSTER_NODES", "and SIWA_REDIS_SENTINELS are both set: choose one")
+        }
+        if endpoint.database != 0 {
+            throw ConfigurationError(
+                setting: "SIWA_REDIS_URL",
+                "names database \(endpoint.database), but Redis Cluster has only database 0 (SIWA_REDIS_CLUSTER_NODES is set)"
+            )
+        }
+        if !isHashTagPrefix(keyPrefix) {
+            throw ConfigurationError(
+                setting: "SIWA_KEY_PREFIX",
+                "must begin with a hash tag such as {siwa} when SIWA_REDIS_CLUSTER_NODES is set: the apply script's keys must share one cluster slot"
+            )
+        }
+    }
 }

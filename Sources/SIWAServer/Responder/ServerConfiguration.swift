@@ -125,6 +125,10 @@ public struct ServerConfiguration: Sendable, Equatable {
                 "SIWA_REDIS_TLS_SERVER_NAME", shown: "(the host connected to)",
                 "the name Redis's certificate must hold, also sent as SNI, when it is not the host of the URL or the address the sentinels give",
                 tlsServerName),
+            .optional(
+                "SIWA_REDIS_CLUSTER_NODES", shown: "(none)",
+                "`host:port,...` of Redis Cluster nodes to ask for the slots (any of them); when set, the endpoint writes to the primary of the one slot of `SIWA_KEY_PREFIX`, which must then be a hash tag such as `{siwa}`, and `SIWA_REDIS_URL` gives only the user, password and TLS (`rediss://`)",
+                clusterNodeList),
             .parsed(
                 "SIWA_REDIS_SENTINEL_TLS", default: "no",
                 "`yes`: the sentinels are reached over TLS too (the same CA, client certificate and server name)",
@@ -211,12 +215,15 @@ public struct ServerConfiguration: Sendable, Equatable {
             sentinelWithTLS?.tls = tls
         }
         if endpoint.tls != nil { endpoint.tls = tls }
+        let clusterNodes: [RedisClusterLocator.Node]? = parsed["SIWA_REDIS_CLUSTER_NODES"]
+        try checkClusterSettings(
+            clusterNodes, sentinel: sentinel, endpoint: endpoint, keyPrefix: parsed["SIWA_KEY_PREFIX"])
         return RedisSettings(
             url: values["SIWA_REDIS_URL"] ?? defaultValue(of: "SIWA_REDIS_URL"),
             endpoint: endpoint,
             timeout: parsed["SIWA_REDIS_TIMEOUT_MS"], sentinel: sentinelWithTLS,
             minimumReplicas: parsed["SIWA_REDIS_MIN_REPLICAS"], replicaTimeout: parsed["SIWA_REDIS_REPLICA_TIMEOUT_MS"],
-            circuitRetryInterval: parsed["SIWA_REDIS_RETRY_MS"])
+            circuitRetryInterval: parsed["SIWA_REDIS_RETRY_MS"], clusterNodes: clusterNodes)
     }
 
     /// The TLS files and name, when `rediss://` or `SIWA_REDIS_SENTINEL_TLS` asks for TLS; the
@@ -312,6 +319,9 @@ public struct RedisSettings: Sendable, Equatable {
     /// After a call could not reach Redis, requests spool without calling it, and one probe
     /// tries Redis this often until it answers (`SIWA_REDIS_RETRY_MS`).
     public var circuitRetryInterval: Duration = .milliseconds(1000)
+    /// With Redis Cluster (`SIWA_REDIS_CLUSTER_NODES`), the nodes asked for the slots (then
+    /// `endpoint` gives only the user, password and TLS); nil without a cluster.
+    public var clusterNodes: [RedisClusterLocator.Node]?
 }
 
 /// `SIWA_REDIS_SENTINELS`, `SIWA_REDIS_SENTINEL_MASTER`, `SIWA_REDIS_SENTINEL_PASSWORD`.
@@ -448,14 +458,31 @@ extension ServerConfiguration {
     }
 
     @Sendable static func keyPrefix(_ text: String) throws(SettingProblem) -> String {
-        guard !text.isEmpty, text.count <= 64,
-            text.unicodeScalars.allSatisfy({
+        let isPlain: (Substring) -> Bool = { part in
+            part.unicodeScalars.allSatisfy {
                 $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "-_.:".unicodeScalars.contains($0))
-            })
-        else {
-            throw SettingProblem("must be 1 to 64 letters, digits, '-', '_', '.' or ':'")
+            }
+        }
+        // Optionally a hash tag first, `{tag}` (for Redis Cluster: every key in one slot).
+        var rest = text[...]
+        if text.hasPrefix("{"), let close = text.firstIndex(of: "}") {
+            let tag = text[text.index(after: text.startIndex)..<close]
+            guard !tag.isEmpty, isPlain(tag) else {
+                throw SettingProblem("must hold letters, digits, '-', '_', '.' or ':' inside its hash tag '{...}'")
+            }
+            rest = text[text.index(after: close)...]
+        }
+        guard !text.isEmpty, text.count <= 64, isPlain(rest) else {
+            throw SettingProblem(
+                "must be 1 to 64 letters, digits, '-', '_', '.' or ':', optionally after a hash tag such as {siwa}")
         }
         return text
+    }
+
+    /// Whether the prefix begins with a hash tag, so Redis Cluster puts every key in one slot.
+    public static func isHashTagPrefix(_ prefix: String) -> Bool {
+        guard prefix.hasPrefix("{"), let close = prefix.firstIndex(of: "}") else { return false }
+        return close > prefix.index(after: prefix.startIndex)
     }
 
     @Sendable static func notificationPath(_ text: String) throws(SettingProblem) -> String {

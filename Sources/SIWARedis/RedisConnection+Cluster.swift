@@ -1,0 +1,87 @@
+/// Redis Cluster: the connection goes to the primary of the contract's one hash slot, and
+/// follows `MOVED` (the slot's new owner, remembered for every connection) and `ASK` (a
+/// slot being migrated: `ASKING`, then the command, once, on the target).
+extension RedisConnection {
+    /// A command follows at most this many `MOVED` answers (a failover seen late, then a
+    /// migration) before it gives up as if Redis were unreachable.
+    static let maximumRedirects = 3
+
+    /// Replies that say this node is not, or no longer, where the slot can be written.
+    static let clusterTroublePrefixes = ["READONLY", "CLUSTERDOWN", "MASTERDOWN"]
+
+    /// Connects to the slot's primary (confirmed by ROLE), or stays on it. Twice at most: an
+    /// address that fails or is not master is forgotten, so the second try asks the cluster.
+    func connectToSlotOwner(_ cluster: RedisClusterLocator) throws(RedisError) {
+        if ready {
+            // Another connection learnt of a new owner: follow it.
+            guard let current = cluster.current, current != connectedNode else { return }
+        }
+        var lastError = RedisError(.connectionFailed, "no Redis Cluster node owns the slot")
+        for _ in 0..<2 {
+            let node = try cluster.primary()
+            disconnect()
+            connectedNode = node
+            do throws(RedisError) {
+                try open(.tcp(host: node.host, port: node.port))
+                let role = try confirmPrimary()
+                guard role == .master else {
+                    throw RedisError(
+                        .connectionFailed, "\(node) is not the master (ROLE: \(role)); asking the cluster again")
+                }
+                ready = true
+                return
+            } catch {
+                cluster.forget(node)
+                disconnect()
+                lastError = error
+            }
+        }
+        throw lastError
+    }
+
+    /// One command on the slot's primary, following redirections.
+    func clusterCommand(_ arguments: [[UInt8]], _ cluster: RedisClusterLocator) throws(RedisError) -> RedisReply {
+        for _ in 0..<Self.maximumRedirects {
+            try connectToSlotOwner(cluster)
+            guard let transport else { throw RedisError(.connectionLost, "no Redis connection") }
+            do {
+                return try send(arguments, on: transport)
+            } catch  where error.code == .serverError {
+                guard let redirect = RedisClusterLocator.Redirect(reply: error.message) else { throw error }
+                switch redirect {
+                case .moved(let node):
+                    // Not run: the slot's owner changed. Every connection follows it.
+                    cluster.moved(to: node)
+                    disconnect()
+                case .ask(let node):
+                    cluster.asked()
+                    return try ask(node, arguments)
+                }
+            }
+        }
+        throw RedisError(
+            .connectionLost,
+            "Redis Cluster moved slot \(cluster.slot) \(Self.maximumRedirects) times during one command; "
+                + "asking the cluster again")
+    }
+
+    /// The slot is being migrated to `node` and the keys are there: `ASKING` then the
+    /// command, on a connection of its own that is closed after.
+    private func ask(_ node: RedisClusterLocator.Node, _ arguments: [[UInt8]]) throws(RedisError) -> RedisReply {
+        let target = RedisConnection(
+            endpoint: RedisEndpoint(
+                address: .tcp(host: node.host, port: node.port), username: endpoint.username,
+                password: endpoint.password, tls: endpoint.tls),
+            connectTimeout: connectTimeout, commandTimeout: commandTimeout)
+        _ = try target.command("ASKING")
+        return try target.command(arguments)
+    }
+
+    /// The node failed or no longer owns the slot: the next connection asks the cluster.
+    func forgetNode() {
+        if let cluster, let connectedNode { cluster.forget(connectedNode) }
+    }
+
+    /// The cluster node this connection uses (in cluster mode), else nil.
+    public var clusterNode: RedisClusterLocator.Node? { ready ? connectedNode : nil }
+}

@@ -1,0 +1,132 @@
+import Foundation
+import SIWARedis
+import SIWAServer
+import Testing
+
+/// The real `serve` against a real Redis Cluster on loopback (3 primaries, 3 replicas).
+@Suite("Redis Cluster: serve", .serialized)
+struct ClusterServeTests {
+    static func environment(_ cluster: RedisClusterNodes, seeds: String? = nil) -> [String: String] {
+        [
+            "SIWA_REDIS_CLUSTER_NODES": seeds ?? cluster.nodeList, "SIWA_KEY_PREFIX": RedisClusterNodes.keyPrefix,
+            "SIWA_REDIS_URL": "redis://127.0.0.1:1",
+        ]
+    }
+
+    @Test("a seed list naming a dead node first: notifications applied on the slot's primary, keys in one slot")
+    func appliedWithDeadSeedFirst() throws {
+        let cluster = try RedisClusterNodes()
+        defer { cluster.shutdown() }
+        let deadPort = try RedisServerProcess.freeLoopbackPort()
+        let stack = try ServeStack(
+            extraEnvironment: Self.environment(cluster, seeds: "127.0.0.1:\(deadPort)," + cluster.nodeList))
+        defer { stack.shutdown() }
+
+        let response = try stack.post(try stack.body(type: "consent-revoked", sub: "001.cluster.1"))
+        #expect(response.status == 200)
+        #expect(response.jsonFields["status"] == "applied")
+        let owner = try cluster.ownerConnection()
+        let hash = try owner.command("HGETALL", "{siwa}:user:{\(ServeStack.clientID):001.cluster.1}").fieldMap
+        #expect(hash?["last_event_type"] == "consent-revoked")
+        #expect(try owner.command("XLEN", "{siwa}:events").integer == 1)
+        // The endpoint's slot arithmetic agrees with Redis's for every key of the contract.
+        let keys = [
+            "{siwa}:user:{\(ServeStack.clientID):001.cluster.1}",
+            "{siwa}:seen:{\(ServeStack.clientID):001.cluster.1}:j",
+            "{siwa}:events", "{siwa}:notifications", "{siwa}:reconciled:{c:s}", "siwa:user:{c:s}", "plain", "{}x",
+        ]
+        for key in keys {
+            let slot = try owner.command("CLUSTER", "KEYSLOT", key).integer
+            #expect(slot == Int64(RedisClusterLocator.hashSlot(of: Array(key.utf8))), "\(key)")
+        }
+        #expect(Set(keys.prefix(5).map { RedisClusterLocator.hashSlot(of: Array($0.utf8)) }).count == 1)
+        // Nothing went outside the prefix (the test Redis of the stack is untouched too).
+        #expect(try stack.redisSnapshot() == [])
+    }
+
+    @Test("cluster mode with a key prefix that is not a hash tag: refused at start, naming SIWA_KEY_PREFIX")
+    func prefixWithoutHashTagRefused() throws {
+        let stack = try ServeStack(
+            extraEnvironment: [
+                "SIWA_REDIS_CLUSTER_NODES": "127.0.0.1:7000", "SIWA_KEY_PREFIX": "siwa",
+            ], startingServe: false)
+        defer { stack.shutdown() }
+        let run = try CommandRun.endpoint(["serve", "--check"], environment: stack.environment)
+        #expect(run.status == 2)
+        #expect(run.errors.contains("SIWA_KEY_PREFIX"), "\(run.errors)")
+        #expect(run.errors.contains("hash tag"))
+    }
+
+    @Test(
+        "cluster mode beside Sentinel, with a database other than 0, or with a malformed hash-tag prefix: refused at start, naming the setting"
+    )
+    func conflictingSettingsRefused() throws {
+        let stack = try ServeStack(startingServe: false)
+        defer { stack.shutdown() }
+        let cases: [(extra: [String: String], setting: String)] = [
+            (
+                [
+                    "SIWA_REDIS_CLUSTER_NODES": "127.0.0.1:7000", "SIWA_KEY_PREFIX": "{siwa}",
+                    "SIWA_REDIS_SENTINELS": "127.0.0.1:26379", "SIWA_REDIS_SENTINEL_MASTER": "siwa",
+                ], "SIWA_REDIS_CLUSTER_NODES"
+            ),
+            (
+                [
+                    "SIWA_REDIS_CLUSTER_NODES": "127.0.0.1:7000", "SIWA_KEY_PREFIX": "{siwa}",
+                    "SIWA_REDIS_URL": "redis://127.0.0.1:7000/3",
+                ], "SIWA_REDIS_URL"
+            ),
+            (["SIWA_REDIS_CLUSTER_NODES": "127.0.0.1:7000", "SIWA_KEY_PREFIX": "{}siwa"], "SIWA_KEY_PREFIX"),
+            (["SIWA_REDIS_CLUSTER_NODES": "127.0.0.1:7000", "SIWA_KEY_PREFIX": "{siwa"], "SIWA_KEY_PREFIX"),
+            (["SIWA_KEY_PREFIX": "{si wa}"], "SIWA_KEY_PREFIX"),
+        ]
+        for (extra, setting) in cases {
+            let run = try CommandRun.endpoint(
+                ["serve", "--check"], environment: stack.environment.merging(extra) { _, new in new })
+            #expect(run.status == 2)
+            #expect(run.errors.contains(setting), "\(run.errors)")
+        }
+    }
+
+    @Test(
+        "cluster nodes that are not in cluster mode: serve refuses to start (exit 2, naming SIWA_REDIS_CLUSTER_NODES)")
+    func notAClusterRefused() throws {
+        let stack = try ServeStack(startingServe: false)
+        defer { stack.shutdown() }
+        var environment = stack.environment
+        environment["SIWA_REDIS_CLUSTER_NODES"] = "127.0.0.1:\(stack.redis.port)"
+        environment["SIWA_KEY_PREFIX"] = "{siwa}"
+        let run = try CommandRun.endpoint(["serve"], environment: environment, timeout: .seconds(60))
+        #expect(run.status == 2)
+        #expect(run.errors.contains("SIWA_REDIS_CLUSTER_NODES"), "\(run.errors)")
+        #expect(run.errors.contains("not in cluster mode"))
+        #expect(try stack.redisSnapshot() == [])
+    }
+
+    @Test("a TLS-only cluster (--tls-cluster yes): the slot's primary found and the notification applied over TLS")
+    func appliedOverTLS() throws {
+        let certificates = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "siwa-cluster-ca-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: certificates, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: certificates) }
+        let authority = try TestCertificateAuthority(in: certificates, serverUsage: "serverAuth,clientAuth")
+        let cluster = try RedisClusterNodes(tls: authority)
+        defer { cluster.shutdown() }
+        var environment = Self.environment(cluster)
+        environment["SIWA_REDIS_URL"] = "rediss://127.0.0.1:1"
+        environment["SIWA_REDIS_TLS_CA_FILE"] = authority.caCertificatePath
+        environment["SIWA_REDIS_TLS_SERVER_NAME"] = "localhost"
+        let stack = try ServeStack(extraEnvironment: environment)
+        defer { stack.shutdown() }
+
+        let response = try stack.post(try stack.body(type: "consent-revoked", sub: "001.cluster.tls"))
+        #expect(response.status == 200)
+        #expect(response.jsonFields["status"] == "applied")
+        let owner = try cluster.ownerConnection()
+        let hash = try owner.command("HGETALL", "{siwa}:user:{\(ServeStack.clientID):001.cluster.tls}").fieldMap
+        #expect(hash?["last_event_type"] == "consent-revoked")
+        #expect(try owner.command("XLEN", "{siwa}:events").integer == 1)
+        let health = try stack.request("GET", "/healthz").jsonFields
+        #expect(health["redis_primary"] == "127.0.0.1:\(try #require(cluster.slotOwnerPort()))")
+    }
+}

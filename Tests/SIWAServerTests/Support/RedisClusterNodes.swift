@@ -1,0 +1,223 @@
+import Foundation
+import SIWARedis
+import SIWAServer
+
+/// A real Redis Cluster on loopback: six `redis-server --cluster-enabled yes` on free
+/// ports (3 primaries, 3 replicas), joined by `redis-cli --cluster create ...
+/// --cluster-replicas 1 --cluster-yes`. With `tls`, every node listens with TLS only and
+/// the cluster bus and replication run over TLS (`--tls-cluster yes`). No persistence.
+/// Always call `shutdown()`.
+final class RedisClusterNodes: @unchecked Sendable {
+    struct StartError: Error, CustomStringConvertible { let description: String }
+
+    let directory: URL
+    let nodes: [RedisSentinelCluster.Node]
+    /// The contract's keys with prefix `{siwa}`: all in this slot.
+    static let keyPrefix = "{siwa}"
+    static let slot = RedisClusterLocator.hashSlot(of: Array("{siwa}:events".utf8))
+
+    /// The CA and the `localhost` certificate every node presents, or nil for plain TCP.
+    let tls: TestCertificateAuthority?
+
+    init(nodeTimeoutMilliseconds: Int = 1000, tls: TestCertificateAuthority? = nil) throws {
+        self.tls = tls
+        signal(SIGPIPE, SIG_IGN)
+        directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("siwa-cluster-\(UUID().uuidString)", isDirectory: true)
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let directory = self.directory
+        let ports = try Self.freePortsWithBusPorts(6)
+        nodes = ports.enumerated().map { index, port in
+            let nodeDirectory = directory.appendingPathComponent("node-\(index)").path
+            try? FileManager.default.createDirectory(atPath: nodeDirectory, withIntermediateDirectories: true)
+            return RedisSentinelCluster.Node(
+                port: port,
+                arguments: [
+                    "--port", tls == nil ? String(port) : "0", "--bind", "127.0.0.1", "--dir", nodeDirectory, "--save",
+                    "",
+                    "--appendonly", "no", "--daemonize", "no", "--logfile", nodeDirectory + "/redis.log",
+                    "--cluster-enabled", "yes", "--cluster-config-file", nodeDirectory + "/nodes.conf",
+                    "--cluster-node-timeout", String(nodeTimeoutMilliseconds),
+                ] + (tls.map { Self.tlsArguments($0, port: port) } ?? []),
+                logPath: nodeDirectory + "/redis.log", serverPath: "/usr/bin/redis-server")
+        }
+        do {
+            for node in nodes { try node.start() }
+            try waitUntil(timeout: 20) {
+                self.nodes.allSatisfy { (try? self.connection(port: $0.port).command("PING")) != nil }
+            }
+            let create = try Self.runCLI(
+                cliTLSArguments + ["--cluster", "create"] + ports.map { "127.0.0.1:\($0)" } + [
+                    "--cluster-replicas", "1", "--cluster-yes",
+                ])
+            guard create.status == 0 else {
+                throw StartError(description: "redis-cli --cluster create failed: \(create.output.suffix(800))")
+            }
+            try waitUntil(timeout: 60) { self.isFormed() }
+        } catch {
+            shutdown()
+            throw error
+        }
+    }
+
+    deinit { shutdown() }
+
+    /// `SIWA_REDIS_CLUSTER_NODES` naming every node.
+    var nodeList: String { nodes.map { "127.0.0.1:\($0.port)" }.joined(separator: ",") }
+
+    static func tlsArguments(_ authority: TestCertificateAuthority, port: Int) -> [String] {
+        [
+            "--tls-port", String(port), "--tls-cluster", "yes", "--tls-replication", "yes", "--tls-cert-file",
+            authority.serverCertificatePath, "--tls-key-file", authority.serverKeyPath, "--tls-ca-cert-file",
+            authority.caCertificatePath, "--tls-auth-clients", "no",
+        ]
+    }
+
+    /// redis-cli's options for this cluster's TLS.
+    var cliTLSArguments: [String] {
+        tls.map { ["--tls", "--cacert", $0.caCertificatePath, "--sni", "localhost"] } ?? []
+    }
+
+    /// What a client needs for this cluster's TLS: the CA, and `localhost`, the name the
+    /// certificates hold (the cluster names nodes by IP address).
+    var clientTLS: RedisTLS? { tls.map { RedisTLS(caFile: $0.caCertificatePath, serverName: "localhost") } }
+
+    func connection(port: Int) -> RedisConnection {
+        RedisConnection(
+            endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: port), tls: clientTLS),
+            connectTimeout: .milliseconds(500), commandTimeout: .seconds(2))
+    }
+
+    /// Every node says `cluster_state:ok`, and each primary has its replica in sync.
+    private func isFormed() -> Bool {
+        for node in nodes {
+            let info = (try? connection(port: node.port).command("CLUSTER", "INFO"))?.string ?? ""
+            guard info.contains("cluster_state:ok") else { return false }
+        }
+        return nodes.filter { role(of: $0.port) == "slave" }.count == 3
+            && nodes.filter { role(of: $0.port) == "master" }.allSatisfy { node in
+                ((try? connection(port: node.port).command("INFO", "replication"))?.string ?? "").contains(
+                    "state=online")
+            }
+    }
+
+    func role(of port: Int) -> String? {
+        (try? connection(port: port).command("ROLE"))?.array?.first?.string
+    }
+
+    /// The port of the node that owns the contract's slot, as a running node's `CLUSTER SLOTS` says.
+    func slotOwnerPort() -> Int? {
+        for node in nodes where node.isRunning {
+            guard let ranges = (try? connection(port: node.port).command("CLUSTER", "SLOTS"))?.array else { continue }
+            for range in ranges {
+                guard let parts = range.array, parts.count >= 3, let start = parts[0].integer,
+                    let end = parts[1].integer, (start...end).contains(Int64(Self.slot)),
+                    let port = parts[2].array?[1].integer
+                else { continue }
+                return Int(port)
+            }
+        }
+        return nil
+    }
+
+    /// A connection to the slot's owner, found the way a test reads the result.
+    func ownerConnection() throws -> RedisConnection {
+        guard let port = slotOwnerPort() else { throw StartError(description: "no node owns the slot") }
+        return connection(port: port)
+    }
+
+    func nodeID(port: Int) throws -> String {
+        guard let id = try connection(port: port).command("CLUSTER", "MYID").string else {
+            throw StartError(description: "CLUSTER MYID gave nothing on \(port)")
+        }
+        return id
+    }
+
+    /// Moves the contract's slot by hand, as `redis-cli --cluster reshard` does: IMPORTING on
+    /// the target, MIGRATING on the source, the keys moved a few at a time (`batchPause`
+    /// seconds apart, so writes meet the half-moved slot and get `ASK`), then the slot given
+    /// to the target on every primary. Bounded: at most 10,000 batches.
+    func migrateSlot(from source: Int, to target: Int, batchPause: TimeInterval) throws {
+        let slot = String(Self.slot)
+        let sourceID = try nodeID(port: source)
+        let targetID = try nodeID(port: target)
+        _ = try connection(port: target).command("CLUSTER", "SETSLOT", slot, "IMPORTING", sourceID)
+        _ = try connection(port: source).command("CLUSTER", "SETSLOT", slot, "MIGRATING", targetID)
+        let sourceConnection = connection(port: source)
+        for _ in 0..<10_000 {
+            let keys = (try sourceConnection.command("CLUSTER", "GETKEYSINSLOT", slot, "20").array ?? [])
+                .compactMap(\.string)
+            if keys.isEmpty { break }
+            _ = try sourceConnection.command(
+                ["MIGRATE", "127.0.0.1", String(target), "", "0", "5000", "KEYS"] + keys)
+            Thread.sleep(forTimeInterval: batchPause)
+        }
+        // The target first, then the source, then the others (as redis-cli does).
+        _ = try connection(port: target).command("CLUSTER", "SETSLOT", slot, "NODE", targetID)
+        _ = try connection(port: source).command("CLUSTER", "SETSLOT", slot, "NODE", targetID)
+        for node in nodes
+        where node.isRunning && node.port != source && node.port != target
+            && role(of: node.port) == "master"
+        {
+            _ = try connection(port: node.port).command("CLUSTER", "SETSLOT", slot, "NODE", targetID)
+        }
+    }
+
+    func node(port: Int) -> RedisSentinelCluster.Node? { nodes.first { $0.port == port } }
+
+    /// Polls every 100 ms until `condition` holds, or throws after `timeout` seconds.
+    func waitUntil(timeout: TimeInterval, _ condition: () -> Bool) throws {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if condition() { return }
+            usleep(100_000)
+        }
+        throw StartError(description: "the cluster did not get there within \(timeout) s (logs in \(directory.path))")
+    }
+
+    /// Runs `redis-cli` with `arguments`, killed after 120 s.
+    static func runCLI(_ arguments: [String]) throws -> (status: Int32, output: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/timeout")
+        process.arguments = ["-s", "KILL", "120", "/usr/bin/redis-cli"] + arguments
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        try process.run()
+        let output = pipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: output, as: UTF8.self))
+    }
+
+    /// Free loopback ports below 55536 whose cluster bus port (port + 10000) is free too.
+    static func freePortsWithBusPorts(_ count: Int) throws -> [Int] {
+        var ports: [Int] = []
+        for _ in 0..<2000 where ports.count < count {
+            let port = Int.random(in: 20_000...45_000)
+            guard !ports.contains(port), isFree(port), isFree(port + 10_000) else { continue }
+            ports.append(port)
+        }
+        guard ports.count == count else { throw StartError(description: "no free loopback ports for a cluster") }
+        return ports
+    }
+
+    private static func isFree(_ port: Int) -> Bool {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard descriptor >= 0 else { return false }
+        defer { close(descriptor) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = UInt16(port).bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        return withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+            }
+        }
+    }
+
+    func shutdown() {
+        for node in nodes { node.kill() }
+        try? FileManager.default.removeItem(at: directory)
+    }
+}
