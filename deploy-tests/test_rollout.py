@@ -461,9 +461,12 @@ def test_env_example_names_every_setting_and_is_valid_uncommented(binary, workdi
     uncommented = workdir / "env-uncommented"
     uncommented.write_text("".join(line[1:] + "\n" for line in example.splitlines() if line.startswith("#SIWA_")))
     # --check also checks this machine (the socket's directory must exist, as systemd's
-    # RuntimeDirectory makes it): the socket goes to the temp dir too.
+    # RuntimeDirectory makes it): the socket goes to the temp dir too. It asks the sentinels
+    # as serve does: the example's addresses are replaced by loopback ports nobody listens
+    # on (unreachable sentinels are an outage, not a refusal), so no traffic leaves the host.
     overrides = {"SIWA_JWKS_CACHE": str(workdir / "jwks.json"), "SIWA_SPOOL_DIR": str(workdir / "spool"),
-                 "SIWA_FCGI_SOCKET": str(workdir / "fcgi.sock"), "SIWA_FCGI_SOCKET_GROUP": ""}
+                 "SIWA_FCGI_SOCKET": str(workdir / "fcgi.sock"), "SIWA_FCGI_SOCKET_GROUP": "",
+                 "SIWA_REDIS_SENTINELS": "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"}
     checked = subprocess.run([str(binary), "serve", "--env-file", str(uncommented), "--check"],
                              capture_output=True, text=True, timeout=30, env={"PATH": os.environ["PATH"], **overrides})
     assert checked.returncode == 0, checked.stderr

@@ -17,8 +17,9 @@ enum ServeCommand {
         usage: siwa-endpoint serve [--env-file FILE] [--check]
 
         Runs the FastCGI responder behind nginx. Settings are SIWA_* environment
-        variables (the environment wins over --env-file). --check validates the
-        settings and exits. SIGTERM or SIGINT: stop accepting, finish requests in
+        variables (the environment wins over --env-file). --check runs the checks
+        serve runs before serving (the settings, this machine, the sentinels, Redis,
+        the spool, read only) and exits. SIGTERM or SIGINT: stop accepting, finish requests in
         flight, exit 0.
 
         settings:
@@ -34,23 +35,55 @@ enum ServeCommand {
         guard arguments.positionals.isEmpty else { throw UsageError("serve takes no positional arguments") }
 
         guard let configuration = loadConfiguration(envFile: arguments.value("--env-file")) else { return 2 }
-        if arguments.has("--check") {
+        let locator: RedisPrimaryLocator?
+        let checkOnly = arguments.has("--check")
+        switch startChecks(configuration, readingSpool: checkOnly) {
+        case .success(let found): locator = found
+        case .failure(let refused): return refused.exitStatus
+        }
+        if checkOnly {
             Output.line("settings are valid")
             return 0
         }
+        return try serve(configuration, locator: locator)
+    }
+
+    /// The start-up checks `serve` and `serve --check` both run, after the settings: the
+    /// sentinels (with `SIWA_REDIS_SENTINELS`), what Redis lets this user do, and the spool as
+    /// serve opens it (read only: `--check` creates and changes nothing there). A refusal
+    /// is logged (one `configuration_invalid` line) and given as the exit status.
+    /// `readingSpool` is false for serve, which opens the spool a moment later and refuses
+    /// with the same line (`spoolRefusal`): a long spool is not read twice before serving.
+    static func startChecks(
+        _ configuration: ServerConfiguration, readingSpool: Bool
+    ) -> Result<RedisPrimaryLocator?, StartRefused> {
         let locator: RedisPrimaryLocator?
         switch locatePrimaryAtStart(configuration) {
         case .success(let found): locator = found
-        case .failure(let refused): return refused.exitStatus
+        case .failure(let refused): return .failure(refused)
         }
         if let refusal = checkRedis(configuration, primary: locator?.current) {
             EventLog.event(
                 "configuration_invalid", level: "error",
                 [("setting", .string("SIWA_REDIS_URL")), ("message", .string(refusal))])
             Output.error("siwa-endpoint serve: SIWA_REDIS_URL \(refusal)")
-            return 2
+            return .failure(StartRefused(exitStatus: 2))
         }
-        return try serve(configuration, locator: locator)
+        guard readingSpool else { return .success(locator) }
+        do throws(SpoolError) {
+            // What opening the spool reads (the replay position, the waiting segments), read
+            // only: a position serve could not read stops both the same way.
+            _ = try SpoolInspector.status(spoolDirectory: configuration.spool.directory)
+        } catch {
+            refuse(spoolRefusal(error))
+            return .failure(StartRefused(exitStatus: 2))
+        }
+        return .success(locator)
+    }
+
+    /// The refusal of a spool that cannot be opened, the same from the check and the opening.
+    static func spoolRefusal(_ error: SpoolError) -> ConfigurationError {
+        ConfigurationError(setting: "SIWA_SPOOL_DIR", "cannot be opened: \(error)")
     }
 
     /// The one validation path of `serve` and `serve --check`: the settings table, then the
@@ -136,7 +169,7 @@ enum ServeCommand {
             spool = try NotificationSpool(directory: configuration.spool.directory, clock: clock)
             setAside = try SpoolSetAsideStore(spoolDirectory: configuration.spool.directory, clock: clock)
         } catch {
-            refuse(ConfigurationError(setting: "SIWA_SPOOL_DIR", "cannot be opened: \(error)"))
+            refuse(spoolRefusal(error))
             return 2
         }
         for leftover in setAside.leftovers {
@@ -263,7 +296,8 @@ enum ServeCommand {
         }
         let result = RedisCapabilityCheck.run(
             endpoint: endpoint, timeout: configuration.redis.timeout,
-            keyPrefix: configuration.store.keyPrefix, streamMaximumLength: configuration.store.streamMaximumLength)
+            keyPrefix: configuration.store.keyPrefix, streamMaximumLength: configuration.store.streamMaximumLength,
+            minimumReplicas: configuration.redis.minimumReplicas)
         switch result {
         case .ready: return nil
         case .unavailable(let why):

@@ -141,6 +141,36 @@ struct SettingsRefusalTests {
         #expect(outcome.standardOutput == "settings are valid\n")
     }
 
+    /// The refusal of a spool serve could not open is --check's too, the same line, and
+    /// --check changes nothing in the spool.
+    @Test("a damaged replay-position: serve --check and serve exit 2 with the same refusal line")
+    func damagedReplayPosition() throws {
+        let scratch = try Scratch()
+        try FileManager.default.createDirectory(
+            atPath: scratch.path("spool"), withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+        let damaged = Data(repeating: UInt8(ascii: "A"), count: 128)
+        _ = FileManager.default.createFile(atPath: scratch.path("spool/replay-position"), contents: damaged)
+        var refusals: [[String: String]] = []
+        for arguments in [["serve", "--check"], ["serve"]] {
+            let outcome = try Self.run(arguments, environment: scratch.environment)
+            let name = arguments.joined(separator: " ")
+            Self.expectRefused(outcome, setting: "SIWA_SPOOL_DIR", alone: false, name)
+            let line = outcome.standardError.split(separator: "\n").last.map(String.init) ?? ""
+            let object = (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]) ?? [:]
+            refusals.append(object.compactMapValues { $0 as? String }.filter { $0.key != "time" })
+            // The settings check makes `rejected/` as it makes the spool directory; nothing else is made.
+            #expect(
+                try FileManager.default.contentsOfDirectory(atPath: scratch.path("spool")).sorted()
+                    == ["rejected", "replay-position"], "\(name) created no segment")
+            #expect(FileManager.default.contents(atPath: scratch.path("spool/replay-position")) == damaged, "\(name)")
+        }
+        #expect(refusals.count == 2)
+        #expect(refusals.first == refusals.last)
+        #expect(
+            refusals.first?["message"]?.hasPrefix("SIWA_SPOOL_DIR cannot be opened: spool_position_unreadable: ")
+                == true)
+    }
+
     @Test("a TCP port already taken stops serve with the setting named, before started")
     func portInUse() throws {
         let scratch = try Scratch()

@@ -5,12 +5,29 @@ extension NotificationStore {
     /// What applying one notification did, and how many replicas acknowledged it.
     public struct Acknowledged: Sendable, Equatable {
         public let outcome: Outcome
-        /// Replicas that acknowledged the write within the timeout; nil when none were asked for.
+        /// Replicas that acknowledged the write within the timeout; nil when none were asked for,
+        /// or when Redis refused to say (`replicaCheckRefusal`).
         public let replicas: Int?
         /// Fewer replicas than asked for acknowledged in time: the primary may lose the write
         /// with its machine, so the caller keeps a copy (the spool) until a replay confirms it.
         public let isShortfall: Bool
+        /// Redis answered the probe `PUBLISH` or the `WAIT` with an error (a user without
+        /// `+wait`, or without the probe channel): nobody knows which replicas hold the write.
+        /// Not a shortfall: a deployment refusal, named with Redis's text; the caller keeps a
+        /// copy as for a shortfall, and the replay of that copy is blocked until it is fixed.
+        public let replicaCheckRefusal: RedisError?
+
+        public init(outcome: Outcome, replicas: Int?, isShortfall: Bool, replicaCheckRefusal: RedisError? = nil) {
+            self.outcome = outcome
+            self.replicas = replicas
+            self.isShortfall = isShortfall
+            self.replicaCheckRefusal = replicaCheckRefusal
+        }
+
     }
+
+    /// The channel of the probe `PUBLISH` that moves a connection's replication offset to now.
+    public var replicationProbeChannel: String { "\(keyPrefix):replication-probe" }
 
     /// Applies one notification, then, when `minimumReplicas` > 0, sends `WAIT` on the same
     /// connection for that many replicas (at most `replicaTimeout`).
@@ -19,8 +36,9 @@ extension NotificationStore {
     /// or `stored` wrote nothing, yet the first copy may still be unreplicated (its request may have
     /// ended in a timeout), so one PUBLISH on `<prefix>:replication-probe` (no subscriber,
     /// replicated like any write) moves this connection's replication offset to now first.
-    /// A WAIT that fails (the connection broke after the script ran) counts as a shortfall:
-    /// the write may or may not have reached a replica.
+    /// A WAIT that cannot be sent or answered (the connection broke after the script ran)
+    /// counts as a shortfall: the write may or may not have reached a replica. An error
+    /// reply to either (NOPERM, ...) is `replicaCheckRefusal`, never "0 replicas".
     public func apply(
         _ notification: VerifiedNotification, receivedAt: Int64, earlierAttempt: Int64? = nil, minimumReplicas: Int,
         replicaTimeout: Duration
@@ -32,9 +50,16 @@ extension NotificationStore {
         var replicas = 0
         do {
             if outcome == .duplicate || outcome == .stored {
-                _ = try connection.command("PUBLISH", "\(keyPrefix):replication-probe", "")
+                _ = try connection.command("PUBLISH", replicationProbeChannel, "")
             }
-            replicas = Int(try connection.command("WAIT", String(minimumReplicas), String(milliseconds)).integer ?? 0)
+            let reply = try connection.command("WAIT", String(minimumReplicas), String(milliseconds))
+            guard let count = reply.integer else {
+                let refusal = RedisError(.unexpectedReply, "WAIT did not answer a number of replicas")
+                return Acknowledged(outcome: outcome, replicas: nil, isShortfall: false, replicaCheckRefusal: refusal)
+            }
+            replicas = Int(count)
+        } catch  where !error.isConnectionError {
+            return Acknowledged(outcome: outcome, replicas: nil, isShortfall: false, replicaCheckRefusal: error)
         } catch {
             replicas = 0
         }

@@ -1,3 +1,5 @@
+import SIWARedis
+
 extension NotificationStore {
     /// The one script that applies a notification. Redis runs it atomically, so a
     /// check (seen marker, stored times) and the writes that depend on it cannot
@@ -64,17 +66,23 @@ extension NotificationStore {
         if event_time == nil then return redis.error_reply('ERR event_time is not a number') end
 
         if redis.call('EXISTS', seen_key) == 1 then
-          if earlier_attempt ~= '' and redis.call('GET', seen_key) == earlier_attempt then return 'stored' end
+          -- A marker of another type (written by another program) is still a marker: this
+          -- record's own key, never an error that would block every other record.
+          if earlier_attempt ~= '' and redis.call('TYPE', seen_key)['ok'] == 'string'
+            and redis.call('GET', seen_key) == earlier_attempt then return 'stored' end
           return 'duplicate'
         end
 
-        local user_type = redis.call('TYPE', user_key)['ok']
-        if user_type ~= 'none' and user_type ~= 'hash' then
-          return redis.error_reply('WRONGTYPE the user key does not hold a hash')
-        end
+        -- The shared key first: a stream key of the wrong type refuses every record alike (a
+        -- deployment refusal, named), and must not pass for one user's key of the wrong type.
         local stream_type = redis.call('TYPE', stream_key)['ok']
         if stream_type ~= 'none' and stream_type ~= 'stream' then
-          return redis.error_reply('WRONGTYPE the events key does not hold a stream')
+          return redis.error_reply('WRONGTYPE the events key ' .. stream_key .. ' holds a ' .. stream_type ..
+            ', not a stream: every notification is refused until it is deleted or renamed')
+        end
+        local user_type = redis.call('TYPE', user_key)['ok']
+        if user_type ~= 'none' and user_type ~= 'hash' then
+          return redis.error_reply('\(RedisError.userKeyWrongTypeReply)')
         end
         if event_type == 'account-deleted' then
           local deletions_type = redis.call('TYPE', deletions_key)['ok']

@@ -1,10 +1,13 @@
 import SIWARedis
 
-/// The start-up check of `serve`: can this Redis, with these credentials, do the
-/// endpoint's work? It logs in step by step (AUTH, SELECT), loads the apply script and
-/// runs it in its probe mode, which asks Redis (`redis.acl_check_cmd`) whether this user
-/// may run each command the script runs, on the keys and channel it writes, and changes
-/// nothing.
+/// The start-up check of `serve` and `serve --check`: can this Redis, with these
+/// credentials, do the endpoint's work? It logs in step by step (AUTH, SELECT), loads the
+/// apply script and runs it in its probe mode, which asks Redis (`redis.acl_check_cmd`)
+/// whether this user may run each command the script runs, on the keys and channel it
+/// writes, and changes nothing. It asks `TYPE` of the events stream key (a key of another
+/// type refuses every notification), and with `SIWA_REDIS_MIN_REPLICAS` above 0 sends the
+/// probe `PUBLISH` (on a channel nobody reads) and a `WAIT 0` that returns at once, so a
+/// user without them is refused here, not found out on every write.
 ///
 /// A Redis that refuses (wrong credentials, a missing permission, a database out of
 /// range, a script that does not load) is a deployment mistake: `serve` stops. A Redis
@@ -20,7 +23,8 @@ public enum RedisCapabilityCheck {
     }
 
     public static func run(
-        endpoint: RedisEndpoint, timeout: Duration, keyPrefix: String, streamMaximumLength: Int
+        endpoint: RedisEndpoint, timeout: Duration, keyPrefix: String, streamMaximumLength: Int,
+        minimumReplicas: Int = 0
     ) -> Result {
         // Logged in by hand, so that each step's refusal is told apart from an outage.
         let bare = RedisEndpoint(address: endpoint.address)
@@ -71,6 +75,31 @@ public enum RedisCapabilityCheck {
             }
         } catch {
             return classify(error, step: "running the apply script (EVALSHA)")
+        }
+        do {
+            let type = try connection.command("TYPE", store.streamKey).string ?? ""
+            guard type == "none" || type == "stream" else {
+                return .refused(
+                    "the events key \(store.streamKey) holds a \(type), not a stream: every notification would be "
+                        + "refused; delete or rename it (SIWA_KEY_PREFIX names it)")
+            }
+        } catch {
+            return classify(error, step: "TYPE \(store.streamKey)")
+        }
+        guard minimumReplicas > 0 else { return .ready }
+        let replicaSteps: [(what: String, arguments: [String])] = [
+            (
+                "PUBLISH on \(store.replicationProbeChannel) (SIWA_REDIS_MIN_REPLICAS)",
+                ["PUBLISH", store.replicationProbeChannel, ""]
+            ),
+            ("WAIT (SIWA_REDIS_MIN_REPLICAS)", ["WAIT", "0", "1"]),
+        ]
+        for step in replicaSteps {
+            do {
+                _ = try connection.command(step.arguments)
+            } catch {
+                return classify(error, step: step.what)
+            }
         }
         return .ready
     }

@@ -2,25 +2,38 @@ import SIWAJSON
 import SIWAVerification
 
 extension NotificationResponder {
-    /// Fewer replicas than `SIWA_REDIS_MIN_REPLICAS` acknowledged an applied notification:
+    /// Fewer replicas than `SIWA_REDIS_MIN_REPLICAS` acknowledged an applied notification,
+    /// or Redis refused the `PUBLISH`/`WAIT` that counts them (then nobody knows):
     /// a copy goes to the spool (fsync'd) before the 200, so a failover that loses the write
     /// re-applies it on replay, and one that kept it turns the replay into a `duplicate`.
-    /// The answer stays what was applied. Returns a 503 only when the copy cannot be kept.
+    /// The replay of a copy kept after a refusal meets the same refusal and is blocked, named
+    /// in /healthz, until the permission is granted. The answer stays what was applied.
+    /// Returns a 503 only when the copy cannot be kept.
     func keepCopy(
         _ notification: VerifiedNotification, _ acknowledged: NotificationStore.Acknowledged, _ result: Reply
     )
         -> Reply?
     {
-        metrics.recordReplicaShortfall()
-        EventLog.event(
-            "redis_replica_shortfall", level: "warning",
-            [
-                ("replicas", .integer(Int64(acknowledged.replicas ?? 0))),
-                ("wanted", .integer(Int64(configuration.redis.minimumReplicas))),
-                ("outcome", .string(acknowledged.outcome.rawValue)), ("client_id", .string(notification.clientID)),
-            ])
+        if let refusal = acknowledged.replicaCheckRefusal {
+            EventLog.event(
+                "redis_replica_check_refused", level: "error",
+                [
+                    ("error", .string(refusal.code.rawValue)), ("reason", .string(refusal.message)),
+                    ("outcome", .string(acknowledged.outcome.rawValue)), ("client_id", .string(notification.clientID)),
+                ])
+        } else {
+            metrics.recordReplicaShortfall()
+            EventLog.event(
+                "redis_replica_shortfall", level: "warning",
+                [
+                    ("replicas", .integer(Int64(acknowledged.replicas ?? 0))),
+                    ("wanted", .integer(Int64(configuration.redis.minimumReplicas))),
+                    ("outcome", .string(acknowledged.outcome.rawValue)), ("client_id", .string(notification.clientID)),
+                ])
+        }
         do {
             try spool.append(notification)
+            replayer?.nudge()
             return nil
         } catch {
             EventLog.event("spool_append_failed", level: "error", [("error", .string(error.code.rawValue))])

@@ -14,7 +14,7 @@ public final class NotificationResponder: Sendable {
     private let keys: JWKSProvider
     private let stores: NotificationStorePool
     let spool: NotificationSpool
-    private let replayer: SpoolReplayer?
+    let replayer: SpoolReplayer?
     public let metrics: ServerMetrics
     /// Wall time for token expiry, receive times and the JWKS age; monotonic time for
     /// request durations and the circuit breaker.
@@ -142,19 +142,44 @@ public final class NotificationResponder: Sendable {
                     replicaTimeout: configuration.redis.replicaTimeout)
             }
             result.outcome = acknowledged.outcome.rawValue
-            if acknowledged.isShortfall, let unavailable = keepCopy(notification, acknowledged, result) {
+            if acknowledged.isShortfall || acknowledged.replicaCheckRefusal != nil,
+                let unavailable = keepCopy(notification, acknowledged, result)
+            {
                 return unavailable
             }
             replayer?.accountDeleted(notification)
             if notification.type == .accountDeleted { deletionDuty?.nudge() }
         } catch {
             metrics.recordRedisError()
-            EventLog.event("redis_error", level: "warning", [("error", .string(error.code.rawValue))])
+            if error.isRecordSpecific { return recordRefused(error, result) }
+            EventLog.event(
+                "redis_error", level: "warning",
+                [("error", .string(error.code.rawValue)), ("reply", .string(error.replyKind))])
             breaker.recordFailure(error)
             return spoolInstead(notification, result, attemptedAt: receivedAt)
         }
         result.body = Self.json(status: result.outcome)
         return result
+    }
+
+    /// Redis refuses this one record for a reason about the record (its user key holds
+    /// another type, its sub would break the key layout). A replay could only set it aside,
+    /// so it is not spooled and not answered 200: 503 `store_refused`, nothing written, and
+    /// Apple's retries find it stored once an operator has removed the cause.
+    func recordRefused(_ error: RedisError, _ result: Reply) -> Reply {
+        EventLog.event(
+            "redis_record_refused", level: "error",
+            [
+                ("error", .string(error.code.rawValue)), ("reason", .string(error.message)),
+                ("client_id", result.clientID.map { .string($0) } ?? .null),
+            ])
+        var refused = result
+        refused.status = 503
+        refused.outcome = "unavailable"
+        refused.errorCode = "store_refused"
+        refused.headers = [.init("Retry-After", String(configuration.requests.retryAfter.components.seconds))]
+        refused.body = Self.json(status: "unavailable", error: "store_refused")
+        return refused
     }
 
     /// Redis cannot take it now: the spool does (fsync'd), or the answer is a 503.

@@ -75,6 +75,11 @@ public final class SpoolReplayer: Service {
                         minimumReplicas: minimumReplicas, replicaTimeout: replicaTimeout)
                 }
                 accountDeleted(notification)
+                if let refusal = acknowledged.replicaCheckRefusal {
+                    // Nobody knows which replicas hold it: kept, and the pass is blocked, named.
+                    throw RedisError(
+                        refusal.code, "\(refusal.message) (the answer to the replica check, PUBLISH or WAIT)")
+                }
                 if acknowledged.isShortfall {
                     // Kept until enough replicas hold it; the pass stops here and tries again
                     // later (the repeat is a `duplicate` in Redis).

@@ -83,6 +83,17 @@ final class ServeStack {
             body: body)
     }
 
+    /// Posts each body while Redis is stopped (each answered from the spool), then starts Redis
+    /// again: how a record reaches the spool that Redis may then refuse on replay (a refusal
+    /// about the record on the live path is a 503, never spooled). Keys set before survive
+    /// only with `appendOnlyRedis`.
+    func postWhileRedisIsDown(_ bodies: [[UInt8]]) throws -> [FastCGIClient.Response] {
+        redis.stop()
+        let responses = try bodies.map { try post($0) }
+        try redis.start()
+        return responses
+    }
+
     func request(_ method: String, _ path: String) throws -> FastCGIClient.Response {
         try FastCGIClient(.unixSocket(socketPath)).send(params: FastCGIClient.params(method: method, uri: path))
     }

@@ -257,15 +257,14 @@ struct SpoolRecoveryTests {
     /// running or stopped, and it is applied exactly once.
     @Test("spool status and spool requeue, with serve running and stopped")
     func requeueSetAsideRecords() throws {
-        let stack = try ServeStack()
+        let stack = try ServeStack(appendOnlyRedis: true)
         defer { stack.shutdown() }
-        let admin = stack.redisConnection()
         let keys = ["000035.i.0001", "000035.i.0002"].map { "siwa:user:{\(ServeStack.clientID):\($0)}" }
-        for key in keys { _ = try admin.command("SET", key, "not a hash") }
-        for sub in ["000035.i.0001", "000035.i.0002"] {
-            #expect(
-                try stack.post(try stack.body(type: "consent-revoked", sub: sub)).bodyText == #"{"status":"spooled"}"#)
-        }
+        for key in keys { _ = try stack.redisConnection().command("SET", key, "not a hash") }
+        let responses = try stack.postWhileRedisIsDown(
+            try ["000035.i.0001", "000035.i.0002"].map { try stack.body(type: "consent-revoked", sub: $0) })
+        for response in responses { #expect(response.bodyText == #"{"status":"spooled"}"#) }
+        let admin = stack.redisConnection()
         #expect(stack.waitUntil(timeout: 15) { stack.serve?.logLines(event: "spool_record_rejected").count == 2 })
         var status = try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)
         #expect(status["set_aside"] == "2")
@@ -388,18 +387,18 @@ struct SpoolRecoveryTests {
     /// A set-aside email event keeps its address only until the user's account-deleted.
     @Test("account-deleted removes the user's address from set-aside records")
     func accountDeletedScrubsSetAsideRecords() throws {
-        let stack = try ServeStack()
+        let stack = try ServeStack(appendOnlyRedis: true)
         defer { stack.shutdown() }
         let sub = "000039.m.0001"
         let key = "siwa:user:{\(ServeStack.clientID):\(sub)}"
         _ = try stack.redisConnection().command("SET", key, "not a hash")
         let now = Int64(Date().timeIntervalSince1970)
-        #expect(
-            try stack.post(
-                try stack.body(
-                    type: "email-enabled", sub: sub, eventTimeMilliseconds: (now - 20) * 1000,
-                    email: "relay-39@privaterelay.appleid.com", isPrivateEmail: true)
-            ).bodyText == #"{"status":"spooled"}"#)
+        let responses = try stack.postWhileRedisIsDown([
+            try stack.body(
+                type: "email-enabled", sub: sub, eventTimeMilliseconds: (now - 20) * 1000,
+                email: "relay-39@privaterelay.appleid.com", isPrivateEmail: true)
+        ])
+        #expect(responses.map(\.bodyText) == [#"{"status":"spooled"}"#])
         #expect(stack.waitUntil(timeout: 15) { stack.serve?.logLines(event: "spool_record_rejected").count == 1 })
         let rejected = stack.spoolDirectory + "/rejected"
         func setAsideText() throws -> String {

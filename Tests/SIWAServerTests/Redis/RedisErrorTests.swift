@@ -41,6 +41,10 @@ struct RedisErrorTests {
             RedisError(.serverError, "ERR max number of clients reached"),
             RedisError(.serverError, "ERR Error running script (call to f_0123): @user_script:1: some bug"),
             RedisError(.serverError, "LOADING Redis is loading the dataset in memory"),
+            RedisError(
+                .serverError,
+                "WRONGTYPE the events key siwa:events holds a string, not a stream: every notification is refused"),
+            RedisError(.serverError, "WRONGTYPE Operation against a key holding the wrong kind of value"),
             RedisError(.unexpectedReply, "not a status"), RedisError(.connectionLost, "reset"),
             RedisError(.connectionFailed, "AUTH or SELECT failed: WRONGPASS"),
         ])

@@ -381,6 +381,53 @@ struct RedisNotificationStoreTests {
         #expect(try fixture.connection.command("DBSIZE") == .integer(0))
     }
 
+    /// The shared stream key is checked before the user's hash: with both of the wrong type,
+    /// the refusal names the stream (about the deployment), not the record.
+    @Test func wrongTypeStreamIsAboutTheDeployment() throws {
+        let fixture = try Fixture()
+        defer { fixture.close() }
+        _ = try fixture.connection.command("SADD", "siwa:events", "x")
+        _ = try fixture.connection.command(
+            "SET", fixture.store.userKey(clientID: Self.clientID, subject: Self.subject), "s")
+        let notification = Self.notification("consent-revoked", at: 1_700_000_000_000, jti: "jti-stream")
+        do {
+            _ = try fixture.store.apply(notification, receivedAt: Self.receivedAt)
+            Issue.record("applied despite a set at siwa:events")
+        } catch {
+            #expect(error.code == .serverError)
+            #expect(
+                error.message
+                    == "WRONGTYPE the events key siwa:events holds a set, not a stream: every notification is refused "
+                    + "until it is deleted or renamed")
+            #expect(!error.isRecordSpecific)
+        }
+        #expect(try fixture.connection.command("DBSIZE") == .integer(2))
+        #expect(try fixture.connection.command("SCARD", "siwa:events") == .integer(1))
+        // With the stream fixed, the user's own hash of the wrong type is the record's refusal.
+        _ = try fixture.connection.command("DEL", "siwa:events")
+        do {
+            _ = try fixture.store.apply(notification, receivedAt: Self.receivedAt)
+            Issue.record("applied despite a string at the user key")
+        } catch {
+            #expect(error.message == RedisError.userKeyWrongTypeReply)
+            #expect(error.isRecordSpecific)
+        }
+        #expect(try fixture.connection.command("DBSIZE") == .integer(1))
+    }
+
+    /// The seen marker is this record's own key: one of another type is read as seen, never
+    /// an error (which, not being the user hash's, would block every record behind it).
+    @Test func seenMarkerOfAnotherTypeIsADuplicate() throws {
+        let fixture = try Fixture()
+        defer { fixture.close() }
+        let seenKey = fixture.store.seenKey(clientID: Self.clientID, subject: Self.subject, tokenID: "jti-hash")
+        _ = try fixture.connection.command("HSET", seenKey, "f", "v")
+        let notification = Self.notification("consent-revoked", at: 1_700_000_000_000, jti: "jti-hash")
+        #expect(try fixture.store.apply(notification, receivedAt: Self.receivedAt, earlierAttempt: 5) == .duplicate)
+        #expect(try fixture.connection.command("DBSIZE") == .integer(1))
+        #expect(try fixture.connection.command("TYPE", seenKey) == .status("hash"))
+    }
+
     // MARK: - Script cache and outages
 
     @Test func reloadsTheScriptAfterScriptFlush() throws {
