@@ -20,17 +20,18 @@ struct SpoolOneRecordTests {
 
     @Test("with serve running: list (no address, no sub), show (masked unless asked), requeue one, discard one")
     func oneAtATimeWhileServing() throws {
-        let stack = try ServeStack()
+        let stack = try ServeStack(appendOnlyRedis: true)
         defer { stack.shutdown() }
-        let admin = stack.redisConnection()
         let subs = ["000060.s.0001", "000060.s.0002"]
-        for sub in subs { _ = try admin.command("SET", "siwa:user:{\(ServeStack.clientID):\(sub)}", "not a hash") }
+        for sub in subs { _ = try stack.redisConnection().command("SET", "siwa:user:{\(ServeStack.clientID):\(sub)}", "not a hash") }
         let address = "kept.address@privaterelay.appleid.com"
-        #expect(
-            try stack.post(try stack.body(type: "email-enabled", sub: subs[0], email: address, isPrivateEmail: true))
-                .bodyText == #"{"status":"spooled"}"#)
-        #expect(
-            try stack.post(try stack.body(type: "consent-revoked", sub: subs[1])).bodyText == #"{"status":"spooled"}"#)
+        // Spooled while Redis is down (live, a user key of the wrong type is 503 store_refused).
+        let responses = try stack.postWhileRedisIsDown([
+            try stack.body(type: "email-enabled", sub: subs[0], email: address, isPrivateEmail: true),
+            try stack.body(type: "consent-revoked", sub: subs[1]),
+        ])
+        #expect(responses.map(\.bodyText) == [#"{"status":"spooled"}"#, #"{"status":"spooled"}"#])
+        let admin = stack.redisConnection()
         #expect(stack.waitUntil(timeout: 15) { stack.serve?.logLines(event: "spool_record_rejected").count == 2 })
 
         let list = try spool(stack, ["list"])
