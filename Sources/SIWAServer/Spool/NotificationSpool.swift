@@ -14,9 +14,9 @@ import Synchronization
 ///   never followed by new records. An append that fails in a new segment deletes it.
 /// - `replay-position`: how far replay got (see `SpoolPositionFile`): two fixed slots
 ///   overwritten in place once per batch of records (every 256 records or 250 ms, before
-///   a set-aside or torn record, and when a pass stops), so progress needs no new space and
+///   a refused or torn record, and when a pass stops), so progress needs no new space and
 ///   a crash re-applies at most one batch (Redis reports those as `duplicate`).
-/// - `segment-<sequence>.torn`: bytes of torn or corrupt records, set aside by replay.
+/// - `segment-<sequence>.torn`: bytes of torn or corrupt records, moved there by replay.
 /// - `requeue-<name>.log`: set-aside records put back in line by `spool requeue`; the
 ///   spool renames each into the next segment number at its next replay (or start), so
 ///   only this process ever numbers segments.
@@ -353,26 +353,26 @@ public final class NotificationSpool: Sendable {
 
     /// Applies the waiting records in the order they were appended, oldest segment first.
     ///
-    /// Stops at the first error `apply` throws: that record and all later ones stay for the
-    /// next replay. Records taken are committed (the replay position saved durably) once
+    /// Stops at the first `Stop` that `step` throws: that record and all later ones stay for
+    /// the next replay. Records taken are committed (the replay position saved durably) once
     /// per batch and whenever the pass stops, so a crash re-applies at most one batch. Torn or
     /// corrupt records are moved to `.torn` files and listed in the report. Records appended
-    /// while a replay runs go to a new segment and wait for the next replay. `apply`
-    /// returns a label for the report's counts (Redis's outcome, or "set_aside"); it gets each
-    /// record's `attemptedAt` (see `append`) beside the notification.
+    /// while a replay runs go to a new segment and wait for the next replay. `step` says what
+    /// became of each record (stored with Redis's outcome, or refused and kept in
+    /// `rejected/`); it gets each record's `attemptedAt` (see `append`) beside the notification.
     ///
-    /// `apply` may call `append` but must not call `replay` (replays are one at a time, and
+    /// `step` may call `append` but must not call `replay` (replays are one at a time, and
     /// a nested one would wait for itself). After the pass, the depth is recounted from disk.
-    public func replayCounted(_ apply: (VerifiedNotification, _ attemptedAt: Int64?) throws -> String)
-        -> SpoolReplayReport
-    {
-        position.withLock { (file: inout SpoolPositionFile) -> SpoolReplayReport in
-            var report = SpoolReplayReport(applied: 0, setAside: [], applyError: nil, spoolError: nil, remaining: 0)
+    public func replay<Stop: Error>(
+        _ step: (VerifiedNotification, _ attemptedAt: Int64?) throws(Stop) -> SpoolReplayStep
+    ) -> SpoolReplayReport<Stop> {
+        position.withLock { (file: inout SpoolPositionFile) -> SpoolReplayReport<Stop> in
+            var report = SpoolReplayReport<Stop>(taken: 0, torn: [], stop: nil, spoolError: nil, remaining: 0)
             var sealed: [UInt64] = []
             do throws(SpoolError) {
                 sealed = try sealSegments()
                 for sequence in sealed {
-                    guard try replaySegment(sequence, file: &file, report: &report, apply: apply) else { break }
+                    guard try replaySegment(sequence, file: &file, report: &report, step: step) else { break }
                 }
             } catch {
                 report.spoolError = error
@@ -383,12 +383,12 @@ public final class NotificationSpool: Sendable {
         }
     }
 
-    /// Applies the waiting records, counting every one as "applied".
-    public func replay(_ apply: (VerifiedNotification) throws -> Void) -> SpoolReplayReport {
-        replayCounted({ notification, _ in
+    /// Applies the waiting records, counting every one as stored with outcome `applied`.
+    public func replay<Stop: Error>(_ apply: (VerifiedNotification) throws(Stop) -> Void) -> SpoolReplayReport<Stop> {
+        replay { (notification, _) throws(Stop) -> SpoolReplayStep in
             try apply(notification)
-            return "applied"
-        })
+            return .stored(.applied)
+        }
     }
 
     /// Sets the depth to what the disk holds: the records still waiting in the segments this
@@ -426,9 +426,9 @@ public final class NotificationSpool: Sendable {
     }
 
     /// Replays one sealed segment and deletes it once done; false when the replay must stop.
-    private func replaySegment(
-        _ sequence: UInt64, file: inout SpoolPositionFile, report: inout SpoolReplayReport,
-        apply: (VerifiedNotification, Int64?) throws -> String
+    private func replaySegment<Stop: Error>(
+        _ sequence: UInt64, file: inout SpoolPositionFile, report: inout SpoolReplayReport<Stop>,
+        step: (VerifiedNotification, Int64?) throws(Stop) -> SpoolReplayStep
     ) throws(SpoolError) -> Bool {
         let path = Self.segmentPath(directory, sequence)
         let saved = file.position
@@ -436,7 +436,7 @@ public final class NotificationSpool: Sendable {
         guard let reader = try SpoolSegmentReader(path: path, offset: start) else { return true }
         // The position is saved once per batch (`positionBatchRecords`, `positionBatchInterval`), not per record:
         // a crash re-applies at most the batch taken since the last save, which Redis's jti
-        // markers report as `duplicate`. A set-aside or torn record is committed at once.
+        // markers report as `duplicate`. A refused or torn record is committed at once.
         var pending: SpoolPosition?
         var pendingCount = 0
         var lastSave = clock.monotonic()
@@ -451,20 +451,20 @@ public final class NotificationSpool: Sendable {
             while let entry = try reader.next() {
                 switch entry {
                 case .record(let notification, _, let attemptedAt, let end):
-                    let label: String
-                    do {
-                        label = try apply(notification, attemptedAt)
+                    let taken: SpoolReplayStep
+                    do throws(Stop) {
+                        taken = try step(notification, attemptedAt)
                     } catch {
-                        report.applyError = error
+                        report.stop = error
                         try commit()
                         return false
                     }
                     pending = SpoolPosition(sequence: sequence, offset: end)
                     pendingCount += 1
                     waiting.subtract(1, ordering: .relaxed)
-                    report.applied += 1
-                    report.outcomes[label, default: 0] += 1
-                    if label == "set_aside" || pendingCount >= positionBatchRecords
+                    report.taken += 1
+                    report.steps[taken, default: 0] += 1
+                    if taken == .refused || pendingCount >= positionBatchRecords
                         || clock.monotonic() - lastSave >= positionBatchInterval
                     {
                         try commit()
@@ -476,8 +476,8 @@ public final class NotificationSpool: Sendable {
                     try SpoolFileSystem.appendRangeDurably(
                         from: path, badStart, end, to: tornPath, mode: Self.fileMode, directory: directory)
                     try file.save(SpoolPosition(sequence: sequence, offset: end))
-                    report.setAside.append(
-                        SpoolSetAside(
+                    report.torn.append(
+                        SpoolTornRecord(
                             reason: reason, segmentFile: path, offset: badStart, byteCount: end - badStart,
                             tornFile: tornPath))
                 }
