@@ -48,7 +48,7 @@ enum BenchReplayCommand {
         let replayStore = NotificationStore(
             connection: RedisConnection(endpoint: endpoint), keyPrefix: "siwa-bench-replay")
         let replayer = SpoolReplayer(
-            spool: spool, setAside: try SpoolSetAsideStore(spoolDirectory: directory), store: replayStore,
+            spool: spool, rejected: try SpoolRejectedStore(spoolDirectory: directory), store: replayStore,
             metrics: ServerMetrics(), clientIDs: [clientID],
             clock: .system)
         let replayStart = ContinuousClock.now

@@ -12,7 +12,7 @@ extension NotificationSpool {
     /// per batch and whenever the pass stops, so a crash re-applies at most one batch. Torn or
     /// corrupt records are moved to `.torn` files and listed in the report. Records appended
     /// while a replay runs go to a new segment and wait for the next replay. `step` says what
-    /// became of each record (stored with Redis's outcome, or refused and kept in
+    /// became of each record (stored with Redis's outcome, or rejected and kept in
     /// `rejected/`); it gets each record's `attemptedAt` (see `append`) beside the notification.
     ///
     /// `step` may call `append` but must not call `replay` (replays are one at a time, and
@@ -90,7 +90,7 @@ extension NotificationSpool {
         guard let reader = try SpoolSegmentReader(path: path, offset: start) else { return true }
         // The position is saved once per batch (`positionBatchRecords`, `positionBatchInterval`), not per record:
         // a crash re-applies at most the batch taken since the last save, which Redis's jti
-        // markers report as `duplicate`. A refused or torn record is committed at once.
+        // markers report as `duplicate`. A rejected or torn record is committed at once.
         var pending: SpoolPosition?
         var pendingCount = 0
         var lastSave = clock.monotonic()
@@ -118,7 +118,7 @@ extension NotificationSpool {
                     waiting.subtract(1, ordering: .relaxed)
                     report.taken += 1
                     report.steps[taken, default: 0] += 1
-                    if taken == .refused || pendingCount >= positionBatchRecords
+                    if taken == .rejected || pendingCount >= positionBatchRecords
                         || clock.monotonic() - lastSave >= positionBatchInterval
                     {
                         try commit()

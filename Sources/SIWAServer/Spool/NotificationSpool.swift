@@ -14,13 +14,20 @@ import Synchronization
 ///   never followed by new records. An append that fails in a new segment deletes it.
 /// - `replay-position`: how far replay got (see `SpoolPositionFile`): two fixed slots
 ///   overwritten in place once per batch of records (every 256 records or 250 ms, before
-///   a refused or torn record, and when a pass stops), so progress needs no new space and
+///   a rejected or torn record, and when a pass stops), so progress needs no new space and
 ///   a crash re-applies at most one batch (Redis reports those as `duplicate`).
 /// - `segment-<sequence>.torn`: bytes of torn or corrupt records, moved there by replay.
-/// - `requeue-<name>.log`: set-aside records put back in line by `spool requeue`; the
+/// - `requeue-<name>.log`: rejected records put back in line by `spool requeue`; the
 ///   spool renames each into the next segment number at its next replay (or start), so
 ///   only this process ever numbers segments.
-/// - `rejected/`: records Redis refused for good (see `SpoolSetAsideStore`).
+/// - `rejected/`: rejected records, which Redis refused for a reason about them (see
+///   `SpoolRejectedStore`).
+///
+/// Two words, kept apart: a *torn* record is bytes that are not a whole, intact record
+/// (`SpoolTornRecord`, `.torn` files); a *rejected* record is a whole one Redis refused
+/// (`SpoolReplayStep.rejected`, `rejected/`). Older external names say "set aside" for
+/// either: the `spool_record_set_aside` log event (torn), `set_aside` in `spool status`,
+/// `spool list` and `spool_replayed` (rejected).
 ///
 /// The writer's group commit is in `NotificationSpool+Writer.swift`, the replay in
 /// `NotificationSpool+Replay.swift`, the file names in `NotificationSpool+Layout.swift`.

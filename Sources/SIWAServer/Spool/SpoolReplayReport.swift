@@ -4,7 +4,7 @@ public struct SpoolReplayReport<Stop: Error>: Sendable {
     /// Records taken out of the spool and committed by this replay: they will not be sent
     /// again. `steps` says what became of each.
     public var taken: Int
-    /// How many records took each step (stored with an outcome, or refused).
+    /// How many records took each step (stored with an outcome, or rejected).
     public var steps: [SpoolReplayStep: Int] = [:]
     /// Torn or corrupt records moved to `.torn` files; log each one.
     public var torn: [SpoolTornRecord]
@@ -30,6 +30,6 @@ public struct SpoolReplayReport<Stop: Error>: Sendable {
     /// Records that took `step`.
     public func count(_ step: SpoolReplayStep) -> Int { steps[step] ?? 0 }
 
-    /// True when every record that was waiting when the replay began was applied or set aside.
+    /// True when every record that was waiting when the replay began was stored or rejected.
     public var isComplete: Bool { stop == nil && spoolError == nil }
 }

@@ -2,15 +2,15 @@
 public enum SpoolReplayStep: Sendable, Hashable {
     /// Redis took the record, with this outcome (applied, a duplicate, stale...).
     case stored(NotificationStore.Outcome)
-    /// Redis refused the record for a reason about that record alone: it was kept in
-    /// `rejected/` (see `SpoolSetAsideStore`) and is not applied.
-    case refused
+    /// Redis refused the record for a reason about that record alone (a rejected record): kept in
+    /// `rejected/` (see `SpoolRejectedStore`) and is not applied.
+    case rejected
 
     /// The name in the `spool_replayed` log line and the bench's counts.
     public var name: String {
         switch self {
         case .stored(let outcome): outcome.rawValue
-        case .refused: "set_aside"
+        case .rejected: "set_aside"
         }
     }
 }

@@ -10,13 +10,14 @@ import Synchronization
 /// empty, always after a `PING`. Run it in a `ServiceGroup`.
 ///
 /// Retry is the default. Only a refusal known to be about one record (a user key of the
-/// wrong type, an unsafe key part, an `aud` this deployment does not serve) sets that
-/// record aside in `rejected/`; anything else (NOPERM, NOAUTH, `max number of clients`, a
+/// wrong type, an unsafe key part, an `aud` this deployment does not serve) makes it a
+/// rejected record, kept in `rejected/`; anything else (NOPERM, NOAUTH, `max number of clients`, a
 /// script error every call hits) keeps every record queued in order and is reported as
 /// `blockedReason`, which turns /healthz to 503.
 public final class SpoolReplayer: Service {
     private let spool: NotificationSpool
-    private let setAside: SpoolSetAsideStore
+    /// Where records Redis rejected for a reason about them are kept (`rejected/`).
+    private let rejected: SpoolRejectedStore
     /// The replayer's own store and connection (a hiredis context is not thread safe): its
     /// thread uses it, and a direct `replayOnce()` (the bench, the tests) while no thread runs.
     private let store: Mutex<UnsafeTransfer<any NotificationStoring>>
@@ -34,9 +35,9 @@ public final class SpoolReplayer: Service {
     public let name = "spool-replayer"
 
     /// `clock` gives the `updated_at` written for replayed notifications (its wall reading).
-    /// `clientIDs` are the ones served now: a record for another is set aside, not applied.
+    /// `clientIDs` are the ones served now: a record for another is rejected (kept in `rejected/`), not applied.
     public init(
-        spool: NotificationSpool, setAside: SpoolSetAsideStore, store: any NotificationStoring,
+        spool: NotificationSpool, rejected: SpoolRejectedStore, store: any NotificationStoring,
         metrics: ServerMetrics,
         clientIDs: Set<String>, retentionDays: Int = 14, clock: EndpointClock,
         minimumReplicas: Int = 0, replicaTimeout: Duration = .milliseconds(100)
@@ -44,7 +45,7 @@ public final class SpoolReplayer: Service {
         self.minimumReplicas = minimumReplicas
         self.replicaTimeout = replicaTimeout
         self.spool = spool
-        self.setAside = setAside
+        self.rejected = rejected
         self.store = Mutex(UnsafeTransfer(store))
         self.metrics = metrics
         self.clientIDs = clientIDs
@@ -65,7 +66,7 @@ public final class SpoolReplayer: Service {
         case redis(RedisError)
         /// Redis refused the record for a reason about it, and it could not be kept in
         /// `rejected/`: it stays queued, and the pass is blocked, named.
-        case refusedRecordNotKept(SpoolError)
+        case rejectedRecordNotKept(SpoolError)
     }
 
     /// One pass: applies what is waiting, in order, until done or something stops it.
@@ -74,8 +75,8 @@ public final class SpoolReplayer: Service {
         let report = spool.replay { (notification, attemptedAt) throws(Stop) -> SpoolReplayStep in
             try replay(notification, attemptedAt: attemptedAt)
         }
-        let refusedCount = report.count(.refused)
-        let stored = report.taken - refusedCount
+        let rejectedCount = report.count(.rejected)
+        let stored = report.taken - rejectedCount
         if stored > 0 { metrics.recordSpoolReplayed(stored) }
         if report.taken > 0 {
             EventLog.event(
@@ -86,7 +87,7 @@ public final class SpoolReplayer: Service {
                     ("stored", .integer(Int64(report.count(.stored(.stored))))),
                     ("stale", .integer(Int64(report.count(.stored(.stale))))),
                     ("recorded", .integer(Int64(report.count(.stored(.recorded))))),
-                    ("set_aside", .integer(Int64(refusedCount))),
+                    ("set_aside", .integer(Int64(rejectedCount))),
                     ("remaining", .integer(Int64(report.remaining))),
                 ])
         }
@@ -110,7 +111,7 @@ public final class SpoolReplayer: Service {
                 break
             case .redis(let redisError):
                 setBlocked("Redis refuses the spooled records (\(redisError.replyKind)): \(redisError.message)")
-            case .refusedRecordNotKept(let spoolError):
+            case .rejectedRecordNotKept(let spoolError):
                 setBlocked(
                     "a refused record cannot be set aside: \(spoolError.code.rawValue): \(spoolError.message)")
             }
@@ -120,11 +121,11 @@ public final class SpoolReplayer: Service {
         return report
     }
 
-    /// One record: stored in Redis (with enough replicas), or refused and kept in `rejected/`.
+    /// One record: stored in Redis (with enough replicas), or rejected and kept in `rejected/`.
     private func replay(_ notification: VerifiedNotification, attemptedAt: Int64?) throws(Stop) -> SpoolReplayStep {
         if task.isStopRequested { throw .stopRequested }
         guard clientIDs.contains(notification.clientID) else {
-            return try keepRefused(
+            return try keepRejected(
                 notification, code: "aud_not_served", reason: "the record's aud is not in SIWA_CLIENT_IDS")
         }
         let acknowledged: NotificationStore.Acknowledged
@@ -137,7 +138,7 @@ public final class SpoolReplayer: Service {
             }
         } catch  where error.isRecordSpecific {
             // WRONGTYPE names the record's cause better than redis_server_error does.
-            return try keepRefused(
+            return try keepRejected(
                 notification, code: error.code.rawValue, reason: error.message, why: error.replyKind.lowercased())
         } catch {
             throw .redis(error)
@@ -156,12 +157,12 @@ public final class SpoolReplayer: Service {
         return .stored(acknowledged.outcome)
     }
 
-    /// After an `account-deleted` was stored (live or replayed): set-aside records of that
+    /// After an `account-deleted` was stored (live or replayed): rejected records of that
     /// user lose their email address.
     public func accountDeleted(_ notification: VerifiedNotification) {
         guard notification.type == .accountDeleted else { return }
         do {
-            let scrubbed = try setAside.forgetEmail(clientID: notification.clientID, subject: notification.subject)
+            let scrubbed = try rejected.forgetEmail(clientID: notification.clientID, subject: notification.subject)
             if scrubbed > 0 {
                 EventLog.event(
                     "spool_set_aside_email_removed",
@@ -173,17 +174,17 @@ public final class SpoolReplayer: Service {
         }
     }
 
-    /// Keeps a refused record in `rejected/`; `why` ends its file's name (`spool list`
+    /// Keeps a rejected record in `rejected/`; `why` ends its file's name (`spool list`
     /// shows it), `code` by default.
-    private func keepRefused(
+    private func keepRejected(
         _ notification: VerifiedNotification, code: String, reason: String, why: String? = nil
     ) throws(Stop) -> SpoolReplayStep {
         // Durably before the spool moves past it; if that fails, the pass stops here.
         let path: String
         do throws(SpoolError) {
-            path = try setAside.add(notification, reason: why ?? code)
+            path = try rejected.add(notification, reason: why ?? code)
         } catch {
-            throw .refusedRecordNotKept(error)
+            throw .rejectedRecordNotKept(error)
         }
         metrics.recordSpoolRejected()
         EventLog.event(
@@ -192,7 +193,7 @@ public final class SpoolReplayer: Service {
                 ("error", .string(code)), ("reason", .string(reason)), ("client_id", .string(notification.clientID)),
                 ("type", .string(notification.type.name)), ("kept_in", .string(path)),
             ])
-        return .refused
+        return .rejected
     }
 
     private func setBlocked(_ reason: String?) {
@@ -217,7 +218,7 @@ public final class SpoolReplayer: Service {
         return false
     }
 
-    /// Deletes set-aside and torn files older than the retention, with a log line each.
+    /// Deletes rejected and torn files older than the retention, with a log line each.
     public func expireOldFiles() {
         let expired = SpoolInspector.expire(
             spoolDirectory: spool.directory, olderThanDays: retentionDays, now: clock.wallSeconds())

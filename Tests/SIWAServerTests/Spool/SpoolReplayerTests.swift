@@ -11,14 +11,14 @@ struct SpoolReplayerTests {
     static let clientIDs: Set<String> = ["com.example.app0", "com.example.app1"]
 
     func replayer(_ directory: String, _ store: NotificationStoreDouble, metrics: ServerMetrics = ServerMetrics())
-        throws -> (SpoolReplayer, NotificationSpool, SpoolSetAsideStore)
+        throws -> (SpoolReplayer, NotificationSpool, SpoolRejectedStore)
     {
         let spool = try NotificationSpool(directory: directory)
-        let setAside = try SpoolSetAsideStore(spoolDirectory: directory)
+        let rejected = try SpoolRejectedStore(spoolDirectory: directory)
         let replayer = SpoolReplayer(
-            spool: spool, setAside: setAside, store: store, metrics: metrics, clientIDs: Self.clientIDs,
+            spool: spool, rejected: rejected, store: store, metrics: metrics, clientIDs: Self.clientIDs,
             clock: .system)
-        return (replayer, spool, setAside)
+        return (replayer, spool, rejected)
     }
 
     @Test("records reach the store in the order they were spooled, each step counted by outcome")
@@ -34,7 +34,7 @@ struct SpoolReplayerTests {
             #expect(report.taken == 5)
             #expect(report.count(.stored(.applied)) == 4)
             #expect(report.count(.stored(.duplicate)) == 1)
-            #expect(report.count(.refused) == 0)
+            #expect(report.count(.rejected) == 0)
             #expect(report.isComplete)
             #expect(spool.depth == 0)
             #expect(replayer.blockedReason == nil)
@@ -48,18 +48,18 @@ struct SpoolReplayerTests {
             store.answer(
                 .refused(RedisError(.serverError, RedisError.userKeyWrongTypeReply)), forTokenID: "t2")
             let metrics = ServerMetrics()
-            let (replayer, spool, setAside) = try replayer(directory, store, metrics: metrics)
+            let (replayer, spool, rejected) = try replayer(directory, store, metrics: metrics)
             for index in 1...3 { try spool.append(spoolNotification(index)) }
 
             let report = replayer.replayOnce()
             #expect(store.applied == ["t1", "t3"])
             #expect(report.taken == 3)
-            #expect(report.count(.refused) == 1)
+            #expect(report.count(.rejected) == 1)
             #expect(report.count(.stored(.applied)) == 2)
             #expect(report.isComplete)
             #expect(spool.depth == 0)
             #expect(replayer.blockedReason == nil)
-            let kept = try FileManager.default.contentsOfDirectory(atPath: setAside.directory)
+            let kept = try FileManager.default.contentsOfDirectory(atPath: rejected.directory)
             #expect(kept.count == 1)
             #expect(kept.first?.hasSuffix("wrongtype.log") == true, "\(kept)")
             let rendered = metrics.render(spoolDepth: 0, jwksAgeSeconds: nil, jwksRefreshFailures: 0, jwksKeys: 0)
@@ -75,16 +75,16 @@ struct SpoolReplayerTests {
             store.answer(
                 .refused(RedisError(.serverError, "NOPERM this user has no permissions to run the 'evalsha' command")),
                 forTokenID: "t2")
-            let (replayer, spool, setAside) = try replayer(directory, store)
+            let (replayer, spool, rejected) = try replayer(directory, store)
             for index in 1...3 { try spool.append(spoolNotification(index)) }
 
             let report = replayer.replayOnce()
             #expect(store.applied == ["t1"])
             #expect(report.taken == 1)
-            #expect(report.count(.refused) == 0)
+            #expect(report.count(.rejected) == 0)
             #expect(!report.isComplete)
             #expect(spool.depth == 2)
-            #expect(try FileManager.default.contentsOfDirectory(atPath: setAside.directory).isEmpty)
+            #expect(try FileManager.default.contentsOfDirectory(atPath: rejected.directory).isEmpty)
             #expect(replayer.blockedReason?.hasPrefix("Redis refuses the spooled records (NOPERM)") == true)
 
             // The cause is fixed: the next pass takes the same record first, then the rest.
