@@ -19,8 +19,8 @@ enum ServeCommand {
         Runs the FastCGI responder behind nginx. Settings are SIWA_* environment
         variables (the environment wins over --env-file). --check runs the checks
         serve runs before serving (the settings, this machine, the sentinels, Redis,
-        the spool, read only) and exits. SIGTERM or SIGINT: stop accepting, finish requests in
-        flight, exit 0.
+        the spool, read only) and exits. SIGTERM or SIGINT: stop accepting, finish
+        requests in flight, exit 0.
 
         settings:
         \(ServerConfiguration.settings.map { "  \($0.name) (default: \($0.defaultValue ?? "required")): \($0.meaning)" }.joined(separator: "\n"))

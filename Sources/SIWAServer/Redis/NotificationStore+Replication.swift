@@ -23,7 +23,6 @@ extension NotificationStore {
             self.isShortfall = isShortfall
             self.replicaCheckRefusal = replicaCheckRefusal
         }
-
     }
 
     /// The channel of the probe `PUBLISH` that moves a connection's replication offset to now.
