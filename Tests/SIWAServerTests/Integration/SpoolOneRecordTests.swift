@@ -23,7 +23,8 @@ struct SpoolOneRecordTests {
         let stack = try ServeStack(appendOnlyRedis: true)
         defer { stack.shutdown() }
         let subs = ["000060.s.0001", "000060.s.0002"]
-        for sub in subs { _ = try stack.redisConnection().command("SET", "siwa:user:{\(ServeStack.clientID):\(sub)}", "not a hash") }
+        let setup = stack.redisConnection()
+        for sub in subs { _ = try setup.command("SET", "siwa:user:{\(ServeStack.clientID):\(sub)}", "not a hash") }
         let address = "kept.address@privaterelay.appleid.com"
         // Spooled while Redis is down (live, a user key of the wrong type is 503 store_refused).
         let responses = try stack.postWhileRedisIsDown([
