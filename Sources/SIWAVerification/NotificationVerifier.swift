@@ -56,7 +56,7 @@ public struct NotificationVerifier: Sendable {
         } catch  where error.code == .kidUnknown || error.code == .keysUnavailable || error.code.isAboutOurKeySet {
             // An unusable entry under the kid is a question about our key set too: a fetch
             // may bring the entry fixed. If it does not, its own code answers (503).
-            refreshed = source.refreshForUnknownKey()
+            refreshed = source.refreshForUnknownKey().broughtKeys
         }
         do {
             return try verify(body: body, now: now) { kid throws(VerificationError) in

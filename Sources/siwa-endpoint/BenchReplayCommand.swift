@@ -48,16 +48,16 @@ enum BenchReplayCommand {
         let replayStore = NotificationStore(
             connection: RedisConnection(endpoint: endpoint), keyPrefix: "siwa-bench-replay")
         let replayer = SpoolReplayer(
-            spool: spool, setAside: try SpoolSetAsideStore(spoolDirectory: directory), store: replayStore,
+            spool: spool, rejected: try SpoolRejectedStore(spoolDirectory: directory), store: replayStore,
             metrics: ServerMetrics(), clientIDs: [clientID],
             clock: .system)
         let replayStart = ContinuousClock.now
         let report = replayer.replayOnce()
         let replaySeconds = seconds(since: replayStart)
-        guard report.applied == count, report.remaining == 0, report.applyError == nil, report.spoolError == nil else {
+        guard report.taken == count, report.remaining == 0, report.stop == nil, report.spoolError == nil else {
             Output.error(
-                "bench: the replay took \(report.applied) of \(count) records (remaining \(report.remaining)): "
-                    + "\(report.applyError.map { "\($0)" } ?? report.spoolError.map { "\($0)" } ?? "stopped")")
+                "bench: the replay took \(report.taken) of \(count) records (remaining \(report.remaining)): "
+                    + "\(report.stop.map { "\($0)" } ?? report.spoolError.map { "\($0)" } ?? "stopped")")
             return 1
         }
 
@@ -72,8 +72,9 @@ enum BenchReplayCommand {
 
         let replayRate = Double(count) / replaySeconds
         let directRate = Double(count) / directSeconds
-        let outcomes = report.outcomes.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(
-            separator: ", ")
+        let outcomes = report.steps.map { ($0.key.name, $0.value) }.sorted { $0.0 < $1.0 }.map { "\($0.0) \($0.1)" }
+            .joined(
+                separator: ", ")
         Output.line(
             """
             records: \(count) (replay outcomes: \(outcomes))

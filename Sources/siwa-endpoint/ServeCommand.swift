@@ -187,10 +187,10 @@ enum ServeCommand {
                 streamMaximumLength: store.streamMaximumLength)
         }
         let spool: NotificationSpool
-        let setAside: SpoolSetAsideStore
+        let setAside: SpoolRejectedStore
         do throws(SpoolError) {
             spool = try NotificationSpool(directory: configuration.spool.directory, clock: clock)
-            setAside = try SpoolSetAsideStore(spoolDirectory: configuration.spool.directory, clock: clock)
+            setAside = try SpoolRejectedStore(spoolDirectory: configuration.spool.directory, clock: clock)
         } catch {
             refuse(spoolRefusal(error))
             return 2
@@ -201,7 +201,7 @@ enum ServeCommand {
                 [("file", .string(leftover.file)), ("action", .string(leftover.action.rawValue))])
         }
         let replayer = SpoolReplayer(
-            spool: spool, setAside: setAside, store: makeStore(), metrics: metrics, clientIDs: configuration.clientIDs,
+            spool: spool, rejected: setAside, store: makeStore(), metrics: metrics, clientIDs: configuration.clientIDs,
             retentionDays: configuration.spool.retentionDays, clock: clock,
             minimumReplicas: configuration.redis.minimumReplicas, replicaTimeout: configuration.redis.replicaTimeout)
         if spool.depth > 0 {

@@ -63,33 +63,13 @@ public struct JWKSCacheFile: Sendable {
     /// Replaces the cached document atomically and durably.
     public func store(_ bytes: [UInt8]) throws(JWKSCacheFileError) {
         let directory = Self.directory(of: path)
-        let temporaryPath = "\(path).tmp-\(getpid())-\(Self.nextSuffix())"
-        let descriptor = open(temporaryPath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
-        guard descriptor >= 0 else {
-            throw JWKSCacheFileError(.writeFailed, "cannot create \(temporaryPath): \(Self.describe(errno))")
-        }
-        var renamed = false
-        defer { if !renamed { unlink(temporaryPath) } }
-        let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
-        do { try handle.write(contentsOf: Data(bytes)) } catch {
-            throw JWKSCacheFileError(.writeFailed, "cannot write \(temporaryPath)")
-        }
-        guard fsync(descriptor) == 0 else {
-            throw JWKSCacheFileError(.writeFailed, "cannot fsync \(temporaryPath): \(Self.describe(errno))")
-        }
-        do { try handle.close() } catch { throw JWKSCacheFileError(.writeFailed, "cannot close \(temporaryPath)") }
-        guard rename(temporaryPath, path) == 0 else {
-            throw JWKSCacheFileError(.writeFailed, "cannot rename into \(path): \(Self.describe(errno))")
-        }
-        renamed = true
-        // The rename is durable only once the directory entry is on disk.
-        let directoryDescriptor = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard directoryDescriptor >= 0 else {
-            throw JWKSCacheFileError(.writeFailed, "cannot open \(directory): \(Self.describe(errno))")
-        }
-        defer { close(directoryDescriptor) }
-        guard fsync(directoryDescriptor) == 0 else {
-            throw JWKSCacheFileError(.writeFailed, "cannot fsync \(directory): \(Self.describe(errno))")
+        do throws(SpoolError) {
+            // Created 0644 under the umask, as before; a name of its own per write.
+            _ = try SpoolFileSystem.writeDurably(
+                path, bytes, mode: 0o644, exactMode: false, directory: directory, code: .writeFailed,
+                temporary: "\(path).tmp-\(getpid())-\(Self.nextSuffix())")
+        } catch {
+            throw JWKSCacheFileError(.writeFailed, error.message)
         }
     }
 

@@ -8,17 +8,9 @@ extension JWKSProvider: SigningKeySource {
     public func key(forKeyID kid: String) throws(VerificationError) -> RSAPublicKey {
         try keys.key(forKeyID: kid)
     }
+}
 
-    /// One rate-limited, shared refresh (`refreshForUnknownKeyID`); true when it brought keys.
-    public func refreshForUnknownKey() -> Bool {
-        refreshForUnknownKeyID() == .refreshed
-    }
-
-    /// Verifies `body` with `verifier`'s settings and this provider's keys (see
-    /// `NotificationVerifier.verify(body:keys:now:)`).
-    public func verify(
-        body: [UInt8], with verifier: NotificationVerifier, now: Int64
-    ) throws(VerificationError) -> VerifiedNotification {
-        try verifier.verify(body: body, keys: self, now: now)
-    }
+extension JWKSRefreshOutcome: KeyRefreshResult {
+    /// Only a fetch that brought a usable key set.
+    public var broughtKeys: Bool { self == .refreshed }
 }

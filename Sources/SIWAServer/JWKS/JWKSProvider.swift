@@ -8,13 +8,13 @@ import Synchronization
 ///
 /// At start the cache file is loaded, then the JWKS is fetched. After that a
 /// scheduled refresh runs when due (`refreshIfDue`), and a token whose `kid` is
-/// unknown may trigger one rate-limited refresh (`refreshForUnknownKeyID`). All
+/// unknown may trigger one rate-limited refresh (`refreshForUnknownKey`). All
 /// fetches go through one single flight: a caller that arrives while a fetch is
 /// running waits for that fetch and gets its outcome, so a burst of unknown kids
 /// costs one request. A failed fetch or an unusable document never replaces the
 /// last good keys. Whether an unknown kid is a forgery (401) or a question we cannot
 /// answer yet (503) is the verifier's rule: it asks for one unknown-kid refresh
-/// (`refreshForUnknownKey`) and looks at what that refresh brought.
+/// (`refreshForUnknownKey`, the same refresh) and looks at what it brought.
 public final class JWKSProvider: Sendable {
     public let settings: Settings
     private let fetcher: any JWKSFetching
@@ -114,7 +114,7 @@ public final class JWKSProvider: Sendable {
     /// only `unknownKeyIDWaiters` callers wait at once (`stillRunning` otherwise): a worker
     /// is never held for a whole fetch timeout by a made-up kid.
     @discardableResult
-    public func refreshForUnknownKeyID() -> JWKSRefreshOutcome {
+    public func refreshForUnknownKey() -> JWKSRefreshOutcome {
         let interval = settings.unknownKeyIDRefreshInterval
         return refresh(waitLimit: settings.unknownKeyIDWaitLimit) { state, now in
             guard let lastAttemptAt = state.lastAttemptAt else { return true }

@@ -81,11 +81,11 @@ public final class ServerMetrics: Sendable {
         lines.append("# HELP siwa_spool_replayed_total Spooled notifications applied to Redis.")
         lines.append("# TYPE siwa_spool_replayed_total counter")
         lines.append("siwa_spool_replayed_total \(snapshot.spoolReplayed)")
-        lines.append("# HELP siwa_spool_torn_records_total Torn or corrupt spool records set aside.")
+        lines.append("# HELP siwa_spool_torn_records_total Torn or corrupt spool records, moved to .torn files.")
         lines.append("# TYPE siwa_spool_torn_records_total counter")
         lines.append("siwa_spool_torn_records_total \(snapshot.tornSpoolRecords)")
         lines.append(
-            "# HELP siwa_spool_rejected_total Spooled notifications Redis refused for good, kept in spool/rejected.")
+            "# HELP siwa_spool_rejected_total Rejected spool records (refused by Redis), kept in rejected/.")
         lines.append("# TYPE siwa_spool_rejected_total counter")
         lines.append("siwa_spool_rejected_total \(snapshot.rejectedSpoolRecords)")
         lines.append(

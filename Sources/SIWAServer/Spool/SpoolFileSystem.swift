@@ -115,45 +115,6 @@ enum SpoolFileSystem {
         }
     }
 
-    /// Replaces `path` with `bytes` so that a crash leaves either the old or the new
-    /// contents: write a temporary file, fsync it, rename it over, fsync the directory.
-    static func replaceAtomically(_ path: String, with bytes: [UInt8], mode: mode_t, directory: String)
-        throws(SpoolError)
-    {
-        let temporary = path + ".tmp"
-        unlink(temporary)
-        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
-        guard descriptor >= 0 else { throw failure(.commitFailed, "cannot create \(temporary)") }
-        do throws(SpoolError) {
-            guard fchmod(descriptor, mode) == 0 else { throw failure(.commitFailed, "cannot set mode on \(temporary)") }
-            try writeAll(descriptor, bytes, code: .commitFailed, path: temporary)
-            guard fsync(descriptor) == 0 else { throw failure(.commitFailed, "cannot fsync \(temporary)") }
-        } catch {
-            Glibc.close(descriptor)
-            unlink(temporary)
-            throw error
-        }
-        Glibc.close(descriptor)
-        guard rename(temporary, path) == 0 else { throw failure(.commitFailed, "cannot rename over \(path)") }
-        do { try syncDirectory(directory) } catch { throw SpoolError(.commitFailed, error.message) }
-    }
-
-    /// Appends `bytes` to `path` (created with `mode` if absent) and makes them durable.
-    static func appendDurably(_ path: String, _ bytes: [UInt8], mode: mode_t, directory: String)
-        throws(SpoolError)
-    {
-        let existed = access(path, F_OK) == 0
-        let descriptor = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, mode)
-        guard descriptor >= 0 else { throw failure(.setAsideFailed, "cannot open \(path)") }
-        defer { Glibc.close(descriptor) }
-        guard fchmod(descriptor, mode) == 0 else { throw failure(.setAsideFailed, "cannot set mode on \(path)") }
-        try writeAll(descriptor, bytes, code: .setAsideFailed, path: path)
-        guard fsync(descriptor) == 0 else { throw failure(.setAsideFailed, "cannot fsync \(path)") }
-        if !existed {
-            do { try syncDirectory(directory) } catch { throw SpoolError(.setAsideFailed, error.message) }
-        }
-    }
-
     /// Opens an existing file for reading; nil when it does not exist.
     static func openForReading(_ path: String, code: SpoolError.Code) throws(SpoolError) -> Int32? {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
@@ -264,13 +225,33 @@ enum SpoolFileSystem {
     static func createDurably(_ path: String, _ bytes: [UInt8], mode: mode_t, directory: String, code: SpoolError.Code)
         throws(SpoolError)
     {
-        let temporary = path + ".tmp"
+        _ = try writeDurably(path, bytes, mode: mode, directory: directory, code: code)
+    }
+
+    /// The one durable writer: writes `bytes` to a new file `temporary` (created with
+    /// `mode`, given exactly that mode when `exactMode`), sets its modification time to
+    /// `modified` if given, fsyncs it, renames it onto `path` and fsyncs `directory`. After a
+    /// crash `path` holds the old contents or the new, never part of them. With `replacing`,
+    /// the rename happens only while `path` still names that file; returns whether it renamed.
+    static func writeDurably(
+        _ path: String, _ bytes: [UInt8], mode: mode_t, exactMode: Bool = true, directory: String,
+        code: SpoolError.Code, temporary: String? = nil, modified: timespec? = nil, replacing: FileIdentity? = nil
+    ) throws(SpoolError) -> Bool {
+        let temporary = temporary ?? path + temporarySuffix
         unlink(temporary)
         let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
         guard descriptor >= 0 else { throw failure(code, "cannot create \(temporary)") }
         do throws(SpoolError) {
-            guard fchmod(descriptor, mode) == 0 else { throw failure(code, "cannot set mode on \(temporary)") }
+            if exactMode {
+                guard fchmod(descriptor, mode) == 0 else { throw failure(code, "cannot set mode on \(temporary)") }
+            }
             try writeAll(descriptor, bytes, code: code, path: temporary)
+            if let modified {
+                var times = [modified, modified]
+                guard futimens(descriptor, &times) == 0 else {
+                    throw failure(code, "cannot set the time of \(temporary)")
+                }
+            }
             guard fsync(descriptor) == 0 else { throw failure(code, "cannot fsync \(temporary)") }
         } catch {
             Glibc.close(descriptor)
@@ -278,12 +259,17 @@ enum SpoolFileSystem {
             throw error
         }
         Glibc.close(descriptor)
+        if let replacing, identity(at: path) != replacing {
+            unlink(temporary)
+            return false
+        }
         guard rename(temporary, path) == 0 else {
             let error = failure(code, "cannot rename \(temporary) to \(path)")
             unlink(temporary)
             throw error
         }
         do { try syncDirectory(directory) } catch { throw SpoolError(code, error.message) }
+        return true
     }
 
     /// Which file a path or a descriptor names: a rename keeps it, a re-creation changes it.
@@ -316,33 +302,8 @@ enum SpoolFileSystem {
         _ path: String, read: FileIdentity, modified: timespec, with bytes: [UInt8], mode: mode_t,
         directory: String, code: SpoolError.Code
     ) throws(SpoolError) -> Bool {
-        let temporary = path + temporarySuffix
-        unlink(temporary)
-        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
-        guard descriptor >= 0 else { throw failure(code, "cannot create \(temporary)") }
-        do throws(SpoolError) {
-            guard fchmod(descriptor, mode) == 0 else { throw failure(code, "cannot set mode on \(temporary)") }
-            try writeAll(descriptor, bytes, code: code, path: temporary)
-            var times = [modified, modified]
-            guard futimens(descriptor, &times) == 0 else { throw failure(code, "cannot set the time of \(temporary)") }
-            guard fsync(descriptor) == 0 else { throw failure(code, "cannot fsync \(temporary)") }
-        } catch {
-            Glibc.close(descriptor)
-            unlink(temporary)
-            throw error
-        }
-        Glibc.close(descriptor)
-        guard identity(at: path) == read else {
-            unlink(temporary)
-            return false
-        }
-        guard rename(temporary, path) == 0 else {
-            let error = failure(code, "cannot rename \(temporary) to \(path)")
-            unlink(temporary)
-            throw error
-        }
-        do { try syncDirectory(directory) } catch { throw SpoolError(code, error.message) }
-        return true
+        try writeDurably(
+            path, bytes, mode: mode, directory: directory, code: code, modified: modified, replacing: read)
     }
 
     /// The suffix of a file written whole before it is renamed into place.

@@ -35,8 +35,8 @@ extension SpoolInspector {
             throw SpoolError(.directoryUnusable, "\(directory) does not exist")
         }
         var result: [Record] = []
-        let rejected = directory + "/" + SpoolSetAsideStore.directoryName
-        for name in try SpoolSetAsideStore.recordFiles(rejected) {
+        let rejected = directory + "/" + SpoolRejectedStore.directoryName
+        for name in try SpoolRejectedStore.recordFiles(rejected) {
             let path = rejected + "/" + name
             guard let status = SpoolFileSystem.status(path) else { continue }  // requeued meanwhile
             var notifications: [VerifiedNotification] = []
@@ -91,7 +91,7 @@ extension SpoolInspector {
         guard try SpoolFileSystem.move(record.path, to: directory + "/" + NotificationSpool.requeuePrefix + name)
         else { return .notFound }
         try SpoolFileSystem.syncDirectory(directory)
-        try SpoolFileSystem.syncDirectory(directory + "/" + SpoolSetAsideStore.directoryName)
+        try SpoolFileSystem.syncDirectory(directory + "/" + SpoolRejectedStore.directoryName)
         return .done(record)
     }
 

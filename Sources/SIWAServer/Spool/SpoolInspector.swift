@@ -31,9 +31,9 @@ public enum SpoolInspector {
             if depth == 0 && counted.count > 0 { oldest = counted.firstSpooledAt ?? modifiedMilliseconds(path) }
             depth += counted.count
         }
-        let rejected = directory + "/" + SpoolSetAsideStore.directoryName
+        let rejected = directory + "/" + SpoolRejectedStore.directoryName
         var setAside = 0
-        for name in try SpoolSetAsideStore.recordFiles(rejected) {
+        for name in try SpoolRejectedStore.recordFiles(rejected) {
             setAside += try SpoolSegmentReader.countRecords(path: rejected + "/" + name, from: 0).count
         }
         let torn = try SpoolFileSystem.list(directory).filter { $0.hasSuffix(NotificationSpool.tornSuffix) }
@@ -56,18 +56,18 @@ public enum SpoolInspector {
     /// Each file is counted and moved holding the lock on `rejected/` that `serve`'s scrub
     /// and retention sweep take too, so a file is never moved while it is being rewritten.
     public static func requeue(spoolDirectory directory: String) throws(SpoolError) -> Requeued {
-        try requeue(spoolDirectory: directory, lockWait: SpoolSetAsideStore.lockWait)
+        try requeue(spoolDirectory: directory, lockWait: SpoolRejectedStore.lockWait)
     }
 
     static func requeue(spoolDirectory directory: String, lockWait: Duration) throws(SpoolError) -> Requeued {
         guard SpoolFileSystem.status(directory) != nil else {
             throw SpoolError(.directoryUnusable, "\(directory) does not exist")
         }
-        let rejected = directory + "/" + SpoolSetAsideStore.directoryName
+        let rejected = directory + "/" + SpoolRejectedStore.directoryName
         var result = Requeued(files: 0, records: 0)
         var stoppedBy: SpoolError?
         do {
-            for name in try SpoolSetAsideStore.recordFiles(rejected) {
+            for name in try SpoolRejectedStore.recordFiles(rejected) {
                 let source = rejected + "/" + name
                 try SpoolFileSystem.withDirectoryLock(rejected, wait: lockWait) { () throws(SpoolError) in
                     let records = try SpoolSegmentReader.countRecords(path: source, from: 0).count
@@ -102,15 +102,15 @@ public enum SpoolInspector {
     /// A set-aside file is judged and deleted holding the lock on `rejected/` (see
     /// `requeue`); one held longer than `lockWait` by another process waits for the next sweep.
     public static func expire(spoolDirectory directory: String, olderThanDays days: Int, now: Int64) -> [Expired] {
-        expire(spoolDirectory: directory, olderThanDays: days, now: now, lockWait: SpoolSetAsideStore.lockWait)
+        expire(spoolDirectory: directory, olderThanDays: days, now: now, lockWait: SpoolRejectedStore.lockWait)
     }
 
     static func expire(spoolDirectory directory: String, olderThanDays days: Int, now: Int64, lockWait: Duration)
         -> [Expired]
     {
-        let rejected = directory + "/" + SpoolSetAsideStore.directoryName
+        let rejected = directory + "/" + SpoolRejectedStore.directoryName
         var candidates: [(String, String)] = []
-        for name in (try? SpoolSetAsideStore.recordFiles(rejected)) ?? [] {
+        for name in (try? SpoolRejectedStore.recordFiles(rejected)) ?? [] {
             candidates.append(("set_aside", rejected + "/" + name))
         }
         for name in (try? SpoolFileSystem.list(directory)) ?? [] where name.hasSuffix(NotificationSpool.tornSuffix) {

@@ -59,8 +59,9 @@ struct SpoolPositionFile {
                 directory: directory, code: .commitFailed)
             found = (SpoolPosition(sequence: 0, offset: 0), 1, false)
         } else if let legacy = found, legacy.isLegacy {
-            try SpoolFileSystem.replaceAtomically(
-                path, with: encodeFile(legacy.position, generation: 1), mode: mode, directory: directory)
+            _ = try SpoolFileSystem.writeDurably(
+                path, encodeFile(legacy.position, generation: 1), mode: mode, directory: directory,
+                code: .commitFailed)
             found = (legacy.position, 1, false)
         }
         guard let found else { throw SpoolError(.positionUnreadable, "\(path) vanished while being opened") }

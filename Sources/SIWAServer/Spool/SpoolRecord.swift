@@ -40,7 +40,7 @@ enum SpoolRecord {
 
     enum Decoded {
         case notification(VerifiedNotification, spooledAt: Int64?, attemptedAt: Int64?)
-        case bad(SpoolSetAside.Reason)
+        case bad(SpoolTornRecord.Reason)
     }
 
     /// Decodes one line without its newline.

@@ -14,7 +14,7 @@ final class SpoolSegmentReader {
         /// `SpoolRecord.encode`.
         case record(VerifiedNotification, spooledAt: Int64?, attemptedAt: Int64?, end: Int)
         /// Bytes that are not a whole, intact record.
-        case bad(SpoolSetAside.Reason, start: Int, end: Int)
+        case bad(SpoolTornRecord.Reason, start: Int, end: Int)
     }
 
     /// Far above any real record (a few hundred bytes; the longest field is bounded by

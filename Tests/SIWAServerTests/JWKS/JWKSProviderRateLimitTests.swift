@@ -85,7 +85,7 @@ struct JWKSProviderRateLimitTests {
         fetcher.serve(try JWKSTestFixtures.document([known, stranger]))
         clock.advance(by: 60)
         clock.stepWallClock(by: -86400)
-        #expect(provider.refreshForUnknownKeyID() == .refreshed)
+        #expect(provider.refreshForUnknownKey() == .refreshed)
         #expect(fetcher.fetchCount == 3)
         #expect(provider.keys.usableKeyIDs == ["known", "stranger"])
         // The age shown is wall time: the clock said so.
@@ -98,7 +98,7 @@ struct JWKSProviderRateLimitTests {
         let (fetcher, clock, provider) = (started.fetcher, started.clock, started.provider)
         clock.stepWallClock(by: 86400)
         #expect(provider.refreshIfDue() == .skipped)
-        #expect(provider.refreshForUnknownKeyID() == .skipped)
+        #expect(provider.refreshForUnknownKey() == .skipped)
         #expect(fetcher.fetchCount == 1)
     }
 
@@ -156,14 +156,14 @@ struct JWKSProviderRateLimitTests {
         #expect(try code(at: 120) == .keysUnavailable)
         #expect(fetcher.fetchCount == 3)
         clock.advance(by: 59)
-        #expect(provider.refreshForUnknownKeyID() == .skipped)
+        #expect(provider.refreshForUnknownKey() == .skipped)
         // A scheduled refresh also counts: right after it, no unknown-kid fetch.
         fetcher.serve(try JWKSTestFixtures.document([known, stranger]))
         clock.advance(by: 1)
         #expect(provider.refreshIfDue() == .refreshed)
         #expect(fetcher.fetchCount == 4)
         clock.advance(by: 59)
-        #expect(provider.refreshForUnknownKeyID() == .skipped)
+        #expect(provider.refreshForUnknownKey() == .skipped)
         #expect(fetcher.fetchCount == 4)
         // The key the scheduled fetch brought now verifies without a fetch.
         #expect(try code(at: 239) == nil)

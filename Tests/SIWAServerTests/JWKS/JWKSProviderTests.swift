@@ -24,7 +24,7 @@ struct JWKSProviderTests {
         _ provider: JWKSProvider, _ body: [UInt8], now: Int64
     ) -> VerificationError.Code? {
         do {
-            _ = try provider.verify(body: body, with: JWKSTestFixtures.verifier, now: now)
+            _ = try JWKSTestFixtures.verifier.verify(body: body, keys: provider, now: now)
             return nil
         } catch {
             return error.code
@@ -40,8 +40,8 @@ struct JWKSProviderTests {
         let provider = Self.provider(server, clock: clock)
         #expect(provider.start() == .refreshed)
         #expect(provider.keys.usableKeyIDs == ["k1"])
-        let verified = try provider.verify(
-            body: try key.signedBody(issuedAt: clock.now), with: JWKSTestFixtures.verifier, now: clock.now)
+        let verified = try JWKSTestFixtures.verifier.verify(
+            body: try key.signedBody(issuedAt: clock.now), keys: provider, now: clock.now)
         #expect(verified.clientID == JWKSTestFixtures.clientID)
         #expect(verified.type == .consentRevoked)
         clock.advance(by: 42)
@@ -102,7 +102,7 @@ struct JWKSProviderTests {
 
         // Within 60 s of the start fetch: no fetch.
         clock.advance(by: 59)
-        #expect(provider.refreshForUnknownKeyID() == .skipped)
+        #expect(provider.refreshForUnknownKey() == .skipped)
         #expect(server.keysRequestCount == 1)
         // 61 s after: one fetch.
         let body = try stranger.signedBody(issuedAt: start)
@@ -113,11 +113,11 @@ struct JWKSProviderTests {
         clock.advance(by: 29)
         #expect(Self.verificationCode(provider, body, now: start + 90) == .keysUnavailable)
         clock.advance(by: 30)
-        #expect(provider.refreshForUnknownKeyID() == .skipped)
+        #expect(provider.refreshForUnknownKey() == .skipped)
         #expect(server.keysRequestCount == 2)
         // 60 s after the second fetch: the next one.
         clock.advance(by: 1)
-        #expect(provider.refreshForUnknownKeyID() == .refreshed)
+        #expect(provider.refreshForUnknownKey() == .refreshed)
         #expect(server.keysRequestCount == 3)
     }
 
@@ -147,7 +147,7 @@ struct JWKSProviderTests {
                 ready.signal()
                 go.wait()
                 let start = DispatchTime.now().uptimeNanoseconds
-                let outcome = provider.refreshForUnknownKeyID()
+                let outcome = provider.refreshForUnknownKey()
                 let end = DispatchTime.now().uptimeNanoseconds
                 spans.withLock { $0.append((start, end)) }
                 outcomes.withLock { $0.append(outcome) }
@@ -162,7 +162,7 @@ struct JWKSProviderTests {
         for _ in 0..<threadCount {
             #expect(finished.wait(timeout: .now() + 30) == .success)
         }
-        // All eight were in refreshForUnknownKeyID at one moment: the last start precedes the first end.
+        // All eight were in refreshForUnknownKey at one moment: the last start precedes the first end.
         let recorded = spans.withLock { $0 }
         #expect(recorded.count == threadCount)
         #expect(recorded.map(\.start).max()! < recorded.map(\.end).min()!)

@@ -63,7 +63,7 @@ struct JWKSProviderWaitTests {
     func waitIsBounded() throws {
         let (provider, fetcher, _) = try Self.started(waitLimit: .milliseconds(300), waiters: 1)
         defer { fetcher.letGo() }
-        let (outcome, waited) = Self.timed { provider.refreshForUnknownKeyID() }
+        let (outcome, waited) = Self.timed { provider.refreshForUnknownKey() }
         #expect(outcome == .stillRunning)
         #expect(waited >= .milliseconds(300))
         // The fetch is held for 60 s: a wait without a bound shows as far more than 10 s.
@@ -77,13 +77,13 @@ struct JWKSProviderWaitTests {
         let first = Mutex<JWKSRefreshOutcome?>(nil)
         let done = DispatchSemaphore(value: 0)
         Thread {
-            first.withLock { $0 = provider.refreshForUnknownKeyID() }
+            first.withLock { $0 = provider.refreshForUnknownKey() }
             done.signal()
         }.start()
         #expect(fetcher.waitUntilHeld())
         // The first caller waits (its limit is 50 s); every other is answered at once.
         for _ in 0..<8 {
-            let (outcome, waited) = Self.timed { provider.refreshForUnknownKeyID() }
+            let (outcome, waited) = Self.timed { provider.refreshForUnknownKey() }
             #expect(outcome == .stillRunning)
             #expect(waited < .seconds(10), "waited \(waited)")
         }
@@ -96,7 +96,7 @@ struct JWKSProviderWaitTests {
     @Test("with no waiting place (a lone worker) no caller waits, and the fetch still lands")
     func noWaitingPlace() throws {
         let (provider, fetcher, clock) = try Self.started(waitLimit: .seconds(50), waiters: 0)
-        let (outcome, waited) = Self.timed { provider.refreshForUnknownKeyID() }
+        let (outcome, waited) = Self.timed { provider.refreshForUnknownKey() }
         #expect(outcome == .stillRunning)
         #expect(waited < .seconds(10), "waited \(waited)")
         #expect(fetcher.waitUntilHeld())
@@ -104,10 +104,10 @@ struct JWKSProviderWaitTests {
         // The fetch landed on its own thread: the next unknown kid within the interval is
         // not fetched again (skipped), and the scheduled refresh is not due.
         let landed = ContinuousClock.now + .seconds(30)
-        while provider.refreshForUnknownKeyID() == .stillRunning && ContinuousClock.now < landed {
+        while provider.refreshForUnknownKey() == .stillRunning && ContinuousClock.now < landed {
             usleep(20_000)
         }
-        #expect(provider.refreshForUnknownKeyID() == .skipped)
+        #expect(provider.refreshForUnknownKey() == .skipped)
         #expect(provider.metrics(now: clock.now).refreshFailures == 0)
     }
 }

@@ -9,16 +9,21 @@ final class NotificationStoreDouble: NotificationStoring, Sendable {
     enum Answer: Sendable {
         case outcome(NotificationStore.Outcome, shortfall: Bool = false)
         case down
+        /// Redis's refusal, as the real store throws it.
+        case refused(RedisError)
     }
 
     private struct State {
         var answer: Answer = .outcome(.applied)
+        /// Answers for one token ID, before `answer`.
+        var answers: [String: Answer] = [:]
         var answersPing = true
         var applied: [String] = []
     }
     private let state = Mutex(State())
 
     func answer(_ answer: Answer) { state.withLock { $0.answer = answer } }
+    func answer(_ answer: Answer, forTokenID tokenID: String) { state.withLock { $0.answers[tokenID] = answer } }
     func answerPing(_ answers: Bool) { state.withLock { $0.answersPing = answers } }
 
     /// The jti of every notification it applied, in order.
@@ -28,10 +33,12 @@ final class NotificationStoreDouble: NotificationStoring, Sendable {
         _ notification: VerifiedNotification, receivedAt: Int64, earlierAttempt: Int64?, minimumReplicas: Int,
         replicaTimeout: Duration
     ) throws(RedisError) -> NotificationStore.Acknowledged {
-        let answer = state.withLock { $0.answer }
+        let answer = state.withLock { $0.answers[notification.tokenID] ?? $0.answer }
         switch answer {
         case .down:
             throw RedisError(.connectionFailed, "Redis does not answer (test double)")
+        case .refused(let refusal):
+            throw refusal
         case .outcome(let outcome, let shortfall):
             state.withLock { $0.applied.append(notification.tokenID) }
             return NotificationStore.Acknowledged(outcome, replicas: shortfall ? 0 : nil, isShortfall: shortfall)

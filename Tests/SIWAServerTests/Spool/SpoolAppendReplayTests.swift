@@ -18,8 +18,8 @@ struct SpoolAppendReplayTests {
             #expect(applied == notifications)
             // Equatable compares fields one by one; check the enum survived too.
             #expect(applied.map(\.type) == notifications.map(\.type))
-            #expect(report.applied == 10)
-            #expect(report.setAside.isEmpty)
+            #expect(report.taken == 10)
+            #expect(report.torn.isEmpty)
             #expect(report.isComplete)
             #expect(report.remaining == 0)
             #expect(spool.depth == 0)
@@ -29,7 +29,7 @@ struct SpoolAppendReplayTests {
             var second = 0
             let again = spool.replay { _ in second += 1 }
             #expect(second == 0)
-            #expect(again.applied == 0)
+            #expect(again.taken == 0)
             #expect(again.isComplete)
         }
     }
@@ -46,7 +46,7 @@ struct SpoolAppendReplayTests {
             var applied: [VerifiedNotification] = []
             let report = second.replay { applied.append($0) }
             #expect(applied == notifications)
-            #expect(report.applied == 4)
+            #expect(report.taken == 4)
             #expect(second.depth == 0)
         }
     }

@@ -26,7 +26,7 @@ struct SpoolConcurrencyTests {
 
             var applied: [String] = []
             let report = spool.replay { applied.append($0.tokenID) }
-            #expect(report.applied == threads * perThread)
+            #expect(report.taken == threads * perThread)
             #expect(Set(applied).count == applied.count)
             #expect(Set(applied) == Set((0..<threads).flatMap { t in (0..<perThread).map { "w\(t)-\($0)" } }))
             // Each thread's records keep that thread's order.

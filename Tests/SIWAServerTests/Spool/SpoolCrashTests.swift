@@ -36,7 +36,7 @@ struct SpoolCrashTests {
                 appliedBeforeCrash.append(notification.tokenID)
                 if notification.tokenID == "t\(crashAt)" { atCrash = try snapshot(directory) }
             }
-            #expect(report.applied == 5)
+            #expect(report.taken == 5)
             try #require(!atCrash.isEmpty)
 
             try withSpoolDirectory { copy in

@@ -33,22 +33,22 @@ struct SpoolDamageTests {
             var applied: [String] = []
             let report = spool.replay { applied.append($0.tokenID) }
             #expect(applied == ["t1", "t2"])
-            #expect(report.applied == 2)
+            #expect(report.taken == 2)
             #expect(report.isComplete)
-            try #require(report.setAside.count == 1)
-            let setAside = report.setAside[0]
-            #expect(setAside.reason == .tornTail)
-            #expect(setAside.segmentFile == segment)
-            #expect(setAside.offset == lines[0].count + lines[1].count)
-            #expect(setAside.byteCount == tornBytes.count)
-            #expect(setAside.tornFile == segment.replacingOccurrences(of: ".log", with: ".torn"))
-            #expect(try fileBytes(setAside.tornFile) == tornBytes)
-            #expect(try permissions(setAside.tornFile) == 0o600)
+            try #require(report.torn.count == 1)
+            let torn = report.torn[0]
+            #expect(torn.reason == .tornTail)
+            #expect(torn.segmentFile == segment)
+            #expect(torn.offset == lines[0].count + lines[1].count)
+            #expect(torn.byteCount == tornBytes.count)
+            #expect(torn.tornFile == segment.replacingOccurrences(of: ".log", with: ".torn"))
+            #expect(try fileBytes(torn.tornFile) == tornBytes)
+            #expect(try permissions(torn.tornFile) == 0o600)
             #expect(!FileManager.default.fileExists(atPath: segment))
 
             // Set aside once: a second replay neither applies nor reports anything.
             let again = spool.replay { applied.append($0.tokenID) }
-            #expect(again.setAside.isEmpty)
+            #expect(again.torn.isEmpty)
             #expect(applied == ["t1", "t2"])
         }
     }
@@ -61,7 +61,7 @@ struct SpoolDamageTests {
             var applied: [String] = []
             let report = spool.replay { applied.append($0.tokenID) }
             #expect(applied == ["t1", "t2"])
-            #expect(report.setAside.map(\.reason) == [.tornTail])
+            #expect(report.torn.map(\.reason) == [.tornTail])
         }
     }
 
@@ -82,11 +82,11 @@ struct SpoolDamageTests {
             var applied: [String] = []
             let report = spool.replay { applied.append($0.tokenID) }
             #expect(applied == ["t1", "t3"])
-            try #require(report.setAside.count == 1)
-            #expect(report.setAside[0].reason == .checksumMismatch)
-            #expect(report.setAside[0].offset == lines[0].count)
-            #expect(report.setAside[0].byteCount == lines[1].count)
-            #expect(try fileBytes(report.setAside[0].tornFile) == corrupted)
+            try #require(report.torn.count == 1)
+            #expect(report.torn[0].reason == .checksumMismatch)
+            #expect(report.torn[0].offset == lines[0].count)
+            #expect(report.torn[0].byteCount == lines[1].count)
+            #expect(try fileBytes(report.torn[0].tornFile) == corrupted)
             #expect(!FileManager.default.fileExists(atPath: segment))
         }
     }
@@ -102,7 +102,7 @@ struct SpoolDamageTests {
             var applied: [String] = []
             let report = spool.replay { applied.append($0.tokenID) }
             #expect(applied == ["t2", "t3"])
-            #expect(report.setAside.map(\.reason) == [.malformed])
+            #expect(report.torn.map(\.reason) == [.malformed])
         }
     }
 
@@ -117,7 +117,7 @@ struct SpoolDamageTests {
             var applied: [String] = []
             let report = spool.replay { applied.append($0.tokenID) }
             #expect(applied == ["t1", "t3"])
-            #expect(report.setAside.map(\.reason) == [.malformed])
+            #expect(report.torn.map(\.reason) == [.malformed])
         }
     }
 
@@ -130,9 +130,9 @@ struct SpoolDamageTests {
             var applied: [String] = []
             let report = spool.replay { applied.append($0.tokenID) }
             #expect(applied == ["t1", "t3"])
-            #expect(report.setAside.map(\.reason) == [.malformed])
-            #expect(report.setAside.first?.byteCount == huge.count)
-            #expect(try fileBytes(report.setAside[0].tornFile) == huge)
+            #expect(report.torn.map(\.reason) == [.malformed])
+            #expect(report.torn.first?.byteCount == huge.count)
+            #expect(try fileBytes(report.torn[0].tornFile) == huge)
         }
     }
 }

@@ -44,7 +44,7 @@ struct SpoolPermissionTests {
             let spool = try NotificationSpool(directory: directory)
             try spool.append(spoolNotification(1))
             // Replay seals the segment, so the next append must create a file in the directory.
-            #expect(spool.replay { _ in }.applied == 1)
+            #expect(spool.replay { _ in }.taken == 1)
 
             try makeReadOnly(directory)
             defer { try? makeWritable(directory) }

@@ -18,8 +18,8 @@ struct SpoolResumeTests {
                 applied.append(notification.tokenID)
             }
             #expect(attempts == ["t1", "t2", "t3"])
-            #expect(stopped.applied == 2)
-            #expect(stopped.applyError as? RedisDown == RedisDown())
+            #expect(stopped.taken == 2)
+            #expect(stopped.stop as? RedisDown == RedisDown())
             #expect(stopped.spoolError == nil)
             #expect(!stopped.isComplete)
             #expect(stopped.remaining == 4)
@@ -32,7 +32,7 @@ struct SpoolResumeTests {
 
             let resumed = spool.replay { applied.append($0.tokenID) }
             #expect(applied == ["t1", "t2", "t3", "t4", "t5", "t6", "t7", "t8"])
-            #expect(resumed.applied == 6)
+            #expect(resumed.taken == 6)
             #expect(resumed.isComplete)
             #expect(spool.depth == 0)
         }
@@ -48,13 +48,13 @@ struct SpoolResumeTests {
                     if notification.tokenID == "t4" { throw RedisDown() }
                     applied.append(notification.tokenID)
                 }
-                #expect(report.applied == 3)
+                #expect(report.taken == 3)
             }
             let reopened = try NotificationSpool(directory: directory)
             #expect(reopened.depth == 3)
             let report = reopened.replay { applied.append($0.tokenID) }
             #expect(applied == ["t1", "t2", "t3", "t4", "t5", "t6"])
-            #expect(report.applied == 3)
+            #expect(report.taken == 3)
             #expect(reopened.depth == 0)
         }
     }
@@ -71,7 +71,7 @@ struct SpoolResumeTests {
                     if notification.tokenID == "t6" { throw RedisDown() }
                     applied.append(notification.tokenID)
                 }
-                #expect(report.applied == 5)
+                #expect(report.taken == 5)
                 #expect(try segmentNames(directory).count == 5)
             }
             let reopened = try NotificationSpool(directory: directory, segmentByteLimit: 1)

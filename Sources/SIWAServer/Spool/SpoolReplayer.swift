@@ -10,16 +10,17 @@ import Synchronization
 /// empty, always after a `PING`. Run it in a `ServiceGroup`.
 ///
 /// Retry is the default. Only a refusal known to be about one record (a user key of the
-/// wrong type, an unsafe key part, an `aud` this deployment does not serve) sets that
-/// record aside in `rejected/`; anything else (NOPERM, NOAUTH, `max number of clients`, a
+/// wrong type, an unsafe key part, an `aud` this deployment does not serve) makes it a
+/// rejected record, kept in `rejected/`; anything else (NOPERM, NOAUTH, `max number of clients`, a
 /// script error every call hits) keeps every record queued in order and is reported as
 /// `blockedReason`, which turns /healthz to 503.
 public final class SpoolReplayer: Service {
     private let spool: NotificationSpool
-    private let setAside: SpoolSetAsideStore
-    /// The replayer's own connection (a hiredis context is not thread safe): its thread
-    /// uses it, and a direct `replayOnce()` (the bench) while no thread runs.
-    private let store: Mutex<NotificationStore>
+    /// Where records Redis rejected for a reason about them are kept (`rejected/`).
+    private let rejected: SpoolRejectedStore
+    /// The replayer's own store and connection (a hiredis context is not thread safe): its
+    /// thread uses it, and a direct `replayOnce()` (the bench, the tests) while no thread runs.
+    private let store: Mutex<UnsafeTransfer<any NotificationStoring>>
     private let metrics: ServerMetrics
     private let clientIDs: Set<String>
     private let retentionDays: Int
@@ -34,9 +35,9 @@ public final class SpoolReplayer: Service {
     public let name = "spool-replayer"
 
     /// `clock` gives the `updated_at` written for replayed notifications (its wall reading).
-    /// `clientIDs` are the ones served now: a record for another is set aside, not applied.
+    /// `clientIDs` are the ones served now: a record for another is rejected (kept in `rejected/`), not applied.
     public init(
-        spool: NotificationSpool, setAside: SpoolSetAsideStore, store: sending NotificationStore,
+        spool: NotificationSpool, rejected: SpoolRejectedStore, store: any NotificationStoring,
         metrics: ServerMetrics,
         clientIDs: Set<String>, retentionDays: Int = 14, clock: EndpointClock,
         minimumReplicas: Int = 0, replicaTimeout: Duration = .milliseconds(100)
@@ -44,8 +45,8 @@ public final class SpoolReplayer: Service {
         self.minimumReplicas = minimumReplicas
         self.replicaTimeout = replicaTimeout
         self.spool = spool
-        self.setAside = setAside
-        self.store = Mutex(store)
+        self.rejected = rejected
+        self.store = Mutex(UnsafeTransfer(store))
         self.metrics = metrics
         self.clientIDs = clientIDs
         self.retentionDays = retentionDays
@@ -56,59 +57,41 @@ public final class SpoolReplayer: Service {
     /// read), or nil. /healthz names it.
     public var blockedReason: String? { blocked.withLock { $0 } }
 
-    private struct Stopped: Error {}
+    /// Why a pass stops before the spool is empty; the record it was at stays queued.
+    public enum Stop: Error, Sendable {
+        /// `requestStop()` was called.
+        case stopRequested
+        /// Redis did not take the record: down (wait for it), or refusing for a reason
+        /// about the deployment (the pass is blocked, named).
+        case redis(RedisError)
+        /// Redis refused the record for a reason about it, and it could not be kept in
+        /// `rejected/`: it stays queued, and the pass is blocked, named.
+        case rejectedRecordNotKept(SpoolError)
+    }
 
     /// One pass: applies what is waiting, in order, until done or something stops it.
     @discardableResult
-    public func replayOnce() -> SpoolReplayReport {
-        let report = spool.replayCounted({ (notification: VerifiedNotification, attemptedAt: Int64?) throws -> String in
-            if task.isStopRequested { throw Stopped() }
-            guard clientIDs.contains(notification.clientID) else {
-                return try setRecordAside(
-                    notification, code: "aud_not_served", reason: "the record's aud is not in SIWA_CLIENT_IDS")
-            }
-            do {
-                let receivedAt = clock.wallMilliseconds()
-                let acknowledged = try store.withLock { store throws(RedisError) in
-                    try store.apply(
-                        notification, receivedAt: receivedAt, earlierAttempt: attemptedAt,
-                        minimumReplicas: minimumReplicas, replicaTimeout: replicaTimeout)
-                }
-                accountDeleted(notification)
-                if let refusal = acknowledged.replicaCheckRefusal {
-                    // Nobody knows which replicas hold it: kept, and the pass is blocked, named.
-                    throw RedisError(
-                        refusal.code, "\(refusal.message) (the answer to the replica check, PUBLISH or WAIT)")
-                }
-                if acknowledged.isShortfall {
-                    // Kept until enough replicas hold it; the pass stops here and tries again
-                    // later (the repeat is a `duplicate` in Redis).
-                    throw RedisError(.replicaShortfall, "fewer replicas than SIWA_REDIS_MIN_REPLICAS acknowledged")
-                }
-                return acknowledged.outcome.rawValue
-            } catch let error as RedisError where error.isRecordSpecific {
-                // WRONGTYPE names the record's cause better than redis_server_error does.
-                return try setRecordAside(
-                    notification, code: error.code.rawValue, reason: error.message, why: error.replyKind.lowercased())
-            }
-        })
-        let setAsideCount = report.outcomes["set_aside"] ?? 0
-        let taken = report.applied - setAsideCount
-        if taken > 0 { metrics.recordSpoolReplayed(taken) }
-        if report.applied > 0 {
+    public func replayOnce() -> SpoolReplayReport<Stop> {
+        let report = spool.replay { (notification, attemptedAt) throws(Stop) -> SpoolReplayStep in
+            try replay(notification, attemptedAt: attemptedAt)
+        }
+        let rejectedCount = report.count(.rejected)
+        let stored = report.taken - rejectedCount
+        if stored > 0 { metrics.recordSpoolReplayed(stored) }
+        if report.taken > 0 {
             EventLog.event(
                 "spool_replayed",
                 [
-                    ("applied", .integer(Int64(report.outcomes["applied"] ?? 0))),
-                    ("duplicate", .integer(Int64(report.outcomes["duplicate"] ?? 0))),
-                    ("stored", .integer(Int64(report.outcomes["stored"] ?? 0))),
-                    ("stale", .integer(Int64(report.outcomes["stale"] ?? 0))),
-                    ("recorded", .integer(Int64(report.outcomes["recorded"] ?? 0))),
-                    ("set_aside", .integer(Int64(setAsideCount))),
+                    ("applied", .integer(Int64(report.count(.stored(.applied))))),
+                    ("duplicate", .integer(Int64(report.count(.stored(.duplicate))))),
+                    ("stored", .integer(Int64(report.count(.stored(.stored))))),
+                    ("stale", .integer(Int64(report.count(.stored(.stale))))),
+                    ("recorded", .integer(Int64(report.count(.stored(.recorded))))),
+                    ("set_aside", .integer(Int64(rejectedCount))),
                     ("remaining", .integer(Int64(report.remaining))),
                 ])
         }
-        for torn in report.setAside {
+        for torn in report.torn {
             metrics.recordTornSpoolRecords(1)
             EventLog.event(
                 "spool_record_set_aside", level: "error",
@@ -120,22 +103,66 @@ public final class SpoolReplayer: Service {
         }
         if let spoolError = report.spoolError {
             setBlocked("the spool cannot be replayed: \(spoolError.code.rawValue): \(spoolError.message)")
-        } else if let redisError = report.applyError as? RedisError, !redisError.isConnectionError {
-            setBlocked("Redis refuses the spooled records (\(redisError.replyKind)): \(redisError.message)")
-        } else if let setAsideError = report.applyError as? SpoolError {
-            setBlocked("a refused record cannot be set aside: \(setAsideError.code.rawValue): \(setAsideError.message)")
-        } else if report.isComplete {
+        } else if let stop = report.stop {
+            switch stop {
+            case .stopRequested:
+                break
+            case .redis(let redisError) where redisError.isConnectionError:
+                break
+            case .redis(let redisError):
+                setBlocked("Redis refuses the spooled records (\(redisError.replyKind)): \(redisError.message)")
+            case .rejectedRecordNotKept(let spoolError):
+                setBlocked(
+                    "a refused record cannot be set aside: \(spoolError.code.rawValue): \(spoolError.message)")
+            }
+        } else {
             setBlocked(nil)
         }
         return report
     }
 
-    /// After an `account-deleted` was stored (live or replayed): set-aside records of that
+    /// One record: stored in Redis (with enough replicas), or rejected and kept in `rejected/`.
+    private func replay(_ notification: VerifiedNotification, attemptedAt: Int64?) throws(Stop) -> SpoolReplayStep {
+        if task.isStopRequested { throw .stopRequested }
+        guard clientIDs.contains(notification.clientID) else {
+            return try keepRejected(
+                notification, code: "aud_not_served", reason: "the record's aud is not in SIWA_CLIENT_IDS")
+        }
+        let acknowledged: NotificationStore.Acknowledged
+        do throws(RedisError) {
+            let receivedAt = clock.wallMilliseconds()
+            acknowledged = try store.withLock { store throws(RedisError) in
+                try store.value.apply(
+                    notification, receivedAt: receivedAt, earlierAttempt: attemptedAt,
+                    minimumReplicas: minimumReplicas, replicaTimeout: replicaTimeout)
+            }
+        } catch  where error.isRecordSpecific {
+            // WRONGTYPE names the record's cause better than redis_server_error does.
+            return try keepRejected(
+                notification, code: error.code.rawValue, reason: error.message, why: error.replyKind.lowercased())
+        } catch {
+            throw .redis(error)
+        }
+        accountDeleted(notification)
+        if let refusal = acknowledged.replicaCheckRefusal {
+            // Nobody knows which replicas hold it: kept, and the pass is blocked, named.
+            throw .redis(
+                RedisError(refusal.code, "\(refusal.message) (the answer to the replica check, PUBLISH or WAIT)"))
+        }
+        if acknowledged.isShortfall {
+            // Kept until enough replicas hold it; the pass stops here and tries again
+            // later (the repeat is a `duplicate` in Redis).
+            throw .redis(RedisError(.replicaShortfall, "fewer replicas than SIWA_REDIS_MIN_REPLICAS acknowledged"))
+        }
+        return .stored(acknowledged.outcome)
+    }
+
+    /// After an `account-deleted` was stored (live or replayed): rejected records of that
     /// user lose their email address.
     public func accountDeleted(_ notification: VerifiedNotification) {
         guard notification.type == .accountDeleted else { return }
         do {
-            let scrubbed = try setAside.forgetEmail(clientID: notification.clientID, subject: notification.subject)
+            let scrubbed = try rejected.forgetEmail(clientID: notification.clientID, subject: notification.subject)
             if scrubbed > 0 {
                 EventLog.event(
                     "spool_set_aside_email_removed",
@@ -147,12 +174,18 @@ public final class SpoolReplayer: Service {
         }
     }
 
-    /// `why` ends the set-aside file's name (`spool list` shows it); `code` by default.
-    private func setRecordAside(
+    /// Keeps a rejected record in `rejected/`; `why` ends its file's name (`spool list`
+    /// shows it), `code` by default.
+    private func keepRejected(
         _ notification: VerifiedNotification, code: String, reason: String, why: String? = nil
-    ) throws -> String {
+    ) throws(Stop) -> SpoolReplayStep {
         // Durably before the spool moves past it; if that fails, the pass stops here.
-        let path = try setAside.add(notification, reason: why ?? code)
+        let path: String
+        do throws(SpoolError) {
+            path = try rejected.add(notification, reason: why ?? code)
+        } catch {
+            throw .rejectedRecordNotKept(error)
+        }
         metrics.recordSpoolRejected()
         EventLog.event(
             "spool_record_rejected", level: "error",
@@ -160,7 +193,7 @@ public final class SpoolReplayer: Service {
                 ("error", .string(code)), ("reason", .string(reason)), ("client_id", .string(notification.clientID)),
                 ("type", .string(notification.type.name)), ("kept_in", .string(path)),
             ])
-        return "set_aside"
+        return .rejected
     }
 
     private func setBlocked(_ reason: String?) {
@@ -179,19 +212,13 @@ public final class SpoolReplayer: Service {
     /// PING on the replayer's own connection. A refusal (NOAUTH, `max number of clients`)
     /// is reported as the cause; a Redis that does not answer is /healthz's own finding.
     private func redisAnswers() -> Bool {
-        do {
-            return try store.withLock { store throws(RedisError) in
-                try store.connection.command("PING").string == "PONG"
-            }
-        } catch {
-            setBlocked(
-                error.isConnectionError
-                    ? nil : "Redis refuses the replayer's PING (\(error.replyKind)): \(error.message)")
-            return false
-        }
+        guard let error = store.withLock({ $0.value.probe() }) else { return true }
+        setBlocked(
+            error.isConnectionError ? nil : "Redis refuses the replayer's PING (\(error.replyKind)): \(error.message)")
+        return false
     }
 
-    /// Deletes set-aside and torn files older than the retention, with a log line each.
+    /// Deletes rejected and torn files older than the retention, with a log line each.
     public func expireOldFiles() {
         let expired = SpoolInspector.expire(
             spoolDirectory: spool.directory, olderThanDays: retentionDays, now: clock.wallSeconds())

@@ -5,13 +5,14 @@ import Synchronization
 
 /// `rejected/` inside the spool directory: records Redis refused for a reason that is
 /// about the record itself (a user key of the wrong type, an `aud` this deployment no
-/// longer serves), set aside so they cannot hold back the records after them.
+/// longer serves): rejected records, kept here so they cannot hold back the records after
+/// them.
 ///
 /// One file per record, `record-<ms>-<pid>-<n>.log`, written whole under a temporary
 /// name and renamed into place, never appended to later. That is what lets
 /// `spool requeue` (another process) move files out while `serve` adds new ones: every
 /// change is one atomic rename.
-public final class SpoolSetAsideStore: Sendable {
+public final class SpoolRejectedStore: Sendable {
     public static let directoryName = "rejected"
     /// How long a change here waits for another process's (`spool requeue`) hold on the
     /// directory before giving up; each holds it for one file at a time.

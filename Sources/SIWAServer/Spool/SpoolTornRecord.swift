@@ -1,7 +1,7 @@
 /// A record the replay could not apply because its bytes are not a whole, intact
 /// record. Its bytes were appended, unchanged, to `tornFile` before the replay moved
 /// past them, so nothing is discarded; the caller logs this (it holds no record content).
-public struct SpoolSetAside: Sendable, Equatable {
+public struct SpoolTornRecord: Sendable, Equatable {
     public enum Reason: String, Sendable {
         /// The segment ends inside a record: a crash or a failed write mid-append. Such a
         /// record was never acknowledged with a 2xx.

@@ -1,0 +1,99 @@
+import Foundation
+import SIWARedis
+import SIWAServer
+import SIWAVerification
+import Testing
+
+/// The replayer driven by the in-process store double (no Redis): what it does with each
+/// record, in order, and when a refusal sets one record aside or blocks them all.
+@Suite("SpoolReplayer with the store double")
+struct SpoolReplayerTests {
+    static let clientIDs: Set<String> = ["com.example.app0", "com.example.app1"]
+
+    func replayer(_ directory: String, _ store: NotificationStoreDouble, metrics: ServerMetrics = ServerMetrics())
+        throws -> (SpoolReplayer, NotificationSpool, SpoolRejectedStore)
+    {
+        let spool = try NotificationSpool(directory: directory)
+        let rejected = try SpoolRejectedStore(spoolDirectory: directory)
+        let replayer = SpoolReplayer(
+            spool: spool, rejected: rejected, store: store, metrics: metrics, clientIDs: Self.clientIDs,
+            clock: .system)
+        return (replayer, spool, rejected)
+    }
+
+    @Test("records reach the store in the order they were spooled, each step counted by outcome")
+    func appliesInOrder() throws {
+        try withSpoolDirectory { directory in
+            let store = NotificationStoreDouble()
+            store.answer(.outcome(.duplicate), forTokenID: "t2")
+            let (replayer, spool, _) = try replayer(directory, store)
+            for index in 1...5 { try spool.append(spoolNotification(index)) }
+
+            let report = replayer.replayOnce()
+            #expect(store.applied == ["t1", "t2", "t3", "t4", "t5"])
+            #expect(report.taken == 5)
+            #expect(report.count(.stored(.applied)) == 4)
+            #expect(report.count(.stored(.duplicate)) == 1)
+            #expect(report.count(.rejected) == 0)
+            #expect(report.isComplete)
+            #expect(spool.depth == 0)
+            #expect(replayer.blockedReason == nil)
+        }
+    }
+
+    @Test("a refusal about one record keeps it in rejected/ and the records after it are applied")
+    func refusalAboutTheRecordSetsItAside() throws {
+        try withSpoolDirectory { directory in
+            let store = NotificationStoreDouble()
+            store.answer(
+                .refused(RedisError(.serverError, RedisError.userKeyWrongTypeReply)), forTokenID: "t2")
+            let metrics = ServerMetrics()
+            let (replayer, spool, rejected) = try replayer(directory, store, metrics: metrics)
+            for index in 1...3 { try spool.append(spoolNotification(index)) }
+
+            let report = replayer.replayOnce()
+            #expect(store.applied == ["t1", "t3"])
+            #expect(report.taken == 3)
+            #expect(report.count(.rejected) == 1)
+            #expect(report.count(.stored(.applied)) == 2)
+            #expect(report.isComplete)
+            #expect(spool.depth == 0)
+            #expect(replayer.blockedReason == nil)
+            let kept = try FileManager.default.contentsOfDirectory(atPath: rejected.directory)
+            #expect(kept.count == 1)
+            #expect(kept.first?.hasSuffix("wrongtype.log") == true, "\(kept)")
+            let rendered = metrics.render(spoolDepth: 0, jwksAgeSeconds: nil, jwksRefreshFailures: 0, jwksKeys: 0)
+            #expect(rendered.contains("siwa_spool_rejected_total 1\n"))
+            #expect(rendered.contains("siwa_spool_replayed_total 2\n"))
+        }
+    }
+
+    @Test("a refusal about the deployment keeps every record queued, in order, and blocks the replay, named")
+    func refusalAboutTheDeploymentBlocks() throws {
+        try withSpoolDirectory { directory in
+            let store = NotificationStoreDouble()
+            store.answer(
+                .refused(RedisError(.serverError, "NOPERM this user has no permissions to run the 'evalsha' command")),
+                forTokenID: "t2")
+            let (replayer, spool, rejected) = try replayer(directory, store)
+            for index in 1...3 { try spool.append(spoolNotification(index)) }
+
+            let report = replayer.replayOnce()
+            #expect(store.applied == ["t1"])
+            #expect(report.taken == 1)
+            #expect(report.count(.rejected) == 0)
+            #expect(!report.isComplete)
+            #expect(spool.depth == 2)
+            #expect(try FileManager.default.contentsOfDirectory(atPath: rejected.directory).isEmpty)
+            #expect(replayer.blockedReason?.hasPrefix("Redis refuses the spooled records (NOPERM)") == true)
+
+            // The cause is fixed: the next pass takes the same record first, then the rest.
+            store.answer(.outcome(.applied), forTokenID: "t2")
+            let resumed = replayer.replayOnce()
+            #expect(store.applied == ["t1", "t2", "t3"])
+            #expect(resumed.isComplete)
+            #expect(spool.depth == 0)
+            #expect(replayer.blockedReason == nil)
+        }
+    }
+}
