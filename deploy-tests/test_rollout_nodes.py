@@ -1,0 +1,187 @@
+"""scripts/rollout on the nodes layout (nginx/siwa-endpoint-upstream-nodes.conf): two
+real `siwa-endpoint serve` nodes (--manager direct), a real redis-server, nginx rendered
+from the shipped files (TLS on loopback). The test client stands in for Apple. Each
+release is a small wrapper script that runs the same binary: a distinct file, so a
+distinct release, and the same code."""
+
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+
+from deploy_harness import NGINX_DIR
+from rollout_stack import RolloutStack, find_binary, process_alive, wait_for
+
+NODES_FILE = NGINX_DIR / "siwa-endpoint-upstream-nodes.conf"
+NODES = ("node-1", "node-2")
+
+
+def release_of(directory, binary, name, prefix=""):
+    """A release: a script that runs `binary` (with `prefix` settings in its environment)."""
+    path = directory / name
+    path.write_text(f"#!/bin/sh\n# {name}\n{prefix}exec {binary} \"$@\"\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture(scope="module")
+def binary():
+    return find_binary()
+
+
+@pytest.fixture(scope="module")
+def stack(workdir, binary, rsa_cert):
+    nodes_stack = RolloutStack(workdir / "rollout-nodes", binary, *rsa_cert)
+    try:
+        # The shipped nodes upstream file, with this stack's socket directory.
+        upstream = NODES_FILE.read_text().replace("unix:/run/siwa-endpoint/", f"unix:{nodes_stack.socket_dir}/")
+        assert all(f"unix:{nodes_stack.socket(node)} " in upstream for node in NODES), upstream
+        nodes_stack.upstream_file.write_text(upstream)
+        first = nodes_stack.rollout(release_of(workdir, binary, "release-a"))
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert "nodes layout: node-1 node-2" in first.stdout
+        assert all(process_alive(nodes_stack.pid(node)) for node in NODES)
+        yield nodes_stack
+    finally:
+        nodes_stack.stop()
+
+
+def links(stack):
+    return {name: os.readlink(stack.lib_dir / f"current-{name}") for name in (*NODES, "live")}
+
+
+def served(stack, node):
+    return sum(1 for line in stack.log_lines(node) if line.get("path") == "/apple/notifications")
+
+
+def test_nodes_rollout_under_traffic_answers_every_notification_and_loses_none(stack, workdir, binary):
+    old_pids = {node: stack.pid(node) for node in NODES}
+    old_release = links(stack)["live"]
+    stream_before = stack.stream_length()
+    served_before = {node: served(stack, node) for node in NODES}
+
+    # A paced stream (3 threads, 10 a second each, a fresh TLS connection each) that
+    # starts before the rollout and goes on until after it, as the slot rollout's test.
+    threads, interval, minimum, after, most = 3, 0.1, 300, 10, 3000
+    subs, bodies = stack.sign_count(f"000{int(time.time())}.nodesrollout", most)
+    answers = [None] * most
+    answered_at = [None] * most
+    errors = []
+    lock = threading.Lock()
+    sent = []
+    rollout_done = threading.Event()
+
+    def client(offset):
+        start = time.monotonic()
+        answered_after = 0
+        for number, index in enumerate(range(offset, most, threads)):
+            with lock:
+                if rollout_done.is_set() and answered_after >= after and len(sent) >= minimum:
+                    return
+                sent.append(index)
+            delay = start + number * interval - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)  # pacing: a steady stream, not a wait for an event
+            try:
+                answers[index] = stack.post(bodies[index])
+                answered_at[index] = time.monotonic()
+            except Exception as error:  # a dropped connection is a failure too
+                errors.append(f"{subs[index]}: {error!r}")
+            if rollout_done.is_set():
+                answered_after += 1
+
+    workers = [threading.Thread(target=client, args=(offset,)) for offset in range(threads)]
+    for worker in workers:
+        worker.start()
+    wait_for(lambda: errors or sum(moment is not None for moment in answered_at) >= 30, 60)
+    assert sum(moment is not None for moment in answered_at) >= 30, errors[:5]
+    rollout_started = time.monotonic()
+    result = stack.rollout(release_of(workdir, binary, "release-b"), timeout=180)
+    rollout_finished = time.monotonic()
+    rollout_done.set()
+    for worker in workers:
+        worker.join(timeout=120)
+    assert not any(worker.is_alive() for worker in workers)
+    indexes = sorted(sent)
+    count = len(indexes)
+    subs = [subs[index] for index in indexes]
+    answers = [answers[index] for index in indexes]
+    moments = [answered_at[index] for index in indexes if answered_at[index] is not None]
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert errors == []
+    non_2xx = [(subs[i], answer) for i, answer in enumerate(answers) if answer is None or not 200 <= answer[0] < 300]
+    assert non_2xx == []
+    assert [answer[1] for answer in answers] == [{"status": "applied"}] * count
+    assert any(moment < rollout_started for moment in moments)
+    assert any(moment > rollout_finished for moment in moments)
+
+    # Every notification answered is in Redis, once.
+    assert [sub for sub in subs if not stack.user_exists(sub)] == []
+    assert stack.stream_length() - stream_before == count
+    assert sum(served(stack, node) - served_before[node] for node in NODES) == count
+
+    # Each node was taken out of nginx, drained, stopped, and runs the new release.
+    new = links(stack)
+    assert new["live"] != old_release and new["live"].startswith("releases/")
+    assert new["node-1"] == new["node-2"] == new["live"]
+    assert os.readlink(stack.lib_dir / "current-previous") == old_release
+    for node in NODES:
+        assert wait_for(lambda: not process_alive(old_pids[node]), 30)
+        assert stack.pid(node) != old_pids[node] and process_alive(stack.pid(node))
+        assert f"nginx no longer sends to {node}" in result.stdout
+        assert f"spool depth of {node}: 0" in result.stdout
+        assert stack.spool_status(node)["depth"] == 0
+    # One node at a time: node-2 was taken out only once node-1 served the new release.
+    assert result.stdout.index("node-1 serves release") < result.stdout.index("nginx no longer sends to node-2")
+    server_lines = [line.strip() for line in stack.upstream_file.read_text().splitlines()
+                    if line.strip().startswith("server ")]
+    assert server_lines == [f"server unix:{stack.socket(node)} max_fails=1 fail_timeout=5s;" for node in NODES]
+    # Both nodes serve after the rollout.
+    after_rollout = {node: served(stack, node) for node in NODES}
+    for index in range(20):
+        sub = f"000{int(time.time())}.nodesafter.{index}"
+        assert stack.post(stack.sign(sub)) == (200, {"status": "applied"})
+    assert all(served(stack, node) > after_rollout[node] for node in NODES)
+
+
+def test_a_node_failing_its_health_check_stops_the_rollout_and_goes_back(stack, workdir, binary):
+    # Serves, but cannot reach Redis (the environment wins over the env file): /healthz 503.
+    unhealthy = release_of(workdir, binary, "release-unhealthy", "SIWA_REDIS_URL=redis://127.0.0.1:1/0 ")
+    before_links = links(stack)
+    before_upstream = stack.upstream_file.read_bytes()
+    node2_pid = stack.pid("node-2")
+    result = stack.rollout(unhealthy, "--health-timeout", "3", timeout=180)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "node-1 was not healthy within 3s" in result.stdout
+    assert f"rollout stopped at node-1: it is back on {before_links['node-1']} and serves" in result.stderr
+    assert "nginx no longer sends to node-2" not in result.stdout
+    assert links(stack) == before_links
+    assert stack.upstream_file.read_bytes() == before_upstream
+    assert stack.pid("node-2") == node2_pid and process_alive(node2_pid)
+    assert process_alive(stack.pid("node-1"))
+    sub = f"000{int(time.time())}.nodesback"
+    assert stack.post(stack.sign(sub)) == (200, {"status": "applied"})
+    assert stack.user_exists(sub)
+
+
+def test_rollback_rolls_the_previous_release_out_node_by_node(stack):
+    before = links(stack)
+    previous = os.readlink(stack.lib_dir / "current-previous")
+    assert previous != before["live"]
+    # --rollback takes no --binary (rollout_args passes one: it is dropped).
+    args = stack.rollout_args()
+    at = args.index("--binary")
+    del args[at:at + 2]
+    result = subprocess.run([*args, "--rollback"], capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"rolling back to {previous}" in result.stdout
+    after = links(stack)
+    assert after["node-1"] == after["node-2"] == after["live"] == previous
+    assert os.readlink(stack.lib_dir / "current-previous") == before["live"]
+    for node in NODES:
+        assert f"nginx no longer sends to {node}" in result.stdout
+    sub = f"000{int(time.time())}.nodesrolledback"
+    assert stack.post(stack.sign(sub)) == (200, {"status": "applied"})
