@@ -61,6 +61,8 @@ def test_nodes_rollout_under_traffic_answers_every_notification_and_loses_none(s
     old_release = links(stack)["live"]
     stream_before = stack.stream_length()
     served_before = {node: served(stack, node) for node in NODES}
+    error_log = stack.nginx.log_dir / "siwa-endpoint.error.log"
+    error_log_before = error_log.stat().st_size if error_log.exists() else 0
 
     # A paced stream (3 threads, 10 a second each, a fresh TLS connection each) that
     # starts before the rollout and goes on until after it, as the slot rollout's test.
@@ -134,6 +136,12 @@ def test_nodes_rollout_under_traffic_answers_every_notification_and_loses_none(s
         assert f"nginx no longer sends to {node}" in result.stdout
         assert f"spool depth of {node}: 0" in result.stdout
         assert stack.spool_status(node)["depth"] == 0
+    # nginx never tried a node while it was stopped: it had been taken out first (a try
+    # would be logged as a failed connect() to its socket, then passed to the other node).
+    with open(error_log, "rb") as log:
+        log.seek(error_log_before)
+        new_errors = log.read().decode(errors="replace")
+    assert [line for line in new_errors.splitlines() if any(str(stack.socket(node)) in line for node in NODES)] == []
     # One node at a time: node-2 was taken out only once node-1 served the new release.
     assert result.stdout.index("node-1 serves release") < result.stdout.index("nginx no longer sends to node-2")
     server_lines = [line.strip() for line in stack.upstream_file.read_text().splitlines()
