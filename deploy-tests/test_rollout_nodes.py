@@ -4,7 +4,11 @@ from the shipped files (TLS on loopback). The test client stands in for Apple. E
 release is a small wrapper script that runs the same binary: a distinct file, so a
 distinct release, and the same code."""
 
+import http.client
+import json
 import os
+import signal
+import ssl
 import subprocess
 import threading
 import time
@@ -15,6 +19,8 @@ from deploy_harness import NGINX_DIR
 from rollout_stack import RolloutStack, find_binary, process_alive, wait_for
 
 NODES_FILE = NGINX_DIR / "siwa-endpoint-upstream-nodes.conf"
+NODE_HEALTH_FILE = NGINX_DIR / "siwa-endpoint-node-health.conf"
+ALLOW_FILE = NGINX_DIR / "siwa-endpoint-health-allow.conf"
 NODES = ("node-1", "node-2")
 
 
@@ -193,3 +199,71 @@ def test_rollback_rolls_the_previous_release_out_node_by_node(stack):
         assert f"nginx no longer sends to {node}" in result.stdout
     sub = f"000{int(time.time())}.nodesrolledback"
     assert stack.post(stack.sign(sub)) == (200, {"status": "applied"})
+
+
+# ---- Health of one node, and of the host for a load balancer --------------------------
+
+def get(stack, path, source="127.0.0.1"):
+    """GET through nginx over TLS from a loopback source address: (status, body)."""
+    context = ssl.create_default_context(cafile=str(stack.ca_cert))
+    connection = http.client.HTTPSConnection("localhost", stack.nginx.https_port, context=context, timeout=15,
+                                             source_address=(source, 0))
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def reload_nginx(stack, until):
+    """Reloads nginx and waits until `until()` holds (the new workers answer)."""
+    subprocess.run(stack.nginx.nginx_args("-s", "reload"), check=True, capture_output=True, timeout=30)
+    assert wait_for(until, 30, 0.2)
+
+
+def test_a_node_and_the_host_are_checked_through_nginx(stack):
+    # The shipped per-node locations, with this stack's sockets; no allow list yet.
+    node_health = NODE_HEALTH_FILE.read_text().replace("unix:/run/siwa-endpoint/", f"unix:{stack.socket_dir}/")
+    assert all(f"unix:{stack.socket(node)};" in node_health for node in NODES), node_health
+    (stack.nginx.conf_dir / "siwa-endpoint-node-health.conf").write_text(node_health)
+    reload_nginx(stack, lambda: get(stack, "/healthz/node-1")[0] == 200)
+
+    for node in NODES:
+        status, body = get(stack, f"/healthz/{node}")
+        assert status == 200 and json.loads(body)["status"] == "ok", body
+    assert get(stack, "/healthz/balancer") == (200, b"healthy\n")
+    # Another address (127.0.0.2 stands for a load balancer on another host): refused
+    # everywhere until the allow list names it.
+    for path in ("/healthz", "/healthz/node-1", "/healthz/balancer", "/healthz/any-node"):
+        assert get(stack, path, source="127.0.0.2")[0] in (403, 404), path
+    assert get(stack, "/healthz/balancer", source="127.0.0.2")[0] == 403
+
+    allow = ALLOW_FILE.read_text() + "allow 127.0.0.2;\n"
+    (stack.nginx.conf_dir / "siwa-endpoint-health-allow.conf").write_text(allow)
+    reload_nginx(stack, lambda: get(stack, "/healthz/balancer", source="127.0.0.2")[0] == 200)
+    assert get(stack, "/healthz/balancer", source="127.0.0.2") == (200, b"healthy\n")
+    assert get(stack, "/healthz", source="127.0.0.2")[0] == 403
+    assert get(stack, "/healthz/node-1", source="127.0.0.2")[0] == 403
+    assert get(stack, "/healthz/any-node", source="127.0.0.2")[0] == 404
+
+    # node-2 stopped: its own check says so, the host's still says healthy (node-1 is).
+    node2 = stack.pid("node-2")
+    os.kill(node2, signal.SIGTERM)
+    assert wait_for(lambda: not process_alive(node2), 30)
+    assert get(stack, "/healthz/node-2")[0] == 502
+    assert get(stack, "/healthz/node-1")[0] == 200
+    for _ in range(4):
+        assert get(stack, "/healthz/balancer", source="127.0.0.2") == (200, b"healthy\n")
+    # Both stopped: unhealthy, one word.
+    node1 = stack.pid("node-1")
+    os.kill(node1, signal.SIGTERM)
+    assert wait_for(lambda: not process_alive(node1), 30)
+    assert get(stack, "/healthz/balancer", source="127.0.0.2") == (503, b"unhealthy\n")
+    assert get(stack, "/healthz/node-1")[0] == 502
+
+    # A rollout starts stopped nodes again (nothing to take out of nginx first).
+    result = stack.rollout(None, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "node-1 was not running" in result.stdout and "node-2 was not running" in result.stdout
+    assert get(stack, "/healthz/balancer", source="127.0.0.2") == (200, b"healthy\n")
