@@ -7,6 +7,7 @@ distinct release, and the same code."""
 import http.client
 import json
 import os
+import pathlib
 import signal
 import ssl
 import subprocess
@@ -216,9 +217,25 @@ def get(stack, path, source="127.0.0.1"):
         connection.close()
 
 
+def nginx_workers(stack):
+    master = stack.nginx.pid_file.read_text().strip()
+    workers = set()
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if fields[1] == master:
+            workers.add(int(stat.parent.name))
+    return workers
+
+
 def reload_nginx(stack, until):
-    """Reloads nginx and waits until `until()` holds (the new workers answer)."""
+    """Reloads nginx, waits for the old workers to exit (none answers with the old
+    configuration any more), then until `until()` holds."""
+    old = nginx_workers(stack)
     subprocess.run(stack.nginx.nginx_args("-s", "reload"), check=True, capture_output=True, timeout=30)
+    assert wait_for(lambda: not any(process_alive(pid) for pid in old), 30, 0.1)
     assert wait_for(until, 30, 0.2)
 
 
