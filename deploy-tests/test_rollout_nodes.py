@@ -284,3 +284,21 @@ def test_a_node_and_the_host_are_checked_through_nginx(stack):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "node-1 was not running" in result.stdout and "node-2 was not running" in result.stdout
     assert get(stack, "/healthz/balancer", source="127.0.0.2") == (200, b"healthy\n")
+
+
+def test_installed_mode_restarts_each_node_on_the_installed_binary(stack, workdir, binary):
+    # The package's switch (`rollout --installed`, run by its postinst on an upgrade):
+    # no release, no link; each node restarted on the installed binary, one by one.
+    before = links(stack)
+    old_pids = {node: stack.pid(node) for node in NODES}
+    installed = release_of(workdir, binary, "installed-binary", "RELEASE_MARK=installed ")
+    result = stack.rollout(installed, "--installed", timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert links(stack) == before
+    for node in NODES:
+        assert f"nginx no longer sends to {node}" in result.stdout
+        pid = stack.pid(node)
+        assert pid != old_pids[node] and process_alive(pid)
+        assert b"RELEASE_MARK=installed" in pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    sub = f"000{int(time.time())}.nodesinstalled"
+    assert stack.post(stack.sign(sub)) == (200, {"status": "applied"})
