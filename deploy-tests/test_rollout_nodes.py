@@ -8,6 +8,7 @@ import http.client
 import json
 import os
 import pathlib
+import queue
 import signal
 import ssl
 import subprocess
@@ -17,7 +18,7 @@ import time
 import pytest
 
 from deploy_harness import NGINX_DIR
-from rollout_stack import RolloutStack, find_binary, process_alive, wait_for
+from rollout_stack import RedisGate, RolloutStack, find_binary, process_alive, wait_for
 
 NODES_FILE = NGINX_DIR / "siwa-endpoint-upstream-nodes.conf"
 NODE_HEALTH_FILE = NGINX_DIR / "siwa-endpoint-node-health.conf"
@@ -302,3 +303,66 @@ def test_installed_mode_restarts_each_node_on_the_installed_binary(stack, workdi
         assert b"RELEASE_MARK=installed" in pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     sub = f"000{int(time.time())}.nodesinstalled"
     assert stack.post(stack.sign(sub)) == (200, {"status": "applied"})
+
+
+def test_a_nodes_spool_is_drained_before_the_node_stops(stack, workdir, binary):
+    # node-1 reaches Redis only through a gate the test holds (a wrapper that sets the
+    # Redis URL for node-1's socket only: the environment wins over the env file); node-2
+    # goes straight, so it stays healthy and node-1 may be taken out. Gate shut, node-1
+    # answers `200 spooled`; the gate opens only once the rollout says it waits.
+    gate = RedisGate(stack.redis.port)
+    try:
+        gated = workdir / "gated-node-1"
+        gated.write_text("#!/bin/sh\n"
+                         f"case \"$SIWA_FCGI_SOCKET\" in *node-1.sock) export SIWA_REDIS_URL={gate.url} ;; esac\n"
+                         f"exec {binary} \"$@\"\n")
+        gated.chmod(0o755)
+        onto_gate = stack.rollout(gated, timeout=180)
+        assert onto_gate.returncode == 0, onto_gate.stdout + onto_gate.stderr
+        assert gate.relayed > 0
+        node1 = stack.pid("node-1")
+
+        gate.shut()
+        subs, bodies = stack.sign_count(f"000100.nodedrain{time.time_ns()}", 16)
+        stream_before = stack.stream_length()
+        answers = [stack.post(body) for body in bodies]
+        assert {answer[0] for answer in answers} == {200}
+        spooled = [sub for sub, answer in zip(subs, answers) if answer[1] == {"status": "spooled"}]
+        applied = [sub for sub, answer in zip(subs, answers) if answer[1] == {"status": "applied"}]
+        assert len(spooled) + len(applied) == len(subs) and spooled, answers
+        assert stack.spool_status("node-1")["depth"] == len(spooled)
+        assert not any(stack.user_exists(sub) for sub in spooled)
+
+        rollout = subprocess.Popen(stack.rollout_args(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in rollout.stdout] + [lines.put(None)],
+                         daemon=True).start()
+        seen = []
+        waiting = f"node-1 holds {len(spooled)} spooled notifications: waiting"
+        try:
+            deadline = time.monotonic() + 90
+            while not any(waiting in line for line in seen):
+                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+                assert line is not None, "the rollout ended without waiting for the spool:\n" + "".join(seen)
+                seen.append(line)
+            assert process_alive(node1)
+            assert not any(stack.user_exists(sub) for sub in spooled)
+            gate.open()
+            rollout.wait(timeout=120)
+            while (line := lines.get(timeout=10)) is not None:
+                seen.append(line)
+        finally:
+            if rollout.poll() is None:
+                rollout.kill()
+                rollout.wait(timeout=10)
+        output = "".join(seen)
+        assert rollout.returncode == 0, output
+        assert "spool depth of node-1: 0" in output
+        assert not process_alive(node1)
+        stream = stack.stream_subs()
+        assert [stream.count(sub) for sub in subs] == [1] * len(subs)
+        assert stack.stream_length() - stream_before == len(subs)
+        status = stack.spool_status("node-1")
+        assert (status["depth"], status["set_aside"], status["torn_files"]) == (0, 0, 0)
+    finally:
+        gate.stop()
