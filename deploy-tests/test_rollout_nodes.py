@@ -366,3 +366,42 @@ def test_a_nodes_spool_is_drained_before_the_node_stops(stack, workdir, binary):
         assert (status["depth"], status["set_aside"], status["torn_files"]) == (0, 0, 0)
     finally:
         gate.stop()
+
+
+def node_healthy(binary, stack, node):
+    return subprocess.run([str(binary), "status", "--socket", str(stack.socket(node)), "--timeout", "5"],
+                          capture_output=True, timeout=30).returncode == 0
+
+
+def test_no_node_is_taken_out_while_no_other_node_is_healthy(stack, workdir, binary):
+    # node-2 runs but is unhealthy (its way to Redis, through a gate, shut): node-1 (the
+    # first running node) must not be taken out, since nothing healthy would be left.
+    gate = RedisGate(stack.redis.port)
+    try:
+        gated = workdir / "gated-node-2"
+        gated.write_text("#!/bin/sh\n"
+                         f"case \"$SIWA_FCGI_SOCKET\" in *node-2.sock) export SIWA_REDIS_URL={gate.url} ;; esac\n"
+                         f"exec {binary} \"$@\"\n")
+        gated.chmod(0o755)
+        onto_gate = stack.rollout(gated, timeout=180)
+        assert onto_gate.returncode == 0, onto_gate.stdout + onto_gate.stderr
+        gate.shut()
+        assert wait_for(lambda: not node_healthy(binary, stack, "node-2"), 30, 0.2)
+        before_links = links(stack)
+        before_upstream = stack.upstream_file.read_bytes()
+        pids = {node: stack.pid(node) for node in NODES}
+        result = stack.rollout(release_of(workdir, binary, "release-c"), timeout=180)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "no node but node-1 is healthy: taking node-1 out would leave none" in result.stderr
+        assert {node: stack.pid(node) for node in NODES} == pids
+        assert all(process_alive(pid) for pid in pids.values())
+        assert links(stack) == before_links
+        assert stack.upstream_file.read_bytes() == before_upstream
+        gate.open()
+        assert wait_for(lambda: node_healthy(binary, stack, "node-2"), 30, 0.2)
+        # Healthy again: a rollout onto the plain binary goes through, off the gate.
+        again = stack.rollout(timeout=180)
+        assert again.returncode == 0, again.stdout + again.stderr
+    finally:
+        gate.stop()
+    assert all(node_healthy(binary, stack, node) for node in NODES)
