@@ -387,6 +387,9 @@ def test_no_node_is_taken_out_while_no_other_node_is_healthy(stack, workdir, bin
         assert onto_gate.returncode == 0, onto_gate.stdout + onto_gate.stderr
         gate.shut()
         assert wait_for(lambda: not node_healthy(binary, stack, "node-2"), 30, 0.2)
+        # The host is healthy while one node is: nginx asks the next node on a 503.
+        for _ in range(6):
+            assert get(stack, "/healthz/balancer") == (200, b"healthy\n")
         before_links = links(stack)
         before_upstream = stack.upstream_file.read_bytes()
         pids = {node: stack.pid(node) for node in NODES}
