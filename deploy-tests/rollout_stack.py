@@ -285,7 +285,8 @@ class RolloutStack:
 
     # ---- Teardown ----------------------------------------------------------------------
     def stop_slots(self):
-        for slot in ("blue", "green"):
+        slots = sorted(path.name[:-len(".pid")] for path in self.state_dir.glob("*.pid"))
+        for slot in slots:
             pid = self.pid(slot)
             if pid is None:
                 continue

@@ -284,6 +284,29 @@ def test_nginx_refusing_the_new_upstream_rolls_back(stack, workdir):
     assert_rolled_back(stack, result, *before)
 
 
+def test_rollback_rolls_out_the_release_served_before(stack, workdir, binary):
+    before = os.readlink(stack.lib_dir / "current-live")
+    other = workdir / "release-to-roll-back"
+    other.write_text(f"#!/bin/sh\n# another release\nexec {binary} \"$@\"\n")
+    other.chmod(0o755)
+    onto_other = stack.rollout(other)
+    assert onto_other.returncode == 0, onto_other.stdout + onto_other.stderr
+    other_release = os.readlink(stack.lib_dir / "current-live")
+    assert other_release != before
+    assert os.readlink(stack.lib_dir / "current-previous") == before
+
+    args = stack.rollout_args()
+    at = args.index("--binary")
+    del args[at:at + 2]  # --rollback takes no --binary
+    result = subprocess.run([*args, "--rollback"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"rolling back to {before}" in result.stdout
+    assert os.readlink(stack.lib_dir / "current-live") == before
+    assert os.readlink(stack.lib_dir / f"current-{stack.upstream_slot()}") == before
+    assert os.readlink(stack.lib_dir / "current-previous") == other_release
+    assert notification_lands(stack, f"000{int(time.time())}.rolledback")
+
+
 def test_rollout_keeps_the_newest_five_releases(stack):
     # Six older releases (names sort by time: year 2000 is older than any real one).
     releases = stack.lib_dir / "releases"
