@@ -8,6 +8,7 @@ import tempfile
 
 import pytest
 
+from deploy_harness import REPO
 from test_package_systemd import package_path
 
 DOCUMENTED_SIZE_LIMIT = 25 * 1024 * 1024
@@ -91,8 +92,12 @@ def test_the_layout_follows_debian(unpacked):
     for text in ("usr/share/doc/siwa-endpoint/copyright", "usr/share/doc/siwa-endpoint/changelog.Debian.gz",
                  "usr/share/siwa-endpoint/scripts/rollout", "usr/share/siwa-endpoint/scripts/lib/release.sh",
                  "usr/share/siwa-endpoint/examples/python/siwa_state.py",
-                 "usr/share/siwa-endpoint/prometheus/siwa-endpoint-rules.yml"):
+                 "usr/share/siwa-endpoint/prometheus/siwa-endpoint-rules.yml",
+                 "usr/share/doc/siwa-endpoint/README.md.gz"):
         assert text in files
+    # The README links to its pages in docs/: they ship beside it.
+    for page in sorted((REPO / "docs").glob("*.md")):
+        assert f"usr/share/doc/siwa-endpoint/docs/{page.name}.gz" in files, page.name
     service = (unpacked / "lib/systemd/system/siwa-endpoint@.service").read_text()
     reconcile = (unpacked / "lib/systemd/system/siwa-endpoint-reconcile.service").read_text()
     assert [line for line in service.splitlines() if line.startswith("Exec")] == [

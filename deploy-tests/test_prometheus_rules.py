@@ -1,6 +1,6 @@
 """The shipped Prometheus alert rules (deploy/prometheus): promtool checks them and runs
 their unit tests; every alert has a case that fires and one that does not, uses only
-metrics the responder exports, and is explained in the README's Operations section."""
+metrics the responder exports, and is explained in the Operations section of docs/operations.md."""
 
 import re
 import shutil
@@ -59,15 +59,15 @@ def test_rules_use_only_metrics_the_responder_exports():
     assert used and used <= exported, used - exported
 
 
-def test_each_summary_says_what_to_do_and_points_at_the_readme():
-    readme = (REPO / "README.md").read_text()
-    operations = readme.split("\n## Operations\n", 1)[1].split("\n## ", 1)[0]
+def test_each_summary_says_what_to_do_and_points_at_the_operations_page():
+    page = (REPO / "docs/operations.md").read_text()
+    operations = page.split("\n## Operations\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.split(r"\n      - alert: ", RULES.read_text())[1:]
     assert len(blocks) == len(alert_names())
     for block in blocks:
         name = block.split("\n", 1)[0]
-        assert f"(README: Operations, {name})." in " ".join(block.split()), name  # YAML folds lines
-        assert f"`{name}`" in operations, f"the README's Operations section does not explain {name}"
+        assert f"(docs/operations.md: Operations, {name})." in " ".join(block.split()), name  # YAML folds lines
+        assert f"`{name}`" in operations, f"the Operations section of docs/operations.md does not explain {name}"
 
 
 def test_deletion_thresholds_are_settings_of_the_file():

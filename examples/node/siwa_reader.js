@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // Reads the state siwa-endpoint writes to Redis, with node-redis (the `redis` client, v4;
-// Debian: apt-get install node-redis). Only the Redis contract is used (README, "The
+// Debian: apt-get install node-redis). Only the Redis contract is used (docs/contract.md, "The
 // Redis contract"). As a module: sessionIsValid, userState, drainDeletions, subscribeToRevocations.
 //
 //   node siwa_reader.js state --redis-url redis://127.0.0.1:6379/0 --client-id com.example.app \

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reads the state siwa-endpoint writes to Redis: what an app server asks.
 
-Only the Redis contract is used (see README, "The Redis contract"):
+Only the Redis contract is used (see docs/contract.md, "The Redis contract"):
 
     <prefix>:user:{<client_id>:<sub>}   hash, the user's state (times in Unix ms)
 

@@ -2,7 +2,7 @@
 # frozen_string_literal: true
 
 # Reads the state siwa-endpoint writes to Redis, with redis-rb (Debian: apt-get install
-# ruby-redis). Only the Redis contract is used (README, "The Redis contract"). As a
+# ruby-redis). Only the Redis contract is used (docs/contract.md, "The Redis contract"). As a
 # library: SIWAReader.session_valid?, user_state, drain_deletions, subscribe_to_revocations.
 #
 #   ruby siwa_reader.rb state --redis-url redis://127.0.0.1:6379/0 --client-id com.example.app \

@@ -1,9 +1,9 @@
 import Foundation
 import Testing
 
-/// Tests/CLAIMS.md maps README claims to tests: every test it names must exist, so the
+/// Tests/CLAIMS.md maps the claims of README.md and docs/ to tests: every test it names must exist, so the
 /// table cannot point at a test that was renamed or removed.
-@Suite("README claim table")
+@Suite("Documentation claim table")
 struct ClaimTableTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().deletingLastPathComponent()

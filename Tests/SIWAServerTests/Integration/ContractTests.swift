@@ -3,7 +3,7 @@ import SIWAJSON
 import SIWAVerification
 import Testing
 
-/// The example readers' files, the README and the machine-readable contract.
+/// The example readers' files, docs/contract.md and the machine-readable contract.
 enum ExampleFiles {
     static let packageRoot = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
@@ -15,7 +15,7 @@ enum ExampleFiles {
         try String(contentsOfFile: path(relative), encoding: .utf8)
     }
 
-    /// Every reader the README shows: Python, Node.js, Ruby.
+    /// Every reader docs/contract.md shows: Python, Node.js, Ruby.
     static let readers = [
         "examples/python/siwa_state.py", "examples/python/siwa_deletions.py", "examples/node/siwa_reader.js",
         "examples/ruby/siwa_reader.rb",
@@ -73,8 +73,8 @@ enum ExampleFiles {
     struct Failure: Error, CustomStringConvertible { let description: String }
 }
 
-/// The contract stated once (README, examples/contract.json), and checked three ways: against
-/// what the real responder writes, against the README, and against every example reader.
+/// The contract stated once (docs/contract.md, examples/contract.json), and checked three ways: against
+/// what the real responder writes, against docs/contract.md, and against every example reader.
 @Suite("The Redis contract", .serialized)
 struct ContractTests {
     @Test("what the real responder writes has exactly the contract's keys, fields, units and message members")
@@ -158,8 +158,8 @@ struct ContractTests {
     }
 
     /// The backticked names in the first column of the first table after `heading`.
-    static func tableNames(_ readme: String, after heading: String) -> Set<String> {
-        let lines = readme.components(separatedBy: "\n")
+    static func tableNames(_ contractPage: String, after heading: String) -> Set<String> {
+        let lines = contractPage.components(separatedBy: "\n")
         guard let start = lines.firstIndex(where: { $0.hasPrefix(heading) }) else { return [] }
         var names: Set<String> = []
         var inTable = false
@@ -176,16 +176,20 @@ struct ContractTests {
         return names
     }
 
-    @Test("the README states the contract's keys, hash fields, stream fields and message members")
+    @Test("docs/contract.md states the contract's keys, hash fields, stream fields and message members")
     func readmeStatesTheContract() throws {
         let contract = try ExampleFiles.Contract()
-        let readme = try ExampleFiles.text("README.md")
-        #expect(Self.tableNames(readme, after: "**`siwa:user:{<client_id>:<sub>}`**") == contract.names("user_fields"))
-        #expect(Self.tableNames(readme, after: "**`siwa:events`**") == contract.names("stream_fields"))
-        #expect(Self.tableNames(readme, after: "**Channel `siwa:notifications`**") == contract.names("message_fields"))
-        #expect(readme.contains("**`siwa:seen:{<client_id>:<sub>}:<jti>`**"))
-        #expect(readme.contains("**`siwa:deletions`**"))
-        #expect(readme.contains("`examples/contract.json`"))
+        let contractPage = try ExampleFiles.text("docs/contract.md")
+        #expect(
+            Self.tableNames(contractPage, after: "**`siwa:user:{<client_id>:<sub>}`**") == contract.names("user_fields")
+        )
+        #expect(Self.tableNames(contractPage, after: "**`siwa:events`**") == contract.names("stream_fields"))
+        #expect(
+            Self.tableNames(contractPage, after: "**Channel `siwa:notifications`**") == contract.names("message_fields")
+        )
+        #expect(contractPage.contains("**`siwa:seen:{<client_id>:<sub>}:<jti>`**"))
+        #expect(contractPage.contains("**`siwa:deletions`**"))
+        #expect(contractPage.contains("`examples/contract.json`"))
     }
 
     /// The names a reader reads from Redis: subscripts (`fields["x"]`, `fields[b"x"]`; not
@@ -226,10 +230,10 @@ struct ContractTests {
         #expect(used.contains("client_id") || reader.hasSuffix("siwa_state.py"))
     }
 
-    @Test("each code block the README marks as tested is a verbatim part of its example file")
+    @Test("each code block docs/contract.md marks as tested is a verbatim part of its example file")
     func readmeShowsTheTestedCode() throws {
-        let readme = try ExampleFiles.text("README.md")
-        let lines = readme.components(separatedBy: "\n")
+        let contractPage = try ExampleFiles.text("docs/contract.md")
+        let lines = contractPage.components(separatedBy: "\n")
         var shown: [String: Int] = [:]
         for (index, line) in lines.enumerated() where line.hasPrefix("<!-- tested: ") {
             let file = line.dropFirst("<!-- tested: ".count).replacingOccurrences(of: " -->", with: "")
@@ -240,11 +244,12 @@ struct ContractTests {
                 continue
             }
             let block = lines[(index + 2)..<end].joined(separator: "\n")
-            #expect(block.count > 80 && source.contains(block + "\n"), "the README's block differs from \(file)")
+            #expect(
+                block.count > 80 && source.contains(block + "\n"), "the block of docs/contract.md differs from \(file)")
             shown[file, default: 0] += 1
         }
         for reader in ExampleFiles.readers {
-            #expect(shown[reader, default: 0] >= 1, "the README shows no tested code of \(reader)")
+            #expect(shown[reader, default: 0] >= 1, "docs/contract.md shows no tested code of \(reader)")
         }
     }
 }

@@ -3,7 +3,7 @@ import SIWAServer
 import Synchronization
 import Testing
 
-/// The README's Node.js (node-redis) and Ruby (redis-rb) readers, run against state the real
+/// The Node.js (node-redis) and Ruby (redis-rb) readers of docs/contract.md, run against state the real
 /// responder wrote: the same cases as the Python reader's, plus the channel subscription.
 @Suite("Node.js and Ruby readers of the Redis contract", .serialized)
 struct ExampleReaderTests {

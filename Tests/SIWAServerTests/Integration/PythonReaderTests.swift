@@ -3,7 +3,7 @@ import SIWAJSON
 import SIWAVerification
 import Testing
 
-/// The README's Python reader (redis-py), run against state the real responder wrote:
+/// The Python reader (redis-py) of docs/contract.md, run against state the real responder wrote:
 /// "is this session still valid?" answered from the Redis contract alone.
 @Suite("Python reader of the Redis contract", .serialized)
 struct PythonReaderTests {
@@ -37,7 +37,7 @@ struct PythonReaderTests {
         }
     }
 
-    /// Runs one of the README's Python examples and returns its standard output.
+    /// Runs one of the Python examples of docs/contract.md and returns its standard output.
     func run(_ arguments: [String]) throws -> Data {
         let run = try CommandRun.run(URL(fileURLWithPath: Self.python), arguments)
         #expect(run.status == 0, "the reader failed (is redis-py installed?): \(run.errors)")

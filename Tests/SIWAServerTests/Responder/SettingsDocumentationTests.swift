@@ -2,7 +2,7 @@ import Foundation
 import SIWAServer
 import Testing
 
-/// The README's settings table and `deploy/env.example` say what the settings table in
+/// The settings table of docs/settings.md and `deploy/env.example` say what the settings table in
 /// `ServerConfiguration.settings` says: the same names, the same defaults.
 @Suite("Settings documentation agrees with the settings table")
 struct SettingsDocumentationTests {
@@ -10,29 +10,31 @@ struct SettingsDocumentationTests {
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent()
 
-    /// The README's default cell as the table would render it.
+    /// The default cell of docs/settings.md as the table would render it.
     static func readmeDefault(_ setting: Setting) -> String {
         guard let value = setting.defaultValue else { return "**required**" }
         return setting.isLiteralDefault ? "`\(value)`" : value
     }
 
-    @Test("the README settings table: one row per setting, with its default")
+    @Test("the settings table of docs/settings.md: one row per setting, with its default")
     func readme() throws {
         let text = try String(
-            contentsOf: Self.repository.appendingPathComponent("README.md"), encoding: .utf8)
+            contentsOf: Self.repository.appendingPathComponent("docs/settings.md"), encoding: .utf8)
         var rows: [String: String] = [:]
         for line in text.split(separator: "\n") where line.hasPrefix("| `SIWA_") {
             let cells = line.split(separator: "|", omittingEmptySubsequences: false)
                 .map { $0.trimmingCharacters(in: .whitespaces) }
             guard cells.count >= 4 else { continue }
             let name = cells[1].trimmingCharacters(in: CharacterSet(charactersIn: "`"))
-            #expect(rows[name] == nil, "\(name) is in the README table twice")
+            #expect(rows[name] == nil, "\(name) is in the docs/settings.md table twice")
             rows[name] = cells[2]
         }
         let table = ServerConfiguration.settings
-        #expect(Set(rows.keys) == Set(table.map(\.name)), "README rows and the settings table name different settings")
+        #expect(
+            Set(rows.keys) == Set(table.map(\.name)),
+            "docs/settings.md rows and the settings table name different settings")
         for setting in table {
-            #expect(rows[setting.name] == Self.readmeDefault(setting), "README default of \(setting.name)")
+            #expect(rows[setting.name] == Self.readmeDefault(setting), "docs/settings.md default of \(setting.name)")
         }
     }
 

@@ -2,7 +2,7 @@ import Foundation
 import SIWAServer
 import Testing
 
-/// The README recommends Redis' own `min-replicas-to-write` on replicated data nodes: a
+/// docs/deployment.md recommends Redis' own `min-replicas-to-write` on replicated data nodes: a
 /// primary without enough replicas refuses writes with `NOREPLICAS`. The endpoint must
 /// treat that as an outage (spool, answer 200 `spooled`, replay later), never as a refusal
 /// of the record. A real redis-server with `min-replicas-to-write 1` and no replica.

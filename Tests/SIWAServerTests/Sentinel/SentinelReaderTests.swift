@@ -3,7 +3,7 @@ import Glibc
 import SIWAServer
 import Testing
 
-/// The README's Python examples with a Sentinel configuration (redis-py's `Sentinel`),
+/// The Python examples of docs/contract.md with a Sentinel configuration (redis-py's `Sentinel`),
 /// run across a real failover: the session check answers from the new primary, the
 /// deletion-queue consumer group resumes without losing an entry, and a pub/sub
 /// subscriber reconnects and keeps receiving.
