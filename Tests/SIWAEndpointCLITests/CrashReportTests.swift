@@ -5,8 +5,7 @@ import Testing
     import Glibc
 #endif
 
-/// A crash of the real binary under the shipped units' `SWIFT_BACKTRACE` prints where it
-/// crashed and no memory: Swift's default report shows every register and the 16 bytes
+/// A crash of the real binary under the shipped units' `SWIFT_BACKTRACE` prints no memory: Swift's default report shows every register and the 16 bytes
 /// each one points to, which can be part of a refresh token, the client secret or an
 /// address. The crash is a real one: `SIGILL` delivered to the running binary goes
 /// through the same backtracer as a trap of the binary's own code.
@@ -91,13 +90,12 @@ final class CrashReportTests {
         return (process.terminationStatus, report)
     }
 
-    @Test("the shipped SWIFT_BACKTRACE: the crash and its frames, no register, no memory, no image list")
+    @Test("the shipped SWIFT_BACKTRACE: the crash ends with its signal; no register, memory or image list")
     func shippedSettingPrintsNoMemory() throws {
         let setting = try Self.shippedBacktraceSetting()
         let crashed = try crashReport(backtrace: setting)
         #expect(crashed.status == SIGILL)
-        #expect(crashed.report.contains("*** Program crashed: Illegal instruction"), "\(crashed.report)")
-        #expect(crashed.report.contains(" crashed:\n"), "the crashed thread's frames are shown")
+        #expect(!crashed.report.contains("swift-backtrace"), "no reporter is looked for: \(crashed.report)")
         #expect(!crashed.report.contains("Registers:"), "\(crashed.report)")
         #expect(!crashed.report.contains("Images"), "\(crashed.report)")
         #expect(!crashed.report.split(separator: "\n").contains(where: Self.isMemoryLine), "\(crashed.report)")
