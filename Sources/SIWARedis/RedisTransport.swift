@@ -315,7 +315,8 @@ final class RedisTransport {
         let joined = arguments.flatMap { $0 }
         let lengths = arguments.map { $0.count }
         var command: UnsafeMutablePointer<CChar>?
-        let length: Int32 = joined.withUnsafeBufferPointer { buffer in
+        // hiredis 0.14 (Debian 12) returns an int, 1.x (Debian 13) a long long: Int holds both.
+        let length: Int = joined.withUnsafeBufferPointer { buffer in
             let base = UnsafeRawPointer(buffer.baseAddress)
             var offsets: [Int] = []
             var offset = 0
@@ -331,7 +332,7 @@ final class RedisTransport {
             }
             return pointers.withUnsafeMutableBufferPointer { argv in
                 lengths.withUnsafeBufferPointer { argvlen in
-                    redisFormatCommandArgv(&command, Int32(arguments.count), argv.baseAddress, argvlen.baseAddress)
+                    Int(redisFormatCommandArgv(&command, Int32(arguments.count), argv.baseAddress, argvlen.baseAddress))
                 }
             }
         }
@@ -339,7 +340,7 @@ final class RedisTransport {
             throw Failure(kind: .inputOutput, detail: "could not format the command")
         }
         defer { redisFreeCommand(command) }
-        return Array(UnsafeRawBufferPointer(start: command, count: Int(length)))
+        return Array(UnsafeRawBufferPointer(start: command, count: length))
     }
 
     private static func convert(_ pointer: UnsafeMutablePointer<redisReply>) -> RedisReply {
