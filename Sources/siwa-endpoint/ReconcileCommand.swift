@@ -48,15 +48,28 @@ enum ReconcileCommand {
         guard arguments.positionals.count == 1, let input = arguments.positionals.first else {
             throw UsageError("reconcile takes one FILE (or - for standard input)")
         }
-        var rate = 5.0
-        if let text = arguments.value("--rate") {
-            guard let value = Double(text), allowedRates.contains(value) else {
-                throw UsageError(
-                    "--rate must be a number of requests per second from \(allowedRates.lowerBound) to "
-                        + "\(Int(allowedRates.upperBound)), got \(text)")
-            }
-            rate = value
+        let rate = try self.rate(arguments)
+        guard let configuration = loadConfiguration(arguments, command: "reconcile"),
+            let file = openInput(input, command: "reconcile")
+        else { return 2 }
+        defer { fclose(file) }
+        return Run(configuration: configuration, rate: rate).reconcile(file)
+    }
+
+    /// `--rate` (reconcile's and revoke's): requests per second within `allowedRates`, 5 by default.
+    static func rate(_ arguments: CommandLineArguments) throws -> Double {
+        guard let text = arguments.value("--rate") else { return 5 }
+        guard let value = Double(text), allowedRates.contains(value) else {
+            throw UsageError(
+                "--rate must be a number of requests per second from \(allowedRates.lowerBound) to "
+                    + "\(Int(allowedRates.upperBound)), got \(text)")
         }
+        return value
+    }
+
+    /// The settings reconcile and revoke share, read as serve reads its own: a refusal is one
+    /// `configuration_invalid` line naming the setting (nil: exit 2); unknown settings warned.
+    static func loadConfiguration(_ arguments: CommandLineArguments, command: String) -> ReconcileConfiguration? {
         let configuration: ReconcileConfiguration
         do {
             configuration = try ReconcileConfiguration(
@@ -65,19 +78,23 @@ enum ReconcileCommand {
             EventLog.event(
                 "configuration_invalid", level: "error",
                 [("setting", .string(error.setting)), ("message", .string(error.description))])
-            Output.error("siwa-endpoint reconcile: \(error.description)")
-            return 2
+            Output.error("siwa-endpoint \(command): \(error.description)")
+            return nil
         }
         for name in configuration.unknownSettings {
             EventLog.event("unknown_setting", level: "warning", [("setting", .string(name))])
         }
+        return configuration
+    }
+
+    /// The users file (or standard input for `-`), with SIGPIPE ignored for the run; nil: exit 2.
+    static func openInput(_ input: String, command: String) -> UnsafeMutablePointer<FILE>? {
         guard let file = InputLines.open(input) else {
-            Output.error("siwa-endpoint reconcile: cannot read \(input)")
-            return 2
+            Output.error("siwa-endpoint \(command): cannot read \(input)")
+            return nil
         }
-        defer { fclose(file) }
         signal(SIGPIPE, SIG_IGN)
-        return Run(configuration: configuration, rate: rate).reconcile(file)
+        return file
     }
 }
 

@@ -45,36 +45,11 @@ enum RevokeCommand {
         guard arguments.positionals.count == 1, let input = arguments.positionals.first else {
             throw UsageError("revoke takes one FILE (or - for standard input); tokens are never arguments")
         }
-        var rate = 5.0
-        if let text = arguments.value("--rate") {
-            let allowedRates = ReconcileCommand.allowedRates
-            guard let value = Double(text), allowedRates.contains(value) else {
-                throw UsageError(
-                    "--rate must be a number of requests per second from \(allowedRates.lowerBound) to "
-                        + "\(Int(allowedRates.upperBound)), got \(text)")
-            }
-            rate = value
-        }
-        let configuration: ReconcileConfiguration
-        do {
-            configuration = try ReconcileConfiguration(
-                environment: ProcessInfo.processInfo.environment, envFile: arguments.value("--env-file"))
-        } catch {
-            EventLog.event(
-                "configuration_invalid", level: "error",
-                [("setting", .string(error.setting)), ("message", .string(error.description))])
-            Output.error("siwa-endpoint revoke: \(error.description)")
-            return 2
-        }
-        for name in configuration.unknownSettings {
-            EventLog.event("unknown_setting", level: "warning", [("setting", .string(name))])
-        }
-        guard let file = InputLines.open(input) else {
-            Output.error("siwa-endpoint revoke: cannot read \(input)")
-            return 2
-        }
+        let rate = try ReconcileCommand.rate(arguments)
+        guard let configuration = ReconcileCommand.loadConfiguration(arguments, command: "revoke"),
+            let file = ReconcileCommand.openInput(input, command: "revoke")
+        else { return 2 }
         defer { fclose(file) }
-        signal(SIGPIPE, SIG_IGN)
         return RevokeRun(configuration: configuration, rate: rate).revoke(file)
     }
 }
