@@ -84,10 +84,17 @@ struct ExampleReaderTests {
 
         var prefix: String { cluster == nil ? "siwa" : RedisClusterNodes.keyPrefix }
 
-        /// `--redis-url` of the one node, or the cluster's seed nodes and its prefix.
+        /// `--redis-url` of the one node, or the cluster's seed nodes and its prefix. The slot's
+        /// owner is named last: a reader that used its first seed as a single node, not as a
+        /// cluster, would be answered `MOVED`.
         var readerArguments: [String] {
             guard let cluster else { return ["--redis-url", stack.redis.url()] }
-            return ["--cluster-nodes", cluster.nodeList, "--prefix", RedisClusterNodes.keyPrefix]
+            let owner = cluster.slotOwnerPort()
+            let seeds = cluster.nodes.map(\.port).filter { $0 != owner } + [owner].compactMap { $0 }
+            return [
+                "--cluster-nodes", seeds.map { "127.0.0.1:\($0)" }.joined(separator: ","), "--prefix",
+                RedisClusterNodes.keyPrefix,
+            ]
         }
 
         /// A connection to the node that holds the contract's keys.
