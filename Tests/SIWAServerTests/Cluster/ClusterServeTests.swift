@@ -40,6 +40,11 @@ struct ClusterServeTests {
             #expect(slot == Int64(RedisClusterLocator.hashSlot(of: Array(key.utf8))), "\(key)")
         }
         #expect(Set(keys.prefix(5).map { RedisClusterLocator.hashSlot(of: Array($0.utf8)) }).count == 1)
+        // Every node of the cluster is the server under test (Valkey in scripts/test's Valkey pass).
+        for node in cluster.nodes {
+            let info = try cluster.connection(port: node.port).command("INFO", "server").string ?? ""
+            #expect(info.contains("valkey_version:") == (RedisFlavor.underTest == .valkey), "\(info.prefix(200))")
+        }
         // Nothing went outside the prefix (the test Redis of the stack is untouched too).
         #expect(try stack.redisSnapshot() == [])
     }

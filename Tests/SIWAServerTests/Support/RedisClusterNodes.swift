@@ -4,7 +4,8 @@ import SIWAServer
 
 /// A real Redis Cluster on loopback: six `redis-server --cluster-enabled yes` on free
 /// ports (3 primaries, 3 replicas), joined by `redis-cli --cluster create ...
-/// --cluster-replicas 1 --cluster-yes`. With `tls`, every node listens with TLS only and
+/// --cluster-replicas 1 --cluster-yes`; with `SIWA_TEST_REDIS_SERVER=valkey`, the same of
+/// `valkey-server` and `valkey-cli`. With `tls`, every node listens with TLS only and
 /// the cluster bus and replication run over TLS (`--tls-cluster yes`). No persistence.
 /// Always call `shutdown()`.
 final class RedisClusterNodes: @unchecked Sendable {
@@ -18,9 +19,14 @@ final class RedisClusterNodes: @unchecked Sendable {
 
     /// The CA and the `localhost` certificate every node presents, or nil for plain TCP.
     let tls: TestCertificateAuthority?
+    /// `redis-server` and `redis-cli`, or Valkey's.
+    let flavor: RedisFlavor
 
-    init(nodeTimeoutMilliseconds: Int = 1000, tls: TestCertificateAuthority? = nil) throws {
+    init(nodeTimeoutMilliseconds: Int = 1000, tls: TestCertificateAuthority? = nil, flavor: RedisFlavor = .underTest)
+        throws
+    {
         self.tls = tls
+        self.flavor = flavor
         signal(SIGPIPE, SIG_IGN)
         directory = FileManager.default.temporaryDirectory
             .appendingPathComponent("siwa-cluster-\(UUID().uuidString)", isDirectory: true)
@@ -39,7 +45,7 @@ final class RedisClusterNodes: @unchecked Sendable {
                     "--cluster-enabled", "yes", "--cluster-config-file", nodeDirectory + "/nodes.conf",
                     "--cluster-node-timeout", String(nodeTimeoutMilliseconds),
                 ] + (tls.map { Self.tlsArguments($0, port: port) } ?? []),
-                logPath: nodeDirectory + "/redis.log", serverPath: "/usr/bin/redis-server")
+                logPath: nodeDirectory + "/redis.log", serverPath: flavor.serverPath)
         }
         do {
             for node in nodes { try node.start() }
@@ -47,6 +53,7 @@ final class RedisClusterNodes: @unchecked Sendable {
                 self.nodes.allSatisfy { (try? self.connection(port: $0.port).command("PING")) != nil }
             }
             let create = try Self.runCLI(
+                flavor,
                 cliTLSArguments + ["--cluster", "create"] + ports.map { "127.0.0.1:\($0)" } + [
                     "--cluster-replicas", "1", "--cluster-yes",
                 ])
@@ -175,11 +182,11 @@ final class RedisClusterNodes: @unchecked Sendable {
         throw StartError(description: "the cluster did not get there within \(timeout) s (logs in \(directory.path))")
     }
 
-    /// Runs `redis-cli` with `arguments`, killed after 120 s.
-    static func runCLI(_ arguments: [String]) throws -> (status: Int32, output: String) {
+    /// Runs `redis-cli` (or `valkey-cli`) with `arguments`, killed after 120 s.
+    static func runCLI(_ flavor: RedisFlavor, _ arguments: [String]) throws -> (status: Int32, output: String) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/timeout")
-        process.arguments = ["-s", "KILL", "120", "/usr/bin/redis-cli"] + arguments
+        process.arguments = ["-s", "KILL", "120", flavor.cliPath] + arguments
         let pipe = Pipe()
         process.standardOutput = pipe
         process.standardError = pipe
