@@ -1,6 +1,7 @@
 import Foundation
 import SIWARedis
 import SIWAServer
+import Testing
 
 /// A real Redis Cluster on loopback: six `redis-server --cluster-enabled yes` on free
 /// ports (3 primaries, 3 replicas), joined by `redis-cli --cluster create ...
@@ -17,10 +18,31 @@ final class RedisClusterNodes: @unchecked Sendable {
     static let keyPrefix = "{siwa}"
     static let slot = RedisClusterLocator.hashSlot(of: Array("{siwa}:events".utf8))
 
+    /// How clients, the cluster bus and replication reach the nodes.
+    enum Transport: String, CaseIterable, CustomTestStringConvertible, Sendable {
+        case plain = "plain TCP"
+        case tls = "TLS only (--tls-cluster yes)"
+
+        var testDescription: String { rawValue }
+    }
+
     /// The CA and the `localhost` certificate every node presents, or nil for plain TCP.
     let tls: TestCertificateAuthority?
     /// `redis-server` and `redis-cli`, or Valkey's.
     let flavor: RedisFlavor
+
+    /// A cluster whose nodes use `transport`; for TLS, a CA and a `localhost` certificate
+    /// (for servers and, as replicas and bus peers present it, clients) made in its directory.
+    convenience init(transport: Transport, nodeTimeoutMilliseconds: Int = 1000) throws {
+        let certificates = FileManager.default.temporaryDirectory
+            .appendingPathComponent("siwa-cluster-ca-\(UUID().uuidString)", isDirectory: true)
+        var authority: TestCertificateAuthority?
+        if transport == .tls {
+            try FileManager.default.createDirectory(at: certificates, withIntermediateDirectories: true)
+            authority = try TestCertificateAuthority(in: certificates, serverUsage: "serverAuth,clientAuth")
+        }
+        try self.init(nodeTimeoutMilliseconds: nodeTimeoutMilliseconds, tls: authority)
+    }
 
     init(nodeTimeoutMilliseconds: Int = 1000, tls: TestCertificateAuthority? = nil, flavor: RedisFlavor = .underTest)
         throws
@@ -226,5 +248,6 @@ final class RedisClusterNodes: @unchecked Sendable {
     func shutdown() {
         for node in nodes { node.kill() }
         try? FileManager.default.removeItem(at: directory)
+        if let tls { try? FileManager.default.removeItem(at: tls.directory) }
     }
 }
