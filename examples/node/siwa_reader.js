@@ -8,11 +8,16 @@
 //   node siwa_reader.js deletions --redis-url URL [--group account-cleanup]
 //   node siwa_reader.js subscribe --redis-url URL [--count N]
 //
+// With Redis Cluster, instead of --redis-url (which then gives only the ACL user and password,
+// and rediss:// for TLS): --cluster-nodes host:port,... (SIWA_REDIS_CLUSTER_NODES) and the
+// endpoint's prefix, a hash tag: --prefix {siwa}. node-redis's createCluster learns from the
+// cluster which primary holds the one slot of every key of the contract.
+//
 // Debian installs node-redis under /usr/share/nodejs, which Debian's own node searches;
 // another node finds it with NODE_PATH=/usr/share/nodejs.
 "use strict";
 
-const { createClient } = require("redis");
+const { createClient, createCluster } = require("redis");
 
 // The contract's names, in one place.
 const userKey = (clientId, sub, prefix = "siwa") => `${prefix}:user:{${clientId}:${sub}}`; // {client_id:sub}: a hash tag
@@ -64,9 +69,9 @@ async function drainDeletions(redis, handle, group = "account-cleanup", consumer
 
 // Drops cached sessions the moment a revocation arrives: `onRevocation(clientId, sub, type)`
 // for each applied consent-revoked or account-deleted. Subscribing needs a connection of
-// its own. Returns that connection (quit it to stop).
-async function subscribeToRevocations(redis, onRevocation, prefix = "siwa") {
-  const subscriber = redis.duplicate();
+// its own (`subscriber`, not yet connected): with Redis Cluster, a client of any one node,
+// since a cluster delivers every message to every node. Returns it (quit it to stop).
+async function subscribeToRevocations(subscriber, onRevocation, prefix = "siwa") {
   await subscriber.connect();
   await subscriber.subscribe(notificationsChannel(prefix), (text) => {
     const { client_id, sub, type, applied } = JSON.parse(text); // never an email address
@@ -86,14 +91,31 @@ function options(words) {
     if (!words[index].startsWith("--") || index + 1 >= words.length) throw new Error(`bad argument ${words[index]}`);
     parsed[words[index].slice(2)] = words[index + 1];
   }
-  if (!parsed["redis-url"]) throw new Error("--redis-url is required");
+  if (!parsed["redis-url"] && !parsed["cluster-nodes"]) throw new Error("--redis-url or --cluster-nodes is required");
   return parsed;
+}
+
+// One client for the commands, and a factory for the subscriber's own connection: a single
+// node, or a cluster from its seed nodes (host:port,...).
+function connections(args, prefix) {
+  if (!args["cluster-nodes"]) {
+    return { redis: createClient({ url: args["redis-url"] }), newSubscriber: () => createClient({ url: args["redis-url"] }) };
+  }
+  if (!/{[^}]+}/.test(prefix)) throw new Error("--cluster-nodes needs a --prefix that is a hash tag, such as {siwa}");
+  const url = new URL(args["redis-url"] ?? "redis://localhost");
+  const scheme = url.protocol === "rediss:" ? "rediss" : "redis";
+  const credentials = url.username || url.password ? `${url.username}:${url.password}@` : "";
+  const nodeURLs = args["cluster-nodes"].split(",").map((node) => `${scheme}://${credentials}${node.trim()}`);
+  return {
+    redis: createCluster({ rootNodes: nodeURLs.map((nodeURL) => ({ url: nodeURL })) }),
+    newSubscriber: () => createClient({ url: nodeURLs[0] }),
+  };
 }
 
 async function main([command, ...words]) {
   const args = options(words);
   const prefix = args.prefix ?? "siwa";
-  const redis = createClient({ url: args["redis-url"] });
+  const { redis, newSubscriber } = connections(args, prefix);
   await redis.connect();
   try {
     if (command === "state") {
@@ -110,7 +132,7 @@ async function main([command, ...words]) {
       let left = Number(args.count ?? 1);
       let finish;
       const finished = new Promise((resolve) => { finish = resolve; });
-      const subscriber = await subscribeToRevocations(redis, (clientId, sub, type) => {
+      const subscriber = await subscribeToRevocations(newSubscriber(), (clientId, sub, type) => {
         console.log(JSON.stringify({ client_id: clientId, sub, type })); // your code: drop cached sessions
         left -= 1;
         if (left === 0) finish();

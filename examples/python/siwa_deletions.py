@@ -8,6 +8,7 @@ crash re-delivers it (at least once: make the handling idempotent).
     python3 siwa_deletions.py --redis-url redis://127.0.0.1:6379/0 [--group account-cleanup]
 
 Prints one JSON line per deletion handled; exits when the stream has nothing new.
+With Redis Cluster: --cluster-nodes host:port,... --prefix {siwa} (see siwa_redis.py).
 With Redis Sentinel: --sentinels host:port,... --sentinel-master NAME (see siwa_redis.py);
 the group's position lives in Redis, so after a failover it resumes where it stopped.
 """

@@ -9,6 +9,7 @@ the source of truth; pub/sub only makes the reaction immediate.
 
     python3 siwa_notifications.py --redis-url redis://127.0.0.1:6379/0 [--count N] [--timeout S]
 
+With Redis Cluster: --cluster-nodes host:port,... --prefix {siwa} (see siwa_redis.py).
 With Redis Sentinel: --sentinels host:port,... --sentinel-master NAME (see siwa_redis.py);
 after a failover it reconnects to the new primary and subscribes again.
 Prints one JSON line per message (and {"subscribed": true} each time it subscribes).

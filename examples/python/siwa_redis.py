@@ -1,4 +1,5 @@
-"""How the examples connect to Redis: one URL, or Redis Sentinel (redis-py's Sentinel).
+"""How the examples connect to Redis: one URL, Redis Sentinel (redis-py's Sentinel), or
+Redis Cluster (redis-py's RedisCluster).
 
 With Sentinel, the same settings as the endpoint: the sentinels' host:port list, the
 monitored master's name, the sentinels' own password if they have one, and a Redis URL
@@ -6,12 +7,20 @@ that gives only the database, ACL user and password of the data nodes (its host 
 port are not used). redis-py then asks the sentinels for the primary, and asks again
 when a connection fails or the node turns out to be a replica: a failover needs
 nothing from the caller but a retry of the command that failed.
+
+With Redis Cluster, the same seed list as the endpoint (SIWA_REDIS_CLUSTER_NODES) and its
+key prefix, a hash tag such as {siwa} (--prefix): every key of the contract is then in one
+slot, so the reader's commands all go to that slot's primary, which redis-py finds from the
+cluster itself and finds again after a failover or a slot migration (MOVED, ASK). The
+Redis URL then gives only the ACL user and password (and rediss:// for TLS); a cluster has
+database 0 only.
 """
 
 import argparse
 import urllib.parse
 
 import redis  # redis-py
+from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
 
@@ -21,21 +30,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sentinels", help="host:port,host:port,... (SIWA_REDIS_SENTINELS)")
     parser.add_argument("--sentinel-master", help="the monitored master's name (SIWA_REDIS_SENTINEL_MASTER)")
     parser.add_argument("--sentinel-password", help="the sentinels' password (SIWA_REDIS_SENTINEL_PASSWORD)")
+    parser.add_argument("--cluster-nodes", help="host:port,host:port,... seed nodes of a Redis Cluster "
+                                                "(SIWA_REDIS_CLUSTER_NODES); give --prefix {siwa} with it")
+
+
+def host_ports(text: str) -> list:
+    """host:port,host:port,... as (host, port) pairs ([::1]:port for IPv6)."""
+    pairs = []
+    for item in text.split(","):
+        host, _, port = item.strip().rpartition(":")
+        pairs.append((host.strip("[]"), int(port)))
+    return pairs
 
 
 def connect(args: argparse.Namespace) -> redis.Redis:
+    url = urllib.parse.urlparse(args.redis_url)
+    password = urllib.parse.unquote(url.password) if url.password else None
+    username = urllib.parse.unquote(url.username) if url.username else None
+    if args.cluster_nodes:
+        if "{" not in args.prefix or "}" not in args.prefix:
+            raise SystemExit("--cluster-nodes needs a --prefix that is a hash tag, such as {siwa}")
+        nodes = [ClusterNode(host, port) for host, port in host_ports(args.cluster_nodes)]
+        return RedisCluster(startup_nodes=nodes, username=username, password=password, ssl=url.scheme == "rediss",
+                            socket_timeout=2.0)
     if not args.sentinels:
         return redis.Redis.from_url(args.redis_url)
     if not args.sentinel_master:
         raise SystemExit("--sentinel-master is required with --sentinels")
-    url = urllib.parse.urlparse(args.redis_url)
     database = int(url.path.lstrip("/") or 0)
-    password = urllib.parse.unquote(url.password) if url.password else None
-    username = urllib.parse.unquote(url.username) if url.username else None
-    sentinels = []
-    for item in args.sentinels.split(","):
-        host, _, port = item.strip().rpartition(":")
-        sentinels.append((host.strip("[]"), int(port)))
+    sentinels = host_ports(args.sentinels)
     sentinel = Sentinel(sentinels, socket_timeout=1.0,
                         sentinel_kwargs={"password": args.sentinel_password, "socket_timeout": 1.0})
     return sentinel.master_for(args.sentinel_master, db=database, username=username or None, password=password,

@@ -9,6 +9,7 @@ Only the Redis contract is used (see docs/contract.md, "The Redis contract"):
         --client-id com.example.app --sub 001234.abc.0123 --session-started-at 1796000000000
 
 With Redis Sentinel: --sentinels host:port,... --sentinel-master NAME (see siwa_redis.py).
+With Redis Cluster: --cluster-nodes host:port,... --prefix {siwa} (see siwa_redis.py).
 """
 
 import argparse

@@ -9,9 +9,15 @@
 #       --sub 001234.abc.0123 --session-started-at 1796000000000
 #   ruby siwa_reader.rb deletions --redis-url URL [--group account-cleanup]
 #   ruby siwa_reader.rb subscribe --redis-url URL [--count N]
+#
+# With Redis Cluster, instead of --redis-url (which then gives only the ACL user and password,
+# and rediss:// for TLS): --cluster-nodes host:port,... (SIWA_REDIS_CLUSTER_NODES) and the
+# endpoint's prefix, a hash tag: --prefix {siwa}. redis-rb's cluster option learns from the
+# cluster which primary holds the one slot of every key of the contract.
 
 require "json"
 require "redis"
+require "uri"
 
 module SIWAReader
   module_function
@@ -88,15 +94,25 @@ def options(words)
   raise ArgumentError, "arguments come as --name value" unless words.length.even?
 
   parsed = words.each_slice(2).to_h { |name, value| [name.delete_prefix("--"), value] }
-  raise ArgumentError, "--redis-url is required" unless parsed["redis-url"]
+  raise ArgumentError, "--redis-url or --cluster-nodes is required" unless parsed["redis-url"] || parsed["cluster-nodes"]
 
   parsed
+end
+
+# A client of one node, or of a cluster from its seed nodes (host:port,...).
+def connect(args, prefix)
+  return Redis.new(url: args["redis-url"]) unless args["cluster-nodes"]
+  raise ArgumentError, "--cluster-nodes needs a --prefix that is a hash tag, such as {siwa}" unless prefix =~ /{[^}]+}/
+
+  url = URI(args.fetch("redis-url", "redis://localhost"))
+  credentials = url.user || url.password ? "#{url.user}:#{url.password}@" : ""
+  Redis.new(cluster: args["cluster-nodes"].split(",").map { |node| "#{url.scheme}://#{credentials}#{node.strip}" })
 end
 
 def main(command, words)
   args = options(words)
   prefix = args.fetch("prefix", "siwa")
-  redis = Redis.new(url: args["redis-url"])
+  redis = connect(args, prefix)
   case command
   when "state"
     state = SIWAReader.user_state(redis, args["client-id"], args["sub"], prefix)
@@ -111,7 +127,7 @@ def main(command, words)
     end
   when "subscribe"
     left = Integer(args.fetch("count", "1"))
-    SIWAReader.subscribe_to_revocations(Redis.new(url: args["redis-url"]), prefix,
+    SIWAReader.subscribe_to_revocations(connect(args, prefix), prefix,
                                         on_subscribed: -> { puts "subscribed" }) do |client_id, sub, type|
       puts JSON.generate({ "client_id" => client_id, "sub" => sub, "type" => type }) # your code: drop cached sessions
       left -= 1

@@ -8,8 +8,10 @@ import Testing
 
 /// The real `serve` against a real Redis Cluster on loopback under load, while the
 /// cluster changes under it: the slot's primary SIGKILLed (a replica takes over), and
-/// the slot migrated to another primary (`ASK` during the move, `MOVED` after). Apple
-/// is stood in for by the test: a non-2xx answer is retried once, after the change.
+/// the slot migrated to another primary (`ASK` during the move, `MOVED` after); each over
+/// plain TCP and over TLS only (`--tls-cluster yes`: clients, the cluster bus, replication
+/// and `MIGRATE` all on TLS). Apple is stood in for by the test: a non-2xx answer is
+/// retried once, after the change.
 @Suite("Redis Cluster: failover and migration under load", .serialized)
 struct ClusterFaultTests {
     static let count = 600
@@ -119,9 +121,11 @@ struct ClusterFaultTests {
         return Int(line.split(separator: " ").last ?? "") ?? -1
     }
 
-    @Test("the slot's primary SIGKILLed under load: every 200 is on the new primary, its jti once in the stream")
-    func primaryKilled() throws {
-        let cluster = try RedisClusterNodes()
+    @Test(
+        "the slot's primary SIGKILLed under load: every 200 is on the new primary, its jti once in the stream",
+        arguments: RedisClusterNodes.Transport.allCases)
+    func primaryKilled(_ transport: RedisClusterNodes.Transport) throws {
+        let cluster = try RedisClusterNodes(transport: transport)
         defer { cluster.shutdown() }
         var environment = ClusterServeTests.environment(cluster)
         environment["SIWA_REDIS_MIN_REPLICAS"] = "1"
@@ -149,9 +153,11 @@ struct ClusterFaultTests {
         #expect(Self.metric(metrics, "siwa_redis_cluster_primary_changes_total") >= 1, "\(metrics)")
     }
 
-    @Test("the slot migrated to another primary under load: ASK followed during the move, MOVED after")
-    func slotMigrated() throws {
-        let cluster = try RedisClusterNodes()
+    @Test(
+        "the slot migrated to another primary under load: ASK followed during the move, MOVED after",
+        arguments: RedisClusterNodes.Transport.allCases)
+    func slotMigrated(_ transport: RedisClusterNodes.Transport) throws {
+        let cluster = try RedisClusterNodes(transport: transport)
         defer { cluster.shutdown() }
         var environment = ClusterServeTests.environment(cluster)
         environment["SIWA_WORKERS"] = String(Self.clients)
@@ -165,6 +171,14 @@ struct ClusterFaultTests {
         }
         #expect(cluster.slotOwnerPort() == target)
         #expect(Self.metric(metrics, "siwa_redis_cluster_ask_total") >= 1, "\(metrics)")
+        // ASK followed, not only counted: the target received `ASKING` (serve is its only
+        // client that sends it), over the transport under test.
+        let commands = try cluster.connection(port: target).command("INFO", "commandstats").string ?? ""
+        let asking = commands.split(whereSeparator: \.isNewline).first { $0.hasPrefix("cmdstat_asking:") }
+        let askingCalls = asking.flatMap { line in
+            line.split(separator: ",").first.flatMap { Int($0.split(separator: "=").last ?? "") }
+        }
+        #expect((askingCalls ?? 0) >= 1, "the target's commandstats: \(asking.map(String.init) ?? "no ASKING")")
         #expect(Self.metric(metrics, "siwa_redis_cluster_moved_total") >= 1, "\(metrics)")
     }
 }

@@ -6,11 +6,19 @@ import Testing
 /// The real `serve` against a real Redis Cluster on loopback (3 primaries, 3 replicas).
 @Suite("Redis Cluster: serve", .serialized)
 struct ClusterServeTests {
+    /// serve's settings for `cluster`: its seed nodes, the `{siwa}` prefix, and for a TLS-only
+    /// cluster `rediss://`, the CA, and `localhost`, the name the nodes' certificate holds.
     static func environment(_ cluster: RedisClusterNodes, seeds: String? = nil) -> [String: String] {
-        [
+        var environment = [
             "SIWA_REDIS_CLUSTER_NODES": seeds ?? cluster.nodeList, "SIWA_KEY_PREFIX": RedisClusterNodes.keyPrefix,
             "SIWA_REDIS_URL": "redis://127.0.0.1:1",
         ]
+        if let authority = cluster.tls {
+            environment["SIWA_REDIS_URL"] = "rediss://127.0.0.1:1"
+            environment["SIWA_REDIS_TLS_CA_FILE"] = authority.caCertificatePath
+            environment["SIWA_REDIS_TLS_SERVER_NAME"] = "localhost"
+        }
+        return environment
     }
 
     @Test("a seed list naming a dead node first: notifications applied on the slot's primary, keys in one slot")
@@ -40,6 +48,11 @@ struct ClusterServeTests {
             #expect(slot == Int64(RedisClusterLocator.hashSlot(of: Array(key.utf8))), "\(key)")
         }
         #expect(Set(keys.prefix(5).map { RedisClusterLocator.hashSlot(of: Array($0.utf8)) }).count == 1)
+        // Every node of the cluster is the server under test (Valkey in scripts/test's Valkey pass).
+        for node in cluster.nodes {
+            let info = try cluster.connection(port: node.port).command("INFO", "server").string ?? ""
+            #expect(info.contains("valkey_version:") == (RedisFlavor.underTest == .valkey), "\(info.prefix(200))")
+        }
         // Nothing went outside the prefix (the test Redis of the stack is untouched too).
         #expect(try stack.redisSnapshot() == [])
     }
@@ -105,18 +118,10 @@ struct ClusterServeTests {
 
     @Test("a TLS-only cluster (--tls-cluster yes): the slot's primary found and the notification applied over TLS")
     func appliedOverTLS() throws {
-        let certificates = FileManager.default.temporaryDirectory.appendingPathComponent(
-            "siwa-cluster-ca-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: certificates, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: certificates) }
-        let authority = try TestCertificateAuthority(in: certificates, serverUsage: "serverAuth,clientAuth")
-        let cluster = try RedisClusterNodes(tls: authority)
+        let cluster = try RedisClusterNodes(transport: .tls)
         defer { cluster.shutdown() }
-        var environment = Self.environment(cluster)
-        environment["SIWA_REDIS_URL"] = "rediss://127.0.0.1:1"
-        environment["SIWA_REDIS_TLS_CA_FILE"] = authority.caCertificatePath
-        environment["SIWA_REDIS_TLS_SERVER_NAME"] = "localhost"
-        let stack = try ServeStack(extraEnvironment: environment)
+        #expect(cluster.tls != nil)
+        let stack = try ServeStack(extraEnvironment: Self.environment(cluster))
         defer { stack.shutdown() }
 
         let response = try stack.post(try stack.body(type: "consent-revoked", sub: "001.cluster.tls"))

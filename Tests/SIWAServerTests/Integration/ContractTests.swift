@@ -1,5 +1,6 @@
 import Foundation
 import SIWAJSON
+import SIWARedis
 import SIWAVerification
 import Testing
 
@@ -14,6 +15,14 @@ enum ExampleFiles {
     static func text(_ relative: String) throws -> String {
         try String(contentsOfFile: path(relative), encoding: .utf8)
     }
+
+    /// scripts/test makes a virtualenv with redis-py in .build/test-venv and names its python in
+    /// SIWA_TEST_PYTHON; without either, the system python3 (which needs redis-py installed).
+    static let python: String = {
+        if let named = ProcessInfo.processInfo.environment["SIWA_TEST_PYTHON"] { return named }
+        let venv = path(".build/test-venv/bin/python")
+        return FileManager.default.isExecutableFile(atPath: venv) ? venv : "/usr/bin/python3"
+    }()
 
     /// Every reader docs/contract.md shows: Python, Node.js, Ruby.
     static let readers = [
@@ -154,6 +163,49 @@ struct ContractTests {
         for message in messages {
             #expect(Set(try ExampleFiles.flatJSON(message).keys) == contract.names("message_fields"))
             #expect(!message.contains("@"), "a message never carries an email address")
+        }
+    }
+
+    @Test(
+        "on a Redis Cluster, the responder writes the contract's keys under the hash-tag prefix examples/contract.json names, all in one slot on one primary"
+    )
+    func clusterKeysShareOneSlot() throws {
+        let contract = try ExampleFiles.Contract()
+        guard case .object(let clusterEntry)? = contract.object["cluster"],
+            case .string(let prefix)? = clusterEntry["key_prefix"], case .string(let setting)? = clusterEntry["setting"]
+        else { throw ExampleFiles.Failure(description: "examples/contract.json has no cluster entry") }
+        #expect(prefix == RedisClusterNodes.keyPrefix)
+        #expect(setting == "SIWA_REDIS_CLUSTER_NODES")
+        let cluster = try RedisClusterNodes()
+        defer { cluster.shutdown() }
+        let stack = try ServeStack(extraEnvironment: ClusterServeTests.environment(cluster))
+        defer { stack.shutdown() }
+        for (type, sub) in [("consent-revoked", "000031.c.0001"), ("account-deleted", "000031.c.0002")] {
+            #expect(try stack.post(try stack.body(type: type, sub: sub)).status == 200)
+        }
+        let ownerPort = try #require(cluster.slotOwnerPort())
+        let owner = cluster.connection(port: ownerPort)
+        let keys = Set((try owner.command("KEYS", "*").array ?? []).compactMap(\.string))
+        let patterns = ["user", "seen", "events", "deletions"].compactMap { name in
+            contract.keyPattern(name).map { "\(name)=" + $0.replacingOccurrences(of: "siwa:", with: prefix + ":") }
+        }
+        #expect(
+            patterns == [
+                "user={siwa}:user:{<client_id>:<sub>}", "seen={siwa}:seen:{<client_id>:<sub>}:<jti>",
+                "events={siwa}:events", "deletions={siwa}:deletions",
+            ])
+        let client = ServeStack.clientID
+        #expect(keys.contains("{siwa}:user:{\(client):000031.c.0001}"))
+        #expect(keys.contains("{siwa}:user:{\(client):000031.c.0002}"))
+        #expect(keys.filter { $0.hasPrefix("{siwa}:seen:{\(client):000031.c.") }.count == 2)
+        #expect(keys.isSuperset(of: ["{siwa}:events", "{siwa}:deletions"]))
+        #expect(keys.count == 6, "\(keys.sorted())")
+        // Every key in the prefix's one slot, as Redis itself computes it; no other primary holds a key.
+        for key in keys {
+            #expect(try owner.command("CLUSTER", "KEYSLOT", key).integer == Int64(RedisClusterNodes.slot), "\(key)")
+        }
+        for node in cluster.nodes where node.port != ownerPort && cluster.role(of: node.port) == "master" {
+            #expect(try cluster.connection(port: node.port).command("DBSIZE").integer == 0)
         }
     }
 

@@ -1,21 +1,29 @@
 import Foundation
+import SIWARedis
 import SIWAServer
 import Synchronization
 import Testing
 
-/// The Node.js (node-redis) and Ruby (redis-rb) readers of docs/contract.md, run against state the real
-/// responder wrote: the same cases as the Python reader's, plus the channel subscription.
-@Suite("Node.js and Ruby readers of the Redis contract", .serialized)
+/// The readers of docs/contract.md (Python with redis-py, Node.js with node-redis, Ruby with
+/// redis-rb), each run against state the real responder wrote, on one Redis node and on a real
+/// Redis Cluster (3 primaries, 3 replicas, prefix `{siwa}`): the same cases for every reader.
+@Suite("The readers of the Redis contract (Python, Node.js, Ruby), on one node and on a cluster", .serialized)
 struct ExampleReaderTests {
     enum Reader: String, CaseIterable, CustomTestStringConvertible, Sendable {
-        case node, ruby
+        case python, node, ruby
 
         var testDescription: String { rawValue }
 
-        var script: String {
+        /// The program and its first arguments for one of the readers' commands (`state`,
+        /// `deletions`, `subscribe`): the Python examples are one file per command.
+        func commandLine(_ command: String) -> (executable: String, arguments: [String]) {
             switch self {
-            case .node: ExampleFiles.path("examples/node/siwa_reader.js")
-            case .ruby: ExampleFiles.path("examples/ruby/siwa_reader.rb")
+            case .python:
+                let file =
+                    ["state": "siwa_state.py", "deletions": "siwa_deletions.py"][command] ?? "siwa_notifications.py"
+                return (ExampleFiles.python, [ExampleFiles.path("examples/python/\(file)")])
+            case .node: return ("/usr/bin/env", ["node", ExampleFiles.path("examples/node/siwa_reader.js"), command])
+            case .ruby: return ("/usr/bin/env", ["ruby", ExampleFiles.path("examples/ruby/siwa_reader.rb"), command])
             }
         }
 
@@ -32,55 +40,117 @@ struct ExampleReaderTests {
         }
 
         /// The reader as a process not yet started, for a test that watches it while it runs.
-        func process(_ arguments: [String]) -> Process {
+        func process(_ command: String, _ arguments: [String]) -> Process {
+            let (executable, first) = commandLine(command)
             let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = [rawValue, script] + arguments
+            process.executableURL = URL(fileURLWithPath: executable)
+            process.arguments = first + arguments
             process.environment = environment
             return process
         }
 
         /// Runs the reader to its end and returns its standard output.
-        func run(_ arguments: [String]) throws -> String {
-            let run = try CommandRun.run(
-                URL(fileURLWithPath: "/usr/bin/env"), [rawValue, script] + arguments, environment: environment)
+        func run(_ command: String, _ arguments: [String]) throws -> String {
+            let (executable, first) = commandLine(command)
+            let run = try CommandRun.run(URL(fileURLWithPath: executable), first + arguments, environment: environment)
             #expect(run.status == 0, "the \(rawValue) reader failed (scripts/install-deps installs it): \(run.errors)")
             return run.output
         }
     }
 
-    func state(_ reader: Reader, _ stack: ServeStack, sub: String, sessionStartedAt: Int64) throws -> [String: String] {
-        let output = try reader.run([
-            "state", "--redis-url", stack.redis.url(), "--client-id", ServeStack.clientID, "--sub", sub,
-            "--session-started-at", String(sessionStartedAt),
-        ])
+    enum Topology: String, CaseIterable, CustomTestStringConvertible, Sendable {
+        case oneNode = "one node"
+        case cluster
+
+        var testDescription: String { rawValue }
+    }
+
+    /// The real `serve` writing into one Redis node, or into a real cluster with the prefix
+    /// `{siwa}`; the arguments a reader is given to read the same Redis.
+    final class ReaderStack {
+        let stack: ServeStack
+        let cluster: RedisClusterNodes?
+
+        init(_ topology: Topology) throws {
+            let cluster = topology == .cluster ? try RedisClusterNodes() : nil
+            do {
+                stack = try ServeStack(extraEnvironment: cluster.map { ClusterServeTests.environment($0) } ?? [:])
+            } catch {
+                cluster?.shutdown()
+                throw error
+            }
+            self.cluster = cluster
+        }
+
+        var prefix: String { cluster == nil ? "siwa" : RedisClusterNodes.keyPrefix }
+
+        /// `--redis-url` of the one node, or the cluster's seed nodes and its prefix. The slot's
+        /// owner is named last: a reader that used its first seed as a single node, not as a
+        /// cluster, would be answered `MOVED`.
+        var readerArguments: [String] {
+            guard let cluster else { return ["--redis-url", stack.redis.url()] }
+            let owner = cluster.slotOwnerPort()
+            let seeds = cluster.nodes.map(\.port).filter { $0 != owner } + [owner].compactMap { $0 }
+            return [
+                "--cluster-nodes", seeds.map { "127.0.0.1:\($0)" }.joined(separator: ","), "--prefix",
+                RedisClusterNodes.keyPrefix,
+            ]
+        }
+
+        /// A connection to the node that holds the contract's keys.
+        func connection() throws -> RedisConnection {
+            try cluster?.ownerConnection() ?? stack.redisConnection()
+        }
+
+        func shutdown() {
+            stack.shutdown()
+            cluster?.shutdown()
+        }
+    }
+
+    func state(_ reader: Reader, _ readers: ReaderStack, sub: String, sessionStartedAt: Int64) throws -> [String:
+        String]
+    {
+        let output = try reader.run(
+            "state",
+            readers.readerArguments + [
+                "--client-id", ServeStack.clientID, "--sub", sub, "--session-started-at", String(sessionStartedAt),
+            ])
         return try ExampleFiles.flatJSON(output)
     }
 
     @Test(
         "sessions that began at or before consent-revoked are invalid; later ones are valid",
-        arguments: Reader.allCases)
-    func consentRevoked(_ reader: Reader) throws {
-        let stack = try ServeStack()
-        defer { stack.shutdown() }
+        arguments: Reader.allCases, Topology.allCases)
+    func consentRevoked(_ reader: Reader, _ topology: Topology) throws {
+        let readers = try ReaderStack(topology)
+        defer { readers.shutdown() }
+        let stack = readers.stack
         let revokedAt: Int64 = 1_796_000_000_000
         let sub = "000011.\(reader).0001"
         #expect(
             try stack.post(try stack.body(type: "consent-revoked", sub: sub, eventTimeMilliseconds: revokedAt))
                 .status == 200)
         #expect(
-            try state(reader, stack, sub: sub, sessionStartedAt: revokedAt - 1) == [
+            try state(reader, readers, sub: sub, sessionStartedAt: revokedAt - 1) == [
                 "session_valid": "false", "account_deleted": "false", "email_forwarding": "null",
                 "sessions_revoked_at": String(revokedAt), "last_event_type": "consent-revoked",
             ])
-        #expect(try state(reader, stack, sub: sub, sessionStartedAt: revokedAt)["session_valid"] == "false")
-        #expect(try state(reader, stack, sub: sub, sessionStartedAt: revokedAt + 1)["session_valid"] == "true")
+        #expect(try state(reader, readers, sub: sub, sessionStartedAt: revokedAt)["session_valid"] == "false")
+        #expect(try state(reader, readers, sub: sub, sessionStartedAt: revokedAt + 1)["session_valid"] == "true")
+        // The reader read what serve wrote where serve wrote it: under the topology's prefix.
+        let hash = try readers.connection().command(
+            "HGET", "\(readers.prefix):user:{\(ServeStack.clientID):\(sub)}", "sessions_revoked_at")
+        #expect(hash.string == String(revokedAt))
     }
 
-    @Test("an account deleted, an email forwarding off, and a user never notified", arguments: Reader.allCases)
-    func otherStates(_ reader: Reader) throws {
-        let stack = try ServeStack()
-        defer { stack.shutdown() }
+    @Test(
+        "an account deleted, an email forwarding off, and a user never notified",
+        arguments: Reader.allCases, Topology.allCases)
+    func otherStates(_ reader: Reader, _ topology: Topology) throws {
+        let readers = try ReaderStack(topology)
+        defer { readers.shutdown() }
+        let stack = readers.stack
         let time: Int64 = 1_796_000_100_000
         #expect(
             try stack.post(try stack.body(type: "account-deleted", sub: "000011.d.0002", eventTimeMilliseconds: time))
@@ -91,15 +161,15 @@ struct ExampleReaderTests {
                     type: "email-disabled", sub: "000011.d.0003", eventTimeMilliseconds: time,
                     email: "r@privaterelay.appleid.com", isPrivateEmail: true)
             ).status == 200)
-        let deleted = try state(reader, stack, sub: "000011.d.0002", sessionStartedAt: time - 10)
+        let deleted = try state(reader, readers, sub: "000011.d.0002", sessionStartedAt: time - 10)
         #expect(deleted["account_deleted"] == "true")
         #expect(deleted["session_valid"] == "false")
         #expect(deleted["email_forwarding"] == "disabled")
-        let forwardingOff = try state(reader, stack, sub: "000011.d.0003", sessionStartedAt: time - 10)
+        let forwardingOff = try state(reader, readers, sub: "000011.d.0003", sessionStartedAt: time - 10)
         #expect(forwardingOff["email_forwarding"] == "disabled")
         #expect(forwardingOff["session_valid"] == "true")
         #expect(forwardingOff["account_deleted"] == "false")
-        let unknown = try state(reader, stack, sub: "000011.d.0404", sessionStartedAt: time)
+        let unknown = try state(reader, readers, sub: "000011.d.0404", sessionStartedAt: time)
         #expect(
             unknown == [
                 "session_valid": "true", "account_deleted": "false", "email_forwarding": "null",
@@ -107,10 +177,13 @@ struct ExampleReaderTests {
             ])
     }
 
-    @Test("the deletion consumer group gets each account-deleted once, and nothing else", arguments: Reader.allCases)
-    func deletionQueue(_ reader: Reader) throws {
-        let stack = try ServeStack()
-        defer { stack.shutdown() }
+    @Test(
+        "the deletion consumer group gets each account-deleted once, and nothing else",
+        arguments: Reader.allCases, Topology.allCases)
+    func deletionQueue(_ reader: Reader, _ topology: Topology) throws {
+        let readers = try ReaderStack(topology)
+        defer { readers.shutdown() }
+        let stack = readers.stack
         for (type, sub, time) in [
             ("account-deleted", "000015.t.0001", Int64(1_796_000_001_000)),
             ("consent-revoked", "000015.t.0002", 1_796_000_002_000),
@@ -118,7 +191,7 @@ struct ExampleReaderTests {
         ] {
             #expect(try stack.post(try stack.body(type: type, sub: sub, eventTimeMilliseconds: time)).status == 200)
         }
-        let first = try reader.run(["deletions", "--redis-url", stack.redis.url()])
+        let first = try reader.run("deletions", readers.readerArguments)
         let handled = try first.split(separator: "\n").map { try ExampleFiles.flatJSON(String($0)) }
         #expect(
             handled == [
@@ -126,22 +199,31 @@ struct ExampleReaderTests {
                 ["client_id": "com.example.app", "sub": "000015.t.0003", "event_time": "1796000003000"],
             ])
         // Acknowledged: a second run finds nothing new.
-        #expect(try reader.run(["deletions", "--redis-url", stack.redis.url()]).isEmpty)
+        #expect(try reader.run("deletions", readers.readerArguments).isEmpty)
         // The group reads the deletions stream: nothing pending, nothing left to deliver.
-        let pending = try stack.redisConnection().command("XPENDING", "siwa:deletions", "account-cleanup")
+        let deletions = "\(readers.prefix):deletions"
+        let pending = try readers.connection().command("XPENDING", deletions, "account-cleanup")
         #expect(pending.array?.first?.integer == 0)
-        let reading = try DeletionDutyReading.read(stack.redisConnection(), key: "siwa:deletions")
+        let reading = try DeletionDutyReading.read(readers.connection(), key: deletions)
         #expect(reading.entries == 2 && reading.groups.map(\.name) == ["account-cleanup"])
         #expect(reading.groups.first?.pending == 0)
     }
 
     @Test(
-        "the subscription hears each applied revocation as it happens, and no other message", arguments: Reader.allCases
-    )
-    func subscription(_ reader: Reader) throws {
-        let stack = try ServeStack()
-        defer { stack.shutdown() }
-        let process = reader.process(["subscribe", "--redis-url", stack.redis.url(), "--count", "2"])
+        "the subscription hears each applied revocation as it happens (Python: every message), and no other message",
+        arguments: Reader.allCases, Topology.allCases)
+    func subscription(_ reader: Reader, _ topology: Topology) throws {
+        let readers = try ReaderStack(topology)
+        defer { readers.shutdown() }
+        let stack = readers.stack
+        // Node.js and Ruby hear the revocations only; Python's siwa_notifications.py prints
+        // every message of the channel, and a line of its own when it subscribes.
+        let expectedCount = reader == .python ? 3 : 2
+        let subscribedLine = reader == .python ? #"{"subscribed": true}"# : "subscribed"
+        let process = reader.process(
+            "subscribe",
+            readers.readerArguments + ["--count", String(expectedCount)]
+                + (reader == .python ? ["--timeout", "120"] : []))
         let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
@@ -156,24 +238,32 @@ struct ExampleReaderTests {
             if process.isRunning { process.terminate() }
             output.fileHandleForReading.readabilityHandler = nil
         }
-        #expect(stack.waitUntil(timeout: 20) { received.withLock { $0 } == "subscribed\n" })
+        #expect(stack.waitUntil(timeout: 20) { received.withLock { $0 } == subscribedLine + "\n" })
+        var posted: [[String: String]] = []
         for (type, sub) in [
             ("email-disabled", "000016.s.0001"), ("consent-revoked", "000016.s.0002"),
             ("account-deleted", "000016.s.0003"),
         ] {
             let email: String? = type == "email-disabled" ? "s@privaterelay.appleid.com" : nil
             #expect(try stack.post(try stack.body(type: type, sub: sub, email: email)).status == 200)
+            posted.append(["client_id": "com.example.app", "sub": sub, "type": type])
         }
-        // Two revocations heard, then it exits by itself.
-        #expect(stack.waitUntil(timeout: 20) { received.withLock { $0 }.filter { $0 == "\n" }.count == 3 })
+        // The messages heard, then it exits by itself.
+        #expect(
+            stack.waitUntil(timeout: 20) {
+                received.withLock { $0 }.filter { $0 == "\n" }.count == expectedCount + 1
+            })
         #expect(stack.waitUntil(timeout: 20) { !process.isRunning })
         #expect(process.terminationStatus == 0)
         let lines = received.withLock { $0 }.split(separator: "\n").map(String.init)
-        #expect(lines.first == "subscribed")
-        #expect(
-            try lines.dropFirst().map(ExampleFiles.flatJSON) == [
-                ["client_id": "com.example.app", "sub": "000016.s.0002", "type": "consent-revoked"],
-                ["client_id": "com.example.app", "sub": "000016.s.0003", "type": "account-deleted"],
-            ])
+        #expect(lines.first == subscribedLine)
+        let heard = try lines.dropFirst().map(ExampleFiles.flatJSON).map {
+            $0.filter { ["client_id", "sub", "type"].contains($0.key) }
+        }
+        #expect(heard == (reader == .python ? posted : Array(posted.dropFirst())))
+        if reader == .python {
+            // Python prints each message whole: never an email address.
+            #expect(!received.withLock { $0 }.contains("@"))
+        }
     }
 }

@@ -75,7 +75,7 @@ final class ReconcileStack {
             })
         try document.write(toFile: tokensPath, atomically: true, encoding: .utf8)
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: PythonReaderTests.python)
+        process.executableURL = URL(fileURLWithPath: ExampleFiles.python)
         process.arguments = [
             Self.standinScript, "--cert", authority.serverCertificatePath, "--key", authority.serverKeyPath,
             "--public-key", directory.appendingPathComponent("public.pem").path, "--team-id", Self.teamID,

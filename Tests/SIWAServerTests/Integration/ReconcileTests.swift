@@ -34,11 +34,13 @@ struct ReconcileTests {
 
     /// README's reader (examples/python/siwa_state.py): is a session that began at `startedAt` valid?
     func readerSaysValid(_ stack: ReconcileStack, sub: String, startedAt: Int64) throws -> Bool {
-        let output = try PythonReaderTests().run([
-            PythonReaderTests.script, "--redis-url", stack.redis.url(), "--client-id", Self.client, "--sub", sub,
-            "--session-started-at", String(startedAt),
-        ])
-        guard case .object(let members) = try StrictJSONParser.parse(Array(output)),
+        let output = try ExampleReaderTests.Reader.python.run(
+            "state",
+            [
+                "--redis-url", stack.redis.url(), "--client-id", Self.client, "--sub", sub, "--session-started-at",
+                String(startedAt),
+            ])
+        guard case .object(let members) = try StrictJSONParser.parse(Array(output.utf8)),
             case .bool(let valid)? = members["session_valid"]
         else { throw TestCertificateAuthority.Failure(description: "the reader printed no session_valid") }
         return valid

@@ -9,7 +9,7 @@ import Testing
 /// subscriber reconnects and keeps receiving.
 @Suite("Python readers across a Sentinel failover", .serialized)
 struct SentinelReaderTests {
-    static let examples = URL(fileURLWithPath: PythonReaderTests.script).deletingLastPathComponent()
+    static let examples = URL(fileURLWithPath: ExampleFiles.path("examples/python"))
 
     static func sentinelArguments(_ cluster: RedisSentinelCluster) -> [String] {
         [
@@ -21,7 +21,7 @@ struct SentinelReaderTests {
     /// Runs one example to its end (bounded at 60 s): its standard output.
     static func run(_ script: String, _ arguments: [String]) throws -> String {
         let run = try CommandRun.run(
-            URL(fileURLWithPath: PythonReaderTests.python), [examples.appendingPathComponent(script).path] + arguments)
+            URL(fileURLWithPath: ExampleFiles.python), [examples.appendingPathComponent(script).path] + arguments)
         #expect(run.status == 0, "\(script) failed: \(run.errors)")
         return run.output
     }
@@ -63,7 +63,7 @@ struct SentinelReaderTests {
         let subscriberOutput = stack.directory.appendingPathComponent("subscriber.out")
         _ = FileManager.default.createFile(atPath: subscriberOutput.path, contents: nil)
         let subscriber = Process()
-        subscriber.executableURL = URL(fileURLWithPath: PythonReaderTests.python)
+        subscriber.executableURL = URL(fileURLWithPath: ExampleFiles.python)
         subscriber.arguments =
             [Self.examples.appendingPathComponent("siwa_notifications.py").path] + sentinel + [
                 "--count", "2", "--timeout", "60",

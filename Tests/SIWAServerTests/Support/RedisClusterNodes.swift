@@ -1,10 +1,12 @@
 import Foundation
 import SIWARedis
 import SIWAServer
+import Testing
 
 /// A real Redis Cluster on loopback: six `redis-server --cluster-enabled yes` on free
 /// ports (3 primaries, 3 replicas), joined by `redis-cli --cluster create ...
-/// --cluster-replicas 1 --cluster-yes`. With `tls`, every node listens with TLS only and
+/// --cluster-replicas 1 --cluster-yes`; with `SIWA_TEST_REDIS_SERVER=valkey`, the same of
+/// `valkey-server` and `valkey-cli`. With `tls`, every node listens with TLS only and
 /// the cluster bus and replication run over TLS (`--tls-cluster yes`). No persistence.
 /// Always call `shutdown()`.
 final class RedisClusterNodes: @unchecked Sendable {
@@ -16,11 +18,37 @@ final class RedisClusterNodes: @unchecked Sendable {
     static let keyPrefix = "{siwa}"
     static let slot = RedisClusterLocator.hashSlot(of: Array("{siwa}:events".utf8))
 
+    /// How clients, the cluster bus and replication reach the nodes.
+    enum Transport: String, CaseIterable, CustomTestStringConvertible, Sendable {
+        case plain = "plain TCP"
+        case tls = "TLS only (--tls-cluster yes)"
+
+        var testDescription: String { rawValue }
+    }
+
     /// The CA and the `localhost` certificate every node presents, or nil for plain TCP.
     let tls: TestCertificateAuthority?
+    /// `redis-server` and `redis-cli`, or Valkey's.
+    let flavor: RedisFlavor
 
-    init(nodeTimeoutMilliseconds: Int = 1000, tls: TestCertificateAuthority? = nil) throws {
+    /// A cluster whose nodes use `transport`; for TLS, a CA and a `localhost` certificate
+    /// (for servers and, as replicas and bus peers present it, clients) made in its directory.
+    convenience init(transport: Transport, nodeTimeoutMilliseconds: Int = 1000) throws {
+        let certificates = FileManager.default.temporaryDirectory
+            .appendingPathComponent("siwa-cluster-ca-\(UUID().uuidString)", isDirectory: true)
+        var authority: TestCertificateAuthority?
+        if transport == .tls {
+            try FileManager.default.createDirectory(at: certificates, withIntermediateDirectories: true)
+            authority = try TestCertificateAuthority(in: certificates, serverUsage: "serverAuth,clientAuth")
+        }
+        try self.init(nodeTimeoutMilliseconds: nodeTimeoutMilliseconds, tls: authority)
+    }
+
+    init(nodeTimeoutMilliseconds: Int = 1000, tls: TestCertificateAuthority? = nil, flavor: RedisFlavor = .underTest)
+        throws
+    {
         self.tls = tls
+        self.flavor = flavor
         signal(SIGPIPE, SIG_IGN)
         directory = FileManager.default.temporaryDirectory
             .appendingPathComponent("siwa-cluster-\(UUID().uuidString)", isDirectory: true)
@@ -39,7 +67,7 @@ final class RedisClusterNodes: @unchecked Sendable {
                     "--cluster-enabled", "yes", "--cluster-config-file", nodeDirectory + "/nodes.conf",
                     "--cluster-node-timeout", String(nodeTimeoutMilliseconds),
                 ] + (tls.map { Self.tlsArguments($0, port: port) } ?? []),
-                logPath: nodeDirectory + "/redis.log", serverPath: "/usr/bin/redis-server")
+                logPath: nodeDirectory + "/redis.log", serverPath: flavor.serverPath)
         }
         do {
             for node in nodes { try node.start() }
@@ -47,6 +75,7 @@ final class RedisClusterNodes: @unchecked Sendable {
                 self.nodes.allSatisfy { (try? self.connection(port: $0.port).command("PING")) != nil }
             }
             let create = try Self.runCLI(
+                flavor,
                 cliTLSArguments + ["--cluster", "create"] + ports.map { "127.0.0.1:\($0)" } + [
                     "--cluster-replicas", "1", "--cluster-yes",
                 ])
@@ -175,11 +204,11 @@ final class RedisClusterNodes: @unchecked Sendable {
         throw StartError(description: "the cluster did not get there within \(timeout) s (logs in \(directory.path))")
     }
 
-    /// Runs `redis-cli` with `arguments`, killed after 120 s.
-    static func runCLI(_ arguments: [String]) throws -> (status: Int32, output: String) {
+    /// Runs `redis-cli` (or `valkey-cli`) with `arguments`, killed after 120 s.
+    static func runCLI(_ flavor: RedisFlavor, _ arguments: [String]) throws -> (status: Int32, output: String) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/timeout")
-        process.arguments = ["-s", "KILL", "120", "/usr/bin/redis-cli"] + arguments
+        process.arguments = ["-s", "KILL", "120", flavor.cliPath] + arguments
         let pipe = Pipe()
         process.standardOutput = pipe
         process.standardError = pipe
@@ -219,5 +248,6 @@ final class RedisClusterNodes: @unchecked Sendable {
     func shutdown() {
         for node in nodes { node.kill() }
         try? FileManager.default.removeItem(at: directory)
+        if let tls { try? FileManager.default.removeItem(at: tls.directory) }
     }
 }

@@ -233,6 +233,8 @@ enum RedisFlavor: String, CaseIterable, CustomStringConvertible {
     case valkey
 
     var serverPath: String { self == .redis ? "/usr/bin/redis-server" : "/usr/bin/valkey-server" }
+    /// The command-line client, which also makes a cluster (`--cluster create`).
+    var cliPath: String { self == .redis ? "/usr/bin/redis-cli" : "/usr/bin/valkey-cli" }
 
     /// The server the suites run against: `SIWA_TEST_REDIS_SERVER=valkey` (set by
     /// `scripts/test` for its Valkey pass) or Redis by default.
