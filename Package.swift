@@ -72,6 +72,10 @@ let package = Package(
             dependencies: ["SIWAVerification", "SIWATestKit", "SIWAServer", "SIWAJSON"]
         ),
 
+        // What the test suites share: one process runner (files and a watchdog), one free
+        // loopback port helper, one waitUntil.
+        .target(name: "SIWATestSupport", path: "Tests/SIWATestSupport"),
+
         .testTarget(
             name: "SIWAVerificationTests",
             dependencies: ["SIWAVerification", "SIWATestKit", "SIWACrypto", "SIWAJSON"]
@@ -79,13 +83,14 @@ let package = Package(
         // Runs the real siwa-endpoint binary: keygen, sign, verify, exit statuses.
         .testTarget(
             name: "SIWAEndpointCLITests",
-            dependencies: ["siwa-endpoint", "SIWAVerification", "SIWAJSON"]
+            dependencies: ["siwa-endpoint", "SIWAVerification", "SIWAJSON", "SIWATestSupport"]
         ),
         .testTarget(
             name: "SIWAServerTests",
             dependencies: [
                 "SIWAServer", "SIWAVerification", "SIWATestKit", "SIWACrypto", "SIWAJSON", "SIWASupport",
-                "SIWAFastCGI", "SIWAFastCGIClient", "SIWARedis", "SIWAHTTPS", "siwa-endpoint",
+                "SIWAFastCGI", "SIWAFastCGIClient", "SIWARedis", "SIWAHTTPS", "SIWATestSupport",
+                "siwa-endpoint",
             ]
         ),
     ]
