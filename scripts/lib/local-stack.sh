@@ -21,9 +21,20 @@ stack_die() {
   exit 1
 }
 
-# A loopback TCP port that nobody is bound to right now.
+# A loopback TCP port that nobody is bound to right now, at most 55535: a Redis cluster
+# node listens on its port + 10000 for its cluster bus.
 stack_free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  python3 - <<'EOF'
+import socket, sys
+for _ in range(200):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    if port <= 55535:
+        print(port)
+        sys.exit(0)
+sys.exit("no free loopback port at or below 55535")
+EOF
 }
 
 # True (0) when something is bound to PORT on 127.0.0.1 or ::1. SO_REUSEADDR, as
