@@ -73,7 +73,7 @@ let package = Package(
         ),
 
         // What the test suites share: one process runner (files and a watchdog), one free
-        // loopback port helper, one waitUntil.
+        // loopback port finder, one waitUntil.
         .target(name: "SIWATestSupport", path: "Tests/SIWATestSupport"),
 
         .testTarget(

@@ -1,5 +1,5 @@
 import Foundation
-// The tests' shared kit (one process runner, one free-port helper, one `waitUntil`), seen
+// The tests' shared kit (one process runner, one free-port finder, one `waitUntil`), seen
 // by every file of this suite.
 @_exported import SIWATestSupport
 
