@@ -18,7 +18,8 @@ let package = Package(
         .systemLibrary(name: "CCurl", path: "Sources/CCurl"),
 
         // What every wrapper shares: errors with a stable code, the injected clock, the
-        // background services' lifecycle (Service, PeriodicTask, ServiceGroup), Latch.
+        // background services' lifecycle (Service, PeriodicTask, ServiceGroup), Latch, and
+        // SocketAddress (a unix path or an IP literal, for bind and connect).
         .target(name: "SIWASupport"),
 
         // JSON reading (strict: no duplicate members, bounded depth) and writing, byte by byte.
@@ -33,6 +34,9 @@ let package = Package(
         .target(name: "SIWACrypto", dependencies: ["COpenSSL", "COpenSSLShim"]),
         .target(name: "SIWATLS", dependencies: ["COpenSSL", "COpenSSLShim", "SIWASupport"]),
         .target(name: "SIWAFastCGI", dependencies: ["CFastCGI", "SIWASupport"]),
+        // nginx's side of FastCGI, no libfcgi: for `status`, `load`, the benchmarks and the tests,
+        // never linked into the responder's own module.
+        .target(name: "SIWAFastCGIClient", dependencies: ["SIWASupport"]),
         // hiredis only as a codec (commands formatted, replies parsed); the socket, and TLS
         // over it through SIWATLS, belong to the connection.
         .target(name: "SIWARedis", dependencies: ["CHiredis", "SIWASupport", "SIWATLS"]),
@@ -57,7 +61,7 @@ let package = Package(
             name: "siwa-endpoint",
             dependencies: [
                 "SIWAVerification", "SIWATestKit", "SIWAServer", "SIWACrypto", "SIWAJSON", "SIWASupport",
-                "SIWAFastCGI", "SIWARedis", "SIWAHTTPS",
+                "SIWAFastCGI", "SIWAFastCGIClient", "SIWARedis", "SIWAHTTPS",
             ]
         ),
 
@@ -68,6 +72,10 @@ let package = Package(
             dependencies: ["SIWAVerification", "SIWATestKit", "SIWAServer", "SIWAJSON"]
         ),
 
+        // What the test suites share: one process runner (files and a watchdog), one free
+        // loopback port finder, one waitUntil.
+        .target(name: "SIWATestSupport", path: "Tests/SIWATestSupport"),
+
         .testTarget(
             name: "SIWAVerificationTests",
             dependencies: ["SIWAVerification", "SIWATestKit", "SIWACrypto", "SIWAJSON"]
@@ -75,13 +83,14 @@ let package = Package(
         // Runs the real siwa-endpoint binary: keygen, sign, verify, exit statuses.
         .testTarget(
             name: "SIWAEndpointCLITests",
-            dependencies: ["siwa-endpoint", "SIWAVerification", "SIWAJSON"]
+            dependencies: ["siwa-endpoint", "SIWAVerification", "SIWAJSON", "SIWATestSupport"]
         ),
         .testTarget(
             name: "SIWAServerTests",
             dependencies: [
                 "SIWAServer", "SIWAVerification", "SIWATestKit", "SIWACrypto", "SIWAJSON", "SIWASupport",
-                "SIWAFastCGI", "SIWARedis", "SIWAHTTPS", "siwa-endpoint",
+                "SIWAFastCGI", "SIWAFastCGIClient", "SIWARedis", "SIWAHTTPS", "SIWATestSupport",
+                "siwa-endpoint",
             ]
         ),
     ]

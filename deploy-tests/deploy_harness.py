@@ -24,10 +24,20 @@ def run(args, **kwargs):
     return subprocess.run(args, check=True, capture_output=True, text=True, timeout=60, **kwargs)
 
 
+# A Redis cluster node listens on its port + 10000 for its cluster bus: no port handed out
+# goes above this, as in scripts/lib/local-stack.sh and the Swift tests.
+HIGHEST_FREE_PORT = 55535
+
+
 def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A loopback port nobody is bound to right now, at most HIGHEST_FREE_PORT."""
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if port <= HIGHEST_FREE_PORT:
+            return port
+    raise RuntimeError(f"no free loopback port at or below {HIGHEST_FREE_PORT}")
 
 
 def wait_until(condition, timeout, interval=0.05):

@@ -1,10 +1,9 @@
 """Fixture parts for the rollout tests: the real siwa-endpoint binary, a real
-redis-server, the test JWKS over loopback http, a real nginx rendered from the
-shipped files, and scripts/rollout driving plain processes (--manager direct)."""
+redis-server, a real nginx rendered from the shipped files (serving the test JWKS over
+HTTPS too, as for run-local), and scripts/rollout driving plain processes (--manager direct)."""
 
 import contextlib
 import http.client
-import http.server
 import json
 import os
 import pathlib
@@ -15,7 +14,8 @@ import subprocess
 import threading
 import time
 
-from deploy_harness import REPO, NginxStack, RedisServer, wait_until as wait_for
+from deploy_harness import REPO, RedisServer, wait_until as wait_for
+from stack import JWKSNginxStack
 
 ROLLOUT = REPO / "scripts" / "rollout"
 INSTALL = REPO / "scripts" / "install"
@@ -122,36 +122,6 @@ class RedisGate:
         self.thread.join(timeout=5)
 
 
-class JWKSServer:
-    """The test JWKS over http://127.0.0.1 (the responder allows plain http to loopback)."""
-
-    def __init__(self, jwks_path):
-        body = pathlib.Path(jwks_path).read_bytes()
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.server.server_address[1]}/auth/keys"
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 class RolloutStack:
     """Everything a rollout acts on, in one temp directory. nginx starts with the
     shipped upstream file naming neither slot; `deploy()` runs the first rollout."""
@@ -167,27 +137,27 @@ class RolloutStack:
         self.spool_root = self.dir / "var"
         self.keys_dir = self.dir / "keys"
         self.redis = None
-        self.jwks = None
         self.nginx = None
         try:
             self.redis = RedisServer(self.dir / "redis", aof=False)
             subprocess.run([str(self.binary), "keygen", "--out", str(self.keys_dir), "--kid", KEY_ID], check=True,
                            capture_output=True, timeout=60)
             self.signing_key = self.keys_dir / "test-signing-key.pem"
-            self.jwks = JWKSServer(self.keys_dir / "test-jwks.json")
+            # The test JWKS from the same nginx, as the scripts and the other deployment tests serve it.
+            self.nginx = JWKSNginxStack(self.dir / "nginx", cert, key, self.keys_dir / "test-jwks.json").start()
+            self.ca_cert = pathlib.Path(cert).parent / "ca.pem"
             self.env_file = self.dir / "env"
             self.env_file.write_text(
                 f"SIWA_CLIENT_IDS={CLIENT_ID}\n"
-                f"SIWA_JWKS_URL={self.jwks.url}\n"
+                f"SIWA_JWKS_URL={self.nginx.jwks_url}\n"
+                f"SIWA_JWKS_CA_FILE={self.ca_cert}\n"
                 f"SIWA_JWKS_CACHE={self.dir / 'jwks-cache.json'}\n"
                 f"SIWA_REDIS_URL={self.redis.url}\n"
                 "SIWA_REDIS_TIMEOUT_MS=500\n"
                 "SIWA_WORKERS=4\n"
                 "SIWA_SHUTDOWN_TIMEOUT_SECONDS=5\n"
             )
-            self.nginx = NginxStack(self.dir / "nginx", cert, key, with_backend=False).start()
             self.upstream_file = self.nginx.conf_dir / "siwa-endpoint-upstream.conf"
-            self.ca_cert = pathlib.Path(cert).parent / "ca.pem"
         except BaseException:
             self.stop()
             raise
@@ -300,7 +270,7 @@ class RolloutStack:
     def stop(self):
         with contextlib.suppress(Exception):
             self.stop_slots()
-        for part in (self.nginx, self.jwks, self.redis):
+        for part in (self.nginx, self.redis):
             if part is not None:
                 with contextlib.suppress(Exception):
                     part.stop()

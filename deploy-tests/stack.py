@@ -12,7 +12,8 @@ import socket
 import ssl
 import subprocess
 
-from deploy_harness import REPO, NginxStack, RedisServer, free_port, run, stop_process, wait_until
+from deploy_harness import (LOCAL_STACK, REPO, NginxStack, RedisServer, free_port, local_stack, run, stop_process,
+                            wait_until)
 
 CLIENT_ID = "com.example.app"
 KEY_ID = "e2e-test-key"
@@ -60,8 +61,15 @@ class JWKSNginxStack(NginxStack):
         return f"https://127.0.0.1:{self.jwks_port}/auth/keys"
 
 
+def write_endpoint_env(env_file, settings):
+    """serve's settings file, written by scripts/lib/local-stack.sh as for run-local."""
+    local_stack("stack_write_endpoint_env", env_file, *(f"{name}={value}" for name, value in settings.items()))
+
+
 class ServeProcess:
-    """The real `siwa-endpoint serve`, settings from an env file, stderr on a log file."""
+    """The real `siwa-endpoint serve`, settings from an env file, stderr on a log file;
+    started the way the scripts start it (stack_exec_endpoint of scripts/lib/local-stack.sh,
+    which becomes serve in a clean environment), so the process held here is serve."""
 
     def __init__(self, binary, env_file, socket_path, log):
         self.socket_path = pathlib.Path(socket_path)
@@ -69,8 +77,9 @@ class ServeProcess:
         with self.log.open("ab") as log_handle:
             # A clean environment: serve refuses unknown SIWA_* variables, and the
             # test runner's own (SIWA_ENDPOINT_BINARY) must not reach it.
-            self.process = subprocess.Popen([str(binary), "serve", "--env-file", str(env_file)],
-                                            env={"PATH": "/usr/bin:/bin"}, stdout=log_handle, stderr=log_handle)
+            self.process = subprocess.Popen(
+                ["bash", "-c", 'source "$0"; stack_exec_endpoint "$@"', str(LOCAL_STACK), str(binary), str(env_file)],
+                env={"PATH": "/usr/bin:/bin"}, stdout=log_handle, stderr=log_handle)
         if not wait_until(self._listening, timeout=20):
             self.stop()
             raise RuntimeError(f"serve did not listen within 20 s: {self.log_text()}")
@@ -136,7 +145,7 @@ class RealStack:
         }
         (self.dir / "serve").mkdir(exist_ok=True)
         env_file = self.dir / "serve" / "serve.env"
-        env_file.write_text("".join(f"{name}={value}\n" for name, value in settings.items()))
+        write_endpoint_env(env_file, settings)
         self.serve = ServeProcess(self.binary, env_file, self.nginx.socket_path, self.dir / "serve" / "serve.log")
 
         # Healthy through nginx: keys fetched over HTTPS, Redis reachable.

@@ -1,4 +1,5 @@
 import Glibc
+import SIWASupport
 
 /// The listening socket, created and bound here rather than by `FCGX_OpenSocket`, so that
 /// a TCP socket is bound to loopback only (libfcgi's ":PORT" binds every interface) and a
@@ -52,48 +53,30 @@ final class FastCGIListener: Sendable {
     private static func bindLoopback(host: String, port: UInt16, backlog: Int32) throws(FastCGIError) -> (
         Int32, UInt16
     ) {
-        let isIPv6 = host.contains(":")
-        let fd = socket(isIPv6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let address: SocketAddress
+        do throws(SocketAddress.Invalid) {
+            address = try SocketAddress.internet(host: host, port: port)
+        } catch {
+            throw FastCGIError(.invalidListenAddress, "TCP listen host is not an IP address")
+        }
+        let fd = address.makeStreamSocket()
         guard fd >= 0 else { throw .system(.listenFailed, "socket", errno: errno) }
-        var storage = sockaddr_storage()
-        let length: socklen_t
         do throws(FastCGIError) {
             var on: Int32 = 1
             setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
-            let parsed = withUnsafeMutableBytes(of: &storage) { raw -> Bool in
-                if isIPv6 {
-                    let address = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in6.self)
-                    address.pointee.sin6_family = sa_family_t(AF_INET6)
-                    address.pointee.sin6_port = port.bigEndian
-                    return inet_pton(AF_INET6, host, &address.pointee.sin6_addr) == 1
-                }
-                let address = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in.self)
-                address.pointee.sin_family = sa_family_t(AF_INET)
-                address.pointee.sin_port = port.bigEndian
-                return inet_pton(AF_INET, host, &address.pointee.sin_addr) == 1
+            if address.family == AF_INET6 {
+                setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &on, socklen_t(MemoryLayout<Int32>.size))
             }
-            guard parsed else { throw FastCGIError(.invalidListenAddress, "TCP listen host is not an IP address") }
-            if isIPv6 { setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &on, socklen_t(MemoryLayout<Int32>.size)) }
-            length = socklen_t(isIPv6 ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
-            let bound = withUnsafePointer(to: &storage) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
-            }
-            guard bound == 0 else { throw FastCGIError.system(.listenFailed, "bind", errno: errno) }
+            guard address.bind(fd) == 0 else { throw FastCGIError.system(.listenFailed, "bind", errno: errno) }
             guard listen(fd, backlog) == 0 else { throw FastCGIError.system(.listenFailed, "listen", errno: errno) }
-            var namedLength = socklen_t(MemoryLayout<sockaddr_storage>.size)
-            let named = withUnsafeMutablePointer(to: &storage) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &namedLength) }
+            guard let boundPort = SocketAddress.boundPort(of: fd) else {
+                throw FastCGIError.system(.listenFailed, "getsockname", errno: errno)
             }
-            guard named == 0 else { throw FastCGIError.system(.listenFailed, "getsockname", errno: errno) }
+            return (fd, boundPort)
         } catch {
             Glibc.close(fd)
             throw error
         }
-        // sin_port and sin6_port sit at the same offset, right after the family.
-        let boundPort = withUnsafeBytes(of: &storage) { raw in
-            UInt16(bigEndian: raw.load(fromByteOffset: 2, as: UInt16.self))
-        }
-        return (fd, boundPort)
     }
 
     /// Wakes every thread blocked in accept(2) on this socket (Linux returns EINVAL to
@@ -128,22 +111,13 @@ final class FastCGIListener: Sendable {
     }
 
     private static func bindUnix(_ fd: Int32, path: String) throws(FastCGIError) {
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+        let address: SocketAddress
+        do throws(SocketAddress.Invalid) {
+            address = try SocketAddress.unixSocket(path: path)
+        } catch {
             throw FastCGIError(.invalidListenAddress, "unix socket path is too long")
         }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            raw.copyBytes(from: bytes)
-            raw[bytes.count] = 0
-        }
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
-        }
-        guard bound == 0 else { throw .system(.listenFailed, "bind", errno: errno) }
+        guard address.bind(fd) == 0 else { throw .system(.listenFailed, "bind", errno: errno) }
     }
 
     private static func groupID(named name: String) throws(FastCGIError) -> gid_t {

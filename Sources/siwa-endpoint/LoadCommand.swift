@@ -1,6 +1,6 @@
 import Foundation
 import SIWACrypto
-import SIWAFastCGI
+import SIWAFastCGIClient
 import SIWAJSON
 import SIWATestKit
 import SIWAVerification

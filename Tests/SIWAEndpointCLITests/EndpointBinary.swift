@@ -1,4 +1,5 @@
 import Foundation
+import SIWATestSupport
 
 /// Runs the built `siwa-endpoint` executable, as an operator would.
 struct EndpointBinary {
@@ -18,23 +19,7 @@ struct EndpointBinary {
     }()
 
     static func run(_ arguments: [String], input: Data? = nil) throws -> Run {
-        let process = Process()
-        process.executableURL = url
-        process.arguments = arguments
-        let output = Pipe()
-        let error = Pipe()
-        let stdin = Pipe()
-        process.standardOutput = output
-        process.standardError = error
-        process.standardInput = stdin
-        try process.run()
-        if let input { stdin.fileHandleForWriting.write(input) }
-        try stdin.fileHandleForWriting.close()
-        let outputData = output.fileHandleForReading.readDataToEndOfFile()
-        let errorData = error.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Run(
-            status: process.terminationStatus, standardOutput: String(decoding: outputData, as: UTF8.self),
-            standardError: String(decoding: errorData, as: UTF8.self))
+        let run = try CommandRun.run(url, arguments, input: input)
+        return Run(status: run.status, standardOutput: run.output, standardError: run.errors)
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import SIWATestSupport
 import Testing
 
 /// `serve --check` and `serve` refuse the same values the same way: exit 2, one
@@ -41,29 +42,10 @@ struct SettingsRefusalTests {
     /// killed and reported with a nil status.
     static func run(_ arguments: [String], environment: [String: String], timeout: TimeInterval = 20) throws -> Outcome
     {
-        let process = Process()
-        process.executableURL = EndpointBinary.url
-        process.arguments = arguments
-        process.environment = environment
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        process.standardInput = FileHandle.nullDevice
-        let exited = DispatchSemaphore(value: 0)
-        process.terminationHandler = { _ in exited.signal() }
-        try process.run()
-        var status: Int32?
-        if exited.wait(timeout: .now() + timeout) == .success {
-            status = process.terminationStatus
-        } else {
-            kill(process.processIdentifier, SIGKILL)
-            exited.wait()
-        }
+        let run = try CommandRun.run(
+            EndpointBinary.url, arguments, environment: environment, timeout: .milliseconds(Int64(timeout * 1000)))
         return Outcome(
-            status: status,
-            standardOutput: String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self),
-            standardError: String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))
+            status: run.timedOut ? nil : run.status, standardOutput: run.output, standardError: run.errors)
     }
 
     /// Exit 2, nothing on standard output, the refusal as one JSON line naming `setting`, and

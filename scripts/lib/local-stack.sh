@@ -1,9 +1,10 @@
 # shellcheck shell=bash
 # The local-stack harness shared by scripts/run-local, scripts/bench-e2e,
 # scripts/bench-serve and the deployment tests (deploy-tests): processes, free
-# ports, the development certificates and the nginx site rendered for loopback
-# (redis-server, `siwa-endpoint serve`, nginx with the shipped site files), every
-# file in one directory. Sourced, not run. Nothing here touches /etc, /run or /var: nginx runs
+# ports, the development certificates, the nginx site rendered for loopback
+# (redis-server, `siwa-endpoint serve`, nginx with the shipped site files) and the one
+# way serve is started (stack_start_endpoint, stack_exec_endpoint), every file in one
+# directory. Sourced, not run. Nothing here touches /etc, /run or /var: nginx runs
 # from its own prefix, Redis from its own --dir, serve from its own env file.
 #
 # Every process started goes into STACK_PIDS (with its name in STACK_NAMES), so
@@ -20,9 +21,20 @@ stack_die() {
   exit 1
 }
 
-# A loopback TCP port that nobody is bound to right now.
+# A loopback TCP port that nobody is bound to right now, at most 55535: a Redis cluster
+# node listens on its port + 10000 for its cluster bus.
 stack_free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  python3 - <<'EOF'
+import socket, sys
+for _ in range(200):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    if port <= 55535:
+        print(port)
+        sys.exit(0)
+sys.exit("no free loopback port at or below 55535")
+EOF
 }
 
 # True (0) when something is bound to PORT on 127.0.0.1 or ::1. SO_REUSEADDR, as
@@ -311,6 +323,71 @@ stack_stop_pid() {
     kill -KILL "$pid" 2>/dev/null || true
   fi
   wait "$pid" 2>/dev/null || true
+}
+
+# ---- siwa-endpoint serve, the one way the scripts and the deployment tests start it ----
+#
+# stack_write_endpoint_env FILE NAME=VALUE...: serve's settings for a local run, one per
+# line (what serve --env-file reads).
+stack_write_endpoint_env() {
+  local file=$1
+  shift
+  {
+    printf '# siwa-endpoint serve settings for this local run (see: siwa-endpoint serve --help)\n'
+    printf '%s\n' "$@"
+  } >"$file"
+}
+
+# stack_exec_endpoint BINARY ENVFILE [ARGS...]: becomes `BINARY serve --env-file ENVFILE
+# ARGS...` in a clean environment: serve lets SIWA_* variables win over the file and
+# refuses unknown ones, so nothing from the caller's shell may leak in. The Python
+# deployment tests start serve through this too, so the process they hold is serve.
+stack_exec_endpoint() {
+  local binary=$1 env_file=$2
+  shift 2
+  exec env -i "PATH=/usr/bin:/bin" "$binary" serve --env-file "$env_file" "$@"
+}
+
+# stack_start_endpoint BINARY ENVFILE LOG [SECONDS]: starts serve in the background
+# (recorded as "serve", its output on LOG) and waits until its FastCGI socket
+# (SIWA_FCGI_SOCKET in ENVFILE) accepts, at most SECONDS (default 20); dies with the
+# log's last lines if serve exits or does not listen in time.
+stack_start_endpoint() {
+  local binary=$1 env_file=$2 log=$3 seconds=${4:-20}
+  local socket
+  socket=$(sed -n 's/^SIWA_FCGI_SOCKET=\(unix:\)\{0,1\}//p' "$env_file" | tail -n 1)
+  [ -n "$socket" ] || stack_die "$env_file names no SIWA_FCGI_SOCKET"
+  stack_start serve "$log" bash -c 'source "$0"; stack_exec_endpoint "$@"' "${BASH_SOURCE[0]}" \
+    "$binary" "$env_file"
+  local pid deadline=$((SECONDS + seconds))
+  pid=$(stack_pid serve)
+  until stack_socket_accepts "$socket"; do
+    stack_alive "$pid" || stack_die "serve exited at start: $(tail -n 5 "$log")"
+    ((SECONDS < deadline)) || stack_die "serve did not listen within $seconds s: $(tail -n 5 "$log")"
+    sleep 0.1
+  done
+}
+
+# stack_stop_endpoint [SECONDS]: stops the serve stack_start_endpoint started (SIGTERM,
+# then SIGKILL after SECONDS, default 15) and forgets it, so another can be started.
+stack_stop_endpoint() {
+  local pid i pids=() names=()
+  pid=$(stack_pid serve) || return 0
+  stack_stop_pid "$pid" "${1:-15}"
+  for i in "${!STACK_PIDS[@]}"; do
+    if [ "${STACK_PIDS[$i]}" != "$pid" ]; then
+      pids+=("${STACK_PIDS[$i]}")
+      names+=("${STACK_NAMES[$i]}")
+    fi
+  done
+  STACK_PIDS=(${pids[@]+"${pids[@]}"})
+  STACK_NAMES=(${names[@]+"${names[@]}"})
+}
+
+# True when a unix socket at PATH accepts a connection.
+stack_socket_accepts() {
+  python3 -c 'import socket, sys; s = socket.socket(socket.AF_UNIX); s.settimeout(1); s.connect(sys.argv[1])' "$1" \
+    2>/dev/null
 }
 
 # Stops everything started, newest first (nginx before serve before Redis, so no

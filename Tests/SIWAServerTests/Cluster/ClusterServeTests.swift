@@ -25,7 +25,7 @@ struct ClusterServeTests {
     func appliedWithDeadSeedFirst() throws {
         let cluster = try RedisClusterNodes()
         defer { cluster.shutdown() }
-        let deadPort = try RedisServerProcess.freeLoopbackPort()
+        let deadPort = try LoopbackPort.free()
         let stack = try ServeStack(
             extraEnvironment: Self.environment(cluster, seeds: "127.0.0.1:\(deadPort)," + cluster.nodeList))
         defer { stack.shutdown() }

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import SIWAFastCGIClient
 import SIWATestKit
 import Testing
 
@@ -86,7 +87,7 @@ private final class NginxUnderTest {
     private let process = Process()
 
     init(directory: String, socketPath: String, keepConnections: Bool) throws {
-        port = try Self.freePort()
+        port = UInt16(try LoopbackPort.free())
         // Running as root, nginx's workers would switch to "nobody" and lose the 0660 socket.
         let user = geteuid() == 0 ? "user root root;" : ""
         let config = """
@@ -144,19 +145,4 @@ private final class NginxUnderTest {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
     }
 
-    private static func freePort() throws -> UInt16 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let ok = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
-            }
-        }
-        guard ok else { throw FastCGIClient.Failure(description: "no free port") }
-        return UInt16(bigEndian: address.sin_port)
-    }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import SIWAFastCGIClient
 import SIWATestKit
 import Testing
 
@@ -480,29 +481,14 @@ struct FastCGIServerTests {
                 status: 401, contentType: "application/json", body: #"{"error":"signature_invalid"}"#)
         } _: { _, _, path in
             let body = Data(#"{"payload":"x.y.z"}"#.utf8)
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: tool)
-            process.arguments = ["-bind", "-connect", path]
-            process.environment = [
-                "REQUEST_METHOD": "POST", "DOCUMENT_URI": "/siwa/notifications", "QUERY_STRING": "",
-                "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": String(body.count), "REMOTE_ADDR": "127.0.0.1",
-            ]
-            let input = Pipe()
-            let output = Pipe()
-            process.standardInput = input
-            process.standardOutput = output
-            try process.run()
-            input.fileHandleForWriting.write(body)
-            try input.fileHandleForWriting.close()
-            let exited = DispatchSemaphore(value: 0)
-            let reader = Kit.BackgroundCall { () -> Data in
-                let data = output.fileHandleForReading.readDataToEndOfFile()
-                exited.signal()
-                return data
-            }
-            if exited.wait(timeout: .now() + 10) != .success { process.terminate() }
-            process.waitUntilExit()
-            let text = String(decoding: try #require(reader.wait(seconds: 5)), as: UTF8.self)
+            let run = try CommandRun.run(
+                URL(fileURLWithPath: tool), ["-bind", "-connect", path],
+                environment: [
+                    "REQUEST_METHOD": "POST", "DOCUMENT_URI": "/siwa/notifications", "QUERY_STRING": "",
+                    "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": String(body.count),
+                    "REMOTE_ADDR": "127.0.0.1",
+                ], input: body, timeout: .seconds(10))
+            let text = run.output
             #expect(text.hasPrefix("Status: 401 Unauthorized\r\n"))
             #expect(text.contains("Content-Type: application/json\r\n"))
             #expect(text.hasSuffix("\r\n\r\n{\"error\":\"signature_invalid\"}"))

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import SIWAFastCGIClient
 import SIWATestKit
 import Testing
 

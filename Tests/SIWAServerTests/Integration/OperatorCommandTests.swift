@@ -225,7 +225,7 @@ struct UserCommandSentinelTests {
         _ = try cluster.connection(port: primary.port).command(
             "HSET", key, "sessions_revoked_at", "1796000000000", "updated_at", "1796000000412")
         // A port nothing listens on: only the sentinels can lead the command to the data.
-        let unused = try RedisServerProcess.freeLoopbackPort()
+        let unused = try LoopbackPort.free()
         let run = try CommandRun.endpoint(
             ["user", "com.example.sentinel", "000030.u.0001", "--session-started", "1796000000000"],
             environment: [

@@ -1,6 +1,6 @@
 import Foundation
 import Glibc
-import SIWAFastCGI
+import SIWAFastCGIClient
 import SIWATestKit
 import Testing
 

@@ -1,5 +1,5 @@
 import Foundation
-import SIWAFastCGI
+import SIWAFastCGIClient
 import SIWATestKit
 import Testing
 
@@ -310,17 +310,10 @@ struct ServeIntegrationTests {
 
     @Test("a bad setting stops serve at once with a message naming it")
     func badSetting() throws {
-        let process = Process()
-        process.executableURL = ServeProcess.binaryURL
-        process.arguments = ["serve"]
-        process.environment = ["SIWA_CLIENT_IDS": "com.example.app", "SIWA_WORKERS": "lots", "PATH": "/usr/bin:/bin"]
-        let errors = Pipe()
-        process.standardError = errors
-        process.standardOutput = FileHandle.nullDevice
-        try process.run()
-        let text = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 2)
+        let run = try CommandRun.endpoint(
+            ["serve"], environment: ["SIWA_CLIENT_IDS": "com.example.app", "SIWA_WORKERS": "lots"])
+        let text = run.errors
+        #expect(run.status == 2)
         // One JSON line, naming the setting (the JSON escapes the value's quotes).
         #expect(text.split(separator: "\n").count == 1)
         #expect(text.contains(#""event":"configuration_invalid","setting":"SIWA_WORKERS""#))

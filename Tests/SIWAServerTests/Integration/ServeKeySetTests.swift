@@ -1,6 +1,6 @@
 import Foundation
 import Glibc
-import SIWAFastCGI
+import SIWAFastCGIClient
 import SIWAJSON
 import SIWAServer
 import SIWATestKit

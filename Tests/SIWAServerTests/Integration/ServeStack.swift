@@ -1,5 +1,5 @@
 import Foundation
-import SIWAFastCGI
+import SIWAFastCGIClient
 import SIWAJSON
 import SIWARedis
 import SIWAServer
@@ -115,14 +115,9 @@ final class ServeStack {
         return try keys.map { key in "\(key)=\(try connection.command("TYPE", key).string ?? "?")" }
     }
 
-    /// Polls `condition` every 50 ms until it holds or `timeout` passes.
+    /// The tests' one `waitUntil` (polling every 50 ms), where the stack's tests call it.
     func waitUntil(timeout: TimeInterval, _ condition: () throws -> Bool) rethrows -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if try condition() { return true }
-            usleep(50_000)
-        }
-        return try condition()
+        try SIWATestSupport.waitUntil(timeout: timeout, condition)
     }
 
     func shutdown() {

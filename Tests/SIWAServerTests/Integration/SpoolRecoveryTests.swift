@@ -99,16 +99,12 @@ struct SpoolRecoveryTests {
     }
 
     static func command(_ path: String, _ arguments: [String]) -> (status: Int32, output: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = arguments
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        do { try process.run() } catch { return (-1, "\(error)") }
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+        do {
+            let run = try CommandRun.run(URL(fileURLWithPath: path), arguments, timeout: .seconds(60))
+            return (run.status, run.output + run.errors)
+        } catch {
+            return (-1, "\(error)")
+        }
     }
 
     // MARK: - Start, depth, defence in depth

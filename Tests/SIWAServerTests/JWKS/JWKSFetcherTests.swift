@@ -2,6 +2,7 @@ import CCurl
 import Foundation
 import SIWAHTTPS
 import SIWAServer
+import SIWATestKit
 import Testing
 
 /// HTTPSFetcher against a real nginx under a test CA.
@@ -23,7 +24,7 @@ struct JWKSFetcherTests {
     @Test func fetchSucceedsWhenTheCAFileTrustsTheServer() throws {
         let server = try JWKSTestServer()
         defer { server.shutdown() }
-        let document = try JWKSTestFixtures.document([JWKSTestKey(kid: "k1")])
+        let document = try JWKSTestFixtures.document([TestSigningKey.generate(keyID: "k1")])
         try server.serve(document)
         #expect(try server.fetcher.fetch(server.keysURL) == document)
         #expect(server.keysRequestCount == 1)

@@ -1,6 +1,7 @@
 import Foundation
 import SIWAServer
 import SIWASupport
+import SIWATestKit
 import SIWAVerification
 import Testing
 
@@ -27,7 +28,7 @@ struct JWKSProviderRateLimitTests {
         /// What the start's fetch did.
         let startOutcome: JWKSRefreshOutcome
 
-        init(serving keys: [JWKSTestKey]) throws {
+        init(serving keys: [TestSigningKey]) throws {
             fetcher.serve(try JWKSTestFixtures.document(keys))
             provider = JWKSProviderRateLimitTests.provider(fetcher, clock: clock)
             startOutcome = provider.start()
@@ -36,7 +37,7 @@ struct JWKSProviderRateLimitTests {
 
     @Test("scheduled refresh: not before the interval, then one fetch")
     func scheduledRefresh() throws {
-        let known = try JWKSTestKey(kid: "known")
+        let known = try TestSigningKey.generate(keyID: "known")
         let started = try Started(serving: [known])
         let (fetcher, clock, provider) = (started.fetcher, started.clock, started.provider)
         #expect(started.startOutcome == .refreshed)
@@ -54,7 +55,7 @@ struct JWKSProviderRateLimitTests {
 
     @Test("after a failed fetch the scheduled refresh retries after the shorter interval; the keys stay")
     func failedRefreshRetry() throws {
-        let known = try JWKSTestKey(kid: "known")
+        let known = try TestSigningKey.generate(keyID: "known")
         let started = try Started(serving: [known])
         let (fetcher, clock, provider) = (started.fetcher, started.clock, started.provider)
         fetcher.serve(nil)
@@ -72,8 +73,8 @@ struct JWKSProviderRateLimitTests {
 
     @Test("a wall clock stepped back stops neither the scheduled refresh nor the unknown-kid refresh")
     func wallClockSteppedBack() throws {
-        let known = try JWKSTestKey(kid: "known")
-        let stranger = try JWKSTestKey(kid: "stranger")
+        let known = try TestSigningKey.generate(keyID: "known")
+        let stranger = try TestSigningKey.generate(keyID: "stranger")
         let started = try Started(serving: [known])
         let (fetcher, clock, provider) = (started.fetcher, started.clock, started.provider)
         // An hour passes, and the wall clock is set back two hours on the way.
@@ -94,7 +95,7 @@ struct JWKSProviderRateLimitTests {
 
     @Test("a wall clock stepped forward does not bring a refresh early")
     func wallClockSteppedForward() throws {
-        let started = try Started(serving: [JWKSTestKey(kid: "known")])
+        let started = try Started(serving: [TestSigningKey.generate(keyID: "known")])
         let (fetcher, clock, provider) = (started.fetcher, started.clock, started.provider)
         clock.stepWallClock(by: 86400)
         #expect(provider.refreshIfDue() == .skipped)
@@ -104,7 +105,7 @@ struct JWKSProviderRateLimitTests {
 
     @Test("the refresher service keeps the schedule when the wall clock is set back, and stops when asked")
     func refresherWithWallClockSteppedBack() throws {
-        let started = try Started(serving: [JWKSTestKey(kid: "known")])
+        let started = try Started(serving: [TestSigningKey.generate(keyID: "known")])
         let (fetcher, clock, provider) = (started.fetcher, started.clock, started.provider)
         let services = ServiceGroup()
         services.start(JWKSRefresher(provider: provider, checkInterval: .milliseconds(10)))
@@ -126,8 +127,8 @@ struct JWKSProviderRateLimitTests {
 
     @Test("unknown-kid refresh: at most once per interval, counted from the last fetch of any kind")
     func unknownKeyIDRefresh() throws {
-        let known = try JWKSTestKey(kid: "known")
-        let stranger = try JWKSTestKey(kid: "stranger")
+        let known = try TestSigningKey.generate(keyID: "known")
+        let stranger = try TestSigningKey.generate(keyID: "stranger")
         let started = try Started(serving: [known])
         let (fetcher, clock, provider) = (started.fetcher, started.clock, started.provider)
         let verifier = JWKSTestFixtures.verifier

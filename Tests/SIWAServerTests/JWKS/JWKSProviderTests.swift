@@ -1,6 +1,7 @@
 import Foundation
 import SIWAServer
 import SIWASupport
+import SIWATestKit
 import SIWAVerification
 import Synchronization
 import Testing
@@ -34,7 +35,7 @@ struct JWKSProviderTests {
     @Test func startFetchesAndVerifies() throws {
         let server = try JWKSTestServer()
         defer { server.shutdown() }
-        let key = try JWKSTestKey(kid: "k1")
+        let key = try TestSigningKey.generate(keyID: "k1")
         try server.serve(try JWKSTestFixtures.document([key]))
         let clock = JWKSTestClock()
         let provider = Self.provider(server, clock: clock)
@@ -55,8 +56,8 @@ struct JWKSProviderTests {
     @Test func rotationAddsANewKidAndRetiresAnOldOne() throws {
         let server = try JWKSTestServer()
         defer { server.shutdown() }
-        let old = try JWKSTestKey(kid: "old")
-        let new = try JWKSTestKey(kid: "new")
+        let old = try TestSigningKey.generate(keyID: "old")
+        let new = try TestSigningKey.generate(keyID: "new")
         try server.serve(try JWKSTestFixtures.document([old]))
         let clock = JWKSTestClock()
         let provider = Self.provider(server, clock: clock)
@@ -91,8 +92,8 @@ struct JWKSProviderTests {
     @Test func unknownKidRefreshIsRateLimited() throws {
         let server = try JWKSTestServer()
         defer { server.shutdown() }
-        let known = try JWKSTestKey(kid: "known")
-        let stranger = try JWKSTestKey(kid: "stranger")
+        let known = try TestSigningKey.generate(keyID: "known")
+        let stranger = try TestSigningKey.generate(keyID: "stranger")
         try server.serve(try JWKSTestFixtures.document([known]))
         let clock = JWKSTestClock()
         let provider = Self.provider(server, clock: clock)
@@ -124,7 +125,7 @@ struct JWKSProviderTests {
     @Test func concurrentUnknownKidRefreshesShareOneFetch() throws {
         let server = try JWKSTestServer()
         defer { server.shutdown() }
-        let keys = try ["k1", "k2", "k3"].map { try JWKSTestKey(kid: $0) }
+        let keys = try ["k1", "k2", "k3"].map { try TestSigningKey.generate(keyID: $0) }
         let document = try JWKSTestFixtures.document(keys)
         try server.serve(document)
         let clock = JWKSTestClock()
@@ -174,8 +175,8 @@ struct JWKSProviderTests {
     @Test func serverDownKeepsTheLastGoodKeysAndReportsFailure() throws {
         let server = try JWKSTestServer()
         defer { server.shutdown() }
-        let key = try JWKSTestKey(kid: "k1")
-        let stranger = try JWKSTestKey(kid: "stranger")
+        let key = try TestSigningKey.generate(keyID: "k1")
+        let stranger = try TestSigningKey.generate(keyID: "stranger")
         try server.serve(try JWKSTestFixtures.document([key]))
         let clock = JWKSTestClock()
         let provider = Self.provider(server, clock: clock)
@@ -207,7 +208,7 @@ struct JWKSProviderTests {
     @Test func unusableDocumentsKeepTheLastGoodKeys() throws {
         let server = try JWKSTestServer()
         defer { server.shutdown() }
-        let key = try JWKSTestKey(kid: "k1")
+        let key = try TestSigningKey.generate(keyID: "k1")
         let good = try JWKSTestFixtures.document([key])
         try server.serve(good)
         let cache = server.directory.appendingPathComponent("cache").appendingPathComponent("jwks.json").path
@@ -231,7 +232,7 @@ struct JWKSProviderTests {
     @Test func missingCacheFileAtStartIsFilledByTheFetch() throws {
         let server = try JWKSTestServer()
         defer { server.shutdown() }
-        let document = try JWKSTestFixtures.document([JWKSTestKey(kid: "k1")])
+        let document = try JWKSTestFixtures.document([TestSigningKey.generate(keyID: "k1")])
         try server.serve(document)
         let cache = server.directory.appendingPathComponent("jwks-cache.json").path
         #expect(!FileManager.default.fileExists(atPath: cache))
@@ -244,7 +245,7 @@ struct JWKSProviderTests {
     @Test func startWithoutNetworkUsesTheCacheFile() throws {
         let server = try JWKSTestServer()
         defer { server.shutdown() }
-        let key = try JWKSTestKey(kid: "cached")
+        let key = try TestSigningKey.generate(keyID: "cached")
         let cache = server.directory.appendingPathComponent("jwks-cache.json").path
         try JWKSCacheFile(path: cache).store(try JWKSTestFixtures.document([key]))
         server.nginx.stop()
@@ -261,7 +262,7 @@ struct JWKSProviderTests {
     @Test func noCacheAndNoNetworkMeansNoKeysAndRetryable() throws {
         let server = try JWKSTestServer()
         defer { server.shutdown() }
-        let key = try JWKSTestKey(kid: "k1")
+        let key = try TestSigningKey.generate(keyID: "k1")
         server.nginx.stop()
         let clock = JWKSTestClock()
         let provider = Self.provider(server, clock: clock)
@@ -275,7 +276,7 @@ struct JWKSProviderTests {
     @Test func refresherKeepsTheSchedule() throws {
         let server = try JWKSTestServer()
         defer { server.shutdown() }
-        try server.serve(try JWKSTestFixtures.document([JWKSTestKey(kid: "k1")]))
+        try server.serve(try JWKSTestFixtures.document([TestSigningKey.generate(keyID: "k1")]))
         let clock = JWKSTestClock()
         let provider = Self.provider(server, clock: clock)
         provider.start()

@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import SIWAServer
 import SIWASupport
+import SIWATestKit
 import Synchronization
 import Testing
 
@@ -40,7 +41,8 @@ final class HeldJWKSFetcher: JWKSFetching {
 @Suite("JWKS provider: waiting for a fetch on an unknown kid")
 struct JWKSProviderWaitTests {
     static func started(waitLimit: Duration, waiters: Int) throws -> (JWKSProvider, HeldJWKSFetcher, JWKSTestClock) {
-        let fetcher = HeldJWKSFetcher(document: try JWKSTestFixtures.document([JWKSTestKey(kid: "known")]))
+        let fetcher = HeldJWKSFetcher(
+            document: try JWKSTestFixtures.document([TestSigningKey.generate(keyID: "known")]))
         let clock = JWKSTestClock()
         let provider = JWKSProvider(
             settings: JWKSProvider.Settings(

@@ -2,56 +2,25 @@ import Foundation
 import SIWACrypto
 import SIWAJSON
 import SIWASupport
+import SIWATestKit
 import SIWAVerification
 import Synchronization
 
-/// An RSA signing key with its kid, as Apple's JWKS would publish it.
-struct JWKSTestKey {
-    let kid: String
-    let privateKey: RSAPrivateKey
-
-    init(kid: String) throws {
-        self.kid = kid
-        privateKey = try RSAPrivateKey.generate()
-    }
-
-    var jwk: JSONValue {
-        get throws {
-            .object([
-                "kty": .string("RSA"), "kid": .string(kid), "use": .string("sig"), "alg": .string("RS256"),
-                "n": .string(Base64URL.encode(try privateKey.modulus())),
-                "e": .string(Base64URL.encode(try privateKey.exponent())),
-            ])
-        }
-    }
-
+extension TestSigningKey {
     /// A request body holding a consent-revoked notification signed with this key.
     func signedBody(audience: String = JWKSTestFixtures.clientID, issuedAt: Int64) throws -> [UInt8] {
-        let header = JSONWriter.object([("kid", .string(kid)), ("alg", .string("RS256"))])
-        let claims = JSONWriter.object([
-            ("iss", .string(NotificationVerifier.appleIssuer)), ("aud", .string(audience)),
-            ("exp", .integer(issuedAt + 86400)), ("iat", .integer(issuedAt)),
-            ("jti", .string("AbCdEfGhIjKlMnOpQrStUv")),
-            (
-                "events",
-                .object([
-                    "type": .string("consent-revoked"), "sub": .string("001234.abcdef0123456789.0001"),
-                    "event_time": .integer(issuedAt * 1000),
-                ])
-            ),
-        ])
-        let signingInput = Base64URL.encode(Array(header.utf8)) + "." + Base64URL.encode(Array(claims.utf8))
-        let signature = try privateKey.signRS256(Array(signingInput.utf8))
-        let token = signingInput + "." + Base64URL.encode(signature)
-        return Array(JSONWriter.object([("payload", .string(token))]).utf8)
+        let notification = TestNotification(
+            type: "consent-revoked", subject: "001234.abcdef0123456789.0001", clientID: audience,
+            tokenID: "AbCdEfGhIjKlMnOpQrStUv", issuedAt: issuedAt)
+        return Array(try notification.requestBody(signedWith: self).utf8)
     }
 }
 
 enum JWKSTestFixtures {
     static let clientID = "com.example.app"
 
-    static func document(_ keys: [JWKSTestKey]) throws -> [UInt8] {
-        Array(JSONWriter.serialize(.object(["keys": .array(try keys.map { try $0.jwk })])).utf8)
+    static func document(_ keys: [TestSigningKey]) throws -> [UInt8] {
+        Array(try TestSigningKey.jwksDocument(keys).utf8)
     }
 
     static var verifier: NotificationVerifier { NotificationVerifier(keys: JSONWebKeySet(), clientIDs: [clientID]) }

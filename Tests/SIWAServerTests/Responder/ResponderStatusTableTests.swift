@@ -1,6 +1,7 @@
 import Foundation
 import SIWAFastCGI
 import SIWAServer
+import SIWATestKit
 import SIWAVerification
 import Testing
 
@@ -16,7 +17,7 @@ final class ResponderStatusTableTests {
     let directory: URL
     let fetcher = JWKSFetcherDouble()
     let store = NotificationStoreDouble()
-    let key: JWKSTestKey
+    let key: TestSigningKey
     let keys: JWKSProvider
     /// The one clock of the keys and the responder: moved by hand.
     let clock = JWKSTestClock(ResponderStatusTableTests.now - 3600)
@@ -25,7 +26,7 @@ final class ResponderStatusTableTests {
 
     init() throws {
         directory = try JWKSTestFixtures.temporaryDirectory()
-        key = try JWKSTestKey(kid: "test-apple-key")
+        key = try TestSigningKey.generate(keyID: "test-apple-key")
         fetcher.serve(try JWKSTestFixtures.document([key]))
         keys = JWKSProvider(
             settings: JWKSProvider.Settings(url: "https://jwks.invalid/auth/keys"), fetcher: fetcher,
@@ -70,7 +71,7 @@ final class ResponderStatusTableTests {
         request(body: .complete(body))
     }
 
-    func signed(_ key: JWKSTestKey? = nil, audience: String = JWKSTestFixtures.clientID) throws -> [UInt8] {
+    func signed(_ key: TestSigningKey? = nil, audience: String = JWKSTestFixtures.clientID) throws -> [UInt8] {
         try (key ?? self.key).signedBody(audience: audience, issuedAt: Self.now)
     }
 
@@ -130,10 +131,10 @@ final class ResponderStatusTableTests {
         #expect(incomplete.body == #"{"error":"body_incomplete","status":"refused"}"#)
         let notJSON = post(Array("payload=x".utf8))
         #expect(notJSON.status == 400)
-        let stranger = post(try signed(try JWKSTestKey(kid: "stranger")))
+        let stranger = post(try signed(try TestSigningKey.generate(keyID: "stranger")))
         #expect(stranger.status == 401)
         #expect(stranger.body == #"{"error":"kid_unknown","status":"refused"}"#)
-        let forgery = post(try signed(try JWKSTestKey(kid: key.kid)))
+        let forgery = post(try signed(try TestSigningKey.generate(keyID: key.keyID)))
         #expect(forgery.status == 401)
         #expect(forgery.body == #"{"error":"signature_invalid","status":"refused"}"#)
         let notOurs = post(try signed(audience: "com.example.other"))
@@ -152,7 +153,7 @@ final class ResponderStatusTableTests {
     @Test("an unknown kid with no fetch possible: 503 keys_unavailable with Retry-After")
     func keysUnavailable() throws {
         fetcher.serve(nil)
-        let response = post(try signed(try JWKSTestKey(kid: "stranger")))
+        let response = post(try signed(try TestSigningKey.generate(keyID: "stranger")))
         #expect(response.status == 503)
         #expect(response.body == #"{"error":"keys_unavailable","status":"unavailable"}"#)
         #expect(response.headers["Retry-After"] == "30")

@@ -1,5 +1,5 @@
 import Foundation
-import SIWAFastCGI
+import SIWAFastCGIClient
 import SIWAServer
 import SIWATestKit
 import Synchronization

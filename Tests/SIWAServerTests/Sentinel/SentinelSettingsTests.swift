@@ -119,7 +119,7 @@ struct SentinelSettingsTests {
 
     @Test("sentinels unreachable at start: serve starts, spools (200), /healthz 503, Redis untouched")
     func sentinelsUnreachable() throws {
-        let ports = try (0..<2).map { _ in try RedisServerProcess.freeLoopbackPort() }
+        let ports = try (0..<2).map { _ in try LoopbackPort.free() }
         let stack = try ServeStack(extraEnvironment: [
             "SIWA_REDIS_SENTINELS": ports.map { "127.0.0.1:\($0)" }.joined(separator: ","),
             "SIWA_REDIS_SENTINEL_MASTER": "mymaster",

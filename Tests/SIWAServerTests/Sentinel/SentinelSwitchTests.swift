@@ -22,16 +22,6 @@ struct SentinelSwitchTests {
         return value
     }
 
-    /// Polls `condition` every 20 ms until it holds or `timeout` passes.
-    static func waitUntil(timeout: TimeInterval, _ condition: () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if condition() { return true }
-            usleep(20_000)
-        }
-        return condition()
-    }
-
     @Test("an idle connection on the paused old primary sends it nothing after +switch-master; the watchers stop")
     func idleConnectionLeavesTheOldPrimary() throws {
         let cluster = try RedisSentinelCluster(downAfterMilliseconds: 1000)
@@ -59,7 +49,7 @@ struct SentinelSwitchTests {
         let setsOnOldBefore = try Self.calls("set", on: old.port, in: cluster)
 
         old.pause()
-        let announced = Self.waitUntil(timeout: 30) {
+        let announced = waitUntil(timeout: 30, interval: .milliseconds(20)) {
             events.withLock { events in
                 events.contains {
                     if case .switchAnnounced(_, let from, _) = $0 { return from.port == old.port }

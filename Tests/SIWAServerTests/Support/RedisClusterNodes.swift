@@ -54,7 +54,7 @@ final class RedisClusterNodes: @unchecked Sendable {
             .appendingPathComponent("siwa-cluster-\(UUID().uuidString)", isDirectory: true)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let directory = self.directory
-        let ports = try Self.freePortsWithBusPorts(6)
+        let ports = try LoopbackPort.freeWithBusPorts(6)
         nodes = ports.enumerated().map { index, port in
             let nodeDirectory = directory.appendingPathComponent("node-\(index)").path
             try? FileManager.default.createDirectory(atPath: nodeDirectory, withIntermediateDirectories: true)
@@ -194,55 +194,19 @@ final class RedisClusterNodes: @unchecked Sendable {
 
     func node(port: Int) -> RedisSentinelCluster.Node? { nodes.first { $0.port == port } }
 
-    /// Polls every 100 ms until `condition` holds, or throws after `timeout` seconds.
+    /// Waits (polling every 100 ms) until `condition` holds, or throws after `timeout` seconds.
     func waitUntil(timeout: TimeInterval, _ condition: () -> Bool) throws {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if condition() { return }
-            usleep(100_000)
+        guard SIWATestSupport.waitUntil(timeout: timeout, interval: .milliseconds(100), condition) else {
+            throw StartError(
+                description: "the cluster did not get there within \(timeout) s (logs in \(directory.path))")
         }
-        throw StartError(description: "the cluster did not get there within \(timeout) s (logs in \(directory.path))")
     }
 
-    /// Runs `redis-cli` (or `valkey-cli`) with `arguments`, killed after 120 s.
+    /// Runs `redis-cli` (or `valkey-cli`) with `arguments`, killed after 120 s: its status and
+    /// its standard output and error together.
     static func runCLI(_ flavor: RedisFlavor, _ arguments: [String]) throws -> (status: Int32, output: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/timeout")
-        process.arguments = ["-s", "KILL", "120", flavor.cliPath] + arguments
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        let output = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: output, as: UTF8.self))
-    }
-
-    /// Free loopback ports below 55536 whose cluster bus port (port + 10000) is free too.
-    static func freePortsWithBusPorts(_ count: Int) throws -> [Int] {
-        var ports: [Int] = []
-        for _ in 0..<2000 where ports.count < count {
-            let port = Int.random(in: 20_000...45_000)
-            guard !ports.contains(port), isFree(port), isFree(port + 10_000) else { continue }
-            ports.append(port)
-        }
-        guard ports.count == count else { throw StartError(description: "no free loopback ports for a cluster") }
-        return ports
-    }
-
-    private static func isFree(_ port: Int) -> Bool {
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard descriptor >= 0 else { return false }
-        defer { close(descriptor) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = UInt16(port).bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        return withUnsafePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
-            }
-        }
+        let run = try CommandRun.run(URL(fileURLWithPath: flavor.cliPath), arguments, timeout: .seconds(120))
+        return (run.status, run.output + run.errors)
     }
 
     func shutdown() {

@@ -91,7 +91,7 @@ final class RedisSentinelCluster: @unchecked Sendable {
                     "--tls-auth-clients", $0.requireClientCertificates ? "yes" : "no", "--tls-replication", "yes",
                 ]
             } ?? []
-        let dataPorts = try (0..<3).map { _ in try RedisServerProcess.freeLoopbackPort() }
+        let dataPorts = try (0..<3).map { _ in try LoopbackPort.free() }
         let primaryPort = dataPorts[0]
         dataNodes = dataPorts.enumerated().map { index, port in
             let nodeDirectory = Self.makeDirectory(in: directory, "data-\(index)")
@@ -105,7 +105,7 @@ final class RedisSentinelCluster: @unchecked Sendable {
                 port: port, arguments: arguments, logPath: nodeDirectory + "/redis.log", serverPath: flavor.serverPath)
         }
         sentinels = try (0..<3).map { index in
-            let port = try RedisServerProcess.freeLoopbackPort()
+            let port = try LoopbackPort.free()
             let nodeDirectory = Self.makeDirectory(in: directory, "sentinel-\(index)")
             var config = """
                 port \(tls == nil ? port : 0)
@@ -239,7 +239,7 @@ final class RedisSentinelCluster: @unchecked Sendable {
     /// or cut off from a failover has). No failover has raised the configuration epoch, so the
     /// other sentinels' hello messages never correct it. Returns once it names that port.
     func startStaleSentinel(naming port: Int) throws -> Node {
-        let sentinelPort = try RedisServerProcess.freeLoopbackPort()
+        let sentinelPort = try LoopbackPort.free()
         let nodeDirectory = Self.makeDirectory(in: directory, "stale-sentinel-\(staleSentinels.count)")
         var config = """
             port \(sentinelPort)

@@ -71,7 +71,7 @@ final class RedisServerProcess: @unchecked Sendable {
         self.flavor = flavor
         var lastError: Error = StartError(description: "redis-server did not start")
         for _ in 0..<3 {
-            port = try Self.freeLoopbackPort()
+            port = try LoopbackPort.free()
             do {
                 try start(timeout: startTimeout)
                 return
@@ -181,25 +181,6 @@ final class RedisServerProcess: @unchecked Sendable {
         Foundation.kill(process.processIdentifier, signal)
         let hardDeadline = Date().addingTimeInterval(5)
         while process.isRunning && Date() < hardDeadline { Thread.sleep(forTimeInterval: 0.01) }
-    }
-
-    /// Asks the kernel for a free port by binding port 0, then releases it.
-    static func freeLoopbackPort() throws -> Int {
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard descriptor >= 0 else { throw StartError(description: "socket() failed") }
-        defer { close(descriptor) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { generic in
-                bind(descriptor, generic, length) == 0 && getsockname(descriptor, generic, &length) == 0
-            }
-        }
-        guard bound else { throw StartError(description: "could not bind a loopback port") }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 
     /// A raw PING (a server with a password answers NOAUTH, which also means "up").

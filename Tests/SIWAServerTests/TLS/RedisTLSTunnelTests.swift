@@ -56,15 +56,6 @@ struct RedisTLSTunnelTests {
         return lines.joined(separator: "\n")
     }
 
-    static func waitUntil(timeout: TimeInterval, _ condition: () throws -> Bool) rethrows -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if try condition() { return true }
-            usleep(50_000)
-        }
-        return try condition()
-    }
-
     @Test(
         "a notification is applied through stunnel to a TLS-only Redis; with the wrong CA, stunnel refuses and serve spools"
     )
@@ -79,7 +70,7 @@ struct RedisTLSTunnelTests {
         let authority = try TestCertificateAuthority(in: authorityDirectory)
         let wrongAuthority = try TestCertificateAuthority(in: wrongDirectory)
 
-        let tlsPort = try RedisServerProcess.freeLoopbackPort()
+        let tlsPort = try LoopbackPort.free()
         let socketPath = directory.appendingPathComponent("redis.sock").path
         let redis = try Child(
             "/usr/bin/redis-server",
@@ -92,9 +83,9 @@ struct RedisTLSTunnelTests {
         defer { redis.kill() }
         // The test reads Redis over its unix socket; serve can only reach it through stunnel.
         let inspector = RedisConnection(endpoint: RedisEndpoint(address: .unixSocket(path: socketPath)))
-        #expect(Self.waitUntil(timeout: 10) { (try? inspector.command("PING"))?.string == "PONG" }, "\(redis.log)")
+        #expect(waitUntil(timeout: 10) { (try? inspector.command("PING"))?.string == "PONG" }, "\(redis.log)")
 
-        let acceptPort = try RedisServerProcess.freeLoopbackPort()
+        let acceptPort = try LoopbackPort.free()
         func startTunnel(caFile: String, name: String) throws -> Child {
             let path = directory.appendingPathComponent("\(name).conf").path
             try Self.stunnelConfiguration(acceptPort: acceptPort, redisTLSPort: tlsPort, caFile: caFile)
@@ -102,7 +93,7 @@ struct RedisTLSTunnelTests {
             let tunnel = try Child(
                 "/usr/bin/stunnel4", [path], logPath: directory.appendingPathComponent("\(name).log").path)
             #expect(
-                Self.waitUntil(timeout: 10) {
+                waitUntil(timeout: 10) {
                     guard let descriptor = connectToLoopback(port: acceptPort, receiveTimeoutMicroseconds: 100_000)
                     else { return false }
                     close(descriptor)
@@ -136,6 +127,6 @@ struct RedisTLSTunnelTests {
         #expect(try inspector.command("XLEN", "siwa:events").integer == 1)
         #expect(try stack.request("GET", "/healthz").status == 503)
         #expect(
-            Self.waitUntil(timeout: 5) { refusing.log.contains("certificate verify failed") }, "\(refusing.log)")
+            waitUntil(timeout: 5) { refusing.log.contains("certificate verify failed") }, "\(refusing.log)")
     }
 }

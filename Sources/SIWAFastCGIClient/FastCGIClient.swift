@@ -1,10 +1,11 @@
 import Foundation
 import Glibc
+import SIWASupport
 
-/// A FastCGI client for tests, written from the protocol specification in plain Swift over
-/// Glibc sockets (no libfcgi, so it checks the server rather than agreeing with it): it
-/// plays nginx's part, one responder request per `send`. Public so that `siwa-endpoint load`
-/// drives the responder with the same client the tests use.
+/// nginx's side of FastCGI, written from the protocol specification in plain Swift over
+/// Glibc sockets (no libfcgi, so it checks the server rather than agreeing with it): one
+/// responder request per `send`. Its own module, outside the production server: the tests,
+/// `siwa-endpoint status` and `siwa-endpoint load` drive the responder with it.
 public struct FastCGIClient: Sendable {
     public enum Endpoint: Sendable, CustomStringConvertible {
         case unixSocket(String)
@@ -85,62 +86,21 @@ public struct FastCGIClient: Sendable {
     }
 
     public func connect() throws -> Connection {
-        let fd: Int32
-        switch endpoint {
-        case .unixSocket(let path):
-            fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-            guard fd >= 0 else { throw Failure(description: "socket: errno \(errno)") }
-            var address = sockaddr_un()
-            address.sun_family = sa_family_t(AF_UNIX)
-            let bytes = Array(path.utf8)
-            guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
-                Glibc.close(fd)
-                throw Failure(description: "unix socket path too long")
+        let address: SocketAddress
+        do throws(SocketAddress.Invalid) {
+            switch endpoint {
+            case .unixSocket(let path): address = try SocketAddress.unixSocket(path: path)
+            case .tcp(let host, let port): address = try SocketAddress.internet(host: host, port: port)
             }
-            withUnsafeMutableBytes(of: &address.sun_path) { raw in
-                raw.copyBytes(from: bytes)
-                raw[bytes.count] = 0
-            }
-            let status = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-                }
-            }
-            guard status == 0 else {
-                let code = errno
-                Glibc.close(fd)
-                throw Failure(description: "connect \(endpoint): errno \(code)")
-            }
-        case .tcp(let host, let port):
-            let isIPv6 = host.contains(":")
-            fd = socket(isIPv6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-            guard fd >= 0 else { throw Failure(description: "socket: errno \(errno)") }
-            var storage = sockaddr_storage()
-            let parsed = withUnsafeMutableBytes(of: &storage) { raw -> Bool in
-                if isIPv6 {
-                    let address = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in6.self)
-                    address.pointee.sin6_family = sa_family_t(AF_INET6)
-                    address.pointee.sin6_port = port.bigEndian
-                    return inet_pton(AF_INET6, host, &address.pointee.sin6_addr) == 1
-                }
-                let address = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in.self)
-                address.pointee.sin_family = sa_family_t(AF_INET)
-                address.pointee.sin_port = port.bigEndian
-                return inet_pton(AF_INET, host, &address.pointee.sin_addr) == 1
-            }
-            guard parsed else {
-                Glibc.close(fd)
-                throw Failure(description: "not an IP address")
-            }
-            let length = socklen_t(isIPv6 ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
-            let status = withUnsafePointer(to: &storage) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, length) }
-            }
-            guard status == 0 else {
-                let code = errno
-                Glibc.close(fd)
-                throw Failure(description: "connect \(endpoint): errno \(code)")
-            }
+        } catch {
+            throw Failure(description: error == .pathTooLong ? "unix socket path too long" : "not an IP address")
+        }
+        let fd = address.makeStreamSocket()
+        guard fd >= 0 else { throw Failure(description: "socket: errno \(errno)") }
+        guard address.connect(fd) == 0 else {
+            let code = errno
+            Glibc.close(fd)
+            throw Failure(description: "connect \(endpoint): errno \(code)")
         }
         return Connection(fd: fd, timeout: timeout)
     }

@@ -1,0 +1,25 @@
+import Foundation
+import Testing
+
+/// The shared test kit keeps the promises the other suites rely on.
+@Suite("Test support: process runner and loopback ports")
+struct TestSupportTests {
+    @Test("a free loopback port leaves room for a cluster bus port (never above 55535)")
+    func freePortBelowBusLimit() throws {
+        // The kernel picks from 32768...60999 here: a fifth of its picks would be too high.
+        let ports = try (0..<300).map { _ in try LoopbackPort.free() }
+        #expect(ports.allSatisfy { $0 >= 1024 && $0 <= LoopbackPort.highest }, "\(ports.filter { $0 > 55_535 })")
+    }
+
+    @Test("a run gets its standard input, and one still going at its timeout is killed and says so")
+    func runnerFeedsInputAndKillsAtTimeout() throws {
+        let echoed = try CommandRun.run(URL(fileURLWithPath: "/bin/cat"), [], input: Data("piped in".utf8))
+        #expect(echoed.status == 0 && echoed.output == "piped in" && !echoed.timedOut)
+
+        let started = ContinuousClock.now
+        let stuck = try CommandRun.run(URL(fileURLWithPath: "/bin/sleep"), ["300"], timeout: .seconds(1))
+        #expect(stuck.timedOut)
+        #expect(stuck.status == SIGKILL)
+        #expect(ContinuousClock.now - started < .seconds(120))
+    }
+}
