@@ -251,7 +251,8 @@ public final class NotificationResponder: Sendable {
     func refusal(_ error: VerificationError) -> Reply {
         let retryable = error.failureClass == .retryable
         var result = Reply(
-            status: error.httpStatus, outcome: retryable ? "unavailable" : "refused", errorCode: error.code.rawValue,
+            status: Self.httpStatus(for: error), outcome: retryable ? "unavailable" : "refused",
+            errorCode: error.code.rawValue,
             body: Self.json(status: retryable ? "unavailable" : "refused", error: error.code.rawValue),
             headers: retryable
                 ? [.init("Retry-After", String(configuration.requests.retryAfter.components.seconds))] : [])

@@ -82,7 +82,7 @@ struct JWKSProviderTests {
         // Once a fetch made for it still lacks the kid: unknown, 401.
         clock.advance(by: 61)
         #expect(Self.verificationCode(provider, try old.signedBody(issuedAt: clock.now), now: clock.now) == .kidUnknown)
-        #expect(VerificationError.Code.kidUnknown.failureClass.httpStatus == 401)
+        #expect(NotificationResponder.httpStatus(for: VerificationError.Code.kidUnknown.failureClass) == 401)
         #expect(server.keysRequestCount == 4)
         #expect(Self.verificationCode(provider, try new.signedBody(issuedAt: clock.now), now: clock.now) == nil)
         #expect(server.keysRequestCount == 4)
@@ -200,7 +200,7 @@ struct JWKSProviderTests {
         clock.advance(by: 61)
         let code = Self.verificationCode(provider, try stranger.signedBody(issuedAt: clock.now), now: clock.now)
         #expect(code == .keysUnavailable)
-        #expect(code?.failureClass.httpStatus == 503)
+        #expect(code.map { NotificationResponder.httpStatus(for: $0.failureClass) } == 503)
         #expect(provider.metrics(now: clock.now).refreshFailures == 3)
     }
 
