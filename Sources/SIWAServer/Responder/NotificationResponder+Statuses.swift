@@ -1,4 +1,5 @@
 import SIWAFastCGI
+import SIWAJSON
 import SIWAVerification
 
 /// The responder's status policy: the verifier says what kind of failure it found; which
@@ -21,4 +22,27 @@ extension NotificationResponder {
 
     /// The HTTP status of a refusal from verification.
     public static func httpStatus(for error: VerificationError) -> Int { httpStatus(for: error.failureClass) }
+
+    /// `Retry-After` goes on every 503, added in `handle`: Apple (and a load balancer) come
+    /// back after it.
+    var retryAfter: FastCGIResponse.Header {
+        FastCGIResponse.Header("Retry-After", String(configuration.requests.retryAfter.components.seconds))
+    }
+
+    /// Neither Redis nor the spool can take the record: 503 `store_unavailable`, nothing
+    /// answered 2xx, so Apple retries.
+    static func storeUnavailable(_ result: Reply, _ spoolError: SpoolError) -> Reply {
+        EventLog.event("spool_append_failed", level: "error", [("error", .string(spoolError.code.rawValue))])
+        return unavailable(result, errorCode: "store_unavailable")
+    }
+
+    /// A 503 for the store: the request's type and client stay on its log line.
+    static func unavailable(_ result: Reply, errorCode: String) -> Reply {
+        var unavailable = result
+        unavailable.status = 503
+        unavailable.outcome = "unavailable"
+        unavailable.errorCode = errorCode
+        unavailable.body = json(status: "unavailable", error: errorCode)
+        return unavailable
+    }
 }
