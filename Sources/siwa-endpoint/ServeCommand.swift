@@ -216,7 +216,7 @@ enum ServeCommand {
             connection: RedisConnection(
                 endpoint: redis, connectTimeout: timeout, commandTimeout: timeout, locator: locator,
                 cluster: cluster),
-            key: "\(store.keyPrefix):deletions", clock: clock)
+            key: RedisKeyLayout(prefix: store.keyPrefix).deletions, clock: clock)
 
         let responder = NotificationResponder(
             configuration: configuration, keys: keys, stores: NotificationStorePool(makeStore: makeStore), spool: spool,

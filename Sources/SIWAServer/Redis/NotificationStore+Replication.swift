@@ -25,9 +25,6 @@ extension NotificationStore {
         }
     }
 
-    /// The channel of the probe `PUBLISH` that moves a connection's replication offset to now.
-    public var replicationProbeChannel: String { "\(keyPrefix):replication-probe" }
-
     /// Applies one notification, then, when `minimumReplicas` > 0, sends `WAIT` on the same
     /// connection for that many replicas (at most `replicaTimeout`).
     ///
@@ -49,7 +46,7 @@ extension NotificationStore {
         var replicas = 0
         do {
             if outcome == .duplicate || outcome == .stored {
-                _ = try connection.command("PUBLISH", replicationProbeChannel, "")
+                _ = try connection.command("PUBLISH", keys.replicationProbe, "")
             }
             let reply = try connection.command("WAIT", String(minimumReplicas), String(milliseconds))
             guard let count = reply.integer else {
