@@ -157,7 +157,7 @@ enum ServeCommand {
                 // A lone worker never waits for a fetch: /healthz and known kids would wait with it.
                 unknownKeyIDWaiters: configuration.fastCGI.workers > 1 ? 1 : 0),
             fetcher: HTTPSFetcher(
-                caFilePath: jwksSettings.caFile, timeoutSeconds: Double(jwksSettings.timeout.components.seconds)),
+                caFilePath: jwksSettings.caFile, timeoutSeconds: Double(jwksSettings.timeout.wholeSeconds)),
             clock: clock)
         let startOutcome = keys.start()
         let jwks = keys.metrics(now: clock.wallSeconds())
@@ -264,7 +264,7 @@ enum ServeCommand {
                     EventLog.event(
                         "stopping",
                         [
-                            ("timeout_seconds", .integer(fastCGI.shutdownTimeout.components.seconds)),
+                            ("timeout_seconds", .integer(fastCGI.shutdownTimeout.wholeSeconds)),
                             ("spool_depth", .integer(Int64(spool.depth))),
                         ])
                     services.requestStop()

@@ -1,5 +1,6 @@
 import SIWAJSON
 import SIWARedis
+import SIWASupport
 import SIWAVerification
 
 /// What reconciliation writes into the Redis contract.
@@ -45,7 +46,7 @@ public final class ReconcileStore {
     public func record(clientID: String, subject: String, refused: Bool, checkedAt: Int64) throws(RedisError) -> Bool {
         try run(
             clientID: clientID, subject: subject, verdict: refused ? "refused" : "valid", at: checkedAt,
-            markerTTL: String(Self.checkInterval.components.seconds * 1000), timeField: "refresh_token_refused_at",
+            markerTTL: String(Self.checkInterval.wholeMilliseconds), timeField: "refresh_token_refused_at",
             eventType: Self.eventType, source: "reconcile")
     }
 

@@ -1,4 +1,5 @@
 import SIWARedis
+import SIWASupport
 import SIWAVerification
 
 extension NotificationStore {
@@ -41,8 +42,7 @@ extension NotificationStore {
     ) throws(RedisError) -> Acknowledged {
         let outcome = try apply(notification, receivedAt: receivedAt, earlierAttempt: earlierAttempt)
         guard minimumReplicas > 0 else { return Acknowledged(outcome: outcome, replicas: nil, isShortfall: false) }
-        let timeout = replicaTimeout.components
-        let milliseconds = max(1, timeout.seconds * 1000 + timeout.attoseconds / 1_000_000_000_000_000)
+        let milliseconds = max(1, replicaTimeout.wholeMilliseconds)
         var replicas = 0
         do {
             if outcome == .duplicate || outcome == .stored {

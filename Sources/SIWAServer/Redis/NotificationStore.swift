@@ -1,5 +1,6 @@
 import SIWAJSON
 import SIWARedis
+import SIWASupport
 import SIWAVerification
 
 /// Writes verified notifications into Redis: the state contract app servers read.
@@ -163,8 +164,7 @@ public final class NotificationStore {
         // The script appends the applied flag, which only it knows.
         messageHead.removeLast()
         messageHead += Array(",\"applied\":".utf8)
-        let ttl = seenMarkerTTL.components
-        let ttlMilliseconds = max(1, ttl.seconds * 1000 + ttl.attoseconds / 1_000_000_000_000_000)
+        let ttlMilliseconds = max(1, seenMarkerTTL.wholeMilliseconds)
         return [
             userKey, seenKey, Array(keys.events.utf8), Array(keys.deletions.utf8),
             Array(keys.notifications.utf8), clientID, subject, typeName, rawType,

@@ -1,5 +1,6 @@
 import SIWAFastCGI
 import SIWAJSON
+import SIWASupport
 import SIWAVerification
 
 /// The responder's status policy: the verifier says what kind of failure it found; which
@@ -26,7 +27,7 @@ extension NotificationResponder {
     /// `Retry-After` goes on every 503, added in `handle`: Apple (and a load balancer) come
     /// back after it.
     var retryAfter: FastCGIResponse.Header {
-        FastCGIResponse.Header("Retry-After", String(configuration.requests.retryAfter.components.seconds))
+        FastCGIResponse.Header("Retry-After", String(configuration.requests.retryAfter.wholeSeconds))
     }
 
     /// Neither Redis nor the spool can take the record: 503 `store_unavailable`, nothing

@@ -41,7 +41,7 @@ public final class NotificationResponder: Sendable {
         self.configuration = configuration
         self.verifier = NotificationVerifier(
             clientIDs: configuration.clientIDs,
-            leewaySeconds: configuration.requests.leeway.components.seconds,
+            leewaySeconds: configuration.requests.leeway.wholeSeconds,
             maximumBodyBytes: configuration.requests.maximumBodyBytes)
         self.keys = keys
         self.stores = stores
@@ -74,7 +74,7 @@ public final class NotificationResponder: Sendable {
         let started = clock.monotonic()
         let result = route(request)
         let elapsed = clock.monotonic() - started
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let seconds = elapsed.inSeconds
         metrics.recordRequest(
             status: result.status, outcome: result.outcome, type: result.type ?? "", code: result.errorCode ?? "",
             seconds: seconds)
