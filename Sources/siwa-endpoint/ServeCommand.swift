@@ -165,7 +165,7 @@ enum ServeCommand {
             "jwks_loaded", level: jwks.usableKeyCount > 0 ? "info" : "error",
             [
                 ("fetch", .string("\(startOutcome)")), ("keys", .integer(Int64(jwks.usableKeyCount))),
-                ("last_failure", jwks.lastFailure.map { .string($0) } ?? .null),
+                ("last_failure", jwks.lastFailure.map { .string($0.description) } ?? .null),
             ])
         // The background services, stopped in reverse order: the refresher now, the
         // replayer once the socket listens.
@@ -290,7 +290,7 @@ enum ServeCommand {
             "jwks_cache_reloaded", level: failure == nil ? "info" : "warning",
             [
                 ("signal", .string("SIGHUP")), ("keys", .integer(Int64(count))),
-                ("failure", failure.map { .string($0) } ?? .null),
+                ("failure", failure.map { .string($0.description) } ?? .null),
             ])
     }
 

@@ -33,7 +33,7 @@ extension NotificationResponder {
     /// Neither Redis nor the spool can take the record: 503 `store_unavailable`, nothing
     /// answered 2xx, so Apple retries.
     static func storeUnavailable(_ result: Reply, _ spoolError: SpoolError) -> Reply {
-        EventLog.event("spool_append_failed", level: "error", [("error", .string(spoolError.code.rawValue))])
+        EventLog.event("spool_append_failed", level: "error", spoolError.logFields)
         return unavailable(result, errorCode: "store_unavailable")
     }
 

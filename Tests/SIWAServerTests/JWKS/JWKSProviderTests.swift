@@ -1,4 +1,5 @@
 import Foundation
+import SIWAHTTPS
 import SIWAServer
 import SIWASupport
 import SIWAVerification
@@ -188,7 +189,10 @@ struct JWKSProviderTests {
         let metrics = provider.metrics(now: clock.now)
         #expect(metrics.refreshFailures == 1)
         #expect(metrics.ageSeconds == 3600)
-        #expect(metrics.lastFailure?.contains("connect_failed") == true)
+        // The failure keeps the fetch's own error, not only its text.
+        #expect(metrics.lastFailure?.code == .fetchFailed)
+        #expect((metrics.lastFailure?.cause as? HTTPSFetchError)?.code == .connectFailed)
+        #expect(metrics.lastFailure?.description.contains("connect_failed") == true)
         // A known kid still verifies.
         #expect(Self.verificationCode(provider, try key.signedBody(issuedAt: clock.now), now: clock.now) == nil)
         // After a failed refresh, the retry comes sooner than the hourly schedule.
