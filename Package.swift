@@ -29,7 +29,8 @@ let package = Package(
         // Every OpenSSL pointer lives in SIWACrypto (signatures) or SIWATLS (TLS client
         // connections), every libfcgi pointer in SIWAFastCGI,
         // every hiredis pointer in SIWARedis, every libcurl pointer in SIWAHTTPS.
-        // The few OpenSSL helpers written in C (a .c file and a header of declarations).
+        // One-line C pass-throughs for the OpenSSL macros Swift cannot call (a .c file and a
+        // header of declarations); every other OpenSSL call is made from Swift.
         .target(name: "COpenSSLShim", dependencies: ["COpenSSL"]),
         .target(name: "SIWACrypto", dependencies: ["COpenSSL", "COpenSSLShim"]),
         .target(name: "SIWATLS", dependencies: ["COpenSSL", "COpenSSLShim", "SIWASupport"]),

@@ -13,17 +13,10 @@ public final class ES256PrivateKey: @unchecked Sendable {
 
     /// Reads a PEM private key (a `.p8` file: PKCS#8); it must be EC on P-256.
     public init(pem: String) throws(CryptoError) {
-        var text = Array(pem.utf8)
-        let parsed = text.withUnsafeMutableBufferPointer { buffer in
-            buffer.baseAddress!.withMemoryRebound(to: CChar.self, capacity: buffer.count) {
-                siwa_private_key_from_pem($0, buffer.count)
-            }
-        }
-        guard let parsed else { throw CryptoError("not a PEM private key") }
+        let parsed = try OpenSSLKey.privateKey(pem: pem)
         guard EVP_PKEY_is_a(parsed, "EC") == 1, Self.groupName(parsed) == "prime256v1" else {
             EVP_PKEY_free(parsed)
-            ERR_clear_error()
-            throw CryptoError("the private key is not an EC P-256 key")
+            throw CryptoError.fromOpenSSL("the private key is not an EC P-256 key")
         }
         key = parsed
     }
@@ -33,8 +26,7 @@ public final class ES256PrivateKey: @unchecked Sendable {
     /// ECDSA P-256 with SHA-256 over `message`: 64 bytes, `r` then `s`, each
     /// big-endian and left-padded to 32 bytes (RFC 7518 §3.4).
     public func signES256(_ message: [UInt8]) throws(CryptoError) -> [UInt8] {
-        defer { ERR_clear_error() }
-        guard let context = EVP_MD_CTX_new() else { throw CryptoError("EVP_MD_CTX_new failed") }
+        guard let context = EVP_MD_CTX_new() else { throw CryptoError.fromOpenSSL("EVP_MD_CTX_new failed") }
         defer { EVP_MD_CTX_free(context) }
         // A DER ECDSA-Sig-Value for P-256 is at most 72 bytes.
         var der = [UInt8](repeating: 0, count: 80)
@@ -46,7 +38,7 @@ public final class ES256PrivateKey: @unchecked Sendable {
                         context, derBuffer.baseAddress, &length, messageBuffer.baseAddress, messageBuffer.count) == 1
             }
         }
-        guard signed, length > 0, length <= der.count else { throw CryptoError("ES256 signing failed") }
+        guard signed, length > 0, length <= der.count else { throw CryptoError.fromOpenSSL("ES256 signing failed") }
         return try Self.rawSignature(fromDER: Array(der[0..<length]))
     }
 
@@ -56,7 +48,7 @@ public final class ES256PrivateKey: @unchecked Sendable {
             var cursor: UnsafePointer<UInt8>? = buffer.baseAddress
             return d2i_ECDSA_SIG(nil, &cursor, buffer.count)
         }
-        guard let signature = decoded else { throw CryptoError("the ECDSA signature is not DER") }
+        guard let signature = decoded else { throw CryptoError.fromOpenSSL("the ECDSA signature is not DER") }
         defer { ECDSA_SIG_free(signature) }
         var r: OpaquePointer?
         var s: OpaquePointer?

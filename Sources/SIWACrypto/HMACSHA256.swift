@@ -1,5 +1,4 @@
 import COpenSSL
-import COpenSSLShim
 
 /// HMAC-SHA256, used only by tests that forge "HS256 with the public key as secret".
 public enum HMACSHA256 {
@@ -8,13 +7,14 @@ public enum HMACSHA256 {
         let ok = key.withUnsafeBufferPointer { keyBuffer in
             message.withUnsafeBufferPointer { messageBuffer in
                 out.withUnsafeMutableBufferPointer {
-                    siwa_hmac_sha256(
-                        keyBuffer.baseAddress, keyBuffer.count, messageBuffer.baseAddress,
-                        messageBuffer.count, $0.baseAddress)
+                    var length: UInt32 = 32
+                    return HMAC(
+                        EVP_sha256(), keyBuffer.baseAddress, Int32(keyBuffer.count), messageBuffer.baseAddress,
+                        messageBuffer.count, $0.baseAddress, &length) != nil
                 }
             }
         }
-        precondition(ok == 1, "HMAC-SHA256 failed")
+        precondition(ok, "HMAC-SHA256 failed")
         return out
     }
 }

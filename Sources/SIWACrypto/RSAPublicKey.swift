@@ -48,10 +48,12 @@ public final class RSAPublicKey: @unchecked Sendable {
     /// Returns nil when they are no RSA public key (`problem(modulus:exponent:)`), or when
     /// OpenSSL refuses the numbers or cannot set up RS256 with them.
     public init?(modulus: [UInt8], exponent: [UInt8]) {
+        // Failures leave entries on this thread's error queue, which libcurl shares.
+        defer { ERR_clear_error() }
         guard Self.problem(modulus: modulus, exponent: exponent) == nil,
-            let key = siwa_rsa_public_key_from_components(modulus, modulus.count, exponent, exponent.count)
+            let key = Self.publicKey(modulus: modulus, exponent: exponent)
         else { return nil }
-        guard let verifier = siwa_rs256_verifier_new(key) else {
+        guard let verifier = Self.rs256Verifier(key) else {
             EVP_PKEY_free(key)
             return nil
         }
@@ -61,14 +63,69 @@ public final class RSAPublicKey: @unchecked Sendable {
     }
 
     deinit {
-        siwa_rs256_verifier_free(verifier)
+        EVP_MD_CTX_free(verifier)
         EVP_PKEY_free(key)
     }
 
+    /// OpenSSL's parameter names, in static storage: the parameter builder keeps the
+    /// pointers until the key is made (a bridged Swift `String` would be gone by then).
+    private static let modulusName: StaticString = "n"
+    private static let exponentName: StaticString = "e"
+
+    private static func cName(_ name: StaticString) -> UnsafePointer<CChar> {
+        UnsafeRawPointer(name.utf8Start).assumingMemoryBound(to: CChar.self)
+    }
+
+    /// An RSA public key from big-endian modulus and exponent bytes.
+    private static func publicKey(modulus: [UInt8], exponent: [UInt8]) -> OpaquePointer? {
+        let n = BN_bin2bn(modulus, Int32(modulus.count), nil)
+        let e = BN_bin2bn(exponent, Int32(exponent.count), nil)
+        let builder = OSSL_PARAM_BLD_new()
+        let context = EVP_PKEY_CTX_new_from_name(nil, "RSA", nil)
+        defer {
+            EVP_PKEY_CTX_free(context)
+            OSSL_PARAM_BLD_free(builder)
+            BN_free(n)
+            BN_free(e)
+        }
+        guard let n, let e, let builder, let context,
+            OSSL_PARAM_BLD_push_BN(builder, cName(modulusName), n) == 1,
+            OSSL_PARAM_BLD_push_BN(builder, cName(exponentName), e) == 1,
+            let parameters = OSSL_PARAM_BLD_to_param(builder)
+        else { return nil }
+        defer { OSSL_PARAM_free(parameters) }
+        var key: OpaquePointer?
+        guard EVP_PKEY_fromdata_init(context) == 1,
+            EVP_PKEY_fromdata(context, &key, siwa_evp_pkey_public_key, parameters) == 1
+        else { return nil }
+        return key
+    }
+
+    /// A verification context for RS256 with `key`, initialised once (the SHA-256 and RSA
+    /// implementations fetched, PKCS#1 v1.5 padding set).
+    private static func rs256Verifier(_ key: OpaquePointer) -> OpaquePointer? {
+        guard let context = EVP_MD_CTX_new() else { return nil }
+        var keyContext: OpaquePointer?
+        guard EVP_DigestVerifyInit_ex(context, &keyContext, "SHA256", nil, nil, key, nil) == 1,
+            EVP_PKEY_CTX_set_rsa_padding(keyContext, RSA_PKCS1_PADDING) == 1
+        else {
+            EVP_MD_CTX_free(context)
+            return nil
+        }
+        return context
+    }
+
+    /// RSASSA-PKCS1-v1_5 with SHA-256 on a copy of the verifier (which is only read, so
+    /// threads may share it). The copy skips the algorithm look-ups an initialisation makes.
     private func verify(
         _ message: UnsafeBufferPointer<UInt8>, _ signature: UnsafeBufferPointer<UInt8>
     ) -> Bool {
-        siwa_rs256_verify_with(verifier, message.baseAddress, message.count, signature.baseAddress, signature.count)
+        // A refused signature leaves entries on this thread's error queue: not an error here.
+        defer { ERR_clear_error() }
+        guard let context = EVP_MD_CTX_new() else { return false }
+        defer { EVP_MD_CTX_free(context) }
+        guard EVP_MD_CTX_copy_ex(context, verifier) == 1 else { return false }
+        return EVP_DigestVerify(context, signature.baseAddress, signature.count, message.baseAddress, message.count)
             == 1
     }
 

@@ -1,5 +1,6 @@
 import CFastCGI
 import Glibc
+import SIWASupport
 
 /// One worker thread's libfcgi loop: its own `FCGX_Request`, accept, read, call the
 /// handler, write, finish. Every libfcgi pointer of the server lives in this file.
@@ -146,8 +147,7 @@ final class FastCGIWorker: @unchecked Sendable {
 
     private func applyTimeouts(to fd: Int32) {
         guard fd >= 0 else { return }
-        let (seconds, attoseconds) = ioTimeout.components
-        var value = timeval(tv_sec: Int(seconds), tv_usec: Int(attoseconds / 1_000_000_000_000))
+        var value = ioTimeout.timeValue
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &value, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &value, socklen_t(MemoryLayout<timeval>.size))
     }

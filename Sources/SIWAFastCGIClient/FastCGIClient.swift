@@ -116,8 +116,7 @@ public struct FastCGIClient: Sendable {
         public init(fd: Int32, timeout: Duration) {
             self.fd = fd
             self.timeout = timeout
-            let (seconds, attoseconds) = timeout.components
-            var value = timeval(tv_sec: Int(seconds), tv_usec: Int(attoseconds / 1_000_000_000_000))
+            var value = timeout.timeValue
             setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &value, socklen_t(MemoryLayout<timeval>.size))
             setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &value, socklen_t(MemoryLayout<timeval>.size))
         }

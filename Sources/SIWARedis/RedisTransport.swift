@@ -1,5 +1,6 @@
 import CHiredis
 import Glibc
+import SIWASupport
 import SIWATLS
 
 /// The byte stream under a `RedisConnection`, opened by this class: a TCP or unix socket,
@@ -282,8 +283,7 @@ final class RedisTransport {
     }
 
     private static func setTimeouts(_ descriptor: Int32, _ timeout: Duration) throws(Failure) {
-        let (seconds, attoseconds) = timeout.components
-        var value = timeval(tv_sec: Int(seconds), tv_usec: Int(attoseconds / 1_000_000_000_000))
+        var value = timeout.timeValue
         let size = socklen_t(MemoryLayout<timeval>.size)
         guard setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &value, size) == 0,
             setsockopt(descriptor, SOL_SOCKET, SO_SNDTIMEO, &value, size) == 0

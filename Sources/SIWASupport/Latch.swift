@@ -37,9 +37,7 @@ public final class Latch: Sendable {
     static func dispatchTime(_ deadline: ContinuousClock.Instant) -> DispatchTime {
         let left = deadline - ContinuousClock.now
         guard left > .zero else { return .now() }
-        let (seconds, attoseconds) = left.components
-        let nanoseconds = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-        guard !nanoseconds.overflow else { return .distantFuture }
-        return .now() + .nanoseconds(Int(nanoseconds.partialValue + attoseconds / 1_000_000_000))
+        guard let nanoseconds = left.wholeNanoseconds else { return .distantFuture }
+        return .now() + .nanoseconds(Int(nanoseconds))
     }
 }

@@ -7,7 +7,6 @@ struct NotificationEventClaim {
     /// at or above, as milliseconds (what Apple sends). 10^11 ms is March 1973;
     /// 10^11 s is the year 5138.
     static let millisecondsThreshold: Int64 = 100_000_000_000
-    static let maximumSubjectLength = 255
     static let maximumEmailLength = 320
 
     let type: NotificationEventType
@@ -41,7 +40,7 @@ struct NotificationEventClaim {
 
         switch members["sub"] {
         case nil: throw VerificationError(.eventSubMissing, "the event has no sub")
-        case .string(let sub)? where Self.isValidSubject(sub): subject = sub
+        case .string(let sub)? where UserKeyPart.isValidSubject(sub): subject = sub
         default:
             throw VerificationError(
                 .eventSubInvalid, "the event's sub is not a string of 1 to 255 visible ASCII characters")
@@ -75,11 +74,5 @@ struct NotificationEventClaim {
             throw VerificationError(
                 .isPrivateEmailInvalid, "is_private_email is not \"true\", \"false\", true or false")
         }
-    }
-
-    /// Visible ASCII without braces: `sub` becomes part of a Redis key's hash tag.
-    static func isValidSubject(_ sub: String) -> Bool {
-        guard !sub.isEmpty, sub.utf8.count <= maximumSubjectLength else { return false }
-        return sub.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "{") && $0 != UInt8(ascii: "}") }
     }
 }

@@ -1,7 +1,7 @@
 import SIWAJSON
 
-/// Why a notification was refused: a stable code, the class that decides the
-/// HTTP status, and a plain message that never quotes the token or the body.
+/// Why a notification was refused: a stable code, its class (the responder maps a class to
+/// an HTTP status), and a plain message that never quotes the token or the body.
 public struct VerificationError: Error, Sendable, Equatable, CustomStringConvertible {
     public let code: Code
     public let message: String
@@ -16,34 +16,23 @@ public struct VerificationError: Error, Sendable, Equatable, CustomStringConvert
     }
 
     public var failureClass: FailureClass { code.failureClass }
-    public var httpStatus: Int { code.failureClass.httpStatus }
     public var description: String { "\(code.rawValue): \(message)" }
 
     public static func == (lhs: VerificationError, rhs: VerificationError) -> Bool { lhs.code == rhs.code }
 
     /// The classes a responder maps to statuses.
     public enum FailureClass: String, Sendable {
-        /// The request is not a well-formed notification: 400, Apple should not retry.
+        /// The request is not a well-formed notification: sending it again cannot help.
         case malformed
-        /// The body is over the size limit: 413.
+        /// The body is over the size limit.
         case tooLarge = "too_large"
-        /// The token is not proven to come from Apple: 401.
+        /// The token is not proven to come from Apple.
         case notAuthentic = "not_authentic"
-        /// Authentic, but for a client ID this deployment does not serve: 403.
+        /// Authentic, but for a client ID this deployment does not serve.
         case notOurs = "not_ours"
-        /// Cannot decide now (no keys yet, or our entry for the kid is unusable): 503, Apple
-        /// retries.
+        /// Cannot decide now (no keys yet, or our entry for the kid is unusable): the same
+        /// notification may pass later.
         case retryable
-
-        public var httpStatus: Int {
-            switch self {
-            case .malformed: 400
-            case .tooLarge: 413
-            case .notAuthentic: 401
-            case .notOurs: 403
-            case .retryable: 503
-            }
-        }
     }
 
     /// A stable, machine-readable error code. New codes break no caller.
@@ -90,7 +79,7 @@ public struct VerificationError: Error, Sendable, Equatable, CustomStringConvert
         public static let keysUnavailable = Code("keys_unavailable", .retryable)
         public static let kidUnknown = Code("kid_unknown", .notAuthentic)
         // The entry our key set holds under the token's kid cannot verify. That is about
-        // our key set (a bad merge, a damaged document), never about the token: 503, after
+        // our key set (a bad merge, a damaged document), never about the token: retryable, after
         // the unknown-kid refresh was tried, so a fixed JWKS host ends it.
         public static let keyNotRSA = Code("key_not_rsa", .retryable)
         public static let keyUseNotSig = Code("key_use_not_sig", .retryable)

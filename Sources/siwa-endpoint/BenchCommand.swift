@@ -1,4 +1,5 @@
 import Foundation
+import SIWASupport
 import SIWATestKit
 import SIWAVerification
 
@@ -92,7 +93,7 @@ enum BenchCommand {
         let start = ContinuousClock.now
         work()
         let elapsed = ContinuousClock.now - start
-        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        return elapsed.inSeconds
     }
 
     /// CPU time this thread has used, in seconds.

@@ -1,6 +1,7 @@
 import Foundation
 import SIWARedis
 import SIWAServer
+import SIWASupport
 import SIWAVerification
 
 /// `bench --replay`: how fast the spool drains into Redis, against the same number of
@@ -88,7 +89,7 @@ enum BenchReplayCommand {
 
     private static func seconds(since start: ContinuousClock.Instant) -> Double {
         let elapsed = ContinuousClock.now - start
-        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        return elapsed.inSeconds
     }
 
     private static func format(_ value: Double, digits: Int = 0) -> String {

@@ -62,7 +62,7 @@ enum DeletionsCommand {
             return 2
         }
         let connection = OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.store.keyPrefix)
-        let key = "\(configuration.store.keyPrefix):deletions"
+        let key = RedisKeyLayout(prefix: configuration.store.keyPrefix).deletions
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         var reading: DeletionDutyReading
         var listed: [String: [Pending]] = [:]

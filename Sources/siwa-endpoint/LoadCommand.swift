@@ -2,6 +2,7 @@ import Foundation
 import SIWACrypto
 import SIWAFastCGIClient
 import SIWAJSON
+import SIWASupport
 import SIWATestKit
 import SIWAVerification
 import Synchronization
@@ -293,6 +294,6 @@ enum LoadCommand {
     }
 
     static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        duration.inSeconds
     }
 }

@@ -35,7 +35,8 @@ enum OperatorSettings {
     static func clusterLocator(_ redis: RedisSettings, keyPrefix: String) -> RedisClusterLocator? {
         redis.clusterNodes.map {
             RedisClusterLocator(
-                seeds: $0, hashTagKey: keyPrefix + ":events", endpoint: redis.endpoint, timeout: redis.timeout)
+                seeds: $0, hashTagKey: RedisKeyLayout(prefix: keyPrefix).events, endpoint: redis.endpoint,
+                timeout: redis.timeout)
         }
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import SIWAHTTPS
 import SIWAJSON
 import SIWAServer
+import SIWASupport
 import SIWAVerification
 import Synchronization
 
@@ -260,8 +261,7 @@ final class Pacer: Sendable {
     /// Sleeps the whole `duration`, resuming after a signal interrupts the sleep.
     private static func sleep(for duration: Duration) {
         guard duration > .zero else { return }
-        let (seconds, attoseconds) = duration.components
-        var request = timespec(tv_sec: Int(seconds), tv_nsec: Int(attoseconds / 1_000_000_000))
+        var request = duration.timeSpec
         var remaining = timespec()
         while nanosleep(&request, &remaining) != 0, errno == EINTR { request = remaining }
     }

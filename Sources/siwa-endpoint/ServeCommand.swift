@@ -157,7 +157,7 @@ enum ServeCommand {
                 // A lone worker never waits for a fetch: /healthz and known kids would wait with it.
                 unknownKeyIDWaiters: configuration.fastCGI.workers > 1 ? 1 : 0),
             fetcher: HTTPSFetcher(
-                caFilePath: jwksSettings.caFile, timeoutSeconds: Double(jwksSettings.timeout.components.seconds)),
+                caFilePath: jwksSettings.caFile, timeoutSeconds: Double(jwksSettings.timeout.wholeSeconds)),
             clock: clock)
         let startOutcome = keys.start()
         let jwks = keys.metrics(now: clock.wallSeconds())
@@ -165,7 +165,7 @@ enum ServeCommand {
             "jwks_loaded", level: jwks.usableKeyCount > 0 ? "info" : "error",
             [
                 ("fetch", .string("\(startOutcome)")), ("keys", .integer(Int64(jwks.usableKeyCount))),
-                ("last_failure", jwks.lastFailure.map { .string($0) } ?? .null),
+                ("last_failure", jwks.lastFailure.map { .string($0.description) } ?? .null),
             ])
         // The background services, stopped in reverse order: the refresher now, the
         // replayer once the socket listens.
@@ -216,7 +216,7 @@ enum ServeCommand {
             connection: RedisConnection(
                 endpoint: redis, connectTimeout: timeout, commandTimeout: timeout, locator: locator,
                 cluster: cluster),
-            key: "\(store.keyPrefix):deletions", clock: clock)
+            key: RedisKeyLayout(prefix: store.keyPrefix).deletions, clock: clock)
 
         let responder = NotificationResponder(
             configuration: configuration, keys: keys, stores: NotificationStorePool(makeStore: makeStore), spool: spool,
@@ -264,7 +264,7 @@ enum ServeCommand {
                     EventLog.event(
                         "stopping",
                         [
-                            ("timeout_seconds", .integer(fastCGI.shutdownTimeout.components.seconds)),
+                            ("timeout_seconds", .integer(fastCGI.shutdownTimeout.wholeSeconds)),
                             ("spool_depth", .integer(Int64(spool.depth))),
                         ])
                     services.requestStop()
@@ -290,7 +290,7 @@ enum ServeCommand {
             "jwks_cache_reloaded", level: failure == nil ? "info" : "warning",
             [
                 ("signal", .string("SIGHUP")), ("keys", .integer(Int64(count))),
-                ("failure", failure.map { .string($0) } ?? .null),
+                ("failure", failure.map { .string($0.description) } ?? .null),
             ])
     }
 

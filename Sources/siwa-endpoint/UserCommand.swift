@@ -1,6 +1,7 @@
 import Foundation
 import SIWARedis
 import SIWAServer
+import SIWAVerification
 
 #if canImport(Glibc)
     import Glibc
@@ -48,8 +49,10 @@ enum UserCommand {
         let clientID = arguments.positionals[0]
         let sub = arguments.positionals[1]
         // The same rules the responder applies: both become part of a Redis key's hash tag.
-        guard isKeyPart(clientID) else { throw UsageError("CLIENT_ID must be visible ASCII without { } or :") }
-        guard isKeyPart(sub, allowingColon: true) else { throw UsageError("SUB must be visible ASCII without { or }") }
+        guard UserKeyPart.isValidClientID(clientID) else {
+            throw UsageError("CLIENT_ID must be visible ASCII without { } or :")
+        }
+        guard UserKeyPart.isValidSubject(sub) else { throw UsageError("SUB must be visible ASCII without { or }") }
         let sessionStarted = try arguments.value("--session-started").map(parseSessionStart)
         let recent = try arguments.integer("--recent") ?? 1000
         guard (1...maximumRecent).contains(recent) else {
@@ -64,15 +67,15 @@ enum UserCommand {
             return 2
         }
         let connection = OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.store.keyPrefix)
-        let prefix = configuration.store.keyPrefix
-        let userKey = "\(prefix):user:{\(clientID):\(sub)}"
+        let keys = RedisKeyLayout(prefix: configuration.store.keyPrefix)
+        let userKey = keys.user(clientID: clientID, subject: sub)
 
         let hash: [String: String]
         let entries: [(id: String, fields: [String: String])]
         do {
             hash = try connection.command("HGETALL", userKey).fieldMap ?? [:]
             entries = try recentEntries(
-                connection, stream: "\(prefix):events", clientID: clientID, sub: sub, count: recent)
+                connection, stream: keys.events, clientID: clientID, sub: sub, count: recent)
         } catch {
             Output.error("siwa-endpoint user: Redis: \(error.message)")
             return 3
@@ -99,7 +102,7 @@ enum UserCommand {
             let revokedAt = hash["sessions_revoked_at"].flatMap { Int64($0) }
             Output.line(revokedAt.map { sessionStarted > $0 } ?? true ? "session valid" : "session not valid")
         }
-        Output.line("stream entries for this user among the newest \(recent) of \(prefix):events: \(entries.count)")
+        Output.line("stream entries for this user among the newest \(recent) of \(keys.events): \(entries.count)")
         for entry in entries {
             Output.line("  " + describe(entry))
         }
@@ -140,14 +143,6 @@ enum UserCommand {
             found.append((id, fields))
         }
         return found.reversed()
-    }
-
-    static func isKeyPart(_ text: String, allowingColon: Bool = false) -> Bool {
-        !text.isEmpty && text.utf8.count <= 255
-            && text.utf8.allSatisfy {
-                $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "{") && $0 != UInt8(ascii: "}")
-                    && (allowingColon || $0 != UInt8(ascii: ":"))
-            }
     }
 
     /// Unix milliseconds, or an ISO 8601 date and time with a zone (`Z` or `+01:00`),

@@ -1,5 +1,6 @@
 import Foundation
 import SIWAJSON
+import SIWAServer
 import SIWAVerification
 
 /// `verify`: checks one captured request body, so an operator can see why a
@@ -51,7 +52,8 @@ enum VerifyCommand {
         } catch {
             Output.line(
                 JSONWriter.object([
-                    ("error", .string(error.code.rawValue)), ("http_status", .integer(Int64(error.httpStatus))),
+                    ("error", .string(error.code.rawValue)),
+                    ("http_status", .integer(Int64(NotificationResponder.httpStatus(for: error)))),
                     ("message", .string(error.message)),
                 ]))
             return 1

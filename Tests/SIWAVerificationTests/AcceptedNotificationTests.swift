@@ -207,6 +207,6 @@ struct DocumentedExampleTests {
         let error = try #require(
             Fixtures.refusal(Fixtures.body(claims: original), verifier: Self.verifier, now: Self.documentedTime))
         #expect(error.code == .claimsNotJSON)
-        #expect(error.httpStatus == 400)
+        #expect(error.failureClass == .malformed)
     }
 }

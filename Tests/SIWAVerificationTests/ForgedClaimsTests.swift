@@ -43,7 +43,7 @@ struct ForgedClaimsTests {
         for (name, claims, _) in Self.badClaims {
             let refusal = Fixtures.refusal(Fixtures.body(claims: claims, key: forger))
             #expect(refusal?.code == .signatureInvalid, "\(name)")
-            #expect(refusal?.httpStatus == 401, "\(name)")
+            #expect(refusal?.failureClass == .notAuthentic, "\(name)")
         }
     }
 

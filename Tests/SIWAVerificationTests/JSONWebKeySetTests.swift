@@ -62,7 +62,7 @@ struct JSONWebKeySetTests {
         let verifier = NotificationVerifier(keys: JSONWebKeySet(), clientIDs: [Fixtures.clientID])
         let error = Fixtures.refusal(Fixtures.body(), verifier: verifier)
         #expect(error?.code == .keysUnavailable)
-        #expect(error?.httpStatus == 503)
+        #expect(error?.failureClass == .retryable)
     }
 
     @Test("rotation: a token under the new kid verifies only once the new key is in the set")
@@ -95,21 +95,21 @@ extension JSONValue {
     }
 }
 
-/// Each failure class maps to one HTTP status.
+/// Each code has one failure class (the responder maps a class to its HTTP status).
 @Suite("Error classes")
 struct ErrorClassTests {
-    @Test("statuses by class")
+    @Test("classes by code")
     func statuses() {
-        #expect(VerificationError.Code.bodyNotJSON.failureClass.httpStatus == 400)
-        #expect(VerificationError.Code.bodyTooLarge.failureClass.httpStatus == 413)
-        #expect(VerificationError.Code.signatureInvalid.failureClass.httpStatus == 401)
-        #expect(VerificationError.Code.algNotAllowed.failureClass.httpStatus == 401)
-        #expect(VerificationError.Code.kidUnknown.failureClass.httpStatus == 401)
-        #expect(VerificationError.Code.issMismatch.failureClass.httpStatus == 401)
-        #expect(VerificationError.Code.tokenExpired.failureClass.httpStatus == 401)
-        #expect(VerificationError.Code.iatInFuture.failureClass.httpStatus == 401)
-        #expect(VerificationError.Code.audNotServed.failureClass.httpStatus == 403)
-        #expect(VerificationError.Code.keysUnavailable.failureClass.httpStatus == 503)
+        #expect(VerificationError.Code.bodyNotJSON.failureClass == .malformed)
+        #expect(VerificationError.Code.bodyTooLarge.failureClass == .tooLarge)
+        #expect(VerificationError.Code.signatureInvalid.failureClass == .notAuthentic)
+        #expect(VerificationError.Code.algNotAllowed.failureClass == .notAuthentic)
+        #expect(VerificationError.Code.kidUnknown.failureClass == .notAuthentic)
+        #expect(VerificationError.Code.issMismatch.failureClass == .notAuthentic)
+        #expect(VerificationError.Code.tokenExpired.failureClass == .notAuthentic)
+        #expect(VerificationError.Code.iatInFuture.failureClass == .notAuthentic)
+        #expect(VerificationError.Code.audNotServed.failureClass == .notOurs)
+        #expect(VerificationError.Code.keysUnavailable.failureClass == .retryable)
     }
 
     @Test("every code is distinct")

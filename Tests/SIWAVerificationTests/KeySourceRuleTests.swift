@@ -78,7 +78,7 @@ struct KeySourceRuleTests {
         let source = KeySourceDouble(keys: Self.onlySecondary, next: Self.onlySecondary)
         #expect(Self.code(Fixtures.body(), source) == "kid_unknown")
         #expect(source.refreshRequests == 1)
-        #expect(VerificationError.Code.kidUnknown.failureClass.httpStatus == 401)
+        #expect(VerificationError.Code.kidUnknown.failureClass == .notAuthentic)
     }
 
     @Test("no refresh could be made (rate limit or failure): keys_unavailable (503), not kid_unknown")
@@ -86,7 +86,7 @@ struct KeySourceRuleTests {
         let source = KeySourceDouble(keys: Self.onlySecondary, next: nil)
         #expect(Self.code(Fixtures.body(), source) == "keys_unavailable")
         #expect(source.refreshRequests == 1)
-        #expect(VerificationError.Code.keysUnavailable.failureClass.httpStatus == 503)
+        #expect(VerificationError.Code.keysUnavailable.failureClass == .retryable)
     }
 
     @Test("no keys at all and no refresh: keys_unavailable")

@@ -75,7 +75,7 @@ package struct FuzzTarget: Sendable {
     }
 
     func refusal(_ error: VerificationError) -> Outcome {
-        precondition(!error.code.rawValue.isEmpty && (400...503).contains(error.httpStatus))
+        precondition(!error.code.rawValue.isEmpty && (400...503).contains(NotificationResponder.httpStatus(for: error)))
         return .refused(error.code.rawValue)
     }
 

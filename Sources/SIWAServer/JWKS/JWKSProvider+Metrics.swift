@@ -12,7 +12,7 @@ extension JWKSProvider {
         /// cannot verify, counting those under which an older key was kept.
         public let unusableKeyCount: Int
         /// The plain message of the most recent failure, for the application to log.
-        public let lastFailure: String?
+        public let lastFailure: JWKSFailure?
     }
 
     /// The provider's own lines of the metrics text (what `ServerMetrics` does not hold).

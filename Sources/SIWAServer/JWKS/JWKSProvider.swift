@@ -40,7 +40,7 @@ public final class JWKSProvider: Sendable {
         var refreshFailures = 0
         /// Cache file reads or writes that failed: a reload names its own failure by it.
         var cacheFailures = 0
-        var lastFailure: String?
+        var lastFailure: JWKSFailure?
     }
 
     private let state = Mutex(State())
@@ -76,15 +76,17 @@ public final class JWKSProvider: Sendable {
     /// Reads the cache file again (what SIGHUP does): when it holds a usable JWKS, its
     /// keys replace the held ones. Nothing is fetched. Returns the usable key count after
     /// the reload, and why the file was not taken, if it was not.
-    public func reloadCacheFile() -> (keys: Int, failure: String?) {
-        guard let cacheFile else { return (usableKeyCount, "no cache file is configured") }
+    public func reloadCacheFile() -> (keys: Int, failure: JWKSFailure?) {
+        guard let cacheFile else {
+            return (usableKeyCount, JWKSFailure(.noCacheFile, "no cache file is configured"))
+        }
         let failuresBefore = state.withLock { $0.cacheFailures }
         let present = (try? cacheFile.load()) != nil
         loadCache(cacheFile)
         return state.withLock { state in
             let failure =
                 state.cacheFailures > failuresBefore
-                ? state.lastFailure : present ? nil : "the cache file does not exist"
+                ? state.lastFailure : present ? nil : JWKSFailure(.cacheFileMissing, "the cache file does not exist")
             return (state.keySet.usableKeyIDs.count, failure)
         }
     }
@@ -215,10 +217,10 @@ public final class JWKSProvider: Sendable {
                 let cacheBytes = kept.isEmpty ? bytes : state.keySet.usableKeysDocument()
                 taken = (fetched, kept, cacheBytes, state.generation)
                 return .refreshed
-            case .failure(let message):
+            case .failure(let failure):
                 state.lastSucceeded = false
                 state.refreshFailures += 1
-                state.lastFailure = message
+                state.lastFailure = failure
                 return .failed
             }
         }
@@ -270,7 +272,7 @@ public final class JWKSProvider: Sendable {
                 // The keys are good; only the restart without network loses them.
                 state.withLock { state in
                     state.cacheFailures += 1
-                    state.lastFailure = "JWKS cache write failed: \(error)"
+                    state.lastFailure = JWKSFailure(.cacheWriteFailed, "JWKS cache write failed", cause: error)
                 }
             }
         }
@@ -278,13 +280,19 @@ public final class JWKSProvider: Sendable {
 
     private enum FetchResult {
         case success(JSONWebKeySet, [UInt8])
-        case failure(String)
+        case failure(JWKSFailure)
     }
 
     private func fetchKeySet() -> FetchResult {
         let bytes: [UInt8]
-        do { bytes = try fetcher.fetch(settings.url) } catch { return .failure("JWKS fetch failed: \(error)") }
-        do { return .success(try usableKeySet(bytes), bytes) } catch { return .failure(error.description) }
+        do { bytes = try fetcher.fetch(settings.url) } catch {
+            return .failure(JWKSFailure(.fetchFailed, "JWKS fetch failed", cause: error))
+        }
+        do { return .success(try usableKeySet(bytes), bytes) } catch {
+            return .failure(
+                error.cause.map { JWKSFailure(.documentUnusable, "the JWKS document is unusable", cause: $0) }
+                    ?? JWKSFailure(.documentUnusable, error.message))
+        }
     }
 
     private func loadCache(_ cacheFile: JWKSCacheFile) {
@@ -299,7 +307,7 @@ public final class JWKSProvider: Sendable {
         } catch {
             state.withLock { state in
                 state.cacheFailures += 1
-                state.lastFailure = "JWKS cache load failed: \(error)"
+                state.lastFailure = JWKSFailure(.cacheLoadFailed, "JWKS cache load failed", cause: error)
             }
         }
     }
@@ -308,15 +316,20 @@ public final class JWKSProvider: Sendable {
     /// unusable entries cannot displace are counted.
     private func usableKeySet(_ bytes: [UInt8]) throws(UnusableDocument) -> JSONWebKeySet {
         let keySet: JSONWebKeySet
-        do { keySet = try JSONWebKeySet(jsonBytes: bytes) } catch { throw UnusableDocument(description: "\(error)") }
+        do { keySet = try JSONWebKeySet(jsonBytes: bytes) } catch {
+            throw UnusableDocument(message: error.description, cause: error)
+        }
         let held = keys
         guard !keySet.keepingUsableKeys(of: held).keySet.usableKeyIDs.isEmpty else {
-            throw UnusableDocument(description: "the JWKS has no usable key")
+            throw UnusableDocument(message: "the JWKS has no usable key", cause: nil)
         }
         return keySet
     }
 
+    /// Why a document gives no usable key: the parse error underneath, if that was it.
     private struct UnusableDocument: Error, CustomStringConvertible {
-        let description: String
+        let message: String
+        let cause: JWKSError?
+        var description: String { cause.map { "\($0)" } ?? message }
     }
 }

@@ -44,12 +44,9 @@ public struct ReconcileLine: Sendable, Equatable {
     /// `client_id` and `sub`, checked as the responder checks them.
     static func user(_ members: [String: JSONValue]) throws(Problem) -> (clientID: String, subject: String) {
         let clientID = try text(members, "client_id")
-        guard ServerConfiguration.isValidClientID(clientID) else { throw Problem(code: "client_id_invalid") }
+        guard UserKeyPart.isValidClientID(clientID) else { throw Problem(code: "client_id_invalid") }
         let subject = try text(members, "sub")
-        // Visible ASCII without braces: a brace would move the key's hash tag.
-        guard !subject.isEmpty, subject.utf8.count <= 255,
-            subject.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "{") && $0 != UInt8(ascii: "}") })
-        else { throw Problem(code: "sub_invalid") }
+        guard UserKeyPart.isValidSubject(subject) else { throw Problem(code: "sub_invalid") }
         return (clientID, subject)
     }
 

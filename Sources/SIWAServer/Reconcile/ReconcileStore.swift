@@ -1,5 +1,6 @@
 import SIWAJSON
 import SIWARedis
+import SIWASupport
 import SIWAVerification
 
 /// What reconciliation writes into the Redis contract.
@@ -25,26 +26,18 @@ public final class ReconcileStore {
     public static let checkInterval: Duration = .seconds(86_400)
 
     public let connection: RedisConnection
-    public let keyPrefix: String
+    public let keys: RedisKeyLayout
     public let streamMaximumLength: Int
 
     public init(connection: RedisConnection, keyPrefix: String = "siwa", streamMaximumLength: Int = 1_000_000) {
         self.connection = connection
-        self.keyPrefix = keyPrefix
+        self.keys = RedisKeyLayout(prefix: keyPrefix)
         self.streamMaximumLength = streamMaximumLength
-    }
-
-    public func userKey(clientID: String, subject: String) -> String {
-        "\(keyPrefix):user:{\(clientID):\(subject)}"
-    }
-
-    public func checkKey(clientID: String, subject: String) -> String {
-        "\(keyPrefix):reconciled:{\(clientID):\(subject)}"
     }
 
     /// True when the user's last decided check is less than 24 hours old.
     public func wasCheckedRecently(clientID: String, subject: String) throws(RedisError) -> Bool {
-        try connection.command("EXISTS", checkKey(clientID: clientID, subject: subject)).integer == 1
+        try connection.command("EXISTS", keys.reconciled(clientID: clientID, subject: subject)).integer == 1
     }
 
     /// Records a decided check at `checkedAt` (ms). For a refused token also ends the
@@ -53,7 +46,7 @@ public final class ReconcileStore {
     public func record(clientID: String, subject: String, refused: Bool, checkedAt: Int64) throws(RedisError) -> Bool {
         try run(
             clientID: clientID, subject: subject, verdict: refused ? "refused" : "valid", at: checkedAt,
-            markerTTL: String(Self.checkInterval.components.seconds * 1000), timeField: "refresh_token_refused_at",
+            markerTTL: String(Self.checkInterval.wholeMilliseconds), timeField: "refresh_token_refused_at",
             eventType: Self.eventType, source: "reconcile")
     }
 
@@ -77,8 +70,8 @@ public final class ReconcileStore {
                     ("event_time", .integer(time)), ("source", .string(source)),
                 ]).dropLast()) + ",\"applied\":"
         let reply = try connection.command([
-            "EVAL", Self.recordScript, "3", userKey(clientID: clientID, subject: subject),
-            checkKey(clientID: clientID, subject: subject), "\(keyPrefix):events", "\(keyPrefix):notifications",
+            "EVAL", Self.recordScript, "3", keys.user(clientID: clientID, subject: subject),
+            keys.reconciled(clientID: clientID, subject: subject), keys.events, keys.notifications,
             clientID, subject, verdict, String(time), markerTTL, String(max(1, streamMaximumLength)), eventType,
             message, timeField, source,
         ])

@@ -1,4 +1,5 @@
 import SIWARedis
+import SIWASupport
 import SIWAVerification
 
 extension NotificationStore {
@@ -25,9 +26,6 @@ extension NotificationStore {
         }
     }
 
-    /// The channel of the probe `PUBLISH` that moves a connection's replication offset to now.
-    public var replicationProbeChannel: String { "\(keyPrefix):replication-probe" }
-
     /// Applies one notification, then, when `minimumReplicas` > 0, sends `WAIT` on the same
     /// connection for that many replicas (at most `replicaTimeout`).
     ///
@@ -44,12 +42,11 @@ extension NotificationStore {
     ) throws(RedisError) -> Acknowledged {
         let outcome = try apply(notification, receivedAt: receivedAt, earlierAttempt: earlierAttempt)
         guard minimumReplicas > 0 else { return Acknowledged(outcome: outcome, replicas: nil, isShortfall: false) }
-        let timeout = replicaTimeout.components
-        let milliseconds = max(1, timeout.seconds * 1000 + timeout.attoseconds / 1_000_000_000_000_000)
+        let milliseconds = max(1, replicaTimeout.wholeMilliseconds)
         var replicas = 0
         do {
             if outcome == .duplicate || outcome == .stored {
-                _ = try connection.command("PUBLISH", replicationProbeChannel, "")
+                _ = try connection.command("PUBLISH", keys.replicationProbe, "")
             }
             let reply = try connection.command("WAIT", String(minimumReplicas), String(milliseconds))
             guard let count = reply.integer else {

@@ -1,5 +1,6 @@
 import SIWAJSON
 import SIWARedis
+import SIWASupport
 import SIWAVerification
 
 /// Writes verified notifications into Redis: the state contract app servers read.
@@ -47,7 +48,7 @@ import SIWAVerification
 ///   with `applied=0` and published with `"applied":false`.
 public final class NotificationStore {
     public let connection: RedisConnection
-    public let keyPrefix: String
+    public let keys: RedisKeyLayout
     public let seenMarkerTTL: Duration
     public let streamMaximumLength: Int
 
@@ -59,24 +60,10 @@ public final class NotificationStore {
         streamMaximumLength: Int = 1_000_000
     ) {
         self.connection = connection
-        self.keyPrefix = keyPrefix
+        self.keys = RedisKeyLayout(prefix: keyPrefix)
         self.seenMarkerTTL = seenMarkerTTL
         self.streamMaximumLength = streamMaximumLength
     }
-
-    public func userKey(clientID: String, subject: String) -> String {
-        "\(keyPrefix):user:{\(clientID):\(subject)}"
-    }
-
-    public func seenKey(clientID: String, subject: String, tokenID: String) -> String {
-        "\(keyPrefix):seen:{\(clientID):\(subject)}:\(tokenID)"
-    }
-
-    public var streamKey: String { "\(keyPrefix):events" }
-
-    public var deletionsKey: String { "\(keyPrefix):deletions" }
-
-    public var channel: String { "\(keyPrefix):notifications" }
 
     /// Applies one notification atomically. `receivedAt` is Unix milliseconds (the
     /// caller's clock, so tests are deterministic); it becomes `updated_at` and the
@@ -114,12 +101,9 @@ public final class NotificationStore {
     // MARK: - Private
 
     private func checkKeyParts(_ notification: VerifiedNotification) throws(RedisError) {
-        // A brace would move the hash tag; a colon in the client ID would let two
-        // (client, sub) pairs name the same key. Apple's values never hold them.
-        // Bytes, not Characters: what Redis sees is the bytes.
-        let braces = { (byte: UInt8) in byte == UInt8(ascii: "{") || byte == UInt8(ascii: "}") }
-        guard !notification.clientID.utf8.contains(where: { braces($0) || $0 == UInt8(ascii: ":") }),
-            !notification.subject.utf8.contains(where: braces)
+        // The verifier and the settings already hold them to the rule; a spooled record is
+        // checked again on replay.
+        guard UserKeyPart.isValidClientID(notification.clientID), UserKeyPart.isValidSubject(notification.subject)
         else {
             throw RedisError(.unsafeKey, "the client ID or sub holds a character that would break the key layout")
         }
@@ -165,17 +149,8 @@ public final class NotificationStore {
         let tokenID = Array(notification.tokenID.utf8)
         let typeName = Array(notification.type.name.utf8)
         let rawType = Array(notification.rawType.utf8)
-        let prefix = Array(keyPrefix.utf8)
-        // P:user:{client:sub} and P:seen:{client:sub}:jti, as userKey and seenKey spell them.
-        var hashTag: [UInt8] = [UInt8(ascii: "{")]
-        hashTag += clientID
-        hashTag.append(UInt8(ascii: ":"))
-        hashTag += subject
-        hashTag.append(UInt8(ascii: "}"))
-        let userKey = prefix + Array(":user:".utf8) + hashTag
-        var seenKey = prefix + Array(":seen:".utf8) + hashTag
-        seenKey.append(UInt8(ascii: ":"))
-        seenKey += tokenID
+        let userKey = keys.userBytes(clientID: clientID, subject: subject)
+        let seenKey = keys.seenBytes(clientID: clientID, subject: subject, tokenID: tokenID)
 
         let privateFlag = notification.isPrivateEmail.map { $0 ? "true" : "false" } ?? ""
         var messageHead: [UInt8] = []
@@ -189,11 +164,10 @@ public final class NotificationStore {
         // The script appends the applied flag, which only it knows.
         messageHead.removeLast()
         messageHead += Array(",\"applied\":".utf8)
-        let ttl = seenMarkerTTL.components
-        let ttlMilliseconds = max(1, ttl.seconds * 1000 + ttl.attoseconds / 1_000_000_000_000_000)
+        let ttlMilliseconds = max(1, seenMarkerTTL.wholeMilliseconds)
         return [
-            userKey, seenKey, Array(streamKey.utf8), Array(deletionsKey.utf8),
-            Array(channel.utf8), clientID, subject, typeName, rawType,
+            userKey, seenKey, Array(keys.events.utf8), Array(keys.deletions.utf8),
+            Array(keys.notifications.utf8), clientID, subject, typeName, rawType,
             Array(String(notification.eventTimeMilliseconds).utf8), tokenID, Array((notification.email ?? "").utf8),
             Array(privateFlag.utf8), Array(String(receivedAt).utf8),
             Array(String(ttlMilliseconds).utf8), Array(String(max(1, streamMaximumLength)).utf8), messageHead,

@@ -68,10 +68,10 @@ public enum RedisCapabilityCheck {
         }
         do {
             let reply = try connection.command([
-                "EVALSHA", sha, "4", store.userKey(clientID: probeClient, subject: "probe"),
-                store.seenKey(clientID: probeClient, subject: "probe", tokenID: "probe"), store.streamKey,
-                store.deletionsKey,
-                store.channel, String(max(1, streamMaximumLength)),
+                "EVALSHA", sha, "4", store.keys.user(clientID: probeClient, subject: "probe"),
+                store.keys.seen(clientID: probeClient, subject: "probe", tokenID: "probe"), store.keys.events,
+                store.keys.deletions,
+                store.keys.notifications, String(max(1, streamMaximumLength)),
             ])
             guard reply.string == "ready" else {
                 return .refused("the apply script's check did not answer \"ready\" (a different script under its SHA?)")
@@ -80,7 +80,7 @@ public enum RedisCapabilityCheck {
             return classify(error, step: "running the apply script (EVALSHA)")
         }
         // The shared streams: a key of another type refuses every notification alike.
-        for (name, key) in [("events", store.streamKey), ("deletions", store.deletionsKey)] {
+        for (name, key) in [("events", store.keys.events), ("deletions", store.keys.deletions)] {
             do {
                 let type = try connection.command("TYPE", key).string ?? ""
                 guard type == "none" || type == "stream" else {
@@ -95,8 +95,8 @@ public enum RedisCapabilityCheck {
         guard minimumReplicas > 0 else { return .ready }
         let replicaSteps: [(what: String, arguments: [String])] = [
             (
-                "PUBLISH on \(store.replicationProbeChannel) (SIWA_REDIS_MIN_REPLICAS)",
-                ["PUBLISH", store.replicationProbeChannel, ""]
+                "PUBLISH on \(store.keys.replicationProbe) (SIWA_REDIS_MIN_REPLICAS)",
+                ["PUBLISH", store.keys.replicationProbe, ""]
             ),
             ("WAIT (SIWA_REDIS_MIN_REPLICAS)", ["WAIT", "0", "1"]),
         ]

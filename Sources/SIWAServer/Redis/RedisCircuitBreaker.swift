@@ -84,7 +84,7 @@ public final class RedisCircuitBreaker: Sendable {
             "redis_circuit_opened", level: "warning",
             [
                 ("error", .string(error.code.rawValue)),
-                ("retry_ms", .integer(Self.milliseconds(retryInterval))),
+                ("retry_ms", .integer(retryInterval.wholeMilliseconds)),
             ])
         startProbe()
     }
@@ -137,7 +137,7 @@ public final class RedisCircuitBreaker: Sendable {
 
     private func openHealth(_ state: State, since: ContinuousClock.Instant) -> Health {
         Health(
-            answers: false, openMilliseconds: Self.milliseconds(clock.monotonic() - since),
+            answers: false, openMilliseconds: (clock.monotonic() - since).wholeMilliseconds,
             lastProbe: state.lastProbe)
     }
 
@@ -164,7 +164,7 @@ public final class RedisCircuitBreaker: Sendable {
                     return (openFor, state.onClose)
                 }
                 if let (openFor, onClose) = closed {
-                    EventLog.event("redis_circuit_closed", [("open_ms", .integer(Self.milliseconds(openFor)))])
+                    EventLog.event("redis_circuit_closed", [("open_ms", .integer(openFor.wholeMilliseconds))])
                     onClose?()
                     break
                 }
@@ -175,10 +175,5 @@ public final class RedisCircuitBreaker: Sendable {
         }
         thread.name = "redis-probe"
         thread.start()
-    }
-
-    static func milliseconds(_ duration: Duration) -> Int64 {
-        let parts = duration.components
-        return parts.seconds * 1000 + parts.attoseconds / 1_000_000_000_000_000
     }
 }

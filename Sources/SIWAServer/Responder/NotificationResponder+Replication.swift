@@ -36,14 +36,7 @@ extension NotificationResponder {
             replayer?.nudge()
             return nil
         } catch {
-            EventLog.event("spool_append_failed", level: "error", [("error", .string(error.code.rawValue))])
-            var unavailable = result
-            unavailable.status = 503
-            unavailable.outcome = "unavailable"
-            unavailable.errorCode = "store_unavailable"
-            unavailable.headers = [.init("Retry-After", String(configuration.requests.retryAfter.components.seconds))]
-            unavailable.body = Self.json(status: "unavailable", error: "store_unavailable")
-            return unavailable
+            return Self.storeUnavailable(result, error)
         }
     }
 

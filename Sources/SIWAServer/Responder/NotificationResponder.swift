@@ -41,7 +41,7 @@ public final class NotificationResponder: Sendable {
         self.configuration = configuration
         self.verifier = NotificationVerifier(
             clientIDs: configuration.clientIDs,
-            leewaySeconds: configuration.requests.leeway.components.seconds,
+            leewaySeconds: configuration.requests.leeway.wholeSeconds,
             maximumBodyBytes: configuration.requests.maximumBodyBytes)
         self.keys = keys
         self.stores = stores
@@ -74,7 +74,7 @@ public final class NotificationResponder: Sendable {
         let started = clock.monotonic()
         let result = route(request)
         let elapsed = clock.monotonic() - started
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let seconds = elapsed.inSeconds
         metrics.recordRequest(
             status: result.status, outcome: result.outcome, type: result.type ?? "", code: result.errorCode ?? "",
             seconds: seconds)
@@ -85,6 +85,7 @@ public final class NotificationResponder: Sendable {
                 clientID: result.clientID, durationMilliseconds: seconds * 1000, extra: result.logFields)
         }
         var headers = result.headers
+        if result.status == 503 { headers.append(retryAfter) }
         headers.append(FastCGIResponse.Header("Cache-Control", "no-store"))
         return FastCGIResponse(
             status: result.status, contentType: result.contentType, body: result.body, headers: headers)
@@ -177,13 +178,7 @@ public final class NotificationResponder: Sendable {
                 ("error", .string(error.code.rawValue)), ("reason", .string(error.message)),
                 ("client_id", result.clientID.map { .string($0) } ?? .null),
             ])
-        var refused = result
-        refused.status = 503
-        refused.outcome = "unavailable"
-        refused.errorCode = "store_refused"
-        refused.headers = [.init("Retry-After", String(configuration.requests.retryAfter.components.seconds))]
-        refused.body = Self.json(status: "unavailable", error: "store_refused")
-        return refused
+        return Self.unavailable(result, errorCode: "store_refused")
     }
 
     /// Redis cannot take it now: the spool does (fsync'd), or the answer is a 503.
@@ -194,13 +189,7 @@ public final class NotificationResponder: Sendable {
             result.outcome = "spooled"
             replayer?.nudge()
         } catch {
-            EventLog.event("spool_append_failed", level: "error", [("error", .string(error.code.rawValue))])
-            result.status = 503
-            result.outcome = "unavailable"
-            result.errorCode = "store_unavailable"
-            result.headers = [.init("Retry-After", String(configuration.requests.retryAfter.components.seconds))]
-            result.body = Self.json(status: "unavailable", error: "store_unavailable")
-            return result
+            return Self.storeUnavailable(result, error)
         }
         result.body = Self.json(status: result.outcome)
         return result
@@ -221,15 +210,11 @@ public final class NotificationResponder: Sendable {
             ("keys", .integer(Int64(keyCount))), ("redis", .string(redisAnswers ? "ok" : "down")),
             ("spool_depth", .integer(Int64(depth))),
         ]
-        var result = Reply(
+        return Reply(
             status: reasons.isEmpty ? 200 : 503, outcome: reasons.isEmpty ? "healthy" : "unhealthy",
             body: JSONWriter.object(
                 members + Self.circuitMembers(redis) + redisPrimaryMembers()
                     + (reasons.isEmpty ? [] : [("reason", .string(reasons.joined(separator: "; ")))])))
-        if !reasons.isEmpty {
-            result.headers = [.init("Retry-After", String(configuration.requests.retryAfter.components.seconds))]
-        }
-        return result
     }
 
     /// How long /healthz waits for Redis's PING: it answers within 100 ms whatever Redis does.
@@ -251,10 +236,9 @@ public final class NotificationResponder: Sendable {
     func refusal(_ error: VerificationError) -> Reply {
         let retryable = error.failureClass == .retryable
         var result = Reply(
-            status: error.httpStatus, outcome: retryable ? "unavailable" : "refused", errorCode: error.code.rawValue,
-            body: Self.json(status: retryable ? "unavailable" : "refused", error: error.code.rawValue),
-            headers: retryable
-                ? [.init("Retry-After", String(configuration.requests.retryAfter.components.seconds))] : [])
+            status: Self.httpStatus(for: error), outcome: retryable ? "unavailable" : "refused",
+            errorCode: error.code.rawValue,
+            body: Self.json(status: retryable ? "unavailable" : "refused", error: error.code.rawValue))
         // A token from the future usually means this host's clock is behind: show both times.
         if let issuedAt = error.issuedAt, let serverTime = error.serverTime {
             result.logFields = [("iat", .integer(issuedAt)), ("server_time", .integer(serverTime))]

@@ -2,6 +2,7 @@ import Foundation
 import SIWAFastCGI
 import SIWAHTTPS
 import SIWARedis
+import SIWAVerification
 
 /// Every setting of `siwa-endpoint serve`, read from `SIWA_*` environment variables
 /// (and optionally an env file), checked once at start. A bad value stops the
@@ -379,17 +380,10 @@ public struct RequestSettings: Sendable, Equatable {
 extension ServerConfiguration {
     @Sendable static func clientIDList(_ text: String) throws(SettingProblem) -> Set<String> {
         let list = text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-        guard !list.isEmpty, list.allSatisfy(isValidClientID) else {
+        guard !list.isEmpty, list.allSatisfy(UserKeyPart.isValidClientID) else {
             throw SettingProblem("must be a comma-separated list of client IDs (visible ASCII, no braces or colons)")
         }
         return Set(list)
-    }
-
-    static func isValidClientID(_ id: String) -> Bool {
-        !id.isEmpty && id.utf8.count <= 255
-            && id.utf8.allSatisfy {
-                $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "{") && $0 != UInt8(ascii: "}") && $0 != UInt8(ascii: ":")
-            }
     }
 
     /// An https URL (http only to a loopback host), checked with libcurl's URL parser, the

@@ -143,7 +143,9 @@ extension NotificationSpool {
             throw error
         }
         try SpoolFileSystem.remove(path)
-        do { try SpoolFileSystem.syncDirectory(directory) } catch { throw SpoolError(.removeFailed, error.message) }
+        do { try SpoolFileSystem.syncDirectory(directory) } catch {
+            throw SpoolError(.removeFailed, error.message, errorNumber: error.errorNumber)
+        }
         return true
     }
 }

@@ -1,14 +1,43 @@
+import SIWAJSON
 import SIWASupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Why the spool could not keep or read a notification: a stable code and a plain
 /// message naming the file and the system error, never a record's contents.
 public struct SpoolError: CodedError {
     public let code: Code
     public let message: String
+    /// The system call's errno, when one failed (`ENOSPC`, `EACCES`...): its name goes to the
+    /// log line, so an alert can tell a full disk from a permission.
+    public let errorNumber: Int32?
 
-    public init(_ code: Code, _ message: String) {
+    public init(_ code: Code, _ message: String, errorNumber: Int32? = nil) {
         self.code = code
         self.message = message
+        self.errorNumber = errorNumber
+    }
+
+    /// The errno's symbolic name (`ENOSPC`), `errno <n>` for one not named here, nil without one.
+    public var errnoName: String? {
+        guard let errorNumber else { return nil }
+        return Self.errnoNames[errorNumber] ?? "errno \(errorNumber)"
+    }
+
+    /// The errors file system calls give; others are logged by number.
+    private static let errnoNames: [Int32: String] = [
+        EPERM: "EPERM", ENOENT: "ENOENT", EINTR: "EINTR", EIO: "EIO", EBADF: "EBADF", EAGAIN: "EAGAIN",
+        ENOMEM: "ENOMEM", EACCES: "EACCES", EBUSY: "EBUSY", EEXIST: "EEXIST", EXDEV: "EXDEV",
+        ENOTDIR: "ENOTDIR", EISDIR: "EISDIR", EINVAL: "EINVAL", ENFILE: "ENFILE", EMFILE: "EMFILE",
+        EFBIG: "EFBIG", ENOSPC: "ENOSPC", EROFS: "EROFS", EMLINK: "EMLINK", ENAMETOOLONG: "ENAMETOOLONG",
+        ELOOP: "ELOOP", ENOTEMPTY: "ENOTEMPTY", EDQUOT: "EDQUOT", ESTALE: "ESTALE",
+    ]
+
+    /// The log line's fields for this error: its code, and the errno's name when there is one.
+    public var logFields: [(String, JSONValue)] {
+        [("error", .string(code.rawValue))] + (errnoName.map { [("errno", .string($0))] } ?? [])
     }
 
     /// A stable, machine-readable error code. New codes break no caller.

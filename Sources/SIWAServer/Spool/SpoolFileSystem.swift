@@ -216,7 +216,9 @@ enum SpoolFileSystem {
         }
         guard fsync(descriptor) == 0 else { throw failure(.setAsideFailed, "cannot fsync \(path)") }
         if !existed {
-            do { try syncDirectory(directory) } catch { throw SpoolError(.setAsideFailed, error.message) }
+            do { try syncDirectory(directory) } catch {
+                throw SpoolError(.setAsideFailed, error.message, errorNumber: error.errorNumber)
+            }
         }
     }
 
@@ -268,7 +270,9 @@ enum SpoolFileSystem {
             unlink(temporary)
             throw error
         }
-        do { try syncDirectory(directory) } catch { throw SpoolError(code, error.message) }
+        do { try syncDirectory(directory) } catch {
+            throw SpoolError(code, error.message, errorNumber: error.errorNumber)
+        }
         return true
     }
 
@@ -359,6 +363,7 @@ enum SpoolFileSystem {
     /// An error carrying the current errno's text, read before anything can change it.
     private static func failure(_ code: SpoolError.Code, _ what: String) -> SpoolError {
         let number = errno
-        return SpoolError(code, "\(what): \(String(cString: strerror(number))) (errno \(number))")
+        return SpoolError(
+            code, "\(what): \(String(cString: strerror(number))) (errno \(number))", errorNumber: number)
     }
 }

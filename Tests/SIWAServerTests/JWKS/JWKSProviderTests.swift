@@ -1,4 +1,5 @@
 import Foundation
+import SIWAHTTPS
 import SIWAServer
 import SIWASupport
 import SIWATestKit
@@ -83,7 +84,7 @@ struct JWKSProviderTests {
         // Once a fetch made for it still lacks the kid: unknown, 401.
         clock.advance(by: 61)
         #expect(Self.verificationCode(provider, try old.signedBody(issuedAt: clock.now), now: clock.now) == .kidUnknown)
-        #expect(VerificationError.Code.kidUnknown.failureClass.httpStatus == 401)
+        #expect(NotificationResponder.httpStatus(for: VerificationError.Code.kidUnknown.failureClass) == 401)
         #expect(server.keysRequestCount == 4)
         #expect(Self.verificationCode(provider, try new.signedBody(issuedAt: clock.now), now: clock.now) == nil)
         #expect(server.keysRequestCount == 4)
@@ -189,7 +190,10 @@ struct JWKSProviderTests {
         let metrics = provider.metrics(now: clock.now)
         #expect(metrics.refreshFailures == 1)
         #expect(metrics.ageSeconds == 3600)
-        #expect(metrics.lastFailure?.contains("connect_failed") == true)
+        // The failure keeps the fetch's own error, not only its text.
+        #expect(metrics.lastFailure?.code == .fetchFailed)
+        #expect((metrics.lastFailure?.cause as? HTTPSFetchError)?.code == .connectFailed)
+        #expect(metrics.lastFailure?.description.contains("connect_failed") == true)
         // A known kid still verifies.
         #expect(Self.verificationCode(provider, try key.signedBody(issuedAt: clock.now), now: clock.now) == nil)
         // After a failed refresh, the retry comes sooner than the hourly schedule.
@@ -201,7 +205,7 @@ struct JWKSProviderTests {
         clock.advance(by: 61)
         let code = Self.verificationCode(provider, try stranger.signedBody(issuedAt: clock.now), now: clock.now)
         #expect(code == .keysUnavailable)
-        #expect(code?.failureClass.httpStatus == 503)
+        #expect(code.map { NotificationResponder.httpStatus(for: $0.failureClass) } == 503)
         #expect(provider.metrics(now: clock.now).refreshFailures == 3)
     }
 

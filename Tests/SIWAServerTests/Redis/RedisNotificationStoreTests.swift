@@ -31,7 +31,7 @@ struct RedisNotificationStoreTests {
 
         func close() { server.shutdown() }
 
-        var userKey: String { store.userKey(clientID: clientID, subject: subject) }
+        var userKey: String { store.keys.user(clientID: clientID, subject: subject) }
 
         func userFields() throws -> [String: String] {
             try #require(try connection.command("HGETALL", userKey).fieldMap)
@@ -96,7 +96,7 @@ struct RedisNotificationStoreTests {
                 Self.message("consent-revoked", "consent-revoked", 1_700_000_000_000, "jti-consent-1", applied: true)
             ])
         // The seen marker: value = receive time, TTL 30 days.
-        let seenKey = fixture.store.seenKey(clientID: Self.clientID, subject: Self.subject, tokenID: "jti-consent-1")
+        let seenKey = fixture.store.keys.seen(clientID: Self.clientID, subject: Self.subject, tokenID: "jti-consent-1")
         #expect(seenKey == "siwa:seen:{com.example.app:820417.faa325acbc78e1be1668ba852d492d8a.0219}:jti-consent-1")
         #expect(try fixture.connection.command("GET", seenKey).string == "1700000999000")
         let ttl = try #require(try fixture.connection.command("PTTL", seenKey).integer)
@@ -198,7 +198,7 @@ struct RedisNotificationStoreTests {
         #expect(try fixture.userFields() == fieldsBefore)
         #expect(try fixture.streamEntries().count == 1)
         #expect(try fixture.subscriber.messages(within: 0.5) == [])
-        let seenKey = fixture.store.seenKey(clientID: Self.clientID, subject: Self.subject, tokenID: "jti-dup")
+        let seenKey = fixture.store.keys.seen(clientID: Self.clientID, subject: Self.subject, tokenID: "jti-dup")
         #expect(try fixture.connection.command("GET", seenKey).string == "1700000999000")
     }
 
@@ -224,7 +224,7 @@ struct RedisNotificationStoreTests {
         #expect(try fixture.userFields() == fieldsBefore)
         #expect(try fixture.streamEntries().count == 1)
         #expect(try fixture.subscriber.messages(within: 0.5) == [])
-        let seenKey = fixture.store.seenKey(clientID: Self.clientID, subject: Self.subject, tokenID: "jti-attempt")
+        let seenKey = fixture.store.keys.seen(clientID: Self.clientID, subject: Self.subject, tokenID: "jti-attempt")
         #expect(try fixture.connection.command("GET", seenKey).string == String(Self.receivedAt))
     }
 
@@ -365,7 +365,7 @@ struct RedisNotificationStoreTests {
             try fixture.store.apply(
                 Self.notification("consent-revoked", at: 1_700_000_000_000, jti: "jti-shared"),
                 receivedAt: Self.receivedAt) == .applied)
-        let otherKey = fixture.store.userKey(clientID: "com.example.other", subject: Self.subject)
+        let otherKey = fixture.store.keys.user(clientID: "com.example.other", subject: Self.subject)
         #expect(otherKey == "siwa:user:{com.example.other:820417.faa325acbc78e1be1668ba852d492d8a.0219}")
         #expect(try fixture.connection.command("HGET", otherKey, "consent_revoked_at").string == "1700000000000")
         #expect(try fixture.userFields()["consent_revoked_at"] == "1700000000000")
@@ -388,7 +388,7 @@ struct RedisNotificationStoreTests {
         defer { fixture.close() }
         _ = try fixture.connection.command("SADD", "siwa:events", "x")
         _ = try fixture.connection.command(
-            "SET", fixture.store.userKey(clientID: Self.clientID, subject: Self.subject), "s")
+            "SET", fixture.store.keys.user(clientID: Self.clientID, subject: Self.subject), "s")
         let notification = Self.notification("consent-revoked", at: 1_700_000_000_000, jti: "jti-stream")
         do {
             _ = try fixture.store.apply(notification, receivedAt: Self.receivedAt)
@@ -420,7 +420,7 @@ struct RedisNotificationStoreTests {
     @Test func seenMarkerOfAnotherTypeIsADuplicate() throws {
         let fixture = try Fixture()
         defer { fixture.close() }
-        let seenKey = fixture.store.seenKey(clientID: Self.clientID, subject: Self.subject, tokenID: "jti-hash")
+        let seenKey = fixture.store.keys.seen(clientID: Self.clientID, subject: Self.subject, tokenID: "jti-hash")
         _ = try fixture.connection.command("HSET", seenKey, "f", "v")
         let notification = Self.notification("consent-revoked", at: 1_700_000_000_000, jti: "jti-hash")
         #expect(try fixture.store.apply(notification, receivedAt: Self.receivedAt, earlierAttempt: 5) == .duplicate)

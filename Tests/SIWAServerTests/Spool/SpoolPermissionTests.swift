@@ -39,6 +39,18 @@ struct SpoolPermissionTests {
         }
     }
 
+    @Test func theSystemErrorIsKeptByName() throws {
+        try withSpoolDirectory { parent in
+            let file = parent + "/a-file"
+            try writeBytes([], to: file)
+            let error = #expect(throws: SpoolError.self) { _ = try NotificationSpool(directory: file + "/spool") }
+            #expect(error?.code == .directoryUnusable)
+            #expect(error?.errorNumber == ENOTDIR)
+            #expect(error?.errnoName == "ENOTDIR")
+            #expect(error?.logFields.map(\.0) == ["error", "errno"])
+        }
+    }
+
     @Test func appendingIntoAReadOnlyDirectoryFailsWithASpoolError() throws {
         try withSpoolDirectory { directory in
             let spool = try NotificationSpool(directory: directory)
@@ -51,6 +63,8 @@ struct SpoolPermissionTests {
 
             let error = #expect(throws: SpoolError.self) { try spool.append(spoolNotification(2)) }
             #expect(error?.code == .openFailed)
+            // Immutable (root) or mode 0500: the system's own answer is kept.
+            #expect(error?.errnoName == (geteuid() == 0 ? "EPERM" : "EACCES"))
             #expect(spool.depth == 0)
             // A start on a read-only directory fails at once instead of at the first outage.
             let startError = #expect(throws: SpoolError.self) { _ = try NotificationSpool(directory: directory) }

@@ -1,0 +1,73 @@
+import SIWAVerification
+
+/// Where the contract's data lives in Redis, with prefix `P` (default `siwa`): the one
+/// spelling of every key and channel name in Swift. `{<client_id>:<sub>}` is a hash tag, so
+/// a user's hash, seen markers and reconcile marker share a cluster slot; the parts obey
+/// `UserKeyPart`. (The apply script gets its keys passed in.)
+public struct RedisKeyLayout: Sendable, Equatable {
+    public let prefix: String
+
+    public init(prefix: String = "siwa") {
+        self.prefix = prefix
+    }
+
+    /// `P:user:{<client_id>:<sub>}`: the user's hash.
+    public func user(clientID: String, subject: String) -> String {
+        String(decoding: userBytes(clientID: Array(clientID.utf8), subject: Array(subject.utf8)), as: UTF8.self)
+    }
+
+    /// `P:seen:{<client_id>:<sub>}:<jti>`: the duplicate marker of one token.
+    public func seen(clientID: String, subject: String, tokenID: String) -> String {
+        String(
+            decoding: seenBytes(
+                clientID: Array(clientID.utf8), subject: Array(subject.utf8), tokenID: Array(tokenID.utf8)),
+            as: UTF8.self)
+    }
+
+    /// `P:reconciled:{<client_id>:<sub>}`: reconcile's marker of a decided check.
+    public func reconciled(clientID: String, subject: String) -> String {
+        String(
+            decoding: keyBytes("reconciled", clientID: Array(clientID.utf8), subject: Array(subject.utf8)),
+            as: UTF8.self)
+    }
+
+    /// `P:events`: the stream of accepted notifications.
+    public var events: String { prefix + ":events" }
+
+    /// `P:deletions`: the stream of accepted `account-deleted` notifications.
+    public var deletions: String { prefix + ":deletions" }
+
+    /// `P:notifications`: the channel of accepted notifications.
+    public var notifications: String { prefix + ":notifications" }
+
+    /// `P:replication-probe`: the channel of the probe `PUBLISH` that moves a connection's
+    /// replication offset to now (nobody reads it).
+    public var replicationProbe: String { prefix + ":replication-probe" }
+
+    /// The user key as the bytes Redis receives (the request path builds no `String`).
+    func userBytes(clientID: [UInt8], subject: [UInt8]) -> [UInt8] {
+        keyBytes("user", clientID: clientID, subject: subject)
+    }
+
+    /// The seen marker as the bytes Redis receives.
+    func seenBytes(clientID: [UInt8], subject: [UInt8], tokenID: [UInt8]) -> [UInt8] {
+        var key = keyBytes("seen", clientID: clientID, subject: subject)
+        key.append(UInt8(ascii: ":"))
+        key += tokenID
+        return key
+    }
+
+    /// `P:<kind>:{<client_id>:<sub>}`.
+    private func keyBytes(_ kind: String, clientID: [UInt8], subject: [UInt8]) -> [UInt8] {
+        var key = Array(prefix.utf8)
+        key.reserveCapacity(key.count + kind.utf8.count + clientID.count + subject.count + 8)
+        key.append(UInt8(ascii: ":"))
+        key += kind.utf8
+        key += [UInt8(ascii: ":"), UInt8(ascii: "{")]
+        key += clientID
+        key.append(UInt8(ascii: ":"))
+        key += subject
+        key.append(UInt8(ascii: "}"))
+        return key
+    }
+}
