@@ -314,12 +314,13 @@ class ClusterSet:
         self.nodes[self.nodes.index(node)] = replacement
         return replacement
 
-    def migrate_slot(self, source, target, batch=20, pause=0.2):
+    def migrate_slot(self, source, target, pause=0.2):
         """The slot from `source` to `target` under load, as redis-cli --cluster reshard does it:
-        IMPORTING, MIGRATING, the keys in batches (the stream first, so new users' writes
-        meet ASK while the rest moves), then the slot's new owner told to every primary.
-        Returns the number of keys moved."""
+        IMPORTING, MIGRATING, the keys in batches (the stream first, so writes meet ASK
+        while the rest moves; at least 20 keys a batch, about 40 batches), then the slot's
+        new owner told to every primary. Returns the number of keys moved."""
         slot = str(self.slot)
+        batch = max(20, int((cli(source, "CLUSTER", "COUNTKEYSINSLOT", slot) or "0").strip() or 0) // 40)
         source_id, target_id = cli(source, "CLUSTER", "MYID").strip(), cli(target, "CLUSTER", "MYID").strip()
         for port, args in ((target, ("IMPORTING", source_id)), (source, ("MIGRATING", target_id))):
             if (cli(port, "CLUSTER", "SETSLOT", slot, *args) or "").strip() != "OK":
