@@ -84,10 +84,22 @@ extension RedisConnection {
     /// A keyless command about the write the previous command made (`WAIT`, which counts the
     /// replicas holding what one connection wrote; the `PUBLISH` that moves its offset), sent
     /// where that write ran: after an `ASK`, on the migration target's connection that ran it,
-    /// not on this one to the source, whose replicas say nothing about it. Otherwise, and
-    /// outside cluster mode, `command`.
+    /// not on this one to the source, whose replicas say nothing about it. Never on another
+    /// node: when the slot's owner changed since the write (another connection met `MOVED`,
+    /// or a failover), or the connection broke, it throws `connectionLost` (a caller waiting
+    /// for replicas counts that as a shortfall). Outside cluster mode, `command`.
     public func commandAboutLastWrite(_ arguments: String...) throws(RedisError) -> RedisReply {
         if let askedConnection { return try askedConnection.command(arguments) }
+        if let cluster {
+            let owner = cluster.current
+            guard ready, owner == nil || owner == connectedNode else {
+                let wrote = target
+                disconnect()
+                throw RedisError(
+                    .connectionLost,
+                    "the slot's owner changed after \(wrote) ran the write; its replicas are not asked elsewhere")
+            }
+        }
         return try command(arguments)
     }
 

@@ -112,4 +112,37 @@ struct ClusterAskWaitTests {
         #expect(try targetConnection.command("EXISTS", newcomerKey).integer == 0)
         #expect(try sourceConnection.command("CLUSTER", "COUNTKEYSINSLOT", slot).integer == 0)
     }
+
+    @Test(
+        "WAIT after the slot moved on since the write (MOVED met by another connection): refused, never counted on the new owner"
+    )
+    func waitNeverGoesToAnotherNode() throws {
+        let cluster = try RedisClusterNodes()
+        defer { cluster.shutdown() }
+        let source = try #require(cluster.slotOwnerPort())
+        let target = try #require(cluster.nodes.map(\.port).first { $0 != source && cluster.role(of: $0) == "master" })
+        let locator = RedisClusterLocator(
+            seeds: cluster.nodes.map { RedisClusterLocator.Node(host: "127.0.0.1", port: $0.port) },
+            hashTagKey: "{siwa}:events", endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 1)),
+            timeout: .seconds(2))
+        func connection() -> RedisConnection {
+            RedisConnection(
+                endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 1)), connectTimeout: .seconds(1),
+                commandTimeout: .seconds(5), cluster: locator)
+        }
+        let writer = connection()
+        #expect(try writer.command("SET", "{siwa}:probe", "1").string == "OK")
+        #expect(writer.clusterNode == RedisClusterLocator.Node(host: "127.0.0.1", port: source))
+
+        try cluster.migrateSlot(from: source, to: target, batchPause: 0)
+        // Another connection meets MOVED and the locator learns the new owner.
+        #expect(try connection().command("GET", "{siwa}:probe").string == "1")
+        #expect(locator.current == RedisClusterLocator.Node(host: "127.0.0.1", port: target))
+
+        // The writer's WAIT would count the new owner's replicas on a fresh connection, which
+        // wrote nothing: refused instead, so the caller keeps a copy.
+        let refused = #expect(throws: RedisError.self) { try writer.commandAboutLastWrite("WAIT", "1", "500") }
+        #expect(refused?.code == .connectionLost, "\(String(describing: refused))")
+        #expect(!writer.isConnected)
+    }
 }
