@@ -14,7 +14,7 @@ fi
 "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements.txt"
 
 cd "$here"
-# The suite takes minutes (the short soak is two); the bound is there so a hung server
+# The suite takes minutes (the two short soaks, three); the bound is there so a hung server
 # cannot hang CI. The package's tests under systemd take longer: scripts/test raises the
 # bound for them.
 timeout "${DEPLOY_TESTS_TIMEOUT:-1200}" "$venv/bin/python" -m pytest -p no:cacheprovider -q "$@"

@@ -1,5 +1,6 @@
 """The contract under combined faults (scripts/soak). Real parts on loopback: three
-redis-server data nodes (one primary, two replicas, AOF on), three sentinels, the real
+redis-server data nodes (one primary, two replicas, AOF on) and three sentinels, or with
+--cluster a Redis Cluster of six (three primaries, three replicas, AOF on); the real
 `siwa-endpoint serve` with its spool, and nginx serving the test kit's JWKS over HTTPS
 under a test CA (standing in for Apple's keys). Notifications signed by the test kit for
 a few hundred users (every type, both spellings of account deletion, unknown types,
@@ -51,6 +52,12 @@ PLANS = {
     "unknown-only": [("apple-future-type", 1, None, None), ("unknown-soak-type", 2, None, None)],
 }
 FAULTS = ["primary-killed", "primary-paused", "serve-killed", "replica-lost", "serve-sighup"]
+# In a cluster "the primary" is the primary of the contract's one slot, and the slot is
+# also migrated to another primary under load (ASK during the move, MOVED after).
+CLUSTER_FAULTS = ["primary-killed", "primary-paused", "slot-migrated", "serve-killed", "replica-lost",
+                  "serve-sighup"]
+CLUSTER_NODE_TIMEOUT_MS = 2000
+CLUSTER_KEY_PREFIX = "{siwa}"
 
 
 def say(text):
@@ -163,6 +170,7 @@ class SentinelSet:
     def __init__(self, directory):
         self.dir = pathlib.Path(directory)
         self.nodes, self.sentinels = [], []
+        self.paused = set()  # ports SIGSTOPped now (the sentinels are asked, not the nodes)
         try:
             self.nodes.append(RedisServer(self.dir / "node-0"))
             for index in (1, 2):
@@ -200,6 +208,9 @@ class SentinelSet:
     def node(self, port):
         return next((node for node in self.nodes if node.port == port), None)
 
+    def replica_of(self, primary_port):
+        return next(node for node in self.nodes if node.port != primary_port)
+
     def is_replica(self, node):
         lines = (cli(node.port, "ROLE", timeout=2) or "").splitlines()
         return lines[:1] == ["slave"] and "connected" in lines
@@ -217,6 +228,155 @@ class SentinelSet:
             except ProcessLookupError:
                 pass
             process.stop()
+
+
+class ClusterSet:
+    """A Redis Cluster: six redis-server --cluster-enabled yes (AOF on, each with its own
+    nodes.conf), joined by redis-cli --cluster create with one replica per primary. A
+    replica takes over after CLUSTER_NODE_TIMEOUT_MS without its primary, whatever the age
+    of its data (cluster-replica-validity-factor 0: a soak pauses primaries on purpose)."""
+
+    def __init__(self, directory):
+        self.dir = pathlib.Path(directory)
+        self.nodes = []
+        self.paused = set()
+        try:
+            for index in range(6):
+                self.nodes.append(self.start_node(self.dir / f"node-{index}", free_port_with_bus_port()))
+            create = subprocess.run(["redis-cli", "--cluster", "create",
+                                     *[f"127.0.0.1:{node.port}" for node in self.nodes],
+                                     "--cluster-replicas", "1", "--cluster-yes"],
+                                    capture_output=True, text=True, timeout=120)
+            if create.returncode != 0:
+                raise RuntimeError(f"redis-cli --cluster create failed: {create.stdout[-800:]}{create.stderr}")
+            if not wait_until(self.formed, timeout=60, interval=0.2):
+                raise RuntimeError("the cluster did not form (state ok, three replicas in sync) within 60 s")
+            self.slot = int(cli(self.nodes[0].port, "CLUSTER", "KEYSLOT", f"{CLUSTER_KEY_PREFIX}:events").strip())
+        except BaseException:
+            self.stop()
+            raise
+
+    @staticmethod
+    def start_node(directory, port):
+        return RedisServer(directory, port=port, extra_args=[
+            "--cluster-enabled", "yes", "--cluster-config-file", pathlib.Path(directory) / "nodes.conf",
+            "--cluster-node-timeout", CLUSTER_NODE_TIMEOUT_MS, "--cluster-replica-validity-factor", "0"])
+
+    def formed(self):
+        for node in self.nodes:
+            if "cluster_state:ok" not in (cli(node.port, "CLUSTER", "INFO", timeout=2) or ""):
+                return False
+        return sum(self.is_replica(node) for node in self.nodes) == 3
+
+    @property
+    def node_list(self):
+        return ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+
+    def answering(self):
+        return [node for node in self.nodes if node.process.poll() is None and node.port not in self.paused]
+
+    def slot_owner_seen_by(self, node):
+        answer = cli_json(node.port, "CLUSTER", "SLOTS")
+        for start, end, owner, *_ in answer or []:
+            if start <= self.slot <= end:
+                return int(owner[1])
+        return None
+
+    def primary_port(self):
+        """The port every answering node names as the slot's owner, if they agree and that node says it is a master."""
+        named = {self.slot_owner_seen_by(node) for node in self.answering()}
+        if len(named) != 1 or None in named:
+            return None
+        port = named.pop()
+        role = cli(port, "ROLE", timeout=2)
+        return port if role is not None and role.splitlines()[:1] == ["master"] else None
+
+    def masters(self):
+        return [node for node in self.answering() if (cli(node.port, "ROLE", timeout=2) or "").startswith("master")]
+
+    def replica_of(self, primary_port):
+        for node in self.answering():
+            lines = (cli(node.port, "ROLE", timeout=2) or "").splitlines()
+            if lines[:1] == ["slave"] and lines[2:3] == [str(primary_port)]:
+                return node
+        return None
+
+    def node(self, port):
+        return next((node for node in self.nodes if node.port == port), None)
+
+    def is_replica(self, node):
+        lines = (cli(node.port, "ROLE", timeout=2) or "").splitlines()
+        return lines[:1] == ["slave"] and "connected" in lines
+
+    def restart(self, node):
+        """The node again on its port, directory, nodes.conf and AOF: it rejoins as the new primary's replica."""
+        replacement = self.start_node(node.dir, node.port)
+        self.nodes[self.nodes.index(node)] = replacement
+        return replacement
+
+    def migrate_slot(self, source, target, pause=0.2):
+        """The slot from `source` to `target` under load, as redis-cli --cluster reshard does it:
+        IMPORTING, MIGRATING, the keys in batches (the stream first, so writes meet ASK
+        while the rest moves; at least 20 keys a batch, about 40 batches), then the slot's
+        new owner told to every primary. Returns the number of keys moved."""
+        slot = str(self.slot)
+        batch = max(20, int((cli(source, "CLUSTER", "COUNTKEYSINSLOT", slot) or "0").strip() or 0) // 40)
+        source_id, target_id = cli(source, "CLUSTER", "MYID").strip(), cli(target, "CLUSTER", "MYID").strip()
+        for port, args in ((target, ("IMPORTING", source_id)), (source, ("MIGRATING", target_id))):
+            if (cli(port, "CLUSTER", "SETSLOT", slot, *args) or "").strip() != "OK":
+                raise RuntimeError(f"CLUSTER SETSLOT {slot} {args[0]} refused on {port}")
+        moved = 0
+        first = [f"{CLUSTER_KEY_PREFIX}:events"]
+        for _ in range(100_000):
+            keys = first or (cli(source, "CLUSTER", "GETKEYSINSLOT", slot, batch) or "").split()
+            first = []
+            if not keys:
+                break
+            answer = cli(source, "MIGRATE", "127.0.0.1", target, "", 0, 5000, "KEYS", *keys, timeout=10)
+            if answer is None or answer.strip() not in ("OK", "NOKEY"):
+                raise RuntimeError(f"MIGRATE from {source} to {target} failed: {answer!r}")
+            moved += len(keys)
+            time.sleep(pause)
+        others = [node for node in self.masters() if node.port not in (source, target)]
+        for node in [self.node(target), self.node(source)] + others:
+            if (cli(node.port, "CLUSTER", "SETSLOT", slot, "NODE", target_id) or "").strip() != "OK":
+                raise RuntimeError(f"CLUSTER SETSLOT {slot} NODE refused on {node.port}")
+        return moved
+
+    def stop(self):
+        for node in self.nodes:
+            try:
+                os.kill(node.process.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            node.stop()
+
+
+def free_port_with_bus_port():
+    """A free loopback port whose cluster bus port (port + 10000) is free too."""
+    for _ in range(2000):
+        port = random.randint(20_000, 45_000)
+        if all(_is_free(candidate) for candidate in (port, port + 10_000)):
+            return port
+    raise RuntimeError("no free loopback port with a free cluster bus port")
+
+
+def _is_free(port):
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def cli_json(port, *args, timeout=5):
+    """redis-cli's answer as JSON (RESP2), or None."""
+    text = cli(port, "--json", *args, timeout=timeout)
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        return None
 
 
 # ---- The notifications ----------------------------------------------------------------
@@ -269,6 +429,9 @@ class Soak:
         self.posts = 0
         self.posters_left = arguments.threads
         self.redis = self.nginx = self.serve = None
+        self.fault_names = CLUSTER_FAULTS if arguments.cluster else FAULTS
+        self.key_prefix = CLUSTER_KEY_PREFIX if arguments.cluster else "siwa"
+        self.redirects = collections.Counter()  # in cluster mode: ASK and MOVED the migrations met
 
     # -- parts
 
@@ -278,9 +441,27 @@ class Soak:
         kit = self.dir / "kit"
         run([str(self.binary), "keygen", "--out", str(kit), "--kid", KEY_ID])
         self.signing_key = kit / "test-signing-key.pem"
-        self.redis = SentinelSet(self.dir / "redis")
-        say(f"redis-server primary on {self.redis.nodes[0].port}, replicas on {self.redis.nodes[1].port} and "
-            f"{self.redis.nodes[2].port}; sentinels on {self.redis.sentinel_list}")
+        if self.args.cluster:
+            self.redis = ClusterSet(self.dir / "redis")
+            masters = sorted(node.port for node in self.redis.masters())
+            say(f"redis cluster primaries on {', '.join(map(str, masters))}, each with a replica; slot "
+                f"{self.redis.slot} of {CLUSTER_KEY_PREFIX} on {self.redis.primary_port()}")
+            redis_settings = {
+                # In cluster mode the URL gives only the user, password and TLS; the nodes say where the slot is.
+                "SIWA_REDIS_URL": "redis://127.0.0.1:6379/0",
+                "SIWA_REDIS_CLUSTER_NODES": self.redis.node_list,
+                "SIWA_KEY_PREFIX": CLUSTER_KEY_PREFIX,
+            }
+        else:
+            self.redis = SentinelSet(self.dir / "redis")
+            say(f"redis-server primary on {self.redis.nodes[0].port}, replicas on {self.redis.nodes[1].port} and "
+                f"{self.redis.nodes[2].port}; sentinels on {self.redis.sentinel_list}")
+            redis_settings = {
+                # With sentinels the URL gives only the database; the primary comes from them.
+                "SIWA_REDIS_URL": "redis://127.0.0.1:6379/0",
+                "SIWA_REDIS_SENTINELS": self.redis.sentinel_list,
+                "SIWA_REDIS_SENTINEL_MASTER": MASTER,
+            }
         self.nginx = JWKSNginxStack(self.dir / "nginx", cert, key, kit / "test-jwks.json").start()
         serve_dir = self.dir / "serve"
         serve_dir.mkdir()
@@ -290,10 +471,7 @@ class Soak:
             "SIWA_JWKS_URL": self.nginx.jwks_url,
             "SIWA_JWKS_CA_FILE": str(pki.ca_cert),
             "SIWA_JWKS_CACHE": str(serve_dir / "jwks-cache.json"),
-            # With sentinels the URL gives only the database; the primary comes from them.
-            "SIWA_REDIS_URL": "redis://127.0.0.1:6379/0",
-            "SIWA_REDIS_SENTINELS": self.redis.sentinel_list,
-            "SIWA_REDIS_SENTINEL_MASTER": MASTER,
+            **redis_settings,
             "SIWA_REDIS_MIN_REPLICAS": str(self.args.min_replicas),
             "SIWA_REDIS_TIMEOUT_MS": "500",
             "SIWA_FCGI_SOCKET": str(self.socket_path),
@@ -388,7 +566,7 @@ class Soak:
 
     def primary(self):
         if not wait_until(lambda: self.redis.primary_port() is not None, timeout=60, interval=0.2):
-            raise RuntimeError("the sentinels name no primary within 60 s")
+            raise RuntimeError("no primary named for the contract's keys within 60 s")
         return self.redis.node(self.redis.primary_port())
 
     def await_replica(self, node):
@@ -407,16 +585,34 @@ class Soak:
         if fault == "primary-paused":
             node = self.primary()
             node.process.send_signal(signal.SIGSTOP)
+            self.redis.paused.add(node.port)
             stopped = time.monotonic()
             try:
                 new_port = self.new_primary(node.port)
                 self.wait_for_traffic(10, timeout=30)
-                # Past the sentinels' failover timeout too (posting goes on meanwhile).
-                time.sleep(max(0.0, stopped + FAILOVER_TIMEOUT_MS / 1000 - time.monotonic()))
+                # Past the sentinels' failover timeout (a cluster's node timeout twice) too,
+                # posting going on meanwhile.
+                bound = 2 * CLUSTER_NODE_TIMEOUT_MS if self.args.cluster else FAILOVER_TIMEOUT_MS
+                time.sleep(max(0.0, stopped + bound / 1000 - time.monotonic()))
             finally:
                 node.process.send_signal(signal.SIGCONT)
+                self.redis.paused.discard(node.port)
             self.await_replica(node)
             return f"SIGSTOP to the primary {node.port} past the failover; {new_port} promoted; SIGCONT"
+        if fault == "slot-migrated":
+            source = self.primary().port
+            target = next(node.port for node in self.redis.masters() if node.port != source)
+            before = self.cluster_redirects()
+            keys = self.redis.migrate_slot(source, target)
+            if not wait_until(lambda: self.redis.primary_port() == target, timeout=30, interval=0.2):
+                raise RuntimeError(f"the nodes do not agree on {target} as the slot's owner within 30 s")
+            self.wait_for_traffic(10, timeout=30)
+            after = self.cluster_redirects()
+            for name in after:
+                self.redirects[name] += max(0, after[name] - before[name])
+            return (f"slot {self.redis.slot} migrated from {source} to {target} under load ({keys} keys); serve "
+                    f"followed ASK {max(0, after['ASK'] - before['ASK'])} times, "
+                    f"MOVED {max(0, after['MOVED'] - before['MOVED'])}")
         if fault == "serve-killed":
             self.serve.process.kill()
             self.serve.process.wait(timeout=10)
@@ -425,7 +621,9 @@ class Soak:
             return "SIGKILL to serve; restarted on its spool"
         if fault == "replica-lost":
             primary_port = self.primary().port
-            node = next(node for node in self.redis.nodes if node.port != primary_port)
+            node = self.redis.replica_of(primary_port)
+            if node is None:
+                raise RuntimeError(f"the primary {primary_port} has no replica to lose")
             node.process.kill()
             node.process.wait(timeout=10)
             self.wait_for_traffic(10, timeout=30)
@@ -436,6 +634,17 @@ class Soak:
             self.wait_for_traffic(10, timeout=30)
             return "SIGHUP to serve"
         raise ValueError(fault)
+
+    def cluster_redirects(self):
+        """serve's counts of ASK and MOVED followed (its /metrics)."""
+        status, body = fastcgi_request(self.socket_path, "GET", "/metrics", timeout=10)
+        counts = {"ASK": 0, "MOVED": 0}
+        for line in (body or b"").decode(errors="replace").splitlines() if status == 200 else []:
+            for name, metric in (("ASK", "siwa_redis_cluster_ask_total "),
+                                 ("MOVED", "siwa_redis_cluster_moved_total ")):
+                if line.startswith(metric):
+                    counts[name] = int(float(line.split()[-1]))
+        return counts
 
     def wait_for_traffic_failing(self, seconds):
         """Lets the posters meet the dead socket for a moment (bounded): their retries are the point."""
@@ -463,8 +672,9 @@ class Soak:
             thread.start()
         turn = 0
         # Every fault at least once, then in turn until the time is up.
-        while (time.monotonic() - started < self.args.seconds or turn < len(FAULTS)) and turn < 10_000:
-            fault = FAULTS[turn % len(FAULTS)]
+        faults = self.fault_names
+        while (time.monotonic() - started < self.args.seconds or turn < len(faults)) and turn < 10_000:
+            fault = faults[turn % len(faults)]
             turn += 1
             if not self.wait_for_traffic(10, timeout=30):
                 say("no traffic answered 200 for 30 s before the next fault")
@@ -489,7 +699,8 @@ class Soak:
     def check(self, pool):
         primary = self.primary()
         answer = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(primary.port), "-2", "--json", "XRANGE",
-                                 "siwa:events", "-", "+"], capture_output=True, text=True, timeout=120, check=True)
+                                 f"{self.key_prefix}:events", "-", "+"],
+                                capture_output=True, text=True, timeout=120, check=True)
         stream = [(entry_id, dict(zip(pairs[0::2], pairs[1::2]))) for entry_id, pairs in json.loads(answer.stdout)]
         by_jti = collections.Counter(fields.get("jti") for _, fields in stream)
         posted = {notification.jti: notification for notification, _ in pool}
@@ -514,7 +725,7 @@ class Soak:
         wrong_users = {}
         for sub, notifications in sorted(by_user.items()):
             accepted_here = [n for n in notifications if n.jti in self.answered]
-            lines = (cli(primary.port, "HGETALL", f"siwa:user:{{{CLIENT_ID}:{sub}}}") or "").splitlines()
+            lines = (cli(primary.port, "HGETALL", f"{self.key_prefix}:user:{{{CLIENT_ID}:{sub}}}") or "").splitlines()
             problems = user_problems(accepted_here, dict(zip(lines[0::2], lines[1::2])))
             if problems:
                 wrong_users[sub] = problems
@@ -529,11 +740,16 @@ def described(notification):
 
 
 def report(soak, pool, posts, found, seconds):
-    say(f"ran {seconds:.0f} s, seed {soak.args.seed}, SIWA_REDIS_MIN_REPLICAS={soak.args.min_replicas}")
+    mode = "a Redis Cluster" if soak.args.cluster else "sentinels"
+    say(f"ran {seconds:.0f} s against {mode}, seed {soak.args.seed}, "
+        f"SIWA_REDIS_MIN_REPLICAS={soak.args.min_replicas}")
     say(f"posts: {soak.posts} ({len(pool)} notifications, {len(posts) - len(pool)} re-posts of a jti, "
         f"{soak.posts - len(posts)} retries)")
     say("outcomes: " + ", ".join(f"{outcome} {count}" for outcome, count in sorted(soak.outcomes.items())))
-    say("faults: " + ", ".join(f"{fault} {soak.faults[fault]}" for fault in FAULTS))
+    say("faults: " + ", ".join(f"{fault} {soak.faults[fault]}" for fault in soak.fault_names))
+    if soak.args.cluster:
+        say(f"redirects during and after the migrations: ASK {soak.redirects['ASK']}, "
+            f"MOVED {soak.redirects['MOVED']}")
     say(f"stream: {found['stream entries']} entries; users: {found['users']}")
     for name in ("lost", "doubled"):
         for notification in found[name][:5]:
@@ -557,7 +773,7 @@ def parse(argv):
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--sentinel", action="store_true", help="one primary, two replicas, three sentinels (default)")
     mode.add_argument("--cluster", action="store_true",
-                      help="a Redis Cluster (not yet: the endpoint has no cluster mode)")
+                      help="a Redis Cluster of three primaries and three replicas, keys under {siwa}")
     parser.add_argument("--seconds", type=int, default=600, help="how long faults are injected while posting")
     parser.add_argument("--seed", type=int, default=None, help="the shuffle of posts and re-posts (default: random)")
     parser.add_argument("--users", type=int, default=300)
@@ -581,9 +797,6 @@ def parse(argv):
 
 def main(argv):
     arguments = parse(argv)
-    if arguments.cluster:
-        say("--cluster: the endpoint has no Redis Cluster mode yet; nothing to soak")
-        return 2
     binary = find_binary()
     if binary is None:
         say("no siwa-endpoint binary: build it (swift build) or set SIWA_ENDPOINT_BINARY")

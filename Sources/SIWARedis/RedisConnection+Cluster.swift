@@ -41,6 +41,7 @@ extension RedisConnection {
 
     /// One command on the slot's primary, following redirections.
     func clusterCommand(_ arguments: [[UInt8]], _ cluster: RedisClusterLocator) throws(RedisError) -> RedisReply {
+        askedConnection = nil
         for _ in 0..<Self.maximumRedirects {
             try connectToSlotOwner(cluster)
             guard let transport else { throw RedisError(.connectionLost, "no Redis connection") }
@@ -66,7 +67,8 @@ extension RedisConnection {
     }
 
     /// The slot is being migrated to `node` and the keys are there: `ASKING` then the
-    /// command, on a connection of its own that is closed after.
+    /// command, on a connection of its own, kept until the next command for what concerns
+    /// its write (`commandAboutLastWrite`).
     private func ask(_ node: RedisClusterLocator.Node, _ arguments: [[UInt8]]) throws(RedisError) -> RedisReply {
         let target = RedisConnection(
             endpoint: RedisEndpoint(
@@ -74,7 +76,31 @@ extension RedisConnection {
                 password: endpoint.password, tls: endpoint.tls),
             connectTimeout: connectTimeout, commandTimeout: commandTimeout)
         _ = try target.command("ASKING")
-        return try target.command(arguments)
+        let reply = try target.command(arguments)
+        askedConnection = target
+        return reply
+    }
+
+    /// A keyless command about the write the previous command made (`WAIT`, which counts the
+    /// replicas holding what one connection wrote; the `PUBLISH` that moves its offset), sent
+    /// where that write ran: after an `ASK`, on the migration target's connection that ran it,
+    /// not on this one to the source, whose replicas say nothing about it. Never on another
+    /// node: when the slot's owner changed since the write (another connection met `MOVED`,
+    /// or a failover), or the connection broke, it throws `connectionLost` (a caller waiting
+    /// for replicas counts that as a shortfall). Outside cluster mode, `command`.
+    public func commandAboutLastWrite(_ arguments: String...) throws(RedisError) -> RedisReply {
+        if let askedConnection { return try askedConnection.command(arguments) }
+        if let cluster {
+            let owner = cluster.current
+            guard ready, owner == nil || owner == connectedNode else {
+                let wrote = target
+                disconnect()
+                throw RedisError(
+                    .connectionLost,
+                    "the slot's owner changed after \(wrote) ran the write; its replicas are not asked elsewhere")
+            }
+        }
+        return try command(arguments)
     }
 
     /// The node failed or no longer owns the slot: the next connection asks the cluster.

@@ -34,6 +34,9 @@ public final class RedisConnection {
     public let cluster: RedisClusterLocator?
     /// The cluster node this connection is on (with a cluster locator).
     var connectedNode: RedisClusterLocator.Node?
+    /// In cluster mode, when the last command was answered through `ASK`: the connection to
+    /// the migration's target that ran it, where what concerns its write (`WAIT`) is asked.
+    var askedConnection: RedisConnection?
 
     public init(
         endpoint: RedisEndpoint, connectTimeout: Duration = .seconds(1), commandTimeout: Duration = .seconds(2),

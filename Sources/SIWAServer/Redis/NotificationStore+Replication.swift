@@ -27,7 +27,8 @@ extension NotificationStore {
     }
 
     /// Applies one notification, then, when `minimumReplicas` > 0, sends `WAIT` on the same
-    /// connection for that many replicas (at most `replicaTimeout`).
+    /// connection for that many replicas (at most `replicaTimeout`); in a cluster, on the one
+    /// that ran the script (the migration target's after an `ASK`).
     ///
     /// WAIT counts the replicas that hold everything this connection wrote. A `duplicate`
     /// or `stored` wrote nothing, yet the first copy may still be unreplicated (its request may have
@@ -45,10 +46,11 @@ extension NotificationStore {
         let milliseconds = max(1, replicaTimeout.wholeMilliseconds)
         var replicas = 0
         do {
+            // On the node that ran the script: in a cluster during a migration, the target of an ASK.
             if outcome == .duplicate || outcome == .stored {
-                _ = try connection.command("PUBLISH", keys.replicationProbe, "")
+                _ = try connection.commandAboutLastWrite("PUBLISH", keys.replicationProbe, "")
             }
-            let reply = try connection.command("WAIT", String(minimumReplicas), String(milliseconds))
+            let reply = try connection.commandAboutLastWrite("WAIT", String(minimumReplicas), String(milliseconds))
             guard let count = reply.integer else {
                 let refusal = RedisError(.unexpectedReply, "WAIT did not answer a number of replicas")
                 return Acknowledged(outcome: outcome, replicas: nil, isShortfall: false, replicaCheckRefusal: refusal)
