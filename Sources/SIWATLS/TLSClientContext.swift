@@ -39,6 +39,10 @@ public final class TLSClientContext: @unchecked Sendable {
             throw TLSError(.setupFailed, "OpenSSL refused TLS 1.2 as the minimum: \(Self.openSSLReason())")
         }
         SSL_CTX_set_verify(made, SSL_VERIFY_PEER, nil)
+        // Read ahead: one read(2) takes whatever has arrived (a whole reply, several records)
+        // into OpenSSL's buffer, instead of one read for each record's 5-byte header and
+        // another for its body. (SSL_CTX_set_read_ahead is a macro over this call.)
+        _ = SSL_CTX_ctrl(made, SSL_CTRL_SET_READ_AHEAD, 1, nil)
         if let caFile = settings.caFile {
             guard SSL_CTX_load_verify_locations(made, caFile, nil) == 1 else {
                 throw TLSError(.caFileUnusable, "cannot load CA certificates from \(caFile): \(Self.openSSLReason())")
