@@ -1,13 +1,14 @@
 import Foundation
 import Glibc
 import SIWARedis
+import SIWATLS
 import Testing
 
 /// The TLS read and write paths against a real TLS-only `redis-server`, counted in system
 /// calls of the test's own thread (`/proc/thread-self/io`: `syscr`, `syscw`), since the
 /// connection runs its commands on the calling thread: what TLS costs beside plain TCP is
 /// mostly how many reads and writes each command takes.
-@Suite("Redis over TLS: reads and writes", .serialized)
+@Suite("Redis over TLS: reads, writes and reconnects", .serialized)
 struct RedisTLSReadPathTests {
     @Test(
         "over TLS one write(2) and one read(2) per small command: the reply is read ahead whole, not header then body")
@@ -68,6 +69,66 @@ struct RedisTLSReadPathTests {
                     ])
                 })
         #expect(after.since(before).reads == 1)
+    }
+}
+
+extension RedisTLSReadPathTests {
+    @Test(
+        "a reconnect resumes the TLS session the server gave; a restarted server with a certificate from another CA is still refused"
+    )
+    func reconnectResumesTheSession() throws {
+        let fixture = try RedisTLSFixture()
+        defer { fixture.remove() }
+        let server = try RedisServerProcess(tls: fixture.goodServer)
+        defer { server.shutdown() }
+        // A context of the test's own: no session from another test.
+        let context = try TLSClientContext(.init(caFile: fixture.authority.caCertificatePath))
+        /// Connects, makes the handshake, sends PING and reads PONG (and the server's tickets).
+        func connectAndPing() throws -> Bool {
+            let descriptor = try Self.connectLoopback(port: server.port)
+            defer { close(descriptor) }
+            let stream = try TLSStream(context: context, descriptor: descriptor, serverName: "localhost")
+            let ping = Array("*1\r\n$4\r\nPING\r\n".utf8)
+            try ping.withUnsafeBytes { bytes in Result { () throws(TLSError) in try stream.write(bytes) } }.get()
+            var reply = [UInt8](repeating: 0, count: 64)
+            let count = try reply.withUnsafeMutableBytes { buffer in
+                Result { () throws(TLSError) in try stream.read(into: buffer) }
+            }.get()
+            #expect(Array(reply.prefix(count)) == Array("+PONG\r\n".utf8))
+            return stream.resumedSession
+        }
+        #expect(try connectAndPing() == false)
+        #expect(try connectAndPing() == true)
+        #expect(try connectAndPing() == true)
+        // The same port, another certificate: the session offered does not stand in for it.
+        server.stop()
+        server.tls = fixture.refusedServers[0].files
+        try server.start()
+        #expect {
+            _ = try connectAndPing()
+        } throws: { error in
+            (error as? TLSError)?.code == .peerCertificateRefused
+        }
+    }
+
+    private static func connectLoopback(port: Int) throws -> Int32 {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard descriptor >= 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { generic in
+                connect(descriptor, generic, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+            }
+        }
+        guard connected else {
+            let failure = POSIXError(.init(rawValue: errno) ?? .EIO)
+            close(descriptor)
+            throw failure
+        }
+        return descriptor
     }
 }
 
