@@ -39,6 +39,10 @@ public final class TLSClientContext: @unchecked Sendable {
             throw TLSError(.setupFailed, "OpenSSL refused TLS 1.2 as the minimum: \(Self.openSSLReason())")
         }
         SSL_CTX_set_verify(made, SSL_VERIFY_PEER, nil)
+        // Read ahead: one read(2) takes whatever has arrived (a whole reply, several records)
+        // into OpenSSL's buffer, instead of one read for each record's 5-byte header and
+        // another for its body. (SSL_CTX_set_read_ahead is a macro over this call.)
+        _ = SSL_CTX_ctrl(made, SSL_CTRL_SET_READ_AHEAD, 1, nil)
         if let caFile = settings.caFile {
             guard SSL_CTX_load_verify_locations(made, caFile, nil) == 1 else {
                 throw TLSError(.caFileUnusable, "cannot load CA certificates from \(caFile): \(Self.openSSLReason())")
@@ -64,7 +68,46 @@ public final class TLSClientContext: @unchecked Sendable {
         }
     }
 
-    deinit { SSL_CTX_free(context) }
+    deinit {
+        sessions.withLock { kept in
+            for session in kept.values { SSL_SESSION_free(session.pointer) }
+        }
+        SSL_CTX_free(context)
+    }
+
+    /// An `SSL_SESSION` this context holds one reference to.
+    struct HeldSession: @unchecked Sendable {
+        let pointer: OpaquePointer
+    }
+
+    /// The last resumable session each server gave, by the name verified and the address
+    /// connected to, offered again on the next connection there: a reconnect then skips the
+    /// certificate exchange. A server that cannot resume it (restarted, new keys) makes a
+    /// full handshake, its certificate verified as on any first connection.
+    private let sessions = Mutex<[String: HeldSession]>([:])
+    /// Servers remembered at most: a few Redis nodes in practice.
+    private static let sessionLimit = 64
+
+    /// A new reference to the session kept for `server`, for `SSL_set_session`; the caller frees it.
+    func resumableSession(for server: String) -> OpaquePointer? {
+        sessions.withLock { kept in
+            guard let session = kept[server] else { return nil }
+            SSL_SESSION_up_ref(session.pointer)
+            return session.pointer
+        }
+    }
+
+    /// Keeps `session` (a reference the caller gives away) as the one to offer `server` next.
+    func keep(_ session: OpaquePointer, for server: String) {
+        let held = HeldSession(pointer: session)
+        sessions.withLock { kept in
+            if kept[server] == nil, kept.count >= Self.sessionLimit, let other = kept.first {
+                SSL_SESSION_free(other.value.pointer)
+                kept[other.key] = nil
+            }
+            if let old = kept.updateValue(held, forKey: server) { SSL_SESSION_free(old.pointer) }
+        }
+    }
 
     private static let shared = Mutex<[Settings: TLSClientContext]>([:])
 

@@ -12,6 +12,12 @@ import Glibc
 /// stream at a time. A process using it must ignore SIGPIPE.
 public final class TLSStream {
     private let ssl: OpaquePointer
+    private let context: TLSClientContext
+    /// The server's name and address: where its session is kept for the next connection.
+    private let server: String
+    private var sessionKept = false
+    /// The handshake resumed a session from an earlier connection to the same server.
+    public private(set) var resumedSession = false
 
     /// Connects over `descriptor` and verifies the peer: its certificate must chain to the
     /// context's CAs, be valid now, and name `serverName` (a DNS name, also sent as SNI,
@@ -21,8 +27,10 @@ public final class TLSStream {
         guard let made = SSL_new(context.context) else {
             throw TLSError(.setupFailed, "OpenSSL could not make a TLS connection: \(TLSClientContext.openSSLReason())")
         }
-        // From here a throw runs deinit, which frees it.
+        // From here (every stored property set) a throw runs deinit, which frees it.
         ssl = made
+        self.context = context
+        server = "\(serverName) \(Self.peerAddress(of: descriptor))"
         guard SSL_set_fd(made, descriptor) == 1 else {
             throw TLSError(.setupFailed, "OpenSSL could not use the socket: \(TLSClientContext.openSSLReason())")
         }
@@ -36,6 +44,11 @@ public final class TLSStream {
         }
         guard named else {
             throw TLSError(.setupFailed, "OpenSSL refused the server name '\(serverName)' to verify")
+        }
+        if let session = context.resumableSession(for: server) {
+            // Refused (a session of another protocol version, say): a full handshake follows.
+            _ = SSL_set_session(made, session)
+            SSL_SESSION_free(session)
         }
         let result = SSL_connect(made)
         guard result == 1 else {
@@ -52,9 +65,42 @@ public final class TLSStream {
             }
             throw error
         }
+        resumedSession = SSL_session_reused(made) == 1
+        keepSessionIfResumable()
     }
 
     deinit { SSL_free(ssl) }
+
+    /// TLS 1.2 gives the session with the handshake; TLS 1.3 in a ticket after it, which
+    /// OpenSSL takes in during a read: looked for until one is kept. A copy is kept: freeing
+    /// a connection that sent no close alert (see above) marks its own session not resumable.
+    private func keepSessionIfResumable() {
+        guard !sessionKept, let session = SSL_get_session(ssl), SSL_SESSION_is_resumable(session) == 1,
+            let copy = SSL_SESSION_dup(session)
+        else { return }
+        context.keep(copy, for: server)
+        sessionKept = true
+    }
+
+    private static func peerAddress(of descriptor: Int32) -> String {
+        var address = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        var host = [CChar](repeating: 0, count: Int(NI_MAXHOST))
+        var port = [CChar](repeating: 0, count: Int(NI_MAXSERV))
+        let named = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { generic in
+                getpeername(descriptor, generic, &length) == 0
+                    && getnameinfo(
+                        generic, length, &host, socklen_t(host.count), &port, socklen_t(port.count),
+                        NI_NUMERICHOST | NI_NUMERICSERV) == 0
+            }
+        }
+        guard named else { return "?" }
+        let text = { (bytes: [CChar]) in
+            String(decoding: bytes.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        }
+        return "\(text(host)) \(text(port))"
+    }
 
     /// Writes every byte, or throws.
     public func write(_ bytes: UnsafeRawBufferPointer) throws(TLSError) {
@@ -79,6 +125,7 @@ public final class TLSStream {
         guard count > 0 else {
             throw Self.failure(of: ssl, result: count, during: "reading")
         }
+        keepSessionIfResumable()
         return Int(count)
     }
 
