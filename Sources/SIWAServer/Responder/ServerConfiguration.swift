@@ -52,7 +52,8 @@ public struct ServerConfiguration: Sendable, Equatable {
                 "`redis://[:password@]host:port/db`, the same over TLS as `rediss://...`, or `unix:///path[?db=N]`",
                 redisEndpoint),
             .duration(
-                "SIWA_REDIS_TIMEOUT_MS", default: 1000, in: 10...60_000, unit: .milliseconds,
+                "SIWA_REDIS_TIMEOUT_MS", default: milliseconds(RedisConnection.defaultTimeout), in: 10...60_000,
+                unit: .milliseconds,
                 "Redis connect and command timeout"),
             .duration(
                 "SIWA_REDIS_RETRY_MS", default: 1000, in: 50...60_000, unit: .milliseconds,
@@ -67,28 +68,35 @@ public struct ServerConfiguration: Sendable, Equatable {
             .path(
                 "SIWA_SPOOL_DIR", default: "/var/lib/siwa-endpoint/spool",
                 "where verified notifications wait while Redis is down"),
-            .parsed("SIWA_KEY_PREFIX", default: "siwa", "prefix of every Redis key and the channel", keyPrefix),
+            .parsed(
+                "SIWA_KEY_PREFIX", default: NotificationStore.defaultKeyPrefix,
+                "prefix of every Redis key and the channel", keyPrefix),
             .parsed(
                 "SIWA_NOTIFICATION_PATH", default: "/apple/notifications", "the path Apple posts to", notificationPath),
             .integer(
-                "SIWA_WORKERS", shown: "2 per core", default: { 2 * ProcessInfo.processInfo.activeProcessorCount },
-                in: 1...256, "FastCGI worker threads, one Redis connection each"),
-            .integer("SIWA_MAX_BODY_BYTES", default: 65_536, in: 1024...1_048_576, "request body limit (413 above it)"),
+                "SIWA_WORKERS", shown: "2 per core", default: { FastCGIServerConfiguration.defaultWorkerCount },
+                in: FastCGIServerConfiguration.workerCountRange, "FastCGI worker threads, one Redis connection each"),
+            .integer(
+                "SIWA_MAX_BODY_BYTES", default: FastCGIServerConfiguration.defaultMaximumBodyBytes,
+                in: FastCGIServerConfiguration.maximumBodyBytesRange, "request body limit (413 above it)"),
             .duration(
                 "SIWA_LEEWAY_SECONDS", default: 60, in: 0...600, unit: .seconds, "clock leeway for `exp` and `iat`"),
             .duration(
-                "SIWA_SEEN_TTL_SECONDS", default: 2_592_000, in: 60...31_536_000, unit: .seconds,
+                "SIWA_SEEN_TTL_SECONDS", default: seconds(NotificationStore.defaultSeenMarkerTTL), in: 60...31_536_000,
+                unit: .seconds,
                 "how long a `jti` is remembered for duplicates (30 days)"),
             .integer(
-                "SIWA_STREAM_MAXLEN", default: 1_000_000, in: 1000...1_000_000_000,
+                "SIWA_STREAM_MAXLEN", default: NotificationStore.defaultStreamMaximumLength, in: 1000...1_000_000_000,
                 "approximate cap of the `events` stream"),
             .duration(
-                "SIWA_SHUTDOWN_TIMEOUT_SECONDS", default: 10, in: 1...300, unit: .seconds,
+                "SIWA_SHUTDOWN_TIMEOUT_SECONDS", default: seconds(FastCGIServerConfiguration.defaultShutdownTimeout),
+                in: 1...300, unit: .seconds,
                 "one deadline after SIGTERM for requests in flight, the spool replay and the key refresher together"),
             .duration(
                 "SIWA_RETRY_AFTER_SECONDS", default: 30, in: 1...3600, unit: .seconds, "the `Retry-After` of a 503"),
             .integer(
-                "SIWA_FCGI_BACKLOG", default: 1024, in: 16...65_535,
+                "SIWA_FCGI_BACKLOG", default: FastCGIServerConfiguration.defaultBacklog,
+                in: FastCGIServerConfiguration.backlogRange,
                 "connections queued on the socket while every worker is busy (`net.core.somaxconn` caps it)"),
             .integer(
                 "SIWA_SPOOL_RETENTION_DAYS", default: 14, in: 1...3650,
@@ -108,7 +116,8 @@ public struct ServerConfiguration: Sendable, Equatable {
                 "SIWA_REDIS_MIN_REPLICAS", default: 0, in: 0...16,
                 "replicas that must acknowledge a write (`WAIT`) before it counts as safe; fewer: a copy is spooled"),
             .duration(
-                "SIWA_REDIS_REPLICA_TIMEOUT_MS", default: 100, in: 1...60_000, unit: .milliseconds,
+                "SIWA_REDIS_REPLICA_TIMEOUT_MS", default: milliseconds(NotificationStore.defaultReplicaTimeout),
+                in: 1...60_000, unit: .milliseconds,
                 "how long to `WAIT` for those replicas; shorter than `SIWA_REDIS_TIMEOUT_MS` when replicas are asked for"
             ),
             .optional(
@@ -152,18 +161,20 @@ public struct ServerConfiguration: Sendable, Equatable {
         let socket: FastCGIListenAddress = parsed["SIWA_FCGI_SOCKET"]
         let mode: UInt32 = parsed["SIWA_FCGI_SOCKET_MODE"]
         let group: String? = parsed["SIWA_FCGI_SOCKET_GROUP"]
+        let backlog: Int = parsed["SIWA_FCGI_BACKLOG"]
         fastCGI = FastCGISettings(
             socket: values["SIWA_FCGI_SOCKET"] ?? Self.defaultValue(of: "SIWA_FCGI_SOCKET"),
-            address: socket.with(mode: mode, group: group), workers: parsed["SIWA_WORKERS"],
-            maximumBodyBytes: parsed["SIWA_MAX_BODY_BYTES"], shutdownTimeout: parsed["SIWA_SHUTDOWN_TIMEOUT_SECONDS"],
-            backlog: parsed["SIWA_FCGI_BACKLOG"])
+            server: FastCGIServerConfiguration(
+                address: socket.with(mode: mode, group: group), workerCount: parsed["SIWA_WORKERS"],
+                maximumBodyBytes: parsed["SIWA_MAX_BODY_BYTES"], backlog: Int32(backlog),
+                shutdownTimeout: parsed["SIWA_SHUTDOWN_TIMEOUT_SECONDS"]))
         store = StoreSettings(
             keyPrefix: parsed["SIWA_KEY_PREFIX"], seenMarkerTTL: parsed["SIWA_SEEN_TTL_SECONDS"],
             streamMaximumLength: parsed["SIWA_STREAM_MAXLEN"])
         spool = SpoolSettings(directory: parsed["SIWA_SPOOL_DIR"], retentionDays: parsed["SIWA_SPOOL_RETENTION_DAYS"])
         requests = RequestSettings(
-            notificationPath: parsed["SIWA_NOTIFICATION_PATH"], maximumBodyBytes: parsed["SIWA_MAX_BODY_BYTES"],
-            leeway: parsed["SIWA_LEEWAY_SECONDS"], retryAfter: parsed["SIWA_RETRY_AFTER_SECONDS"])
+            notificationPath: parsed["SIWA_NOTIFICATION_PATH"], leeway: parsed["SIWA_LEEWAY_SECONDS"],
+            retryAfter: parsed["SIWA_RETRY_AFTER_SECONDS"])
     }
 
     /// The `SIWA_*` values of `environment`, after the lines of `envFile` (`NAME=value`,
@@ -263,6 +274,10 @@ public struct ServerConfiguration: Sendable, Equatable {
         return tls
     }
 
+    /// A component's default time, as the table shows it.
+    private static func milliseconds(_ duration: Duration) -> Int { Int(duration / .milliseconds(1)) }
+    private static func seconds(_ duration: Duration) -> Int { Int(duration / .seconds(1)) }
+
     /// The documented default of a row (for rows whose default is a literal value).
     static func defaultValue(of name: String) -> String {
         settings.first { $0.name == name }?.defaultValue ?? ""
@@ -333,19 +348,14 @@ public struct SentinelSettings: Sendable, Equatable {
     public var tls: RedisTLS?
 }
 
-/// Where the responder listens, with how many workers.
+/// Where the responder listens, with how many workers: the FastCGI server's own
+/// configuration (its defaults and bounds are the table's), and the socket as written.
 public struct FastCGISettings: Sendable, Equatable {
     /// The setting's text, as logged at start.
     public var socket: String
-    /// The parsed address, with the socket's mode and group.
-    public var address: FastCGIListenAddress
-    public var workers: Int
-    public var maximumBodyBytes: Int
-    /// How long SIGTERM waits for requests in flight.
-    public var shutdownTimeout: Duration
-    /// listen(2) backlog: connections the kernel queues while every worker is busy; one
-    /// refused there is a 502 from nginx.
-    public var backlog: Int
+    /// The address (with the socket's mode and group), the workers, the body limit (the one
+    /// place it is enforced), the backlog and the shutdown timeout.
+    public var server: FastCGIServerConfiguration
 }
 
 /// How notifications are written into Redis.
@@ -367,7 +377,6 @@ public struct SpoolSettings: Sendable, Equatable {
 /// What a request may be and how it is answered.
 public struct RequestSettings: Sendable, Equatable {
     public var notificationPath: String
-    public var maximumBodyBytes: Int
     /// Clock leeway for `exp` and `iat`.
     public var leeway: Duration
     /// The `Retry-After` of a 503.
