@@ -23,12 +23,7 @@ extension ServeCommand {
                 "redis_primary_unknown", level: "warning",
                 [("error", .string(error.code.rawValue)), ("message", .string(error.message))])
         } catch {
-            let setting = String(error.message.prefix(while: { $0 != ":" }))
-            EventLog.event(
-                "configuration_invalid", level: "error",
-                [("setting", .string(setting)), ("message", .string(error.message))])
-            Output.error("siwa-endpoint serve: \(error.message)")
-            return .failure(StartRefused(exitStatus: 2))
+            return .failure(refuse(setting: String(error.message.prefix(while: { $0 != ":" })), message: error.message))
         }
         return .success(cluster)
     }

@@ -80,11 +80,7 @@ enum ServeCommand {
         case .failure(let refused): return .failure(refused)
         }
         if let refusal = checkRedis(configuration, primary: locator?.current, clusterNode: cluster?.current) {
-            EventLog.event(
-                "configuration_invalid", level: "error",
-                [("setting", .string("SIWA_REDIS_URL")), ("message", .string(refusal))])
-            Output.error("siwa-endpoint serve: SIWA_REDIS_URL \(refusal)")
-            return .failure(StartRefused(exitStatus: 2))
+            return .failure(refuse(setting: "SIWA_REDIS_URL", message: refusal))
         }
         guard readingSpool else { return .success(RedisAtStart(sentinel: locator, cluster: cluster)) }
         do throws(SpoolError) {
@@ -92,8 +88,7 @@ enum ServeCommand {
             // only: a position serve could not read stops both the same way.
             _ = try SpoolInspector.status(spoolDirectory: configuration.spool.directory)
         } catch {
-            refuse(spoolRefusal(error))
-            return .failure(StartRefused(exitStatus: 2))
+            return .failure(refuse(spoolRefusal(error)))
         }
         return .success(RedisAtStart(sentinel: locator, cluster: cluster))
     }
@@ -121,11 +116,20 @@ enum ServeCommand {
         }
     }
 
-    /// One JSON line on standard error, nothing else: the journal and `--check` show the same.
-    static func refuse(_ error: ConfigurationError) {
+    /// The one writer of a start-up refusal of `serve` and `serve --check`: one
+    /// `configuration_invalid` JSON line on standard error, nothing else (no plain-text line
+    /// beside it), so the journal and `--check` show the same. The exit status to return.
+    @discardableResult
+    static func refuse(setting: String, message: String) -> StartRefused {
         EventLog.event(
-            "configuration_invalid", level: "error",
-            [("setting", .string(error.setting)), ("message", .string(error.description))])
+            "configuration_invalid", level: "error", [("setting", .string(setting)), ("message", .string(message))])
+        return StartRefused(exitStatus: 2)
+    }
+
+    /// A setting refused by the table or the host checks: its message begins with its name.
+    @discardableResult
+    static func refuse(_ error: ConfigurationError) -> StartRefused {
+        refuse(setting: error.setting, message: error.description)
     }
 
     static func serve(
@@ -194,8 +198,7 @@ enum ServeCommand {
             spool = try NotificationSpool(directory: configuration.spool.directory, clock: clock)
             setAside = try SpoolRejectedStore(spoolDirectory: configuration.spool.directory, clock: clock)
         } catch {
-            refuse(spoolRefusal(error))
-            return 2
+            return refuse(spoolRefusal(error)).exitStatus
         }
         for leftover in setAside.leftovers {
             EventLog.event(
@@ -228,8 +231,7 @@ enum ServeCommand {
         do throws(FastCGIError) {
             server = try FastCGIServer(configuration: fastCGI.server, handler: { responder.handle($0) })
         } catch {
-            refuse(ConfigurationError(setting: "SIWA_FCGI_SOCKET", "cannot be served: \(error)"))
-            return 2
+            return refuse(ConfigurationError(setting: "SIWA_FCGI_SOCKET", "cannot be served: \(error)")).exitStatus
         }
         warnIfBacklogCapped(Int(fastCGI.server.backlog))
         let drained: Bool
@@ -271,8 +273,7 @@ enum ServeCommand {
             // The socket could not be made (in use, a permission, a group): named, before `started`.
             services.stop(until: ContinuousClock.now + fastCGI.server.shutdownTimeout)
             let setting = error.code == .unknownGroup ? "SIWA_FCGI_SOCKET_GROUP" : "SIWA_FCGI_SOCKET"
-            refuse(ConfigurationError(setting: setting, "cannot be listened on: \(error)"))
-            return 2
+            return refuse(ConfigurationError(setting: setting, "cannot be listened on: \(error)")).exitStatus
         }
         let deadline = shutdownDeadline ?? ContinuousClock.now + fastCGI.server.shutdownTimeout
         services.stop(until: deadline)
