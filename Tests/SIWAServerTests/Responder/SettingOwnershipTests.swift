@@ -1,8 +1,9 @@
 import Foundation
 import SIWAFastCGI
 import SIWARedis
-import SIWAServer
 import Testing
+
+@testable import SIWAServer
 
 /// A setting's default and bounds live in the component that uses the value; the settings
 /// table reads them from there. These tests compare the table with the components as a
@@ -78,5 +79,29 @@ struct SettingOwnershipTests {
         } throws: { error in
             (error as? FastCGIError)?.code == .invalidSetting
         }
+    }
+}
+
+/// Rows are made from typed keys and read back with them: a name is spelt once.
+@Suite("Typed setting keys")
+struct SettingKeyTests {
+    @Test("a key reads its row's type; a key outside the table read at start is read from the one table, or refused")
+    func keysReadTheirRows() throws {
+        let values = try SettingValues(table: [], text: ["SIWA_WORKERS": "7", "SIWA_REDIS_SENTINEL_TLS": "yes"])
+        let workers: Int = try values[.workers]
+        #expect(workers == 7)
+        let sentinelsUseTLS: Bool = try values[.redisSentinelTLS]
+        #expect(sentinelsUseTLS)
+        let prefix: String = try values[.keyPrefix]
+        #expect(prefix == NotificationStore.defaultKeyPrefix)
+        let bad = try SettingValues(table: [], text: ["SIWA_WORKERS": "0"])
+        #expect {
+            _ = try bad[.workers]
+        } throws: { error in
+            (error as? ConfigurationError)?.setting == "SIWA_WORKERS"
+        }
+        #expect(
+            Set(ServerConfiguration.settings.map(\.name)).count == ServerConfiguration.settings.count,
+            "one row per name")
     }
 }
