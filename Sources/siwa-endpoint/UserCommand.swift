@@ -60,8 +60,7 @@ enum UserCommand {
         do {
             configuration = try OperatorSettings.load(arguments.value("--env-file"), clientID: clientID)
         } catch {
-            Output.error("siwa-endpoint user: \(error.description)")
-            return 2
+            return ServeCommand.refuse(error).exitStatus
         }
         let connection = OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.store.keyPrefix)
         let prefix = configuration.store.keyPrefix
