@@ -249,26 +249,4 @@ public final class RedisClusterLocator: Sendable {
             self = words[0] == "MOVED" ? .moved(node) : .ask(node)
         }
     }
-
-    /// The Prometheus lines for the cluster counters.
-    public func metricsText() -> String {
-        let (discoveries, changes, moves, asks) = state.withLock {
-            ($0.discoveries, $0.failovers, $0.moves, $0.asks)
-        }
-        return """
-            # HELP siwa_redis_cluster_discoveries_total Times the cluster was asked for its slots.
-            # TYPE siwa_redis_cluster_discoveries_total counter
-            siwa_redis_cluster_discoveries_total \(discoveries)
-            # HELP siwa_redis_cluster_primary_changes_total Times the slot's primary changed (failover or migration).
-            # TYPE siwa_redis_cluster_primary_changes_total counter
-            siwa_redis_cluster_primary_changes_total \(changes)
-            # HELP siwa_redis_cluster_moved_total MOVED answers followed (the slot's owner changed).
-            # TYPE siwa_redis_cluster_moved_total counter
-            siwa_redis_cluster_moved_total \(moves)
-            # HELP siwa_redis_cluster_ask_total ASK answers followed (the slot was being migrated).
-            # TYPE siwa_redis_cluster_ask_total counter
-            siwa_redis_cluster_ask_total \(asks)
-
-            """
-    }
 }

@@ -422,23 +422,4 @@ public final class RedisPrimaryLocator: Sendable {
         return text.contains("NOAUTH") || text.contains("WRONGPASS") || text.contains("invalid password")
             || text.contains("without any password configured")
     }
-
-    /// The Prometheus lines for the sentinel counters.
-    public func metricsText() -> String {
-        let (discoveries, failovers, staleAnswers) = state.withLock {
-            ($0.discoveries, $0.failovers, $0.staleAnswers)
-        }
-        return """
-            # HELP siwa_redis_sentinel_discoveries_total Times the sentinels were asked for the primary.
-            # TYPE siwa_redis_sentinel_discoveries_total counter
-            siwa_redis_sentinel_discoveries_total \(discoveries)
-            # HELP siwa_redis_failovers_total Times the primary in use moved to another address (a discovery or +switch-master).
-            # TYPE siwa_redis_failovers_total counter
-            siwa_redis_failovers_total \(failovers)
-            # HELP siwa_redis_sentinel_stale_answers_total Sentinel answers naming an address whose ROLE was not master.
-            # TYPE siwa_redis_sentinel_stale_answers_total counter
-            siwa_redis_sentinel_stale_answers_total \(staleAnswers)
-
-            """
-    }
 }
