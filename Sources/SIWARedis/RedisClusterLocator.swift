@@ -63,10 +63,7 @@ public final class RedisClusterLocator: Sendable {
         switch RedisPrimaryLocator.parseSentinels(text) {
         case .success(let found): .success(found.map { Node(host: $0.host, port: $0.port) })
         case .failure(let error):
-            .failure(
-                RedisError(
-                    .invalidEndpoint,
-                    "SIWA_REDIS_CLUSTER_NODES" + error.message.dropFirst("SIWA_REDIS_SENTINELS".count)))
+            .failure(RedisError(.invalidEndpoint, error.message, field: .clusterNodes))
         }
     }
 
@@ -187,12 +184,12 @@ public final class RedisClusterLocator: Sendable {
             throw RedisError(
                 .clusterRefused,
                 "SIWA_REDIS_CLUSTER_NODES: \(notCluster.joined(separator: ", ")) is not in cluster mode "
-                    + "(cluster-enabled no)")
+                    + "(cluster-enabled no)", field: .clusterNodes)
         }
         if !refusedLogin.isEmpty && unreachable.isEmpty {
             throw RedisError(
                 .clusterRefused,
-                "SIWA_REDIS_URL: the cluster refused the login (\(refusedLogin.joined(separator: "; ")))")
+                "SIWA_REDIS_URL: the cluster refused the login (\(refusedLogin.joined(separator: "; ")))", field: .url)
         }
         if !uncovered.isEmpty {
             throw RedisError(
@@ -201,7 +198,8 @@ public final class RedisClusterLocator: Sendable {
         }
         throw RedisError(
             .connectionFailed,
-            "SIWA_REDIS_CLUSTER_NODES: no node answered CLUSTER SLOTS (\(unreachable.joined(separator: "; ")))")
+            "SIWA_REDIS_CLUSTER_NODES: no node answered CLUSTER SLOTS (\(unreachable.joined(separator: "; ")))",
+            field: .clusterNodes)
     }
 
     private struct SlotRange {

@@ -9,11 +9,37 @@ public struct RedisError: CodedError {
     public let message: String
     /// What lay under the failure, as the library gave it, beside the message's text.
     public let cause: Cause?
+    /// Which configured thing the failure is about, when it is one (the sentinels' list, a
+    /// TLS file...): the application names its setting from this, never from the message.
+    public let field: Field?
 
-    public init(_ code: Code, _ message: String, cause: Cause? = nil) {
+    public init(_ code: Code, _ message: String, cause: Cause? = nil, field: Field? = nil) {
         self.code = code
         self.message = message
         self.cause = cause
+        self.field = field
+    }
+
+    /// A configured thing a failure can be about. The application maps each to its setting.
+    public enum Field: String, Sendable, CaseIterable {
+        /// The Redis URL: its address, user or password.
+        case url
+        /// The list of sentinels.
+        case sentinels
+        /// The master name the sentinels monitor.
+        case sentinelMasterName
+        /// The sentinels' password.
+        case sentinelPassword
+        /// TLS to the sentinels.
+        case sentinelTLS
+        /// The list of cluster nodes.
+        case clusterNodes
+        /// The CA certificates file of TLS to Redis.
+        case tlsCAFile
+        /// The client certificate file of TLS to Redis.
+        case tlsCertificateFile
+        /// The client key file of TLS to Redis.
+        case tlsKeyFile
     }
 
     /// The cause of a failure, kept rather than flattened to text.

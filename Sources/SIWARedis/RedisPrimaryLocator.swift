@@ -191,7 +191,7 @@ public final class RedisPrimaryLocator: Sendable {
     }
 
     private static func invalid(_ message: String) -> RedisError {
-        RedisError(.invalidEndpoint, "SIWA_REDIS_SENTINELS \(message) (expected host:port,host:port,...)")
+        RedisError(.invalidEndpoint, "\(message) (expected host:port,host:port,...)", field: .sentinels)
     }
 
     /// The sentinels, in the order they will be asked next.
@@ -392,13 +392,14 @@ public final class RedisPrimaryLocator: Sendable {
         if !refusedTLS.isEmpty {
             throw RedisError(
                 .tlsRefused,
-                "SIWA_REDIS_SENTINEL_TLS: TLS to the sentinels was refused (\(refusedTLS.joined(separator: "; ")))")
+                "SIWA_REDIS_SENTINEL_TLS: TLS to the sentinels was refused (\(refusedTLS.joined(separator: "; ")))",
+                field: .sentinelTLS)
         }
         if !refusedLogin.isEmpty {
             throw RedisError(
                 .sentinelLoginRefused,
                 "SIWA_REDIS_SENTINEL_PASSWORD: the sentinels refused it ("
-                    + "\(refusedLogin.joined(separator: "; ")))")
+                    + "\(refusedLogin.joined(separator: "; ")))", field: .sentinelPassword)
         }
         if !unusable.isEmpty {
             throw RedisError(
@@ -409,11 +410,11 @@ public final class RedisPrimaryLocator: Sendable {
             throw RedisError(
                 .sentinelUnknownMaster,
                 "SIWA_REDIS_SENTINEL_MASTER: no sentinel monitors a master named '\(masterName)' (asked "
-                    + "\(unknownMaster.map(\.description).joined(separator: ", ")))")
+                    + "\(unknownMaster.map(\.description).joined(separator: ", ")))", field: .sentinelMasterName)
         }
         throw RedisError(
             .sentinelUnreachable,
-            "SIWA_REDIS_SENTINELS: no sentinel answered (\(unreachable.joined(separator: "; ")))")
+            "SIWA_REDIS_SENTINELS: no sentinel answered (\(unreachable.joined(separator: "; ")))", field: .sentinels)
     }
 
     /// A sentinel that wants a password and got none or a wrong one, or got one it does not want.

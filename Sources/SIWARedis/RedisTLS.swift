@@ -31,14 +31,15 @@ public struct RedisTLS: Sendable, Hashable {
             return try TLSClientContext.shared(
                 for: .init(caFile: caFile, certificateFile: certificateFile, keyFile: keyFile))
         } catch {
-            let setting =
+            let (setting, field): (String, RedisError.Field?) =
                 switch error.code {
-                case .caFileUnusable: caFile == nil ? "the system trust store" : "SIWA_REDIS_TLS_CA_FILE"
-                case .certificateFileUnusable: "SIWA_REDIS_TLS_CERT_FILE"
-                case .keyFileUnusable: "SIWA_REDIS_TLS_KEY_FILE"
-                default: "TLS to Redis"
+                case .caFileUnusable:
+                    caFile == nil ? ("the system trust store", nil) : ("SIWA_REDIS_TLS_CA_FILE", .tlsCAFile)
+                case .certificateFileUnusable: ("SIWA_REDIS_TLS_CERT_FILE", .tlsCertificateFile)
+                case .keyFileUnusable: ("SIWA_REDIS_TLS_KEY_FILE", .tlsKeyFile)
+                default: ("TLS to Redis", nil)
                 }
-            throw RedisError(.tlsRefused, "\(setting): \(error.message)")
+            throw RedisError(.tlsRefused, "\(setting): \(error.message)", field: field)
         }
     }
 }

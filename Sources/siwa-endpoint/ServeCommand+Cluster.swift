@@ -23,7 +23,7 @@ extension ServeCommand {
                 "redis_primary_unknown", level: "warning",
                 [("error", .string(error.code.rawValue)), ("message", .string(error.message))])
         } catch {
-            return .failure(refuse(setting: String(error.message.prefix(while: { $0 != ":" })), message: error.message))
+            return .failure(refuse(setting: (error.field ?? .clusterNodes).setting, message: error.message))
         }
         return .success(cluster)
     }

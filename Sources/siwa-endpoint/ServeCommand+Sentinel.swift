@@ -41,7 +41,7 @@ extension ServeCommand {
                 "redis_primary_unknown", level: "warning",
                 [("error", .string(error.code.rawValue)), ("message", .string(error.message))])
         } catch {
-            return .failure(refuse(setting: String(error.message.prefix(while: { $0 != ":" })), message: error.message))
+            return .failure(refuse(setting: (error.field ?? .sentinels).setting, message: error.message))
         }
         return .success(locator)
     }
@@ -49,7 +49,7 @@ extension ServeCommand {
     /// The sentinels refused TLS (a wrong CA, host name or certificate: a setting to fix), as
     /// opposed to a data node refusing it, which the start-up check names.
     static func isSentinelTLSRefusal(_ error: RedisError) -> Bool {
-        error.code == .tlsRefused && error.message.hasPrefix("SIWA_REDIS_SENTINEL_TLS")
+        error.code == .tlsRefused && error.field == .sentinelTLS
     }
 
     /// One `+switch-master` watcher per sentinel, for the service group to run and stop.

@@ -267,8 +267,8 @@ public struct ServerConfiguration: Sendable, Equatable {
         do throws(RedisError) {
             try tls.check()
         } catch {
-            let named = error.message.prefix { $0 != ":" }
-            let setting = named.hasPrefix("SIWA_") ? String(named) : "SIWA_REDIS_TLS_CA_FILE"
+            // The file the error is about; the system trust store counts as the CA setting's.
+            let setting = error.field?.setting ?? SettingKey.redisTLSCAFile.name
             throw ConfigurationError(setting: setting, "cannot be used for TLS to Redis: \(error.message)")
         }
         return tls

@@ -160,6 +160,8 @@ struct RedisTLSConnectionTests {
             } throws: { error in
                 (error as? RedisError)?.code == .tlsRefused
                     && (error as? RedisError)?.message.hasPrefix("\(setting):") == true
+                    // The setting is named from the error's field, not cut from its text.
+                    && (error as? RedisError)?.field?.setting == setting
             }
         }
         #expect(throws: Never.self) { try fixture.clientTLS.check() }
