@@ -183,13 +183,13 @@ public final class RedisClusterLocator: Sendable {
         if !notCluster.isEmpty {
             throw RedisError(
                 .clusterRefused,
-                "SIWA_REDIS_CLUSTER_NODES: \(notCluster.joined(separator: ", ")) is not in cluster mode "
+                "\(notCluster.joined(separator: ", ")) is not in cluster mode "
                     + "(cluster-enabled no)", field: .clusterNodes)
         }
         if !refusedLogin.isEmpty && unreachable.isEmpty {
             throw RedisError(
                 .clusterRefused,
-                "SIWA_REDIS_URL: the cluster refused the login (\(refusedLogin.joined(separator: "; ")))", field: .url)
+                "the cluster refused the login (\(refusedLogin.joined(separator: "; ")))", field: .url)
         }
         if !uncovered.isEmpty {
             throw RedisError(
@@ -198,7 +198,7 @@ public final class RedisClusterLocator: Sendable {
         }
         throw RedisError(
             .connectionFailed,
-            "SIWA_REDIS_CLUSTER_NODES: no node answered CLUSTER SLOTS (\(unreachable.joined(separator: "; ")))",
+            "no node answered CLUSTER SLOTS (\(unreachable.joined(separator: "; ")))",
             field: .clusterNodes)
     }
 

@@ -392,13 +392,13 @@ public final class RedisPrimaryLocator: Sendable {
         if !refusedTLS.isEmpty {
             throw RedisError(
                 .tlsRefused,
-                "SIWA_REDIS_SENTINEL_TLS: TLS to the sentinels was refused (\(refusedTLS.joined(separator: "; ")))",
+                "TLS to the sentinels was refused (\(refusedTLS.joined(separator: "; ")))",
                 field: .sentinelTLS)
         }
         if !refusedLogin.isEmpty {
             throw RedisError(
                 .sentinelLoginRefused,
-                "SIWA_REDIS_SENTINEL_PASSWORD: the sentinels refused it ("
+                "the sentinels refused it ("
                     + "\(refusedLogin.joined(separator: "; ")))", field: .sentinelPassword)
         }
         if !unusable.isEmpty {
@@ -409,12 +409,12 @@ public final class RedisPrimaryLocator: Sendable {
         if !unknownMaster.isEmpty {
             throw RedisError(
                 .sentinelUnknownMaster,
-                "SIWA_REDIS_SENTINEL_MASTER: no sentinel monitors a master named '\(masterName)' (asked "
+                "no sentinel monitors a master named '\(masterName)' (asked "
                     + "\(unknownMaster.map(\.description).joined(separator: ", ")))", field: .sentinelMasterName)
         }
         throw RedisError(
             .sentinelUnreachable,
-            "SIWA_REDIS_SENTINELS: no sentinel answered (\(unreachable.joined(separator: "; ")))", field: .sentinels)
+            "no sentinel answered (\(unreachable.joined(separator: "; ")))", field: .sentinels)
     }
 
     /// A sentinel that wants a password and got none or a wrong one, or got one it does not want.

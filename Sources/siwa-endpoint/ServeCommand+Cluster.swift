@@ -21,9 +21,9 @@ extension ServeCommand {
         } catch  where error.code != .clusterRefused {
             EventLog.event(
                 "redis_primary_unknown", level: "warning",
-                [("error", .string(error.code.rawValue)), ("message", .string(error.message))])
+                [("error", .string(error.code.rawValue)), ("message", .string(error.operatorMessage))])
         } catch {
-            return .failure(refuse(setting: (error.field ?? .clusterNodes).setting, message: error.message))
+            return .failure(refuse(setting: (error.field ?? .clusterNodes).setting, message: error.operatorMessage))
         }
         return .success(cluster)
     }

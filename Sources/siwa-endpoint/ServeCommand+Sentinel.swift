@@ -39,9 +39,9 @@ extension ServeCommand {
             }
             EventLog.event(
                 "redis_primary_unknown", level: "warning",
-                [("error", .string(error.code.rawValue)), ("message", .string(error.message))])
+                [("error", .string(error.code.rawValue)), ("message", .string(error.operatorMessage))])
         } catch {
-            return .failure(refuse(setting: (error.field ?? .sentinels).setting, message: error.message))
+            return .failure(refuse(setting: (error.field ?? .sentinels).setting, message: error.operatorMessage))
         }
         return .success(locator)
     }

@@ -73,7 +73,7 @@ enum UserCommand {
             entries = try recentEntries(
                 connection, stream: "\(prefix):events", clientID: clientID, sub: sub, count: recent)
         } catch {
-            Output.error("siwa-endpoint user: Redis: \(error.message)")
+            Output.error("siwa-endpoint user: Redis: \(error.operatorMessage)")
             return 3
         }
 

@@ -173,7 +173,7 @@ public final class NotificationResponder: Sendable {
         EventLog.event(
             "redis_record_refused", level: "error",
             [
-                ("error", .string(error.code.rawValue)), ("reason", .string(error.message)),
+                ("error", .string(error.code.rawValue)), ("reason", .string(error.operatorMessage)),
                 ("client_id", result.clientID.map { .string($0) } ?? .null),
             ])
         var refused = result

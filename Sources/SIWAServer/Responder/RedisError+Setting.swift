@@ -17,3 +17,12 @@ extension RedisError.Field {
         }
     }
 }
+
+extension RedisError {
+    /// The message as an operator reads it: after the setting its field names, when it is
+    /// about one (`SIWA_REDIS_SENTINEL_MASTER: no sentinel monitors ...`).
+    public var operatorMessage: String {
+        guard let field else { return message }
+        return "\(field.setting): \(message)"
+    }
+}

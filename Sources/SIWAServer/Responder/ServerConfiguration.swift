@@ -269,7 +269,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         } catch {
             // The file the error is about; the system trust store counts as the CA setting's.
             let setting = error.field?.setting ?? SettingKey.redisTLSCAFile.name
-            throw ConfigurationError(setting: setting, "cannot be used for TLS to Redis: \(error.message)")
+            throw ConfigurationError(setting: setting, "cannot be used for TLS to Redis: \(error.operatorMessage)")
         }
         return tls
     }
