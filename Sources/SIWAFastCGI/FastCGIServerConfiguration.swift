@@ -1,14 +1,27 @@
 import Foundation
 
 /// The FastCGI server's settings, validated by `validate()` before anything is opened.
+///
+/// The defaults and bounds below are the ones of the settings table (`SIWA_WORKERS`,
+/// `SIWA_MAX_BODY_BYTES`, `SIWA_FCGI_BACKLOG`, `SIWA_SHUTDOWN_TIMEOUT_SECONDS`): its rows read
+/// them from here, so a value the table accepts is one `validate()` accepts.
 public struct FastCGIServerConfiguration: Sendable, Equatable {
+    /// Two workers per core, since a request mostly waits on Redis rather than the CPU.
+    public static var defaultWorkerCount: Int { 2 * ProcessInfo.processInfo.activeProcessorCount }
+    public static let workerCountRange = 1...256
+    /// Apple's notifications are a few KiB; 64 KiB leaves room without inviting abuse.
+    public static let defaultMaximumBodyBytes = 64 * 1024
+    public static let maximumBodyBytesRange = 1024...(1024 * 1024)
+    public static let defaultBacklog = 1024
+    public static let backlogRange = 16...65_535
+    public static let defaultShutdownTimeout: Duration = .seconds(10)
+
     /// Where to listen; see `FastCGIListenAddress` (loopback only for TCP).
     public var address: FastCGIListenAddress
     /// Worker threads, each serving one request (or one kept nginx connection) at a time.
-    /// Default: two per core, since a request mostly waits on Redis rather than the CPU.
     public var workerCount: Int
-    /// Bodies larger than this are answered from `FastCGIRequest.Body.tooLarge` unread.
-    /// Apple's notifications are a few KiB; 64 KiB leaves room without inviting abuse.
+    /// Bodies larger than this are answered from `FastCGIRequest.Body.tooLarge` unread: the
+    /// one place the body limit is enforced.
     public var maximumBodyBytes: Int
     /// listen(2) backlog: connections nginx may queue while every worker is busy (the
     /// responder itself holds at most four per worker, at least 16, beyond those served).
@@ -23,11 +36,11 @@ public struct FastCGIServerConfiguration: Sendable, Equatable {
 
     public init(
         address: FastCGIListenAddress,
-        workerCount: Int = 2 * ProcessInfo.processInfo.activeProcessorCount,
-        maximumBodyBytes: Int = 64 * 1024,
-        backlog: Int32 = 128,
+        workerCount: Int = defaultWorkerCount,
+        maximumBodyBytes: Int = defaultMaximumBodyBytes,
+        backlog: Int32 = Int32(defaultBacklog),
         ioTimeout: Duration = .seconds(30),
-        shutdownTimeout: Duration = .seconds(10)
+        shutdownTimeout: Duration = defaultShutdownTimeout
     ) {
         self.address = address
         self.workerCount = workerCount
@@ -39,14 +52,14 @@ public struct FastCGIServerConfiguration: Sendable, Equatable {
 
     /// Throws `invalidSetting` naming the first setting out of range.
     public func validate() throws(FastCGIError) {
-        guard (1...1024).contains(workerCount) else {
-            throw FastCGIError(.invalidSetting, "workerCount must be 1...1024")
+        guard Self.workerCountRange.contains(workerCount) else {
+            throw FastCGIError(.invalidSetting, "workerCount must be \(Self.workerCountRange)")
         }
-        guard (1...(64 * 1024 * 1024)).contains(maximumBodyBytes) else {
-            throw FastCGIError(.invalidSetting, "maximumBodyBytes must be 1...67108864")
+        guard Self.maximumBodyBytesRange.contains(maximumBodyBytes) else {
+            throw FastCGIError(.invalidSetting, "maximumBodyBytes must be \(Self.maximumBodyBytesRange)")
         }
-        guard (1...65535).contains(backlog) else {
-            throw FastCGIError(.invalidSetting, "backlog must be 1...65535")
+        guard Self.backlogRange.contains(Int(backlog)) else {
+            throw FastCGIError(.invalidSetting, "backlog must be \(Self.backlogRange)")
         }
         guard ioTimeout > .zero, shutdownTimeout > .zero else {
             throw FastCGIError(.invalidSetting, "ioTimeout and shutdownTimeout must be positive")

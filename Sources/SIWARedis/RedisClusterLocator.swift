@@ -63,10 +63,7 @@ public final class RedisClusterLocator: Sendable {
         switch RedisPrimaryLocator.parseSentinels(text) {
         case .success(let found): .success(found.map { Node(host: $0.host, port: $0.port) })
         case .failure(let error):
-            .failure(
-                RedisError(
-                    .invalidEndpoint,
-                    "SIWA_REDIS_CLUSTER_NODES" + error.message.dropFirst("SIWA_REDIS_SENTINELS".count)))
+            .failure(RedisError(.invalidEndpoint, error.message, field: .clusterNodes))
         }
     }
 
@@ -186,13 +183,13 @@ public final class RedisClusterLocator: Sendable {
         if !notCluster.isEmpty {
             throw RedisError(
                 .clusterRefused,
-                "SIWA_REDIS_CLUSTER_NODES: \(notCluster.joined(separator: ", ")) is not in cluster mode "
-                    + "(cluster-enabled no)")
+                "\(notCluster.joined(separator: ", ")) is not in cluster mode "
+                    + "(cluster-enabled no)", field: .clusterNodes)
         }
         if !refusedLogin.isEmpty && unreachable.isEmpty {
             throw RedisError(
                 .clusterRefused,
-                "SIWA_REDIS_URL: the cluster refused the login (\(refusedLogin.joined(separator: "; ")))")
+                "the cluster refused the login (\(refusedLogin.joined(separator: "; ")))", field: .url)
         }
         if !uncovered.isEmpty {
             throw RedisError(
@@ -201,7 +198,8 @@ public final class RedisClusterLocator: Sendable {
         }
         throw RedisError(
             .connectionFailed,
-            "SIWA_REDIS_CLUSTER_NODES: no node answered CLUSTER SLOTS (\(unreachable.joined(separator: "; ")))")
+            "no node answered CLUSTER SLOTS (\(unreachable.joined(separator: "; ")))",
+            field: .clusterNodes)
     }
 
     private struct SlotRange {
@@ -248,27 +246,5 @@ public final class RedisClusterLocator: Sendable {
             let node = Node(host: host, port: port)
             self = words[0] == "MOVED" ? .moved(node) : .ask(node)
         }
-    }
-
-    /// The Prometheus lines for the cluster counters.
-    public func metricsText() -> String {
-        let (discoveries, changes, moves, asks) = state.withLock {
-            ($0.discoveries, $0.failovers, $0.moves, $0.asks)
-        }
-        return """
-            # HELP siwa_redis_cluster_discoveries_total Times the cluster was asked for its slots.
-            # TYPE siwa_redis_cluster_discoveries_total counter
-            siwa_redis_cluster_discoveries_total \(discoveries)
-            # HELP siwa_redis_cluster_primary_changes_total Times the slot's primary changed (failover or migration).
-            # TYPE siwa_redis_cluster_primary_changes_total counter
-            siwa_redis_cluster_primary_changes_total \(changes)
-            # HELP siwa_redis_cluster_moved_total MOVED answers followed (the slot's owner changed).
-            # TYPE siwa_redis_cluster_moved_total counter
-            siwa_redis_cluster_moved_total \(moves)
-            # HELP siwa_redis_cluster_ask_total ASK answers followed (the slot was being migrated).
-            # TYPE siwa_redis_cluster_ask_total counter
-            siwa_redis_cluster_ask_total \(asks)
-
-            """
     }
 }

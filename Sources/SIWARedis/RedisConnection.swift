@@ -38,8 +38,12 @@ public final class RedisConnection {
     /// the migration's target that ran it, where what concerns its write (`WAIT`) is asked.
     var askedConnection: RedisConnection?
 
+    /// The connect and command timeout when none is given (the settings table's default of
+    /// the Redis timeout reads it from here).
+    public static let defaultTimeout: Duration = .milliseconds(1000)
+
     public init(
-        endpoint: RedisEndpoint, connectTimeout: Duration = .seconds(1), commandTimeout: Duration = .seconds(2),
+        endpoint: RedisEndpoint, connectTimeout: Duration = defaultTimeout, commandTimeout: Duration = defaultTimeout,
         locator: RedisPrimaryLocator? = nil, cluster: RedisClusterLocator? = nil
     ) {
         self.endpoint = endpoint

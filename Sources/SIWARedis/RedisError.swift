@@ -9,11 +9,37 @@ public struct RedisError: CodedError {
     public let message: String
     /// What lay under the failure, as the library gave it, beside the message's text.
     public let cause: Cause?
+    /// Which configured thing the failure is about, when it is one (the sentinels' list, a
+    /// TLS file...): the application names its setting from this, never from the message.
+    public let field: Field?
 
-    public init(_ code: Code, _ message: String, cause: Cause? = nil) {
+    public init(_ code: Code, _ message: String, cause: Cause? = nil, field: Field? = nil) {
         self.code = code
         self.message = message
         self.cause = cause
+        self.field = field
+    }
+
+    /// A configured thing a failure can be about. The application maps each to its setting.
+    public enum Field: String, Sendable, CaseIterable {
+        /// The Redis URL: its address, user or password.
+        case url
+        /// The list of sentinels.
+        case sentinels
+        /// The master name the sentinels monitor.
+        case sentinelMasterName
+        /// The sentinels' password.
+        case sentinelPassword
+        /// TLS to the sentinels.
+        case sentinelTLS
+        /// The list of cluster nodes.
+        case clusterNodes
+        /// The CA certificates file of TLS to Redis.
+        case tlsCAFile
+        /// The client certificate file of TLS to Redis.
+        case tlsCertificateFile
+        /// The client key file of TLS to Redis.
+        case tlsKeyFile
     }
 
     /// The cause of a failure, kept rather than flattened to text.
@@ -81,7 +107,7 @@ public struct RedisError: CodedError {
         public static let connectionFailed = Code("redis_connection_failed")
         /// An established connection broke, or a command timed out.
         public static let connectionLost = Code("redis_connection_lost")
-        /// Redis did not answer within `SIWA_REDIS_TIMEOUT_MS` (connecting or a command); the
+        /// Redis did not answer within the connection's timeout (connecting or a command); the
         /// command may still run when Redis resumes.
         public static let timedOut = Code("redis_timeout")
         /// Redis answered the command with an error reply; the message is that reply.
@@ -91,19 +117,19 @@ public struct RedisError: CodedError {
         /// A client ID or subject would break the key layout (a hash-tag brace, or a
         /// colon in the client ID), so it cannot be stored safely.
         public static let unsafeKey = Code("redis_unsafe_key")
-        /// No sentinel of `SIWA_REDIS_SENTINELS` answered.
+        /// No sentinel of the list answered.
         public static let sentinelUnreachable = Code("redis_sentinel_unreachable")
-        /// The sentinels answered, but none monitors `SIWA_REDIS_SENTINEL_MASTER`.
+        /// The sentinels answered, but none monitors the master name asked for.
         public static let sentinelUnknownMaster = Code("redis_sentinel_unknown_master")
-        /// The sentinels refused `SIWA_REDIS_SENTINEL_PASSWORD` (or want one and got none).
+        /// The sentinels refused their password (or want one and got none).
         public static let sentinelLoginRefused = Code("redis_sentinel_login_refused")
-        /// Fewer replicas than `SIWA_REDIS_MIN_REPLICAS` acknowledged a write in time.
+        /// Fewer replicas than asked for acknowledged a write in time.
         public static let replicaShortfall = Code("redis_replica_shortfall")
         /// TLS to Redis cannot work as set: the server's certificate was refused (untrusted,
         /// expired, or not naming the host), or a TLS file cannot be used. The message names
         /// the setting. Redis is unreachable meanwhile, as in an outage: records spool.
         public static let tlsRefused = Code("redis_tls_refused")
-        /// The nodes of `SIWA_REDIS_CLUSTER_NODES` answered but are not a cluster (cluster mode
+        /// The cluster nodes given answered but are not a cluster (cluster mode
         /// off), or refused the login: a setting to fix. Redis is unreachable meanwhile.
         public static let clusterRefused = Code("redis_cluster_refused")
     }

@@ -191,7 +191,7 @@ public final class RedisPrimaryLocator: Sendable {
     }
 
     private static func invalid(_ message: String) -> RedisError {
-        RedisError(.invalidEndpoint, "SIWA_REDIS_SENTINELS \(message) (expected host:port,host:port,...)")
+        RedisError(.invalidEndpoint, "\(message) (expected host:port,host:port,...)", field: .sentinels)
     }
 
     /// The sentinels, in the order they will be asked next.
@@ -392,13 +392,14 @@ public final class RedisPrimaryLocator: Sendable {
         if !refusedTLS.isEmpty {
             throw RedisError(
                 .tlsRefused,
-                "SIWA_REDIS_SENTINEL_TLS: TLS to the sentinels was refused (\(refusedTLS.joined(separator: "; ")))")
+                "TLS to the sentinels was refused (\(refusedTLS.joined(separator: "; ")))",
+                field: .sentinelTLS)
         }
         if !refusedLogin.isEmpty {
             throw RedisError(
                 .sentinelLoginRefused,
-                "SIWA_REDIS_SENTINEL_PASSWORD: the sentinels refused it ("
-                    + "\(refusedLogin.joined(separator: "; ")))")
+                "the sentinels refused it ("
+                    + "\(refusedLogin.joined(separator: "; ")))", field: .sentinelPassword)
         }
         if !unusable.isEmpty {
             throw RedisError(
@@ -408,12 +409,12 @@ public final class RedisPrimaryLocator: Sendable {
         if !unknownMaster.isEmpty {
             throw RedisError(
                 .sentinelUnknownMaster,
-                "SIWA_REDIS_SENTINEL_MASTER: no sentinel monitors a master named '\(masterName)' (asked "
-                    + "\(unknownMaster.map(\.description).joined(separator: ", ")))")
+                "no sentinel monitors a master named '\(masterName)' (asked "
+                    + "\(unknownMaster.map(\.description).joined(separator: ", ")))", field: .sentinelMasterName)
         }
         throw RedisError(
             .sentinelUnreachable,
-            "SIWA_REDIS_SENTINELS: no sentinel answered (\(unreachable.joined(separator: "; ")))")
+            "no sentinel answered (\(unreachable.joined(separator: "; ")))", field: .sentinels)
     }
 
     /// A sentinel that wants a password and got none or a wrong one, or got one it does not want.
@@ -421,24 +422,5 @@ public final class RedisPrimaryLocator: Sendable {
         let text = error.message
         return text.contains("NOAUTH") || text.contains("WRONGPASS") || text.contains("invalid password")
             || text.contains("without any password configured")
-    }
-
-    /// The Prometheus lines for the sentinel counters.
-    public func metricsText() -> String {
-        let (discoveries, failovers, staleAnswers) = state.withLock {
-            ($0.discoveries, $0.failovers, $0.staleAnswers)
-        }
-        return """
-            # HELP siwa_redis_sentinel_discoveries_total Times the sentinels were asked for the primary.
-            # TYPE siwa_redis_sentinel_discoveries_total counter
-            siwa_redis_sentinel_discoveries_total \(discoveries)
-            # HELP siwa_redis_failovers_total Times the primary in use moved to another address (a discovery or +switch-master).
-            # TYPE siwa_redis_failovers_total counter
-            siwa_redis_failovers_total \(failovers)
-            # HELP siwa_redis_sentinel_stale_answers_total Sentinel answers naming an address whose ROLE was not master.
-            # TYPE siwa_redis_sentinel_stale_answers_total counter
-            siwa_redis_sentinel_stale_answers_total \(staleAnswers)
-
-            """
     }
 }

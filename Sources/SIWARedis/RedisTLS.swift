@@ -1,8 +1,8 @@
 import SIWATLS
 
-/// TLS to Redis: what a `rediss://` URL turns on, with the files the settings name
-/// (`SIWA_REDIS_TLS_CA_FILE`, `SIWA_REDIS_TLS_CERT_FILE`, `SIWA_REDIS_TLS_KEY_FILE`,
-/// `SIWA_REDIS_TLS_SERVER_NAME`). TLS 1.2 at least; the server's certificate must chain
+/// TLS to Redis: what a `rediss://` URL turns on, with the CA file, the client certificate
+/// and key, and the server name the caller configured (an error about one of the files
+/// carries it as its field). TLS 1.2 at least; the server's certificate must chain
 /// to the CA file (or the system trust store), be valid now, and name the host.
 public struct RedisTLS: Sendable, Hashable {
     /// PEM CA certificates that may sign the server's certificate; nil: the system trust store.
@@ -31,14 +31,15 @@ public struct RedisTLS: Sendable, Hashable {
             return try TLSClientContext.shared(
                 for: .init(caFile: caFile, certificateFile: certificateFile, keyFile: keyFile))
         } catch {
-            let setting =
-                switch error.code {
-                case .caFileUnusable: caFile == nil ? "the system trust store" : "SIWA_REDIS_TLS_CA_FILE"
-                case .certificateFileUnusable: "SIWA_REDIS_TLS_CERT_FILE"
-                case .keyFileUnusable: "SIWA_REDIS_TLS_KEY_FILE"
-                default: "TLS to Redis"
-                }
-            throw RedisError(.tlsRefused, "\(setting): \(error.message)")
+            // A file the caller configured is named by the field; the others in the text.
+            switch error.code {
+            case .caFileUnusable where caFile != nil:
+                throw RedisError(.tlsRefused, error.message, field: .tlsCAFile)
+            case .caFileUnusable: throw RedisError(.tlsRefused, "the system trust store: \(error.message)")
+            case .certificateFileUnusable: throw RedisError(.tlsRefused, error.message, field: .tlsCertificateFile)
+            case .keyFileUnusable: throw RedisError(.tlsRefused, error.message, field: .tlsKeyFile)
+            default: throw RedisError(.tlsRefused, "TLS to Redis: \(error.message)")
+            }
         }
     }
 }

@@ -82,7 +82,8 @@ enum DeletionsCommand {
                 }
             }
         } catch {
-            Output.error("siwa-endpoint deletions: Redis did not answer (\(error.code.rawValue)): \(error.message)")
+            Output.error(
+                "siwa-endpoint deletions: Redis did not answer (\(error.code.rawValue)): \(error.operatorMessage)")
             return 3
         }
 

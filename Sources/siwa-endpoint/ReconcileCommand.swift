@@ -200,7 +200,7 @@ private final class Run {
         } catch {
             log(
                 "redis_error", level: "error",
-                [("error", .string(error.code.rawValue)), ("message", .string(error.message))])
+                [("error", .string(error.code.rawValue)), ("message", .string(error.operatorMessage))])
             return stop("Redis failed at line \(lineNumber) (\(error.code.rawValue)); the run stopped", status: 1)
         }
         return nil

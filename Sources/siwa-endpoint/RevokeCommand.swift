@@ -126,7 +126,7 @@ private final class RevokeRun {
                 Output.line(JSONWriter.object(result))
                 EventLog.event(
                     "redis_error", level: "error",
-                    [("error", .string(error.code.rawValue)), ("message", .string(error.message))])
+                    [("error", .string(error.code.rawValue)), ("message", .string(error.operatorMessage))])
                 return stop(
                     "Redis failed at line \(lineNumber) (\(error.code.rawValue)) after Apple revoked the token: "
                         + "run that line again once Redis answers; the run stopped", status: 1)

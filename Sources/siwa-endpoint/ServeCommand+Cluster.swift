@@ -21,14 +21,9 @@ extension ServeCommand {
         } catch  where error.code != .clusterRefused {
             EventLog.event(
                 "redis_primary_unknown", level: "warning",
-                [("error", .string(error.code.rawValue)), ("message", .string(error.message))])
+                [("error", .string(error.code.rawValue)), ("message", .string(error.operatorMessage))])
         } catch {
-            let setting = String(error.message.prefix(while: { $0 != ":" }))
-            EventLog.event(
-                "configuration_invalid", level: "error",
-                [("setting", .string(setting)), ("message", .string(error.message))])
-            Output.error("siwa-endpoint serve: \(error.message)")
-            return .failure(StartRefused(exitStatus: 2))
+            return .failure(refuse(setting: (error.field ?? .clusterNodes).setting, message: error.operatorMessage))
         }
         return .success(cluster)
     }

@@ -35,22 +35,13 @@ extension ServeCommand {
             // No address confirmed. One the sentinels named may still refuse the URL's user or
             // password (a setting to fix, not an outage): the start-up check tells which.
             if let named = locator.lastNamed, let refusal = checkRedis(configuration, primary: named) {
-                EventLog.event(
-                    "configuration_invalid", level: "error",
-                    [("setting", .string("SIWA_REDIS_URL")), ("message", .string(refusal))])
-                Output.error("siwa-endpoint serve: SIWA_REDIS_URL \(refusal)")
-                return .failure(StartRefused(exitStatus: 2))
+                return .failure(refuse(setting: "SIWA_REDIS_URL", message: refusal))
             }
             EventLog.event(
                 "redis_primary_unknown", level: "warning",
-                [("error", .string(error.code.rawValue)), ("message", .string(error.message))])
+                [("error", .string(error.code.rawValue)), ("message", .string(error.operatorMessage))])
         } catch {
-            let setting = String(error.message.prefix(while: { $0 != ":" }))
-            EventLog.event(
-                "configuration_invalid", level: "error",
-                [("setting", .string(setting)), ("message", .string(error.message))])
-            Output.error("siwa-endpoint serve: \(error.message)")
-            return .failure(StartRefused(exitStatus: 2))
+            return .failure(refuse(setting: (error.field ?? .sentinels).setting, message: error.operatorMessage))
         }
         return .success(locator)
     }
@@ -58,7 +49,7 @@ extension ServeCommand {
     /// The sentinels refused TLS (a wrong CA, host name or certificate: a setting to fix), as
     /// opposed to a data node refusing it, which the start-up check names.
     static func isSentinelTLSRefusal(_ error: RedisError) -> Bool {
-        error.code == .tlsRefused && error.message.hasPrefix("SIWA_REDIS_SENTINEL_TLS")
+        error.code == .tlsRefused && error.field == .sentinelTLS
     }
 
     /// One `+switch-master` watcher per sentinel, for the service group to run and stop.

@@ -80,11 +80,7 @@ enum ServeCommand {
         case .failure(let refused): return .failure(refused)
         }
         if let refusal = checkRedis(configuration, primary: locator?.current, clusterNode: cluster?.current) {
-            EventLog.event(
-                "configuration_invalid", level: "error",
-                [("setting", .string("SIWA_REDIS_URL")), ("message", .string(refusal))])
-            Output.error("siwa-endpoint serve: SIWA_REDIS_URL \(refusal)")
-            return .failure(StartRefused(exitStatus: 2))
+            return .failure(refuse(setting: "SIWA_REDIS_URL", message: refusal))
         }
         guard readingSpool else { return .success(RedisAtStart(sentinel: locator, cluster: cluster)) }
         do throws(SpoolError) {
@@ -92,8 +88,7 @@ enum ServeCommand {
             // only: a position serve could not read stops both the same way.
             _ = try SpoolInspector.status(spoolDirectory: configuration.spool.directory)
         } catch {
-            refuse(spoolRefusal(error))
-            return .failure(StartRefused(exitStatus: 2))
+            return .failure(refuse(spoolRefusal(error)))
         }
         return .success(RedisAtStart(sentinel: locator, cluster: cluster))
     }
@@ -121,11 +116,20 @@ enum ServeCommand {
         }
     }
 
-    /// One JSON line on standard error, nothing else: the journal and `--check` show the same.
-    static func refuse(_ error: ConfigurationError) {
+    /// The one writer of a start-up refusal of `serve` and `serve --check`: one
+    /// `configuration_invalid` JSON line on standard error, nothing else (no plain-text line
+    /// beside it), so the journal and `--check` show the same. The exit status to return.
+    @discardableResult
+    static func refuse(setting: String, message: String) -> StartRefused {
         EventLog.event(
-            "configuration_invalid", level: "error",
-            [("setting", .string(error.setting)), ("message", .string(error.description))])
+            "configuration_invalid", level: "error", [("setting", .string(setting)), ("message", .string(message))])
+        return StartRefused(exitStatus: 2)
+    }
+
+    /// A setting refused by the table or the host checks: its message begins with its name.
+    @discardableResult
+    static func refuse(_ error: ConfigurationError) -> StartRefused {
+        refuse(setting: error.setting, message: error.description)
     }
 
     static func serve(
@@ -155,7 +159,7 @@ enum ServeCommand {
                 refreshInterval: jwksSettings.refreshInterval,
                 unknownKeyIDRefreshInterval: jwksSettings.unknownKeyIDRefreshInterval,
                 // A lone worker never waits for a fetch: /healthz and known kids would wait with it.
-                unknownKeyIDWaiters: configuration.fastCGI.workers > 1 ? 1 : 0),
+                unknownKeyIDWaiters: configuration.fastCGI.server.workerCount > 1 ? 1 : 0),
             fetcher: HTTPSFetcher(
                 caFilePath: jwksSettings.caFile, timeoutSeconds: Double(jwksSettings.timeout.wholeSeconds)),
             clock: clock)
@@ -178,13 +182,15 @@ enum ServeCommand {
         let redis = configuration.redis.endpoint
         let timeout = configuration.redis.timeout
         let store = configuration.store
+        let replicas = (minimum: configuration.redis.minimumReplicas, timeout: configuration.redis.replicaTimeout)
         let makeStore: @Sendable () -> NotificationStore = {
             NotificationStore(
                 connection: RedisConnection(
                     endpoint: redis, connectTimeout: timeout, commandTimeout: timeout, locator: locator,
                     cluster: cluster),
                 keyPrefix: store.keyPrefix, seenMarkerTTL: store.seenMarkerTTL,
-                streamMaximumLength: store.streamMaximumLength)
+                streamMaximumLength: store.streamMaximumLength, minimumReplicas: replicas.minimum,
+                replicaTimeout: replicas.timeout)
         }
         let spool: NotificationSpool
         let setAside: SpoolRejectedStore
@@ -192,8 +198,7 @@ enum ServeCommand {
             spool = try NotificationSpool(directory: configuration.spool.directory, clock: clock)
             setAside = try SpoolRejectedStore(spoolDirectory: configuration.spool.directory, clock: clock)
         } catch {
-            refuse(spoolRefusal(error))
-            return 2
+            return refuse(spoolRefusal(error)).exitStatus
         }
         for leftover in setAside.leftovers {
             EventLog.event(
@@ -202,8 +207,7 @@ enum ServeCommand {
         }
         let replayer = SpoolReplayer(
             spool: spool, rejected: setAside, store: makeStore(), metrics: metrics, clientIDs: configuration.clientIDs,
-            retentionDays: configuration.spool.retentionDays, clock: clock,
-            minimumReplicas: configuration.redis.minimumReplicas, replicaTimeout: configuration.redis.replicaTimeout)
+            retentionDays: configuration.spool.retentionDays, clock: clock)
         if spool.depth > 0 {
             // Replayed by the replayer's first pass, once the socket listens: a long spool
             // must not keep nginx answering 502 after a restart.
@@ -225,16 +229,11 @@ enum ServeCommand {
         let fastCGI = configuration.fastCGI
         let server: FastCGIServer
         do throws(FastCGIError) {
-            server = try FastCGIServer(
-                configuration: FastCGIServerConfiguration(
-                    address: fastCGI.address, workerCount: fastCGI.workers, maximumBodyBytes: fastCGI.maximumBodyBytes,
-                    backlog: Int32(fastCGI.backlog), shutdownTimeout: fastCGI.shutdownTimeout),
-                handler: { responder.handle($0) })
+            server = try FastCGIServer(configuration: fastCGI.server, handler: { responder.handle($0) })
         } catch {
-            refuse(ConfigurationError(setting: "SIWA_FCGI_SOCKET", "cannot be served: \(error)"))
-            return 2
+            return refuse(ConfigurationError(setting: "SIWA_FCGI_SOCKET", "cannot be served: \(error)")).exitStatus
         }
-        warnIfBacklogCapped(fastCGI.backlog)
+        warnIfBacklogCapped(Int(fastCGI.server.backlog))
         let drained: Bool
         // One shutdown deadline (SIGTERM + SIWA_SHUTDOWN_TIMEOUT_SECONDS, monotonic) for the
         // drain and the services together: all are asked to stop at once (the services last
@@ -251,7 +250,8 @@ enum ServeCommand {
                     EventLog.event(
                         "started",
                         [
-                            ("socket", .string(fastCGI.socket)), ("workers", .integer(Int64(fastCGI.workers))),
+                            ("socket", .string(fastCGI.socket)),
+                            ("workers", .integer(Int64(fastCGI.server.workerCount))),
                             ("client_ids", .array(configuration.clientIDs.sorted().map { .string($0) })),
                             ("notification_path", .string(configuration.requests.notificationPath)),
                             ("pid", .integer(Int64(getpid()))),
@@ -264,19 +264,18 @@ enum ServeCommand {
                     EventLog.event(
                         "stopping",
                         [
-                            ("timeout_seconds", .integer(fastCGI.shutdownTimeout.wholeSeconds)),
+                            ("timeout_seconds", .integer(fastCGI.server.shutdownTimeout.wholeSeconds)),
                             ("spool_depth", .integer(Int64(spool.depth))),
                         ])
                     services.requestStop()
                 })
         } catch {
             // The socket could not be made (in use, a permission, a group): named, before `started`.
-            services.stop(until: ContinuousClock.now + fastCGI.shutdownTimeout)
+            services.stop(until: ContinuousClock.now + fastCGI.server.shutdownTimeout)
             let setting = error.code == .unknownGroup ? "SIWA_FCGI_SOCKET_GROUP" : "SIWA_FCGI_SOCKET"
-            refuse(ConfigurationError(setting: setting, "cannot be listened on: \(error)"))
-            return 2
+            return refuse(ConfigurationError(setting: setting, "cannot be listened on: \(error)")).exitStatus
         }
-        let deadline = shutdownDeadline ?? ContinuousClock.now + fastCGI.shutdownTimeout
+        let deadline = shutdownDeadline ?? ContinuousClock.now + fastCGI.server.shutdownTimeout
         services.stop(until: deadline)
         EventLog.event("stopped", level: drained ? "info" : "warning", [("drained", .bool(drained))])
         return 0

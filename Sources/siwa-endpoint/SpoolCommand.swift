@@ -8,13 +8,14 @@ import SIWAVerification
 /// running `serve`.
 enum SpoolCommand {
     static let help = """
-        usage: siwa-endpoint spool status  [--spool-dir DIR]
-               siwa-endpoint spool list    [--spool-dir DIR]
-               siwa-endpoint spool show ID [--spool-dir DIR] [--show-address]
-               siwa-endpoint spool requeue [ID] [--spool-dir DIR]
-               siwa-endpoint spool discard ID --reason TEXT [--spool-dir DIR]
+        usage: siwa-endpoint spool status  [--spool-dir DIR | --env-file FILE]
+               siwa-endpoint spool list    [--spool-dir DIR | --env-file FILE]
+               siwa-endpoint spool show ID [--spool-dir DIR | --env-file FILE] [--show-address]
+               siwa-endpoint spool requeue [ID] [--spool-dir DIR | --env-file FILE]
+               siwa-endpoint spool discard ID --reason TEXT [--spool-dir DIR | --env-file FILE]
 
-        The spool directory is --spool-dir, else SIWA_SPOOL_DIR, else
+        The spool directory is --spool-dir, else serve's SIWA_SPOOL_DIR (from the
+        environment and --env-file, the environment wins), else
         /var/lib/siwa-endpoint/spool. Each prints one JSON object.
 
         status   records waiting (depth), the age of the oldest one in seconds,
@@ -35,7 +36,8 @@ enum SpoolCommand {
                  one JSON line spool_record_discarded with the reason and your user name.
 
         Exit status: 0 done; 1 no such record (or already requeued or discarded), torn
-        bytes asked to be requeued, or the spool could not be read; 2 a usage mistake.
+        bytes asked to be requeued, or the spool could not be read; 2 a usage or
+        settings mistake.
         """
 
     static func run(_ words: [String]) throws -> Int32 {
@@ -44,7 +46,7 @@ enum SpoolCommand {
             return 0
         }
         let arguments = try CommandLineArguments(
-            words, valueOptions: ["--spool-dir", "--reason"], flagOptions: ["--show-address"])
+            words, valueOptions: ["--spool-dir", "--reason", "--env-file"], flagOptions: ["--show-address"])
         guard let action = arguments.positionals.first, arguments.positionals.count <= 2 else {
             throw UsageError("spool takes one action: status, list, show, requeue or discard\n\n\(help)")
         }
@@ -54,9 +56,19 @@ enum SpoolCommand {
         if id != nil && !takesID.union(["requeue"]).contains(action) {
             throw UsageError("spool \(action) takes no ID")
         }
-        let directory =
-            arguments.value("--spool-dir") ?? ProcessInfo.processInfo.environment["SIWA_SPOOL_DIR"]
-            ?? "/var/lib/siwa-endpoint/spool"
+        let directory: String
+        if let given = arguments.value("--spool-dir") {
+            directory = given
+        } else {
+            // Serve's setting, read and checked as serve reads it.
+            do throws(ConfigurationError) {
+                directory = try CommandSettings(
+                    environment: ProcessInfo.processInfo.environment, envFile: arguments.value("--env-file")
+                )[.spoolDirectory]
+            } catch {
+                return ServeCommand.refuse(error).exitStatus
+            }
+        }
         do {
             switch action {
             case "status":

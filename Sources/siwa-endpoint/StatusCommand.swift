@@ -1,26 +1,26 @@
 import Foundation
 import SIWAFastCGIClient
 import SIWAJSON
+import SIWAServer
 import SIWAVerification
 
 /// `status`: asks a running responder for its health over its FastCGI socket, as nginx
 /// would (`GET /healthz` from loopback), and prints it as a table or as the document.
 enum StatusCommand {
     static let help = """
-        usage: siwa-endpoint status [--socket PATH] [--json] [--timeout SECONDS]
+        usage: siwa-endpoint status [--socket PATH] [--env-file FILE] [--json] [--timeout SECONDS]
 
         Asks a running `siwa-endpoint serve` for its health over its FastCGI socket
         (GET /healthz, the way nginx passes it): whether it is healthy, how many of
         Apple's keys it holds, whether Redis answers, and how many notifications
-        wait in its spool. --socket defaults to SIWA_FCGI_SOCKET (a unix socket path,
-        or 127.0.0.1:PORT), else /run/siwa-endpoint/fcgi.sock. --json prints the
-        responder's health document as it answered it. --timeout: default 5, at most 60.
+        wait in its spool. --socket defaults to serve's SIWA_FCGI_SOCKET (a unix socket
+        path, or 127.0.0.1:PORT; from the environment and --env-file, the environment
+        wins), else /run/siwa-endpoint/fcgi.sock. --json prints the responder's health
+        document as it answered it. --timeout: default 5, at most 60.
 
-        Exit status: 0 healthy, 1 answered but not healthy, 2 a usage mistake,
-        3 no answer (nothing listens on the socket, or it does not speak FastCGI).
+        Exit status: 0 healthy, 1 answered but not healthy, 2 a usage or settings
+        mistake, 3 no answer (nothing listens on the socket, or it does not speak FastCGI).
         """
-
-    static let defaultSocket = "/run/siwa-endpoint/fcgi.sock"
 
     static func run(_ words: [String]) throws -> Int32 {
         if words.contains("--help") {
@@ -28,11 +28,22 @@ enum StatusCommand {
             return 0
         }
         let arguments = try CommandLineArguments(
-            words, valueOptions: ["--socket", "--timeout"], flagOptions: ["--json"])
+            words, valueOptions: ["--socket", "--timeout", "--env-file"], flagOptions: ["--json"])
         guard arguments.positionals.isEmpty else { throw UsageError("status takes no positional arguments") }
-        let socket =
-            arguments.value("--socket") ?? ProcessInfo.processInfo.environment["SIWA_FCGI_SOCKET"]
-            ?? defaultSocket
+        let socket: String
+        if let given = arguments.value("--socket") {
+            socket = given
+        } else {
+            // Serve's setting, read and checked as serve reads it.
+            do throws(ConfigurationError) {
+                let settings = try CommandSettings(
+                    environment: ProcessInfo.processInfo.environment, envFile: arguments.value("--env-file"))
+                _ = try settings[.fastCGISocket]
+                socket = settings.text(of: SettingKey.fastCGISocket)
+            } catch {
+                return ServeCommand.refuse(error).exitStatus
+            }
+        }
         let timeout = try arguments.integer("--timeout") ?? 5
         guard (1...60).contains(timeout) else { throw UsageError("--timeout must be 1 to 60 seconds") }
         let endpoint = try parseEndpoint(socket)

@@ -63,8 +63,7 @@ enum UserCommand {
         do {
             configuration = try OperatorSettings.load(arguments.value("--env-file"), clientID: clientID)
         } catch {
-            Output.error("siwa-endpoint user: \(error.description)")
-            return 2
+            return ServeCommand.refuse(error).exitStatus
         }
         let connection = OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.store.keyPrefix)
         let keys = RedisKeyLayout(prefix: configuration.store.keyPrefix)
@@ -77,7 +76,7 @@ enum UserCommand {
             entries = try recentEntries(
                 connection, stream: keys.events, clientID: clientID, sub: sub, count: recent)
         } catch {
-            Output.error("siwa-endpoint user: Redis: \(error.message)")
+            Output.error("siwa-endpoint user: Redis: \(error.operatorMessage)")
             return 3
         }
 

@@ -14,37 +14,37 @@ public struct ReconcileConfiguration: Sendable {
     /// their form; the key file and the CA file are read by reconcile alone.
     public static let appleSettings: [Setting] = [
         .optional(
-            "SIWA_APPLE_TEAM_ID", shown: "(required by reconcile)",
+            .appleTeamID, shown: "(required by reconcile)",
             "reconcile only: your Apple team ID (the client secret's `iss`)",
             { text throws(SettingProblem) in
                 try appleIdentifier(text, what: "team ID")
             }),
         .optional(
-            "SIWA_APPLE_KEY_ID", shown: "(required by reconcile)",
+            .appleKeyID, shown: "(required by reconcile)",
             "reconcile only: the Sign in with Apple key's ID (`kid`)",
             { text throws(SettingProblem) in
                 try appleIdentifier(text, what: "key ID")
             }),
         .optional(
-            "SIWA_APPLE_PRIVATE_KEY_FILE", shown: "(required by reconcile)",
+            .applePrivateKeyFile, shown: "(required by reconcile)",
             "reconcile only: that key's `.p8` file (PKCS#8 PEM, EC P-256)", { text throws(SettingProblem) in text }),
         .parsed(
-            "SIWA_APPLE_TOKEN_URL", default: defaultTokenURL,
+            .appleTokenURL, default: defaultTokenURL,
             "reconcile only: Apple's token endpoint; https only (http only to loopback)", ServerConfiguration.httpsURL),
         .parsed(
-            "SIWA_APPLE_REVOKE_URL", default: AppleTokenRevocation.defaultRevokeURL,
+            .appleRevokeURL, default: AppleTokenRevocation.defaultRevokeURL,
             "revoke only: Apple's token revocation endpoint; https only (http only to loopback)",
             ServerConfiguration.httpsURL),
         .optional(
-            "SIWA_APPLE_CA_FILE", shown: "(system trust store)", "reconcile only: CA bundle for the token endpoint",
+            .appleCAFile, shown: "(system trust store)", "reconcile only: CA bundle for the token endpoint",
             { text throws(SettingProblem) in text }),
         .integer(
-            "SIWA_APPLE_TIMEOUT_SECONDS", default: 10, in: 1...60, "reconcile only: whole timeout of one token request"
+            .appleTimeout, default: 10, in: 1...60, "reconcile only: whole timeout of one token request"
         ),
         .integer(
-            "SIWA_APPLE_ATTEMPTS", default: 3, in: 1...10, "reconcile only: tries per user on 5xx, 429 or a timeout"),
+            .appleAttempts, default: 3, in: 1...10, "reconcile only: tries per user on 5xx, 429 or a timeout"),
         .integer(
-            "SIWA_APPLE_RETRY_DELAY_MS", default: 2000, in: 10...60_000,
+            .appleRetryDelay, default: 2000, in: 10...60_000,
             "reconcile only: wait before the first retry, doubled for each next one"),
     ]
 
@@ -86,15 +86,15 @@ public struct ReconcileConfiguration: Sendable {
         unknownSettings = ServerConfiguration.unknownNames(in: values)
         let parsed = try SettingValues(table: Self.table, text: values)
 
-        guard let team: String = parsed["SIWA_APPLE_TEAM_ID"] else {
+        guard let team: String = try parsed[.appleTeamID] else {
             throw ConfigurationError(setting: "SIWA_APPLE_TEAM_ID", "is required: your Apple team ID")
         }
         teamID = team
-        guard let key: String = parsed["SIWA_APPLE_KEY_ID"] else {
+        guard let key: String = try parsed[.appleKeyID] else {
             throw ConfigurationError(setting: "SIWA_APPLE_KEY_ID", "is required: your Apple key ID")
         }
         keyID = key
-        guard let keyFile: String = parsed["SIWA_APPLE_PRIVATE_KEY_FILE"] else {
+        guard let keyFile: String = try parsed[.applePrivateKeyFile] else {
             throw ConfigurationError(
                 setting: "SIWA_APPLE_PRIVATE_KEY_FILE", "is required: the .p8 file of your Sign in with Apple key")
         }
@@ -107,18 +107,18 @@ public struct ReconcileConfiguration: Sendable {
         } catch {
             throw ConfigurationError(setting: "SIWA_APPLE_PRIVATE_KEY_FILE", "is unusable: \(error.description)")
         }
-        tokenURL = parsed["SIWA_APPLE_TOKEN_URL"]
-        revokeURL = parsed["SIWA_APPLE_REVOKE_URL"]
-        caFile = parsed["SIWA_APPLE_CA_FILE"]
+        tokenURL = try parsed[.appleTokenURL]
+        revokeURL = try parsed[.appleRevokeURL]
+        caFile = try parsed[.appleCAFile]
         if let caFile, !FileManager.default.isReadableFile(atPath: caFile) {
             throw ConfigurationError(setting: "SIWA_APPLE_CA_FILE", "cannot read \(caFile)")
         }
-        timeoutSeconds = parsed["SIWA_APPLE_TIMEOUT_SECONDS"]
-        attempts = parsed["SIWA_APPLE_ATTEMPTS"]
-        retryDelayMilliseconds = parsed["SIWA_APPLE_RETRY_DELAY_MS"]
+        timeoutSeconds = try parsed[.appleTimeout]
+        attempts = try parsed[.appleAttempts]
+        retryDelayMilliseconds = try parsed[.appleRetryDelay]
         redis = try ServerConfiguration.redisSettings(parsed, text: values)
-        keyPrefix = parsed["SIWA_KEY_PREFIX"]
-        streamMaximumLength = parsed["SIWA_STREAM_MAXLEN"]
+        keyPrefix = try parsed[.keyPrefix]
+        streamMaximumLength = try parsed[.streamMaximumLength]
     }
 
     /// Apple's team and key IDs: 10 characters, upper-case letters and digits.

@@ -26,9 +26,9 @@ extension NotificationStore {
         }
     }
 
-    /// Applies one notification, then, when `minimumReplicas` > 0, sends `WAIT` on the same
-    /// connection for that many replicas (at most `replicaTimeout`); in a cluster, on the one
-    /// that ran the script (the migration target's after an `ASK`).
+    /// Applies one notification, then, when the store's `minimumReplicas` > 0, sends `WAIT` on
+    /// the same connection for that many replicas (at most its `replicaTimeout`); in a cluster,
+    /// on the one that ran the script (the migration target's after an `ASK`).
     ///
     /// WAIT counts the replicas that hold everything this connection wrote. A `duplicate`
     /// or `stored` wrote nothing, yet the first copy may still be unreplicated (its request may have
@@ -37,9 +37,8 @@ extension NotificationStore {
     /// A WAIT that cannot be sent or answered (the connection broke after the script ran)
     /// counts as a shortfall: the write may or may not have reached a replica. An error
     /// reply to either (NOPERM, ...) is `replicaCheckRefusal`, never "0 replicas".
-    public func apply(
-        _ notification: VerifiedNotification, receivedAt: Int64, earlierAttempt: Int64? = nil, minimumReplicas: Int,
-        replicaTimeout: Duration
+    public func applyAcknowledged(
+        _ notification: VerifiedNotification, receivedAt: Int64, earlierAttempt: Int64? = nil
     ) throws(RedisError) -> Acknowledged {
         let outcome = try apply(notification, receivedAt: receivedAt, earlierAttempt: earlierAttempt)
         guard minimumReplicas > 0 else { return Acknowledged(outcome: outcome, replicas: nil, isShortfall: false) }

@@ -51,18 +51,34 @@ public final class NotificationStore {
     public let keys: RedisKeyLayout
     public let seenMarkerTTL: Duration
     public let streamMaximumLength: Int
+    /// Replicas that must acknowledge a write (`WAIT`) before it counts as safe
+    /// (`SIWA_REDIS_MIN_REPLICAS`); 0: no `WAIT`.
+    public let minimumReplicas: Int
+    /// How long one `WAIT` waits for them (`SIWA_REDIS_REPLICA_TIMEOUT_MS`).
+    public let replicaTimeout: Duration
+
+    /// The defaults of the settings table's store rows (`SIWA_KEY_PREFIX`,
+    /// `SIWA_SEEN_TTL_SECONDS`, `SIWA_STREAM_MAXLEN`, `SIWA_REDIS_REPLICA_TIMEOUT_MS`): the
+    /// table reads them from here.
+    public static let defaultKeyPrefix = "siwa"
+    public static let defaultSeenMarkerTTL: Duration = .seconds(30 * 86_400)
+    public static let defaultStreamMaximumLength = 1_000_000
+    public static let defaultReplicaTimeout: Duration = .milliseconds(100)
 
     /// The SHA1 Redis gave for the script; nil until loaded (and again after NOSCRIPT).
     private var scriptSHA: String?
 
     public init(
-        connection: RedisConnection, keyPrefix: String = "siwa", seenMarkerTTL: Duration = .seconds(30 * 86_400),
-        streamMaximumLength: Int = 1_000_000
+        connection: RedisConnection, keyPrefix: String = defaultKeyPrefix,
+        seenMarkerTTL: Duration = defaultSeenMarkerTTL, streamMaximumLength: Int = defaultStreamMaximumLength,
+        minimumReplicas: Int = 0, replicaTimeout: Duration = defaultReplicaTimeout
     ) {
         self.connection = connection
         self.keys = RedisKeyLayout(prefix: keyPrefix)
         self.seenMarkerTTL = seenMarkerTTL
         self.streamMaximumLength = streamMaximumLength
+        self.minimumReplicas = minimumReplicas
+        self.replicaTimeout = replicaTimeout
     }
 
     /// Applies one notification atomically. `receivedAt` is Unix milliseconds (the

@@ -4,11 +4,10 @@ import SIWAVerification
 /// What the responder needs from the Redis store: apply a notification, answer a ping.
 /// `NotificationStore` in service; an in-process stand-in in the responder's status tests.
 public protocol NotificationStoring: AnyObject {
-    /// Applies one notification (see
-    /// `NotificationStore.apply(_:receivedAt:earlierAttempt:minimumReplicas:replicaTimeout:)`).
-    func apply(
-        _ notification: VerifiedNotification, receivedAt: Int64, earlierAttempt: Int64?, minimumReplicas: Int,
-        replicaTimeout: Duration
+    /// Applies one notification and waits for the replicas the store was made with (see
+    /// `NotificationStore.applyAcknowledged(_:receivedAt:earlierAttempt:)`).
+    func applyAcknowledged(
+        _ notification: VerifiedNotification, receivedAt: Int64, earlierAttempt: Int64?
     ) throws(RedisError) -> NotificationStore.Acknowledged
 
     /// Why the store does not answer now (a PING), or nil when it does.

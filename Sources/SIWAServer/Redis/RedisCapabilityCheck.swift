@@ -34,9 +34,9 @@ public enum RedisCapabilityCheck {
             try connection.connect()
         } catch  where error.code == .tlsRefused {
             // A certificate or a TLS file the settings must fix: no outage ends it.
-            return .refused(error.message)
+            return .refused(error.operatorMessage)
         } catch {
-            return .unavailable(error.message)
+            return .unavailable(error.operatorMessage)
         }
         let store = NotificationStore(
             connection: connection, keyPrefix: keyPrefix, streamMaximumLength: streamMaximumLength)
@@ -111,10 +111,10 @@ public enum RedisCapabilityCheck {
     }
 
     private static func classify(_ error: RedisError, step: String) -> Result {
-        if error.isConnectionError { return .unavailable(error.message) }
+        if error.isConnectionError { return .unavailable(error.operatorMessage) }
         let busy = error.isTransient || error.message.hasPrefix("ERR max number of clients")
-        if busy { return .unavailable("\(step): \(error.message)") }
+        if busy { return .unavailable("\(step): \(error.operatorMessage)") }
         let hint = error.replyKind == "NOAUTH" ? " (Redis requires a password: put it in the URL)" : ""
-        return .refused("\(step) refused: \(error.message)\(hint)")
+        return .refused("\(step) refused: \(error.operatorMessage)\(hint)")
     }
 }

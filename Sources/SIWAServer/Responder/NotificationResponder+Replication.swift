@@ -18,7 +18,7 @@ extension NotificationResponder {
             EventLog.event(
                 "redis_replica_check_refused", level: "error",
                 [
-                    ("error", .string(refusal.code.rawValue)), ("reason", .string(refusal.message)),
+                    ("error", .string(refusal.code.rawValue)), ("reason", .string(refusal.operatorMessage)),
                     ("outcome", .string(acknowledged.outcome.rawValue)), ("client_id", .string(notification.clientID)),
                 ])
         } else {

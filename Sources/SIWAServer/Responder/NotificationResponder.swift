@@ -42,7 +42,9 @@ public final class NotificationResponder: Sendable {
         self.verifier = NotificationVerifier(
             clientIDs: configuration.clientIDs,
             leewaySeconds: configuration.requests.leeway.wholeSeconds,
-            maximumBodyBytes: configuration.requests.maximumBodyBytes)
+            // The FastCGI server enforces SIWA_MAX_BODY_BYTES (a larger body arrives here as
+            // `.tooLarge`, unread): the verifier does not check it a second time.
+            maximumBodyBytes: .max)
         self.keys = keys
         self.stores = stores
         self.spool = spool
@@ -141,10 +143,7 @@ public final class NotificationResponder: Sendable {
         let receivedAt = clock.wallMilliseconds()
         do {
             let acknowledged = try stores.withStore { store throws(RedisError) in
-                try store.apply(
-                    notification, receivedAt: receivedAt, earlierAttempt: nil,
-                    minimumReplicas: configuration.redis.minimumReplicas,
-                    replicaTimeout: configuration.redis.replicaTimeout)
+                try store.applyAcknowledged(notification, receivedAt: receivedAt, earlierAttempt: nil)
             }
             result.outcome = acknowledged.outcome.rawValue
             if acknowledged.isShortfall || acknowledged.replicaCheckRefusal != nil,
@@ -175,7 +174,7 @@ public final class NotificationResponder: Sendable {
         EventLog.event(
             "redis_record_refused", level: "error",
             [
-                ("error", .string(error.code.rawValue)), ("reason", .string(error.message)),
+                ("error", .string(error.code.rawValue)), ("reason", .string(error.operatorMessage)),
                 ("client_id", result.clientID.map { .string($0) } ?? .null),
             ])
         return Self.unavailable(result, errorCode: "store_refused")

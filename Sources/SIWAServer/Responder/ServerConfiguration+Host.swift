@@ -10,7 +10,7 @@ extension ServerConfiguration {
     public func checkHost() throws(ConfigurationError) {
         try Self.checkDirectory(spool.directory, setting: "SIWA_SPOOL_DIR")
         try Self.checkDirectory(spool.rejectedDirectory, setting: "SIWA_SPOOL_DIR")
-        if case .unixSocket(let path, _, let group) = fastCGI.address {
+        if case .unixSocket(let path, _, let group) = fastCGI.server.address {
             try Self.checkSocketPath(path)
             if let group {
                 var entry = Glibc.group()

@@ -4,7 +4,7 @@ extension ServerConfiguration {
     @Sendable static func sentinelList(_ text: String) throws(SettingProblem) -> [RedisPrimaryLocator.Sentinel] {
         switch RedisPrimaryLocator.parseSentinels(text) {
         case .success(let parsed): return parsed
-        case .failure(let error): throw SettingProblem(String(error.message.dropFirst("SIWA_REDIS_SENTINELS ".count)))
+        case .failure(let error): throw SettingProblem(error.message)
         }
     }
 
@@ -44,7 +44,7 @@ extension ServerConfiguration {
         switch RedisClusterLocator.parseNodes(text) {
         case .success(let parsed): return parsed
         case .failure(let error):
-            throw SettingProblem(String(error.message.dropFirst("SIWA_REDIS_CLUSTER_NODES ".count)))
+            throw SettingProblem(error.message)
         }
     }
 

@@ -33,105 +33,114 @@ public struct ServerConfiguration: Sendable, Equatable {
     public static let settings: [Setting] =
         [
             .parsed(
-                "SIWA_CLIENT_IDS", default: nil, "comma-separated client IDs served (`aud` must name one)", clientIDList
+                .clientIDs, default: nil, "comma-separated client IDs served (`aud` must name one)", clientIDList
             ),
             .parsed(
-                "SIWA_JWKS_URL", default: "https://appleid.apple.com/auth/keys",
+                .jwksURL, default: "https://appleid.apple.com/auth/keys",
                 "Apple's JWKS; https only (http only to loopback)", httpsURL),
-            .optional("SIWA_JWKS_CA_FILE", shown: "(system trust store)", "CA bundle for the JWKS fetch", readableFile),
+            .optional(.jwksCAFile, shown: "(system trust store)", "CA bundle for the JWKS fetch", readableFile),
             .path(
-                "SIWA_JWKS_CACHE", default: "/var/lib/siwa-endpoint/jwks.json",
+                .jwksCache, default: "/var/lib/siwa-endpoint/jwks.json",
                 "last good JWKS, written atomically, loaded at start"),
             .duration(
-                "SIWA_JWKS_REFRESH_SECONDS", default: 3600, in: 60...86_400, unit: .seconds, "scheduled JWKS refresh"),
+                .jwksRefresh, default: 3600, in: 60...86_400, unit: .seconds, "scheduled JWKS refresh"),
             .duration(
-                "SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS", default: 60, in: 1...3600, unit: .seconds,
+                .jwksUnknownKeyIDRefresh, default: 60, in: 1...3600, unit: .seconds,
                 "at most one refresh per this many seconds on an unknown kid"),
-            .duration("SIWA_JWKS_TIMEOUT_SECONDS", default: 5, in: 1...60, unit: .seconds, "whole JWKS fetch timeout"),
+            .duration(.jwksTimeout, default: 5, in: 1...60, unit: .seconds, "whole JWKS fetch timeout"),
             .parsed(
-                "SIWA_REDIS_URL", default: "redis://127.0.0.1:6379/0",
+                .redisURL, default: "redis://127.0.0.1:6379/0",
                 "`redis://[:password@]host:port/db`, the same over TLS as `rediss://...`, or `unix:///path[?db=N]`",
                 redisEndpoint),
             .duration(
-                "SIWA_REDIS_TIMEOUT_MS", default: 1000, in: 10...60_000, unit: .milliseconds,
+                .redisTimeout, default: milliseconds(RedisConnection.defaultTimeout), in: 10...60_000,
+                unit: .milliseconds,
                 "Redis connect and command timeout"),
             .duration(
-                "SIWA_REDIS_RETRY_MS", default: 1000, in: 50...60_000, unit: .milliseconds,
+                .redisRetry, default: 1000, in: 50...60_000, unit: .milliseconds,
                 "after Redis did not answer: requests spool at once, one probe retries this often"),
             .parsed(
-                "SIWA_FCGI_SOCKET", default: "/run/siwa-endpoint/fcgi.sock", "unix socket path, or `127.0.0.1:PORT`",
+                .fastCGISocket, default: "/run/siwa-endpoint/fcgi.sock", "unix socket path, or `127.0.0.1:PORT`",
                 listenAddress),
             .parsed(
-                "SIWA_FCGI_SOCKET_MODE", default: "0660", "unix socket mode (octal), so nginx can connect", socketMode),
+                .fastCGISocketMode, default: "0660", "unix socket mode (octal), so nginx can connect", socketMode),
             .optional(
-                "SIWA_FCGI_SOCKET_GROUP", shown: "(process group)", "unix socket group, e.g. `www-data`", groupName),
+                .fastCGISocketGroup, shown: "(process group)", "unix socket group, e.g. `www-data`", groupName),
             .path(
-                "SIWA_SPOOL_DIR", default: "/var/lib/siwa-endpoint/spool",
+                .spoolDirectory, default: "/var/lib/siwa-endpoint/spool",
                 "where verified notifications wait while Redis is down"),
-            .parsed("SIWA_KEY_PREFIX", default: "siwa", "prefix of every Redis key and the channel", keyPrefix),
             .parsed(
-                "SIWA_NOTIFICATION_PATH", default: "/apple/notifications", "the path Apple posts to", notificationPath),
+                .keyPrefix, default: NotificationStore.defaultKeyPrefix,
+                "prefix of every Redis key and the channel", keyPrefix),
+            .parsed(
+                .notificationPath, default: "/apple/notifications", "the path Apple posts to", notificationPath),
             .integer(
-                "SIWA_WORKERS", shown: "2 per core", default: { 2 * ProcessInfo.processInfo.activeProcessorCount },
-                in: 1...256, "FastCGI worker threads, one Redis connection each"),
-            .integer("SIWA_MAX_BODY_BYTES", default: 65_536, in: 1024...1_048_576, "request body limit (413 above it)"),
+                .workers, shown: "2 per core", default: { FastCGIServerConfiguration.defaultWorkerCount },
+                in: FastCGIServerConfiguration.workerCountRange, "FastCGI worker threads, one Redis connection each"),
+            .integer(
+                .maximumBodyBytes, default: FastCGIServerConfiguration.defaultMaximumBodyBytes,
+                in: FastCGIServerConfiguration.maximumBodyBytesRange, "request body limit (413 above it)"),
             .duration(
-                "SIWA_LEEWAY_SECONDS", default: 60, in: 0...600, unit: .seconds, "clock leeway for `exp` and `iat`"),
+                .leeway, default: 60, in: 0...600, unit: .seconds, "clock leeway for `exp` and `iat`"),
             .duration(
-                "SIWA_SEEN_TTL_SECONDS", default: 2_592_000, in: 60...31_536_000, unit: .seconds,
+                .seenTTL, default: seconds(NotificationStore.defaultSeenMarkerTTL), in: 60...31_536_000,
+                unit: .seconds,
                 "how long a `jti` is remembered for duplicates (30 days)"),
             .integer(
-                "SIWA_STREAM_MAXLEN", default: 1_000_000, in: 1000...1_000_000_000,
+                .streamMaximumLength, default: NotificationStore.defaultStreamMaximumLength, in: 1000...1_000_000_000,
                 "approximate cap of the `events` stream"),
             .duration(
-                "SIWA_SHUTDOWN_TIMEOUT_SECONDS", default: 10, in: 1...300, unit: .seconds,
+                .shutdownTimeout, default: seconds(FastCGIServerConfiguration.defaultShutdownTimeout),
+                in: 1...300, unit: .seconds,
                 "one deadline after SIGTERM for requests in flight, the spool replay and the key refresher together"),
             .duration(
-                "SIWA_RETRY_AFTER_SECONDS", default: 30, in: 1...3600, unit: .seconds, "the `Retry-After` of a 503"),
+                .retryAfter, default: 30, in: 1...3600, unit: .seconds, "the `Retry-After` of a 503"),
             .integer(
-                "SIWA_FCGI_BACKLOG", default: 1024, in: 16...65_535,
+                .fastCGIBacklog, default: FastCGIServerConfiguration.defaultBacklog,
+                in: FastCGIServerConfiguration.backlogRange,
                 "connections queued on the socket while every worker is busy (`net.core.somaxconn` caps it)"),
             .integer(
-                "SIWA_SPOOL_RETENTION_DAYS", default: 14, in: 1...3650,
+                .spoolRetentionDays, default: 14, in: 1...3650,
                 "days set-aside and torn spool files are kept, then deleted (logged)"),
             .optional(
-                "SIWA_REDIS_SENTINELS", shown: "(none)",
+                .redisSentinels, shown: "(none)",
                 "`host:port,...` of Redis Sentinels; when set, the primary is found through them and `SIWA_REDIS_URL` gives only the database, user and password (its host and port are not used)",
                 sentinelList),
             .optional(
-                "SIWA_REDIS_SENTINEL_MASTER", shown: "(none)",
+                .redisSentinelMaster, shown: "(none)",
                 "the master name the sentinels monitor (required with `SIWA_REDIS_SENTINELS`)", sentinelMasterName),
             .optional(
-                "SIWA_REDIS_SENTINEL_PASSWORD", shown: "(none)",
+                .redisSentinelPassword, shown: "(none)",
                 "password of the sentinels (`requirepass`), when they have one", { text throws(SettingProblem) in text }
             ),
             .integer(
-                "SIWA_REDIS_MIN_REPLICAS", default: 0, in: 0...16,
+                .redisMinimumReplicas, default: 0, in: 0...16,
                 "replicas that must acknowledge a write (`WAIT`) before it counts as safe; fewer: a copy is spooled"),
             .duration(
-                "SIWA_REDIS_REPLICA_TIMEOUT_MS", default: 100, in: 1...60_000, unit: .milliseconds,
+                .redisReplicaTimeout, default: milliseconds(NotificationStore.defaultReplicaTimeout),
+                in: 1...60_000, unit: .milliseconds,
                 "how long to `WAIT` for those replicas; shorter than `SIWA_REDIS_TIMEOUT_MS` when replicas are asked for"
             ),
             .optional(
-                "SIWA_REDIS_TLS_CA_FILE", shown: "(system trust store)",
+                .redisTLSCAFile, shown: "(system trust store)",
                 "PEM CA certificates that may sign Redis's (and TLS sentinels') certificate", readableFile),
             .optional(
-                "SIWA_REDIS_TLS_CERT_FILE", shown: "(none)",
+                .redisTLSCertificateFile, shown: "(none)",
                 "PEM client certificate chain, for a Redis that asks for one (mutual TLS); with `SIWA_REDIS_TLS_KEY_FILE`",
                 readableFile),
             .optional(
-                "SIWA_REDIS_TLS_KEY_FILE", shown: "(none)", "PEM private key of `SIWA_REDIS_TLS_CERT_FILE`",
+                .redisTLSKeyFile, shown: "(none)", "PEM private key of `SIWA_REDIS_TLS_CERT_FILE`",
                 readableFile),
             .optional(
-                "SIWA_REDIS_TLS_SERVER_NAME", shown: "(the host connected to)",
+                .redisTLSServerName, shown: "(the host connected to)",
                 "the name Redis's certificate must hold, also sent as SNI, when it is not the host of the URL or the address the sentinels give",
                 tlsServerName),
             .optional(
-                "SIWA_REDIS_CLUSTER_NODES", shown: "(none)",
+                .redisClusterNodes, shown: "(none)",
                 "`host:port,...` of Redis Cluster nodes to ask for the slots (any of them); when set, the endpoint writes to the primary of the one slot of `SIWA_KEY_PREFIX`, which must then be a hash tag such as `{siwa}`, and `SIWA_REDIS_URL` gives only the user, password and TLS (`rediss://`)",
                 clusterNodeList),
             .parsed(
-                "SIWA_REDIS_SENTINEL_TLS", default: "no",
+                .redisSentinelTLS, default: "no",
                 "`yes`: the sentinels are reached over TLS too (the same CA, client certificate and server name)",
                 yesOrNo),
         ] + ReconcileConfiguration.appleSettings
@@ -143,28 +152,30 @@ public struct ServerConfiguration: Sendable, Equatable {
         unknownSettings = Self.unknownNames(in: values)
         let parsed = try SettingValues(table: Self.settings, text: values)
 
-        clientIDs = parsed["SIWA_CLIENT_IDS"]
+        clientIDs = try parsed[.clientIDs]
         jwks = JWKSSettings(
-            url: parsed["SIWA_JWKS_URL"], caFile: parsed["SIWA_JWKS_CA_FILE"], cachePath: parsed["SIWA_JWKS_CACHE"],
-            refreshInterval: parsed["SIWA_JWKS_REFRESH_SECONDS"],
-            unknownKeyIDRefreshInterval: parsed["SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS"],
-            timeout: parsed["SIWA_JWKS_TIMEOUT_SECONDS"])
+            url: try parsed[.jwksURL], caFile: try parsed[.jwksCAFile], cachePath: try parsed[.jwksCache],
+            refreshInterval: try parsed[.jwksRefresh],
+            unknownKeyIDRefreshInterval: try parsed[.jwksUnknownKeyIDRefresh],
+            timeout: try parsed[.jwksTimeout])
         redis = try Self.redisSettings(parsed, text: values)
-        let socket: FastCGIListenAddress = parsed["SIWA_FCGI_SOCKET"]
-        let mode: UInt32 = parsed["SIWA_FCGI_SOCKET_MODE"]
-        let group: String? = parsed["SIWA_FCGI_SOCKET_GROUP"]
+        let socket: FastCGIListenAddress = try parsed[.fastCGISocket]
+        let mode: UInt32 = try parsed[.fastCGISocketMode]
+        let group: String? = try parsed[.fastCGISocketGroup]
+        let backlog: Int = try parsed[.fastCGIBacklog]
         fastCGI = FastCGISettings(
-            socket: values["SIWA_FCGI_SOCKET"] ?? Self.defaultValue(of: "SIWA_FCGI_SOCKET"),
-            address: socket.with(mode: mode, group: group), workers: parsed["SIWA_WORKERS"],
-            maximumBodyBytes: parsed["SIWA_MAX_BODY_BYTES"], shutdownTimeout: parsed["SIWA_SHUTDOWN_TIMEOUT_SECONDS"],
-            backlog: parsed["SIWA_FCGI_BACKLOG"])
+            socket: Self.text(of: SettingKey.fastCGISocket, in: values),
+            server: FastCGIServerConfiguration(
+                address: socket.with(mode: mode, group: group), workerCount: try parsed[.workers],
+                maximumBodyBytes: try parsed[.maximumBodyBytes], backlog: Int32(backlog),
+                shutdownTimeout: try parsed[.shutdownTimeout]))
         store = StoreSettings(
-            keyPrefix: parsed["SIWA_KEY_PREFIX"], seenMarkerTTL: parsed["SIWA_SEEN_TTL_SECONDS"],
-            streamMaximumLength: parsed["SIWA_STREAM_MAXLEN"])
-        spool = SpoolSettings(directory: parsed["SIWA_SPOOL_DIR"], retentionDays: parsed["SIWA_SPOOL_RETENTION_DAYS"])
+            keyPrefix: try parsed[.keyPrefix], seenMarkerTTL: try parsed[.seenTTL],
+            streamMaximumLength: try parsed[.streamMaximumLength])
+        spool = SpoolSettings(directory: try parsed[.spoolDirectory], retentionDays: try parsed[.spoolRetentionDays])
         requests = RequestSettings(
-            notificationPath: parsed["SIWA_NOTIFICATION_PATH"], maximumBodyBytes: parsed["SIWA_MAX_BODY_BYTES"],
-            leeway: parsed["SIWA_LEEWAY_SECONDS"], retryAfter: parsed["SIWA_RETRY_AFTER_SECONDS"])
+            notificationPath: try parsed[.notificationPath], leeway: try parsed[.leeway],
+            retryAfter: try parsed[.retryAfter])
     }
 
     /// The `SIWA_*` values of `environment`, after the lines of `envFile` (`NAME=value`,
@@ -190,11 +201,11 @@ public struct ServerConfiguration: Sendable, Equatable {
         -> RedisSettings
     {
         let sentinel = try sentinelSettings(
-            sentinels: parsed["SIWA_REDIS_SENTINELS"], master: parsed["SIWA_REDIS_SENTINEL_MASTER"],
-            password: parsed["SIWA_REDIS_SENTINEL_PASSWORD"])
-        let timeout: Duration = parsed["SIWA_REDIS_TIMEOUT_MS"]
-        let replicaTimeout: Duration = parsed["SIWA_REDIS_REPLICA_TIMEOUT_MS"]
-        let minimumReplicas: Int = parsed["SIWA_REDIS_MIN_REPLICAS"]
+            sentinels: try parsed[.redisSentinels], master: try parsed[.redisSentinelMaster],
+            password: try parsed[.redisSentinelPassword])
+        let timeout: Duration = try parsed[.redisTimeout]
+        let replicaTimeout: Duration = try parsed[.redisReplicaTimeout]
+        let minimumReplicas: Int = try parsed[.redisMinimumReplicas]
         // WAIT runs on the connection's command timeout: a longer replica wait could never
         // end by itself, and every write would count as a shortfall.
         if minimumReplicas > 0 && replicaTimeout >= timeout {
@@ -203,9 +214,9 @@ public struct ServerConfiguration: Sendable, Equatable {
                 "must be shorter than SIWA_REDIS_TIMEOUT_MS (\(Int(timeout / .milliseconds(1))) ms) when "
                     + "SIWA_REDIS_MIN_REPLICAS is above 0: WAIT runs within the command timeout")
         }
-        var endpoint: RedisEndpoint = parsed["SIWA_REDIS_URL"]
+        var endpoint: RedisEndpoint = try parsed[.redisURL]
         var sentinelWithTLS = sentinel
-        let sentinelsUseTLS: Bool = parsed["SIWA_REDIS_SENTINEL_TLS"]
+        let sentinelsUseTLS: Bool = try parsed[.redisSentinelTLS]
         let tls = try redisTLS(parsed, urlUsesTLS: endpoint.tls != nil, sentinelsUseTLS: sentinelsUseTLS)
         if sentinelsUseTLS {
             guard sentinel != nil else {
@@ -216,15 +227,15 @@ public struct ServerConfiguration: Sendable, Equatable {
             sentinelWithTLS?.tls = tls
         }
         if endpoint.tls != nil { endpoint.tls = tls }
-        let clusterNodes: [RedisClusterLocator.Node]? = parsed["SIWA_REDIS_CLUSTER_NODES"]
+        let clusterNodes: [RedisClusterLocator.Node]? = try parsed[.redisClusterNodes]
         try checkClusterSettings(
-            clusterNodes, sentinel: sentinel, endpoint: endpoint, keyPrefix: parsed["SIWA_KEY_PREFIX"])
+            clusterNodes, sentinel: sentinel, endpoint: endpoint, keyPrefix: try parsed[.keyPrefix])
         return RedisSettings(
-            url: values["SIWA_REDIS_URL"] ?? defaultValue(of: "SIWA_REDIS_URL"),
+            url: text(of: SettingKey.redisURL, in: values),
             endpoint: endpoint,
-            timeout: parsed["SIWA_REDIS_TIMEOUT_MS"], sentinel: sentinelWithTLS,
-            minimumReplicas: parsed["SIWA_REDIS_MIN_REPLICAS"], replicaTimeout: parsed["SIWA_REDIS_REPLICA_TIMEOUT_MS"],
-            circuitRetryInterval: parsed["SIWA_REDIS_RETRY_MS"], clusterNodes: clusterNodes)
+            timeout: try parsed[.redisTimeout], sentinel: sentinelWithTLS,
+            minimumReplicas: try parsed[.redisMinimumReplicas], replicaTimeout: try parsed[.redisReplicaTimeout],
+            circuitRetryInterval: try parsed[.redisRetry], clusterNodes: clusterNodes)
     }
 
     /// The TLS files and name, when `rediss://` or `SIWA_REDIS_SENTINEL_TLS` asks for TLS; the
@@ -234,8 +245,8 @@ public struct ServerConfiguration: Sendable, Equatable {
         -> RedisTLS
     {
         let tls = RedisTLS(
-            caFile: parsed["SIWA_REDIS_TLS_CA_FILE"], certificateFile: parsed["SIWA_REDIS_TLS_CERT_FILE"],
-            keyFile: parsed["SIWA_REDIS_TLS_KEY_FILE"], serverName: parsed["SIWA_REDIS_TLS_SERVER_NAME"])
+            caFile: try parsed[.redisTLSCAFile], certificateFile: try parsed[.redisTLSCertificateFile],
+            keyFile: try parsed[.redisTLSKeyFile], serverName: try parsed[.redisTLSServerName])
         let given: [(name: String, isSet: Bool)] = [
             ("SIWA_REDIS_TLS_CA_FILE", tls.caFile != nil), ("SIWA_REDIS_TLS_CERT_FILE", tls.certificateFile != nil),
             ("SIWA_REDIS_TLS_KEY_FILE", tls.keyFile != nil), ("SIWA_REDIS_TLS_SERVER_NAME", tls.serverName != nil),
@@ -257,11 +268,20 @@ public struct ServerConfiguration: Sendable, Equatable {
         do throws(RedisError) {
             try tls.check()
         } catch {
-            let named = error.message.prefix { $0 != ":" }
-            let setting = named.hasPrefix("SIWA_") ? String(named) : "SIWA_REDIS_TLS_CA_FILE"
-            throw ConfigurationError(setting: setting, "cannot be used for TLS to Redis: \(error.message)")
+            // The file the error is about; the system trust store counts as the CA setting's.
+            let setting = error.field?.setting ?? SettingKey.redisTLSCAFile.name
+            throw ConfigurationError(setting: setting, "cannot be used for TLS to Redis: \(error.operatorMessage)")
         }
         return tls
+    }
+
+    /// A component's default time, as the table shows it.
+    private static func milliseconds(_ duration: Duration) -> Int { Int(duration / .milliseconds(1)) }
+    private static func seconds(_ duration: Duration) -> Int { Int(duration / .seconds(1)) }
+
+    /// A setting's text as given, else its documented default.
+    static func text<Value>(of key: SettingKey<Value>, in values: [String: String]) -> String {
+        values[key.name] ?? defaultValue(of: key.name)
     }
 
     /// The documented default of a row (for rows whose default is a literal value).
@@ -334,19 +354,14 @@ public struct SentinelSettings: Sendable, Equatable {
     public var tls: RedisTLS?
 }
 
-/// Where the responder listens, with how many workers.
+/// Where the responder listens, with how many workers: the FastCGI server's own
+/// configuration (its defaults and bounds are the table's), and the socket as written.
 public struct FastCGISettings: Sendable, Equatable {
     /// The setting's text, as logged at start.
     public var socket: String
-    /// The parsed address, with the socket's mode and group.
-    public var address: FastCGIListenAddress
-    public var workers: Int
-    public var maximumBodyBytes: Int
-    /// How long SIGTERM waits for requests in flight.
-    public var shutdownTimeout: Duration
-    /// listen(2) backlog: connections the kernel queues while every worker is busy; one
-    /// refused there is a 502 from nginx.
-    public var backlog: Int
+    /// The address (with the socket's mode and group), the workers, the body limit (the one
+    /// place it is enforced), the backlog and the shutdown timeout.
+    public var server: FastCGIServerConfiguration
 }
 
 /// How notifications are written into Redis.
@@ -368,7 +383,6 @@ public struct SpoolSettings: Sendable, Equatable {
 /// What a request may be and how it is answered.
 public struct RequestSettings: Sendable, Equatable {
     public var notificationPath: String
-    public var maximumBodyBytes: Int
     /// Clock leeway for `exp` and `iat`.
     public var leeway: Duration
     /// The `Retry-After` of a 503.

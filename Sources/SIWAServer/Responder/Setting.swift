@@ -2,8 +2,9 @@ import Foundation
 
 /// One row of the settings table: the name, the default as the README, `deploy/env.example`
 /// and `serve --help` show it (nil when the setting is required), what it means, and how
-/// its text is read into a typed value. Adding a setting is adding one row to
-/// `ServerConfiguration.settings` (and reading its value into a group).
+/// its text is read into a typed value. Adding a setting is adding a key (`SettingKey`), one
+/// row made from it to `ServerConfiguration.settings`, with its default read from the
+/// component that uses the value, and reading the value with the key into that group.
 public struct Setting: Sendable {
     public let name: String
     /// The documented default; nil when the setting is required.
@@ -43,19 +44,19 @@ public struct Setting: Sendable {
 
     /// A whole number within `range`; unset gives `defaultValue`.
     static func integer(
-        _ name: String, default defaultValue: Int, in range: ClosedRange<Int>, _ meaning: String
+        _ key: SettingKey<Int>, default defaultValue: Int, in range: ClosedRange<Int>, _ meaning: String
     ) -> Setting {
-        Setting(name, "\(defaultValue)", meaning) { text throws(SettingProblem) -> any Sendable in
+        Setting(key.name, "\(defaultValue)", meaning) { text throws(SettingProblem) -> any Sendable in
             try text.map { text throws(SettingProblem) in try wholeNumber(text, in: range) } ?? defaultValue
         }
     }
 
     /// A whole number within `range` whose default is computed at start (e.g. "2 per core").
     static func integer(
-        _ name: String, shown: String, default defaultValue: @escaping @Sendable () -> Int, in range: ClosedRange<Int>,
-        _ meaning: String
+        _ key: SettingKey<Int>, shown: String, default defaultValue: @escaping @Sendable () -> Int,
+        in range: ClosedRange<Int>, _ meaning: String
     ) -> Setting {
-        Setting(name, shown, meaning, isLiteralDefault: false) { text throws(SettingProblem) -> any Sendable in
+        Setting(key.name, shown, meaning, isLiteralDefault: false) { text throws(SettingProblem) -> any Sendable in
             guard let text else { return defaultValue() }
             return try wholeNumber(text, in: range)
         }
@@ -63,9 +64,10 @@ public struct Setting: Sendable {
 
     /// A time within `range` (in `unit`s), read as a `Duration`.
     static func duration(
-        _ name: String, default defaultValue: Int, in range: ClosedRange<Int>, unit: DurationUnit, _ meaning: String
+        _ key: SettingKey<Duration>, default defaultValue: Int, in range: ClosedRange<Int>, unit: DurationUnit,
+        _ meaning: String
     ) -> Setting {
-        Setting(name, "\(defaultValue)", meaning) { text throws(SettingProblem) -> any Sendable in
+        Setting(key.name, "\(defaultValue)", meaning) { text throws(SettingProblem) -> any Sendable in
             let number =
                 try text.map { text throws(SettingProblem) in try wholeNumber(text, in: range) } ?? defaultValue
             return unit == .seconds ? Duration.seconds(number) : Duration.milliseconds(number)
@@ -75,8 +77,8 @@ public struct Setting: Sendable {
     enum DurationUnit { case seconds, milliseconds }
 
     /// An absolute path.
-    static func path(_ name: String, default defaultValue: String, _ meaning: String) -> Setting {
-        parsed(name, default: defaultValue, meaning) { text throws(SettingProblem) in
+    static func path(_ key: SettingKey<String>, default defaultValue: String, _ meaning: String) -> Setting {
+        parsed(key, default: defaultValue, meaning) { text throws(SettingProblem) in
             guard text.hasPrefix("/"), !text.contains("\0") else { throw SettingProblem("must be an absolute path") }
             return text
         }
@@ -85,10 +87,10 @@ public struct Setting: Sendable {
     /// Any value read by `parse`; unset reads `defaultValue` through the same parser
     /// (nil: required).
     static func parsed<Value: Sendable>(
-        _ name: String, default defaultValue: String?, _ meaning: String,
+        _ key: SettingKey<Value>, default defaultValue: String?, _ meaning: String,
         _ parse: @escaping @Sendable (String) throws(SettingProblem) -> Value
     ) -> Setting {
-        Setting(name, defaultValue, meaning) { text throws(SettingProblem) -> any Sendable in
+        Setting(key.name, defaultValue, meaning) { text throws(SettingProblem) -> any Sendable in
             guard let value = text ?? defaultValue else { throw SettingProblem("is required") }
             return try parse(value)
         }
@@ -96,10 +98,10 @@ public struct Setting: Sendable {
 
     /// A value that may be unset (`shown` says what unset means), read by `parse` when set.
     static func optional<Value: Sendable>(
-        _ name: String, shown: String, _ meaning: String,
+        _ key: SettingKey<Value?>, shown: String, _ meaning: String,
         _ parse: @escaping @Sendable (String) throws(SettingProblem) -> Value
     ) -> Setting {
-        Setting(name, shown, meaning, isLiteralDefault: false) { text throws(SettingProblem) -> any Sendable in
+        Setting(key.name, shown, meaning, isLiteralDefault: false) { text throws(SettingProblem) -> any Sendable in
             guard let text, !text.isEmpty else { return Value?.none as any Sendable }
             return try parse(text) as Value?
         }
@@ -123,26 +125,45 @@ struct SettingProblem: Error {
 /// The typed values of every row, read once.
 struct SettingValues {
     private let values: [String: any Sendable]
+    private let text: [String: String]
 
     /// Reads every row of `table` from `text`, in table order; the first bad value throws.
     init(table: [Setting], text: [String: String]) throws(ConfigurationError) {
         var values: [String: any Sendable] = [:]
         for setting in table {
-            do throws(SettingProblem) {
-                values[setting.name] = try setting.read(text[setting.name])
-            } catch {
-                throw ConfigurationError(setting: setting.name, error.text)
-            }
+            values[setting.name] = try Self.read(setting, from: text)
         }
         self.values = values
+        self.text = text
     }
 
-    /// The value of `name`, of the type its row reads. A missing row or another type is a
-    /// programming error (the table and a group disagree), caught by the defaults test.
-    subscript<Value>(_ name: String, as type: Value.Type = Value.self) -> Value {
-        guard let value = values[name] as? Value else {
-            preconditionFailure("setting \(name) is not in the table or is not a \(Value.self)")
+    private static func read(_ setting: Setting, from text: [String: String]) throws(ConfigurationError)
+        -> any Sendable
+    {
+        do throws(SettingProblem) {
+            return try setting.read(text[setting.name])
+        } catch {
+            throw ConfigurationError(setting: setting.name, error.text)
         }
-        return value
     }
+
+    /// The value of `key`, of the type its row reads (the row was made from the same key). A
+    /// key whose row is not in the table read at start (a command reads only its rows) is
+    /// read now, from the one table, and refused the same way when its value is bad.
+    subscript<Value>(_ key: SettingKey<Value>) -> Value {
+        get throws(ConfigurationError) {
+            if let value = values[key.name] as? Value { return value }
+            guard let row = Setting.table.first(where: { $0.name == key.name }),
+                let value = try Self.read(row, from: text) as? Value
+            else {
+                throw ConfigurationError(setting: key.name, "is not a setting of this program")
+            }
+            return value
+        }
+    }
+}
+
+extension Setting {
+    /// Every row of every command (serve's table holds reconcile's rows too).
+    static var table: [Setting] { ServerConfiguration.settings }
 }

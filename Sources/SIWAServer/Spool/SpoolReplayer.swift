@@ -27,9 +27,6 @@ public final class SpoolReplayer: Service {
     /// Wall time for the `updated_at` of replayed notifications and the retention's file
     /// ages; monotonic time for when the hourly retention cleanup is due.
     private let clock: EndpointClock
-    /// A record leaves the spool only once this many replicas hold it (`SIWA_REDIS_MIN_REPLICAS`).
-    private let minimumReplicas: Int
-    private let replicaTimeout: Duration
     private let task = PeriodicTask()
     private let blocked = Mutex<String?>(nil)
     public let name = "spool-replayer"
@@ -39,11 +36,8 @@ public final class SpoolReplayer: Service {
     public init(
         spool: NotificationSpool, rejected: SpoolRejectedStore, store: any NotificationStoring,
         metrics: ServerMetrics,
-        clientIDs: Set<String>, retentionDays: Int = 14, clock: EndpointClock,
-        minimumReplicas: Int = 0, replicaTimeout: Duration = .milliseconds(100)
+        clientIDs: Set<String>, retentionDays: Int = 14, clock: EndpointClock
     ) {
-        self.minimumReplicas = minimumReplicas
-        self.replicaTimeout = replicaTimeout
         self.spool = spool
         self.rejected = rejected
         self.store = Mutex(UnsafeTransfer(store))
@@ -132,9 +126,8 @@ public final class SpoolReplayer: Service {
         do throws(RedisError) {
             let receivedAt = clock.wallMilliseconds()
             acknowledged = try store.withLock { store throws(RedisError) in
-                try store.value.apply(
-                    notification, receivedAt: receivedAt, earlierAttempt: attemptedAt,
-                    minimumReplicas: minimumReplicas, replicaTimeout: replicaTimeout)
+                // A record leaves the spool only once the replicas the store waits for hold it.
+                try store.value.applyAcknowledged(notification, receivedAt: receivedAt, earlierAttempt: attemptedAt)
             }
         } catch  where error.isRecordSpecific {
             // WRONGTYPE names the record's cause better than redis_server_error does.

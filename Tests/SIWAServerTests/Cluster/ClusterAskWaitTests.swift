@@ -52,13 +52,12 @@ struct ClusterAskWaitTests {
             connection: RedisConnection(
                 endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 1)), connectTimeout: .seconds(1),
                 commandTimeout: .seconds(5), cluster: locator),
-            keyPrefix: RedisClusterNodes.keyPrefix)
+            keyPrefix: RedisClusterNodes.keyPrefix, minimumReplicas: 1, replicaTimeout: Self.replicaTimeout)
         // An account deletion first: the deletions queue, the script's fourth key, exists.
         let deleted = Self.notification("001.ask.1", rawType: "account-deleted")
         let revoked = Self.notification("001.ask.2", rawType: "consent-revoked")
         func apply(_ notification: VerifiedNotification) throws -> NotificationStore.Acknowledged {
-            try store.apply(
-                notification, receivedAt: 1_700_000_000_000, minimumReplicas: 1, replicaTimeout: Self.replicaTimeout)
+            try store.applyAcknowledged(notification, receivedAt: 1_700_000_000_000)
         }
 
         // On the source, before the move: its replica acknowledges; paused, it cannot (a real shortfall).

@@ -351,7 +351,7 @@ struct FastCGIServerTests {
         defer { directory.remove() }
         let path = directory.path + "/close.sock"
         let server = try FastCGIServer(
-            configuration: .init(address: .unixSocket(path: path), workerCount: 1, maximumBodyBytes: 16),
+            configuration: .init(address: .unixSocket(path: path), workerCount: 1, maximumBodyBytes: 1024),
             handler: { request in
                 let size: Int
                 if case .complete(let body) = request.body { size = body.count } else { size = -1 }
@@ -375,7 +375,7 @@ struct FastCGIServerTests {
         // close, and the answer still arrives whole.
         let other = try FastCGIClient(.unixSocket(path), timeout: .seconds(30)).connect()
         defer { other.close() }
-        let large = [UInt8](repeating: 0x61, count: 64)
+        let large = [UInt8](repeating: 0x61, count: 2048)
         let refused = try other.send(
             params: FastCGIClient.params(method: "POST", uri: "/", body: large), body: large, keepConnection: false)
         #expect(refused.bodyText == "-1")

@@ -46,7 +46,7 @@ struct SpoolDeadEndTests {
     // MARK: - A Redis that answers but refuses: at start
 
     /// Each refusal stops serve before anything else with exit 2 and one JSON line naming
-    /// SIWA_REDIS_URL and what is missing, and never the password.
+    /// SIWA_REDIS_URL and what is missing (the only line it writes), and never the password.
     @Test("at start: wrong password, no password, a user without script or channel rights, a database out of range")
     func startRefusesARedisThatRefuses() throws {
         let redis = try RedisServerProcess(password: "test-fixture-redis-password")
@@ -68,13 +68,18 @@ struct SpoolDeadEndTests {
         for (name, url, cause) in cases {
             let result = try CommandRun.endpoint(["serve"], environment: Self.serveEnvironment(redisURL: url))
             #expect(result.status == 2, "\(name)")
-            let lines = result.errors.split(separator: "\n").filter { $0.hasPrefix("{") }
+            // Exactly one line in all, a JSON object: no plain-text line beside it.
+            #expect(result.output.isEmpty, "\(name): \(result.output)")
+            let lines = result.errors.split(separator: "\n", omittingEmptySubsequences: false).filter { !$0.isEmpty }
             #expect(lines.count == 1, "\(name): \(result.errors)")
             let line = String(lines.first ?? "")
-            #expect(line.contains(#""event":"configuration_invalid""#), "\(name)")
-            #expect(line.contains(#""setting":"SIWA_REDIS_URL""#), "\(name)")
+            guard case .object(let members)? = try? StrictJSONParser.parse(Array(line.utf8)) else {
+                Issue.record("\(name): not one JSON object: \(result.errors)")
+                continue
+            }
+            #expect(members["event"] == .string("configuration_invalid"), "\(name)")
+            #expect(members["setting"] == .string("SIWA_REDIS_URL"), "\(name)")
             #expect(line.contains(cause), "\(name): \(line)")
-            #expect(result.errors.contains("siwa-endpoint serve: SIWA_REDIS_URL "), "\(name)")
             #expect(!result.errors.contains("fixture-password"), "\(name)")
             #expect(!result.errors.contains(#""event":"started""#), "\(name)")
         }

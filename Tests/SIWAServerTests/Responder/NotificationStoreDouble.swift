@@ -29,9 +29,8 @@ final class NotificationStoreDouble: NotificationStoring, Sendable {
     /// The jti of every notification it applied, in order.
     var applied: [String] { state.withLock { $0.applied } }
 
-    func apply(
-        _ notification: VerifiedNotification, receivedAt: Int64, earlierAttempt: Int64?, minimumReplicas: Int,
-        replicaTimeout: Duration
+    func applyAcknowledged(
+        _ notification: VerifiedNotification, receivedAt: Int64, earlierAttempt: Int64?
     ) throws(RedisError) -> NotificationStore.Acknowledged {
         let answer = state.withLock { $0.answers[notification.tokenID] ?? $0.answer }
         switch answer {

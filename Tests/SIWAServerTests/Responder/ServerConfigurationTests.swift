@@ -21,15 +21,15 @@ struct ServerConfigurationTests {
         #expect(configuration.redis.endpoint == RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 6379)))
         #expect(configuration.redis.timeout == .milliseconds(1000))
         #expect(configuration.fastCGI.socket == "/run/siwa-endpoint/fcgi.sock")
-        #expect(configuration.fastCGI.address == .unixSocket(path: "/run/siwa-endpoint/fcgi.sock", mode: 0o660))
-        #expect(configuration.fastCGI.workers == 2 * ProcessInfo.processInfo.activeProcessorCount)
-        #expect(configuration.fastCGI.shutdownTimeout == .seconds(10))
+        #expect(configuration.fastCGI.server.address == .unixSocket(path: "/run/siwa-endpoint/fcgi.sock", mode: 0o660))
+        #expect(configuration.fastCGI.server.workerCount == 2 * ProcessInfo.processInfo.activeProcessorCount)
+        #expect(configuration.fastCGI.server.shutdownTimeout == .seconds(10))
         #expect(configuration.spool.directory == "/var/lib/siwa-endpoint/spool")
         #expect(configuration.store.keyPrefix == "siwa")
         #expect(configuration.store.seenMarkerTTL == .seconds(2_592_000))
         #expect(configuration.store.streamMaximumLength == 1_000_000)
         #expect(configuration.requests.notificationPath == "/apple/notifications")
-        #expect(configuration.requests.maximumBodyBytes == 65_536)
+        #expect(configuration.fastCGI.server.maximumBodyBytes == 65_536)
         #expect(configuration.requests.leeway == .seconds(60))
         #expect(configuration.requests.retryAfter == .seconds(30))
         #expect(configuration.unknownSettings == [])
@@ -42,7 +42,7 @@ struct ServerConfigurationTests {
         environment["SIWA_FCGI_SOCKET_GROUP"] = "www-data"
         let configuration = try ServerConfiguration(environment: environment)
         #expect(
-            configuration.fastCGI.address
+            configuration.fastCGI.server.address
                 == .unixSocket(path: "/run/siwa-endpoint/fcgi.sock", mode: 0o600, group: "www-data"))
     }
 
@@ -91,7 +91,7 @@ struct ServerConfigurationTests {
         environment["SIWA_CLIENT_IDS"] = "com.example.app, com.example.watch"
         let configuration = try ServerConfiguration(environment: environment)
         #expect(configuration.fastCGI.socket == "127.0.0.1:9000")
-        #expect(configuration.fastCGI.address == .loopbackTCP(host: "127.0.0.1", port: 9000))
+        #expect(configuration.fastCGI.server.address == .loopbackTCP(host: "127.0.0.1", port: 9000))
         #expect(configuration.clientIDs == ["com.example.app", "com.example.watch"])
     }
 
@@ -107,7 +107,7 @@ struct ServerConfigurationTests {
         SIWA_WROKERS=3
         """.write(to: file, atomically: true, encoding: .utf8)
         let configuration = try ServerConfiguration(environment: ["SIWA_KEY_PREFIX": "from-env"], envFile: file.path)
-        #expect(configuration.fastCGI.workers == 7)
+        #expect(configuration.fastCGI.server.workerCount == 7)
         #expect(configuration.store.keyPrefix == "from-env")
         #expect(configuration.unknownSettings == ["SIWA_WROKERS"])
         #expect {

@@ -160,11 +160,13 @@ struct SentinelSettingsTests {
         #expect(
             unknownLog.contains("SIWA_REDIS_SENTINEL_MASTER: no sentinel monitors a master named 'no-such-master'"),
             "\(unknownLog)")
+        #expect(unknownLog.contains(#""setting":"SIWA_REDIS_SENTINEL_MASTER""#), "\(unknownLog)")
 
         let (wrongStatus, wrongLog) = try Self.failedStart(
             stack, Self.environment(cluster, extra: ["SIWA_REDIS_SENTINEL_PASSWORD": "not-the-password"]))
         #expect(wrongStatus == 2, "\(wrongLog)")
         #expect(wrongLog.contains("SIWA_REDIS_SENTINEL_PASSWORD: the sentinels refused it"), "\(wrongLog)")
+        #expect(wrongLog.contains(#""setting":"SIWA_REDIS_SENTINEL_PASSWORD""#), "\(wrongLog)")
         #expect(!wrongLog.contains("not-the-password"))
 
         let (missingStatus, missingLog) = try Self.failedStart(stack, Self.environment(cluster))

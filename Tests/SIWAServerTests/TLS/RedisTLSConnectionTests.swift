@@ -158,8 +158,10 @@ struct RedisTLSConnectionTests {
             #expect {
                 try tls.check()
             } throws: { error in
-                (error as? RedisError)?.code == .tlsRefused
-                    && (error as? RedisError)?.message.hasPrefix("\(setting):") == true
+                // SIWARedis names no setting: the field says which file, the application names it.
+                (error as? RedisError)?.code == .tlsRefused && (error as? RedisError)?.field?.setting == setting
+                    && (error as? RedisError)?.message.contains("SIWA_") == false
+                    && (error as? RedisError)?.operatorMessage.hasPrefix("\(setting): ") == true
             }
         }
         #expect(throws: Never.self) { try fixture.clientTLS.check() }
