@@ -5,6 +5,7 @@ import SIWARedis
 import SIWAServer
 import SIWASupport
 import SIWAVerification
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -131,18 +132,17 @@ enum ServeCommand {
     static func serve(
         _ configuration: ServerConfiguration, locator: RedisPrimaryLocator?, cluster: RedisClusterLocator? = nil
     ) throws -> Int32 {
-        // A peer that hangs up must not kill the process; SIGTERM/SIGINT may arrive
-        // blocked from a parent, and the FastCGI server turns them into a clean stop.
-        signal(SIGPIPE, SIG_IGN)
-        // SIGHUP never stops serve: ignored until the signal watcher takes it over (and
-        // again after), which reloads the JWKS cache file on it.
-        signal(SIGHUP, SIG_IGN)
-        var unblock = sigset_t()
-        sigemptyset(&unblock)
-        sigaddset(&unblock, SIGTERM)
-        sigaddset(&unblock, SIGINT)
-        pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
-
+        // The one place signals are handled, before anything starts: SIGTERM/SIGINT stop the
+        // group (a signal during the start-up stops what started), SIGHUP reloads the JWKS
+        // cache file once the keys exist, SIGPIPE is ignored.
+        let services = ServiceGroup()
+        let keysForHangUp = Mutex<JWKSProvider?>(nil)
+        do throws(SignalSetupError) {
+            try services.handleSignals(onHangUp: { keysForHangUp.withLock { $0 }.map(reloadKeys) })
+        } catch {
+            EventLog.event("signal_setup_failed", level: "error", [("message", .string(error.description))])
+            return 1
+        }
         let metrics = ServerMetrics()
         // The one clock every part reads (monotonic for intervals, wall time where one is
         // written or shown). The shutdown deadlines below are waits, on the machine's clock.
@@ -159,6 +159,7 @@ enum ServeCommand {
             fetcher: HTTPSFetcher(
                 caFilePath: jwksSettings.caFile, timeoutSeconds: Double(jwksSettings.timeout.components.seconds)),
             clock: clock)
+        keysForHangUp.withLock { $0 = keys }
         let startOutcome = keys.start()
         let jwks = keys.metrics(now: clock.wallSeconds())
         EventLog.event(
@@ -167,9 +168,8 @@ enum ServeCommand {
                 ("fetch", .string("\(startOutcome)")), ("keys", .integer(Int64(jwks.usableKeyCount))),
                 ("last_failure", jwks.lastFailure.map { .string($0) } ?? .null),
             ])
-        // The background services, stopped in reverse order: the refresher now, the
-        // replayer once the socket listens.
-        let services = ServiceGroup()
+        // The services, stopped in reverse order: the refresher now, the FastCGI server
+        // below, the replayer once the socket listens.
         services.start(JWKSRefresher(provider: keys))
         // With Sentinel: every connection leaves an old primary as soon as a sentinel announces
         // a failover, before the first request.
@@ -192,6 +192,7 @@ enum ServeCommand {
             spool = try NotificationSpool(directory: configuration.spool.directory, clock: clock)
             setAside = try SpoolRejectedStore(spoolDirectory: configuration.spool.directory, clock: clock)
         } catch {
+            services.stop(until: ContinuousClock.now + configuration.fastCGI.shutdownTimeout)
             refuse(spoolRefusal(error))
             return 2
         }
@@ -231,44 +232,14 @@ enum ServeCommand {
                     backlog: Int32(fastCGI.backlog), shutdownTimeout: fastCGI.shutdownTimeout),
                 handler: { responder.handle($0) })
         } catch {
+            services.stop(until: ContinuousClock.now + fastCGI.shutdownTimeout)
             refuse(ConfigurationError(setting: "SIWA_FCGI_SOCKET", "cannot be served: \(error)"))
             return 2
         }
         warnIfBacklogCapped(fastCGI.backlog)
-        let drained: Bool
-        // One shutdown deadline (SIGTERM + SIWA_SHUTDOWN_TIMEOUT_SECONDS, monotonic) for the
-        // drain and the services together: all are asked to stop at once (the services last
-        // started first) and waited for until the same instant, so serve exits within the
-        // timeout, below the unit's TimeoutStopSec (20 s against the default 10 s).
-        var shutdownDeadline: ContinuousClock.Instant?
         do throws(FastCGIError) {
-            drained = try server.run(
-                handlingSignals: true, onHangUp: { reloadKeys(keys) },
-                whenListening: {
-                    // The socket listens: the replayer's first pass replays what waited.
-                    services.start(replayer)
-                    services.start(deletionDuty)
-                    EventLog.event(
-                        "started",
-                        [
-                            ("socket", .string(fastCGI.socket)), ("workers", .integer(Int64(fastCGI.workers))),
-                            ("client_ids", .array(configuration.clientIDs.sorted().map { .string($0) })),
-                            ("notification_path", .string(configuration.requests.notificationPath)),
-                            ("pid", .integer(Int64(getpid()))),
-                        ])
-                },
-                whenStopping: { deadline in
-                    shutdownDeadline = deadline
-                    // Said at once, so a rollout's reader sees the stop begin (and what the
-                    // spool still holds: the next start of this slot replays it).
-                    EventLog.event(
-                        "stopping",
-                        [
-                            ("timeout_seconds", .integer(fastCGI.shutdownTimeout.components.seconds)),
-                            ("spool_depth", .integer(Int64(spool.depth))),
-                        ])
-                    services.requestStop()
-                })
+            // Listens before it returns: the socket accepts from here on.
+            try services.start(server)
         } catch {
             // The socket could not be made (in use, a permission, a group): named, before `started`.
             services.stop(until: ContinuousClock.now + fastCGI.shutdownTimeout)
@@ -276,9 +247,37 @@ enum ServeCommand {
             refuse(ConfigurationError(setting: setting, "cannot be listened on: \(error)"))
             return 2
         }
-        let deadline = shutdownDeadline ?? ContinuousClock.now + fastCGI.shutdownTimeout
-        services.stop(until: deadline)
+        // The socket listens: the replayer's first pass replays what waited.
+        services.start(replayer)
+        services.start(deletionDuty)
+        EventLog.event(
+            "started",
+            [
+                ("socket", .string(fastCGI.socket)), ("workers", .integer(Int64(fastCGI.workers))),
+                ("client_ids", .array(configuration.clientIDs.sorted().map { .string($0) })),
+                ("notification_path", .string(configuration.requests.notificationPath)),
+                ("pid", .integer(Int64(getpid()))),
+            ])
+        // One shutdown deadline (SIGTERM + SIWA_SHUTDOWN_TIMEOUT_SECONDS, monotonic) for the
+        // drain and the services together: all are asked to stop at once (the services last
+        // started first) and waited for until the same instant, so serve exits within the
+        // timeout, below the unit's TimeoutStopSec (20 s against the default 10 s).
+        let stopped = services.run(shutdownTimeout: fastCGI.shutdownTimeout) { cause, _ in
+            if case .serviceReturned(let name) = cause {
+                EventLog.event("service_returned_early", level: "error", [("service", .string(name))])
+            }
+            // Said at once, so a rollout's reader sees the stop begin (and what the spool
+            // still holds: the next start of this slot replays it).
+            EventLog.event(
+                "stopping",
+                [
+                    ("timeout_seconds", .integer(fastCGI.shutdownTimeout.components.seconds)),
+                    ("spool_depth", .integer(Int64(spool.depth))),
+                ])
+        }
+        let drained = server.hasDrained
         EventLog.event("stopped", level: drained ? "info" : "warning", [("drained", .bool(drained))])
+        if case .serviceReturned = stopped.cause { return 1 }
         return 0
     }
 
