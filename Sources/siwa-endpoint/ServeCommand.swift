@@ -237,6 +237,8 @@ enum ServeCommand {
             return 2
         }
         warnIfBacklogCapped(fastCGI.backlog)
+        // The breaker's probe and /healthz's PING, on its one thread, before the first request.
+        services.start(responder.breaker)
         do throws(FastCGIError) {
             // Listens before it returns: the socket accepts from here on.
             try services.start(server)

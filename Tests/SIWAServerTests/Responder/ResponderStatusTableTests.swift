@@ -1,6 +1,7 @@
 import Foundation
 import SIWAFastCGI
 import SIWAServer
+import SIWASupport
 import SIWAVerification
 import Testing
 
@@ -22,6 +23,8 @@ final class ResponderStatusTableTests {
     let clock = JWKSTestClock(ResponderStatusTableTests.now - 3600)
     let spool: NotificationSpool
     let responder: NotificationResponder
+    /// Runs the responder's circuit breaker (its probe and /healthz's PING), as serve does.
+    let services = ServiceGroup()
 
     init() throws {
         directory = try JWKSTestFixtures.temporaryDirectory()
@@ -43,9 +46,13 @@ final class ResponderStatusTableTests {
         responder = NotificationResponder(
             configuration: configuration, keys: keys, stores: NotificationStorePool(makeStore: { store }),
             spool: spool, replayer: nil, metrics: ServerMetrics(), clock: clock.endpointClock)
+        services.start(responder.breaker)
     }
 
-    deinit { try? FileManager.default.removeItem(at: directory) }
+    deinit {
+        services.stop(until: .now + .seconds(10))
+        try? FileManager.default.removeItem(at: directory)
+    }
 
     func request(
         _ method: String = "POST", path: String = path, body: FastCGIRequest.Body = .complete([])
