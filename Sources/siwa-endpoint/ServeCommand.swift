@@ -5,7 +5,6 @@ import SIWARedis
 import SIWAServer
 import SIWASupport
 import SIWAVerification
-import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -50,7 +49,7 @@ enum ServeCommand {
                 Data(EventLog.eventLine("configuration_valid", [("checked_as", .string(checker))])))
             return 0
         }
-        return try serve(configuration, locator: redis.sentinel, cluster: redis.cluster)
+        return serve(configuration, redisAtStart: redis)
     }
 
     /// Where serve's Redis was found at start: the sentinels' locator (with
@@ -129,119 +128,31 @@ enum ServeCommand {
             [("setting", .string(error.setting)), ("message", .string(error.description))])
     }
 
-    static func serve(
-        _ configuration: ServerConfiguration, locator: RedisPrimaryLocator?, cluster: RedisClusterLocator? = nil
-    ) throws -> Int32 {
-        // The one place signals are handled, before anything starts: SIGTERM/SIGINT stop the
-        // group (a signal during the start-up stops what started), SIGHUP reloads the JWKS
-        // cache file once the keys exist, SIGPIPE is ignored.
+    /// Serves until SIGTERM or SIGINT: the graph built by `ServeAssembly`, then its services
+    /// started in order (see `ServeAssembly` for why this order), then one stop for all.
+    static func serve(_ configuration: ServerConfiguration, redisAtStart: RedisAtStart) -> Int32 {
+        let parts: ServeAssembly
+        do throws(ConfigurationError) {
+            parts = try ServeAssembly.build(configuration, redisAtStart: redisAtStart)
+        } catch {
+            refuse(error)
+            return 2
+        }
+        let fastCGI = configuration.fastCGI
         let services = ServiceGroup()
-        let keysForHangUp = Mutex<JWKSProvider?>(nil)
         do throws(SignalSetupError) {
-            try services.handleSignals(onHangUp: { keysForHangUp.withLock { $0 }.map(reloadKeys) })
+            // The one place signals are handled, before any service starts.
+            try services.handleSignals(onHangUp: { reloadKeys(parts.keys) })
         } catch {
             EventLog.event("signal_setup_failed", level: "error", [("message", .string(error.description))])
             return 1
         }
-        let metrics = ServerMetrics()
-        // The one clock every part reads (monotonic for intervals, wall time where one is
-        // written or shown). The shutdown deadlines below are waits, on the machine's clock.
-        let clock = EndpointClock.system
-
-        let jwksSettings = configuration.jwks
-        let keys = JWKSProvider(
-            settings: JWKSProvider.Settings(
-                url: jwksSettings.url, cacheFilePath: jwksSettings.cachePath,
-                refreshInterval: jwksSettings.refreshInterval,
-                unknownKeyIDRefreshInterval: jwksSettings.unknownKeyIDRefreshInterval,
-                // A lone worker never waits for a fetch: /healthz and known kids would wait with it.
-                unknownKeyIDWaiters: configuration.fastCGI.workers > 1 ? 1 : 0),
-            fetcher: HTTPSFetcher(
-                caFilePath: jwksSettings.caFile, timeoutSeconds: Double(jwksSettings.timeout.components.seconds)),
-            clock: clock)
-        keysForHangUp.withLock { $0 = keys }
-        let startOutcome = keys.start()
-        let jwks = keys.metrics(now: clock.wallSeconds())
-        EventLog.event(
-            "jwks_loaded", level: jwks.usableKeyCount > 0 ? "info" : "error",
-            [
-                ("fetch", .string("\(startOutcome)")), ("keys", .integer(Int64(jwks.usableKeyCount))),
-                ("last_failure", jwks.lastFailure.map { .string($0) } ?? .null),
-            ])
-        // The services, stopped in reverse order: the refresher now, the FastCGI server
-        // below, the replayer once the socket listens.
-        services.start(JWKSRefresher(provider: keys))
-        // With Sentinel: every connection leaves an old primary as soon as a sentinel announces
-        // a failover, before the first request.
-        for watcher in sentinelWatchers(locator) { services.start(watcher) }
-
-        let redis = configuration.redis.endpoint
-        let timeout = configuration.redis.timeout
-        let store = configuration.store
-        let makeStore: @Sendable () -> NotificationStore = {
-            NotificationStore(
-                connection: RedisConnection(
-                    endpoint: redis, connectTimeout: timeout, commandTimeout: timeout, locator: locator,
-                    cluster: cluster),
-                keyPrefix: store.keyPrefix, seenMarkerTTL: store.seenMarkerTTL,
-                streamMaximumLength: store.streamMaximumLength)
-        }
-        let spool: NotificationSpool
-        let setAside: SpoolRejectedStore
-        do throws(SpoolError) {
-            spool = try NotificationSpool(directory: configuration.spool.directory, clock: clock)
-            setAside = try SpoolRejectedStore(spoolDirectory: configuration.spool.directory, clock: clock)
-        } catch {
-            services.stop(until: ContinuousClock.now + configuration.fastCGI.shutdownTimeout)
-            refuse(spoolRefusal(error))
-            return 2
-        }
-        for leftover in setAside.leftovers {
-            EventLog.event(
-                "spool_leftover_settled", level: "warning",
-                [("file", .string(leftover.file)), ("action", .string(leftover.action.rawValue))])
-        }
-        let replayer = SpoolReplayer(
-            spool: spool, rejected: setAside, store: makeStore(), metrics: metrics, clientIDs: configuration.clientIDs,
-            retentionDays: configuration.spool.retentionDays, clock: clock,
-            minimumReplicas: configuration.redis.minimumReplicas, replicaTimeout: configuration.redis.replicaTimeout)
-        if spool.depth > 0 {
-            // Replayed by the replayer's first pass, once the socket listens: a long spool
-            // must not keep nginx answering 502 after a restart.
-            EventLog.event("spool_pending_at_start", level: "warning", [("depth", .integer(Int64(spool.depth)))])
-        }
-
-        // The deletion figures of /metrics come from this service's last reading, on a
-        // connection of its own: a scrape never waits on Redis.
-        let deletionDuty = DeletionDutyMonitor(
-            connection: RedisConnection(
-                endpoint: redis, connectTimeout: timeout, commandTimeout: timeout, locator: locator,
-                cluster: cluster),
-            key: "\(store.keyPrefix):deletions", clock: clock)
-
-        let responder = NotificationResponder(
-            configuration: configuration, keys: keys, stores: NotificationStorePool(makeStore: makeStore), spool: spool,
-            replayer: replayer, metrics: metrics, clock: clock, primaryLocator: locator,
-            clusterLocator: cluster, deletionDuty: deletionDuty)
-        let fastCGI = configuration.fastCGI
-        let server: FastCGIServer
-        do throws(FastCGIError) {
-            server = try FastCGIServer(
-                configuration: FastCGIServerConfiguration(
-                    address: fastCGI.address, workerCount: fastCGI.workers, maximumBodyBytes: fastCGI.maximumBodyBytes,
-                    backlog: Int32(fastCGI.backlog), shutdownTimeout: fastCGI.shutdownTimeout),
-                handler: { responder.handle($0) })
-        } catch {
-            services.stop(until: ContinuousClock.now + fastCGI.shutdownTimeout)
-            refuse(ConfigurationError(setting: "SIWA_FCGI_SOCKET", "cannot be served: \(error)"))
-            return 2
-        }
+        services.start(parts.jwksRefresher)
+        for watcher in parts.sentinelWatchers { services.start(watcher) }
+        services.start(parts.breaker)
         warnIfBacklogCapped(fastCGI.backlog)
-        // The breaker's probe and /healthz's PING, on its one thread, before the first request.
-        services.start(responder.breaker)
         do throws(FastCGIError) {
-            // Listens before it returns: the socket accepts from here on.
-            try services.start(server)
+            try services.start(parts.server)
         } catch {
             // The socket could not be made (in use, a permission, a group): named, before `started`.
             services.stop(until: ContinuousClock.now + fastCGI.shutdownTimeout)
@@ -249,9 +160,8 @@ enum ServeCommand {
             refuse(ConfigurationError(setting: setting, "cannot be listened on: \(error)"))
             return 2
         }
-        // The socket listens: the replayer's first pass replays what waited.
-        services.start(replayer)
-        services.start(deletionDuty)
+        services.start(parts.replayer)
+        services.start(parts.deletionDuty)
         EventLog.event(
             "started",
             [
@@ -261,9 +171,8 @@ enum ServeCommand {
                 ("pid", .integer(Int64(getpid()))),
             ])
         // One shutdown deadline (SIGTERM + SIWA_SHUTDOWN_TIMEOUT_SECONDS, monotonic) for the
-        // drain and the services together: all are asked to stop at once (the services last
-        // started first) and waited for until the same instant, so serve exits within the
-        // timeout, below the unit's TimeoutStopSec (20 s against the default 10 s).
+        // drain and the services together, below the unit's TimeoutStopSec (20 s against
+        // the default 10 s).
         let stopped = services.run(shutdownTimeout: fastCGI.shutdownTimeout) { cause, _ in
             if case .serviceReturned(let name) = cause {
                 EventLog.event("service_returned_early", level: "error", [("service", .string(name))])
@@ -274,10 +183,10 @@ enum ServeCommand {
                 "stopping",
                 [
                     ("timeout_seconds", .integer(fastCGI.shutdownTimeout.components.seconds)),
-                    ("spool_depth", .integer(Int64(spool.depth))),
+                    ("spool_depth", .integer(Int64(parts.spool.depth))),
                 ])
         }
-        let drained = server.hasDrained
+        let drained = parts.server.hasDrained
         EventLog.event("stopped", level: drained ? "info" : "warning", [("drained", .bool(drained))])
         if case .serviceReturned = stopped.cause { return 1 }
         return 0

@@ -15,6 +15,19 @@ public final class JWKSRefresher: Service {
         self.checkInterval = checkInterval
     }
 
+    /// Before the next service starts: the cache file, then one fetch (bounded by the
+    /// fetcher's timeout), and one `jwks_loaded` line saying what is held.
+    public func start() {
+        let outcome = provider.start()
+        let held = provider.metrics(now: provider.clock.wallSeconds())
+        EventLog.event(
+            "jwks_loaded", level: held.usableKeyCount > 0 ? "info" : "error",
+            [
+                ("fetch", .string("\(outcome)")), ("keys", .integer(Int64(held.usableKeyCount))),
+                ("last_failure", held.lastFailure.map { .string($0) } ?? .null),
+            ])
+    }
+
     /// While no usable key is held, a fetch is retried after 1 s, then 2, 4, ... up to the
     /// unknown-kid interval (a boot where the network comes up late must not leave every
     /// notification at 503 for a whole retry interval); with keys, the schedule is checked

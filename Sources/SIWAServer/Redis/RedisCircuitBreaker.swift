@@ -30,6 +30,8 @@ public final class RedisCircuitBreaker: Service {
     public let retryInterval: Duration
     public let name = "redis-circuit-breaker"
     private let ping: @Sendable () -> RedisError?
+    /// Runs after the probe found Redis back (on the service's thread).
+    private let onClose: @Sendable () -> Void
     /// Its monotonic reading times how long the breaker is open. The waits (the probe's
     /// interval, /healthz's bound) are the machine's own: a thread sleeps on the real clock.
     private let clock: EndpointClock
@@ -42,7 +44,6 @@ public final class RedisCircuitBreaker: Service {
         /// The /healthz PING asked for and not answered yet, which every /healthz call
         /// meanwhile waits on.
         var healthPing: HealthPing?
-        var onClose: (@Sendable () -> Void)?
     }
 
     private let state = Mutex(State())
@@ -56,17 +57,15 @@ public final class RedisCircuitBreaker: Service {
     }
 
     /// `ping` returns nil on `PONG`, else the error; it may take the full Redis timeout.
+    /// `onClose` runs (on the service's thread) each time the probe finds Redis back.
     public init(
-        retryInterval: Duration, clock: EndpointClock = .system, ping: @escaping @Sendable () -> RedisError?
+        retryInterval: Duration, clock: EndpointClock = .system, ping: @escaping @Sendable () -> RedisError?,
+        onClose: @escaping @Sendable () -> Void = {}
     ) {
         self.retryInterval = retryInterval
         self.clock = clock
         self.ping = ping
-    }
-
-    /// Runs after the probe found Redis back (on the service's thread).
-    public func setOnClose(_ action: @escaping @Sendable () -> Void) {
-        state.withLock { $0.onClose = action }
+        self.onClose = onClose
     }
 
     /// True while Redis counts as down: callers spool without calling Redis.
@@ -157,7 +156,7 @@ public final class RedisCircuitBreaker: Service {
     private func probe() {
         let error = ping()
         let now = clock.monotonic()
-        let closed = state.withLock { state -> (Duration, (@Sendable () -> Void)?)? in
+        let closed = state.withLock { state -> Duration? in
             if let error {
                 state.lastProbe = error.code.rawValue
                 state.nextProbeAt = ContinuousClock.now + retryInterval
@@ -167,11 +166,11 @@ public final class RedisCircuitBreaker: Service {
             state.openedAt = nil
             state.lastProbe = nil
             state.nextProbeAt = nil
-            return (openFor, state.onClose)
+            return openFor
         }
-        if let (openFor, onClose) = closed {
+        if let openFor = closed {
             EventLog.event("redis_circuit_closed", [("open_ms", .integer(Self.milliseconds(openFor)))])
-            onClose?()
+            onClose()
         }
     }
 

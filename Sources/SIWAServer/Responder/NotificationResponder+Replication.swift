@@ -33,7 +33,7 @@ extension NotificationResponder {
         }
         do {
             try spool.append(notification)
-            replayer?.nudge()
+            drain?.nudge()
             return nil
         } catch {
             EventLog.event("spool_append_failed", level: "error", [("error", .string(error.code.rawValue))])

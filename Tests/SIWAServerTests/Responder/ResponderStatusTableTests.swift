@@ -1,5 +1,6 @@
 import Foundation
 import SIWAFastCGI
+import SIWARedis
 import SIWAServer
 import SIWASupport
 import SIWAVerification
@@ -43,10 +44,21 @@ final class ResponderStatusTableTests {
             "SIWA_CLIENT_IDS": JWKSTestFixtures.clientID, "SIWA_SPOOL_DIR": spoolDirectory,
         ])
         let store = store
+        let stores = NotificationStorePool(makeStore: { store })
+        // Built as serve's assembly builds them, from the same settings.
+        let breaker = RedisCircuitBreaker(
+            retryInterval: configuration.redis.circuitRetryInterval, clock: clock.endpointClock
+        ) {
+            (try? stores.withStore { store throws(RedisError) in store.probe() }) ?? nil
+        }
         responder = NotificationResponder(
-            configuration: configuration, keys: keys, stores: NotificationStorePool(makeStore: { store }),
-            spool: spool, replayer: nil, metrics: ServerMetrics(), clock: clock.endpointClock)
-        services.start(responder.breaker)
+            configuration: configuration,
+            verifier: NotificationVerifier(
+                clientIDs: configuration.clientIDs, leewaySeconds: configuration.requests.leeway.components.seconds,
+                maximumBodyBytes: configuration.requests.maximumBodyBytes),
+            keys: keys, breaker: breaker, stores: stores, spool: spool, drain: nil, metrics: ServerMetrics(),
+            clock: clock.endpointClock)
+        services.start(breaker)
     }
 
     deinit {
