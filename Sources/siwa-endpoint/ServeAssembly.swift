@@ -88,16 +88,12 @@ struct ServeAssembly {
                 maximumBodyBytes: configuration.requests.maximumBodyBytes),
             keys: keys, breaker: breaker, stores: stores, spool: spool, drain: replayer, metrics: metrics,
             clock: clock, primaryLocator: locator, clusterLocator: cluster, deletionDuty: deletionDuty)
-        let fastCGI = configuration.fastCGI
+        let serverConfiguration = try fastCGIServerConfiguration(configuration)
         let server: FastCGIServer
         do throws(FastCGIError) {
-            server = try FastCGIServer(
-                configuration: FastCGIServerConfiguration(
-                    address: fastCGI.address, workerCount: fastCGI.workers, maximumBodyBytes: fastCGI.maximumBodyBytes,
-                    backlog: Int32(fastCGI.backlog), shutdownTimeout: fastCGI.shutdownTimeout),
-                handler: { responder.handle($0) })
+            server = try FastCGIServer(configuration: serverConfiguration, handler: { responder.handle($0) })
         } catch {
-            throw ConfigurationError(setting: "SIWA_FCGI_SOCKET", "cannot be served: \(error)")
+            throw servedRefusal(error)
         }
         return ServeAssembly(
             keys: keys, jwksRefresher: JWKSRefresher(provider: keys),
@@ -105,6 +101,27 @@ struct ServeAssembly {
             // announces a failover.
             sentinelWatchers: ServeCommand.sentinelWatchers(locator), breaker: breaker, server: server,
             replayer: replayer, deletionDuty: deletionDuty, responder: responder, spool: spool)
+    }
+
+    /// The FastCGI server's configuration from the settings, validated as the server's
+    /// init validates it (`serve --check` asks this too): the refusal names the setting.
+    static func fastCGIServerConfiguration(
+        _ configuration: ServerConfiguration
+    ) throws(ConfigurationError) -> FastCGIServerConfiguration {
+        let fastCGI = configuration.fastCGI
+        let server = FastCGIServerConfiguration(
+            address: fastCGI.address, workerCount: fastCGI.workers, maximumBodyBytes: fastCGI.maximumBodyBytes,
+            backlog: Int32(fastCGI.backlog), shutdownTimeout: fastCGI.shutdownTimeout)
+        do throws(FastCGIError) {
+            try server.validate()
+        } catch {
+            throw servedRefusal(error)
+        }
+        return server
+    }
+
+    static func servedRefusal(_ error: FastCGIError) -> ConfigurationError {
+        ConfigurationError(setting: "SIWA_FCGI_SOCKET", "cannot be served: \(error)")
     }
 
     /// The spool and its set-aside store, opened as serve opens them (creating what is

@@ -14,13 +14,14 @@ import SIWAVerification
 /// and, optionally, an env file; a bad value stops it with a message naming the setting.
 enum ServeCommand {
     static let help = """
-        usage: siwa-endpoint serve [--env-file FILE] [--check]
+        usage: siwa-endpoint serve [--env-file FILE] [--check [--offline]]
 
         Runs the FastCGI responder behind nginx. Settings are SIWA_* environment
-        variables (the environment wins over --env-file). --check runs the checks
-        serve runs before serving (the settings, this machine, the sentinels, Redis,
-        the spool, read only) and exits. SIGTERM or SIGINT: stop accepting, finish
-        requests in flight, exit 0.
+        variables (the environment wins over --env-file). --check runs serve's own
+        start-up up to, not including, listening (the settings, this machine, the
+        sentinels, Redis, the spool, read only, and the FastCGI settings) and exits;
+        with --offline it touches no network (no sentinel, cluster node or Redis is
+        asked). SIGTERM or SIGINT: stop accepting, finish requests in flight, exit 0.
 
         settings:
         \(ServerConfiguration.settings.map { "  \($0.name) (default: \($0.defaultValue ?? "required")): \($0.meaning)" }.joined(separator: "\n"))
@@ -31,15 +32,30 @@ enum ServeCommand {
             Output.line(help)
             return 0
         }
-        let arguments = try CommandLineArguments(words, valueOptions: ["--env-file"], flagOptions: ["--check"])
+        let arguments = try CommandLineArguments(
+            words, valueOptions: ["--env-file"], flagOptions: ["--check", "--offline"])
         guard arguments.positionals.isEmpty else { throw UsageError("serve takes no positional arguments") }
+        let checkOnly = arguments.has("--check")
+        let offline = arguments.has("--offline")
+        guard checkOnly || !offline else { throw UsageError("--offline goes with --check") }
 
         guard let configuration = loadConfiguration(envFile: arguments.value("--env-file")) else { return 2 }
         let redis: RedisAtStart
-        let checkOnly = arguments.has("--check")
-        switch startChecks(configuration, readingSpool: checkOnly) {
-        case .success(let found): redis = found
-        case .failure(let refused): return refused.exitStatus
+        if offline {
+            redis = RedisAtStart(sentinel: nil, cluster: nil)
+            if let refusal = readSpool(configuration) { return refusal.exitStatus }
+        } else {
+            switch startChecks(configuration, readingSpool: checkOnly) {
+            case .success(let found): redis = found
+            case .failure(let refused): return refused.exitStatus
+            }
+        }
+        // The FastCGI settings as serve builds its server from them (nothing is opened).
+        do throws(ConfigurationError) {
+            _ = try ServeAssembly.fastCGIServerConfiguration(configuration)
+        } catch {
+            refuse(error)
+            return 2
         }
         if checkOnly {
             // Whose view of the files was checked: the unit runs as its own user, so a
@@ -87,15 +103,20 @@ enum ServeCommand {
             return .failure(StartRefused(exitStatus: 2))
         }
         guard readingSpool else { return .success(RedisAtStart(sentinel: locator, cluster: cluster)) }
+        if let refusal = readSpool(configuration) { return .failure(refusal) }
+        return .success(RedisAtStart(sentinel: locator, cluster: cluster))
+    }
+
+    /// What opening the spool reads (the replay position, the waiting segments), read only:
+    /// a position serve could not read stops both the same way. Nil when it reads.
+    static func readSpool(_ configuration: ServerConfiguration) -> StartRefused? {
         do throws(SpoolError) {
-            // What opening the spool reads (the replay position, the waiting segments), read
-            // only: a position serve could not read stops both the same way.
             _ = try SpoolInspector.status(spoolDirectory: configuration.spool.directory)
+            return nil
         } catch {
             refuse(spoolRefusal(error))
-            return .failure(StartRefused(exitStatus: 2))
+            return StartRefused(exitStatus: 2)
         }
-        return .success(RedisAtStart(sentinel: locator, cluster: cluster))
     }
 
     /// The refusal of a spool that cannot be opened, the same from the check and the opening.
