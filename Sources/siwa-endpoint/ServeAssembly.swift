@@ -96,7 +96,7 @@ struct ServeAssembly {
             throw servedRefusal(error)
         }
         return ServeAssembly(
-            keys: keys, jwksRefresher: JWKSRefresher(provider: keys),
+            keys: keys, jwksRefresher: JWKSRefresher(provider: keys, loadsKeysAtStart: true),
             // With Sentinel: every connection leaves an old primary as soon as a sentinel
             // announces a failover.
             sentinelWatchers: ServeCommand.sentinelWatchers(locator), breaker: breaker, server: server,
