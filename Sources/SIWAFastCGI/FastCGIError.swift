@@ -34,9 +34,7 @@ public struct FastCGIError: CodedError {
         public static let listenFailed = Code("fastcgi_listen_failed")
         /// libfcgi's FCGX_Init or FCGX_InitRequest failed.
         public static let libraryFailed = Code("fastcgi_library_failed")
-        /// The signal watcher could not be installed.
-        public static let signalSetupFailed = Code("fastcgi_signal_setup_failed")
-        /// `start()` or `run()` was called on a server that already ran.
+        /// `start()` was called on a server that already ran.
         public static let alreadyStarted = Code("fastcgi_already_started")
     }
 }

@@ -6,12 +6,13 @@ import Synchronization
 /// A FastCGI responder over libfcgi: a listening socket, N worker threads each looping
 /// accept → handler → finish, and a graceful stop.
 ///
-/// Stopping, and why it works despite libfcgi's blocking accept: `stop()` (or SIGTERM /
-/// SIGINT under `run()`) sets a flag, shuts the listening socket down, which makes every
+/// Stopping, and why it works despite libfcgi's blocking accept: `stop()` (or
+/// `requestStop()`, from the `ServiceGroup` it runs in) sets a flag, shuts the listening socket down, which makes every
 /// accept(2) blocked inside libfcgi return, and makes a pipe readable that idle kept
 /// connections are polled with. Requests already accepted run to the end; `run()` and
-/// `stop()` wait for them up to a bound, then return regardless.
-public final class FastCGIServer: Sendable {
+/// `stop()` wait for them up to a bound, then return regardless. Signals are the
+/// group's (`ServiceGroup.handleSignals`), never the server's.
+public final class FastCGIServer: Service {
     public typealias Handler = @Sendable (FastCGIRequest) -> FastCGIResponse
 
     public let configuration: FastCGIServerConfiguration
@@ -97,37 +98,20 @@ public final class FastCGIServer: Sendable {
         }
     }
 
-    /// Starts, then serves until SIGTERM or SIGINT (when `handlingSignals`) or `stop()`,
-    /// then waits up to `shutdownTimeout` for requests in flight. Returns true when every
-    /// worker finished in time. `whenListening` runs once the socket accepts connections
-    /// (so a "started" line never comes before a failure to listen). SIGHUP does not stop
-    /// the server: it calls `onHangUp` on the signal thread. `whenStopping` runs once a stop
-    /// is asked for, before the drain, with the one shutdown deadline (now +
-    /// `shutdownTimeout`, monotonic) that the caller's other services must meet too.
-    @discardableResult
-    public func run(
-        handlingSignals: Bool = true, onHangUp: @escaping @Sendable () -> Void = {}, whenListening: () -> Void = {},
-        whenStopping: (ContinuousClock.Instant) -> Void = { _ in }
-    ) throws(FastCGIError) -> Bool {
-        try start()
-        var watcher: FastCGISignalWatcher?
-        if handlingSignals {
-            do throws(FastCGIError) {
-                watcher = try FastCGISignalWatcher { [self] signal in
-                    if signal == SIGHUP { onHangUp() } else { requestStop() }
-                }
-            } catch {
-                _ = stop()
-                throw error
-            }
-        }
-        defer { watcher?.uninstall() }
-        whenListening()
+    /// The service's name in a `ServiceGroup`.
+    public var name: String { "fastcgi-server" }
+
+    /// As a service: serves (after `start()`) until `requestStop()`, then waits up to
+    /// `shutdownTimeout` for requests in flight. A stop asked for before the group reaches
+    /// this service's turn waits the same.
+    public func run() {
         stopAsked.wait()
-        let deadline = ContinuousClock.now + configuration.shutdownTimeout
-        whenStopping(deadline)
-        return cleanedUp.wait(until: deadline)
+        cleanedUp.wait(until: ContinuousClock.now + configuration.shutdownTimeout)
     }
+
+    /// Whether every worker finished and the socket is closed (after a stop): false while
+    /// serving, and when the drain outlasted `shutdownTimeout`.
+    public var hasDrained: Bool { cleanedUp.hasOpened }
 
     /// Stops accepting, lets requests in flight finish, and waits for them up to `timeout`
     /// (default: the configured `shutdownTimeout`). True when every worker finished in time.
@@ -138,7 +122,9 @@ public final class FastCGIServer: Sendable {
         return cleanedUp.wait(until: ContinuousClock.now + (timeout ?? configuration.shutdownTimeout))
     }
 
-    private func requestStop() {
+    /// Stops accepting and asks the workers to finish, without waiting. Safe to call more
+    /// than once and from any thread.
+    public func requestStop() {
         let neverStarted = state.withLock { state -> Bool? in
             guard !state.stopRequested else { return nil }
             state.stopRequested = true

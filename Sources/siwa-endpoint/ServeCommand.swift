@@ -14,13 +14,14 @@ import SIWAVerification
 /// and, optionally, an env file; a bad value stops it with a message naming the setting.
 enum ServeCommand {
     static let help = """
-        usage: siwa-endpoint serve [--env-file FILE] [--check]
+        usage: siwa-endpoint serve [--env-file FILE] [--check [--offline]]
 
         Runs the FastCGI responder behind nginx. Settings are SIWA_* environment
-        variables (the environment wins over --env-file). --check runs the checks
-        serve runs before serving (the settings, this machine, the sentinels, Redis,
-        the spool, read only) and exits. SIGTERM or SIGINT: stop accepting, finish
-        requests in flight, exit 0.
+        variables (the environment wins over --env-file). --check runs serve's own
+        start-up up to, not including, listening (the settings, this machine, the
+        sentinels, Redis, the spool, read only, and the FastCGI settings) and exits;
+        with --offline it touches no network (no sentinel, cluster node or Redis is
+        asked). SIGTERM or SIGINT: stop accepting, finish requests in flight, exit 0.
 
         settings:
         \(ServerConfiguration.settings.map { "  \($0.name) (default: \($0.defaultValue ?? "required")): \($0.meaning)" }.joined(separator: "\n"))
@@ -31,15 +32,30 @@ enum ServeCommand {
             Output.line(help)
             return 0
         }
-        let arguments = try CommandLineArguments(words, valueOptions: ["--env-file"], flagOptions: ["--check"])
+        let arguments = try CommandLineArguments(
+            words, valueOptions: ["--env-file"], flagOptions: ["--check", "--offline"])
         guard arguments.positionals.isEmpty else { throw UsageError("serve takes no positional arguments") }
+        let checkOnly = arguments.has("--check")
+        let offline = arguments.has("--offline")
+        guard checkOnly || !offline else { throw UsageError("--offline goes with --check") }
 
         guard let configuration = loadConfiguration(envFile: arguments.value("--env-file")) else { return 2 }
         let redis: RedisAtStart
-        let checkOnly = arguments.has("--check")
-        switch startChecks(configuration, readingSpool: checkOnly) {
-        case .success(let found): redis = found
-        case .failure(let refused): return refused.exitStatus
+        if offline {
+            redis = RedisAtStart(sentinel: nil, cluster: nil)
+            if let refusal = readSpool(configuration) { return refusal.exitStatus }
+        } else {
+            switch startChecks(configuration, readingSpool: checkOnly) {
+            case .success(let found): redis = found
+            case .failure(let refused): return refused.exitStatus
+            }
+        }
+        // The FastCGI settings as serve builds its server from them (nothing is opened).
+        do throws(ConfigurationError) {
+            _ = try ServeAssembly.fastCGIServerConfiguration(configuration)
+        } catch {
+            refuse(error)
+            return 2
         }
         if checkOnly {
             // Whose view of the files was checked: the unit runs as its own user, so a
@@ -49,7 +65,7 @@ enum ServeCommand {
                 Data(EventLog.eventLine("configuration_valid", [("checked_as", .string(checker))])))
             return 0
         }
-        return try serve(configuration, locator: redis.sentinel, cluster: redis.cluster)
+        return serve(configuration, redisAtStart: redis)
     }
 
     /// Where serve's Redis was found at start: the sentinels' locator (with
@@ -83,14 +99,19 @@ enum ServeCommand {
             return .failure(refuse(setting: "SIWA_REDIS_URL", message: refusal))
         }
         guard readingSpool else { return .success(RedisAtStart(sentinel: locator, cluster: cluster)) }
-        do throws(SpoolError) {
-            // What opening the spool reads (the replay position, the waiting segments), read
-            // only: a position serve could not read stops both the same way.
-            _ = try SpoolInspector.status(spoolDirectory: configuration.spool.directory)
-        } catch {
-            return .failure(refuse(spoolRefusal(error)))
-        }
+        if let refusal = readSpool(configuration) { return .failure(refusal) }
         return .success(RedisAtStart(sentinel: locator, cluster: cluster))
+    }
+
+    /// What opening the spool reads (the replay position, the waiting segments), read only:
+    /// a position serve could not read stops both the same way. Nil when it reads.
+    static func readSpool(_ configuration: ServerConfiguration) -> StartRefused? {
+        do throws(SpoolError) {
+            _ = try SpoolInspector.status(spoolDirectory: configuration.spool.directory)
+            return nil
+        } catch {
+            return refuse(spoolRefusal(error))
+        }
     }
 
     /// The refusal of a spool that cannot be opened, the same from the check and the opening.
@@ -132,152 +153,65 @@ enum ServeCommand {
         refuse(setting: error.setting, message: error.description)
     }
 
-    static func serve(
-        _ configuration: ServerConfiguration, locator: RedisPrimaryLocator?, cluster: RedisClusterLocator? = nil
-    ) throws -> Int32 {
-        // A peer that hangs up must not kill the process; SIGTERM/SIGINT may arrive
-        // blocked from a parent, and the FastCGI server turns them into a clean stop.
-        signal(SIGPIPE, SIG_IGN)
-        // SIGHUP never stops serve: ignored until the signal watcher takes it over (and
-        // again after), which reloads the JWKS cache file on it.
-        signal(SIGHUP, SIG_IGN)
-        var unblock = sigset_t()
-        sigemptyset(&unblock)
-        sigaddset(&unblock, SIGTERM)
-        sigaddset(&unblock, SIGINT)
-        pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
-
-        let metrics = ServerMetrics()
-        // The one clock every part reads (monotonic for intervals, wall time where one is
-        // written or shown). The shutdown deadlines below are waits, on the machine's clock.
-        let clock = EndpointClock.system
-
-        let jwksSettings = configuration.jwks
-        let keys = JWKSProvider(
-            settings: JWKSProvider.Settings(
-                url: jwksSettings.url, cacheFilePath: jwksSettings.cachePath,
-                refreshInterval: jwksSettings.refreshInterval,
-                unknownKeyIDRefreshInterval: jwksSettings.unknownKeyIDRefreshInterval,
-                // A lone worker never waits for a fetch: /healthz and known kids would wait with it.
-                unknownKeyIDWaiters: configuration.fastCGI.server.workerCount > 1 ? 1 : 0),
-            fetcher: HTTPSFetcher(
-                caFilePath: jwksSettings.caFile, timeoutSeconds: Double(jwksSettings.timeout.wholeSeconds)),
-            clock: clock)
-        let startOutcome = keys.start()
-        let jwks = keys.metrics(now: clock.wallSeconds())
-        EventLog.event(
-            "jwks_loaded", level: jwks.usableKeyCount > 0 ? "info" : "error",
-            [
-                ("fetch", .string("\(startOutcome)")), ("keys", .integer(Int64(jwks.usableKeyCount))),
-                ("last_failure", jwks.lastFailure.map { .string($0.description) } ?? .null),
-            ])
-        // The background services, stopped in reverse order: the refresher now, the
-        // replayer once the socket listens.
-        let services = ServiceGroup()
-        services.start(JWKSRefresher(provider: keys))
-        // With Sentinel: every connection leaves an old primary as soon as a sentinel announces
-        // a failover, before the first request.
-        for watcher in sentinelWatchers(locator) { services.start(watcher) }
-
-        let redis = configuration.redis.endpoint
-        let timeout = configuration.redis.timeout
-        let store = configuration.store
-        let replicas = (minimum: configuration.redis.minimumReplicas, timeout: configuration.redis.replicaTimeout)
-        let makeStore: @Sendable () -> NotificationStore = {
-            NotificationStore(
-                connection: RedisConnection(
-                    endpoint: redis, connectTimeout: timeout, commandTimeout: timeout, locator: locator,
-                    cluster: cluster),
-                keyPrefix: store.keyPrefix, seenMarkerTTL: store.seenMarkerTTL,
-                streamMaximumLength: store.streamMaximumLength, minimumReplicas: replicas.minimum,
-                replicaTimeout: replicas.timeout)
-        }
-        let spool: NotificationSpool
-        let setAside: SpoolRejectedStore
-        do throws(SpoolError) {
-            spool = try NotificationSpool(directory: configuration.spool.directory, clock: clock)
-            setAside = try SpoolRejectedStore(spoolDirectory: configuration.spool.directory, clock: clock)
+    /// Serves until SIGTERM or SIGINT: the graph built by `ServeAssembly`, then its services
+    /// started in order (see `ServeAssembly` for why this order), then one stop for all.
+    static func serve(_ configuration: ServerConfiguration, redisAtStart: RedisAtStart) -> Int32 {
+        let parts: ServeAssembly
+        do throws(ConfigurationError) {
+            parts = try ServeAssembly.build(configuration, redisAtStart: redisAtStart)
         } catch {
-            return refuse(spoolRefusal(error)).exitStatus
+            return refuse(error).exitStatus
         }
-        for leftover in setAside.leftovers {
-            EventLog.event(
-                "spool_leftover_settled", level: "warning",
-                [("file", .string(leftover.file)), ("action", .string(leftover.action.rawValue))])
-        }
-        let replayer = SpoolReplayer(
-            spool: spool, rejected: setAside, store: makeStore(), metrics: metrics, clientIDs: configuration.clientIDs,
-            retentionDays: configuration.spool.retentionDays, clock: clock)
-        if spool.depth > 0 {
-            // Replayed by the replayer's first pass, once the socket listens: a long spool
-            // must not keep nginx answering 502 after a restart.
-            EventLog.event("spool_pending_at_start", level: "warning", [("depth", .integer(Int64(spool.depth)))])
-        }
-
-        // The deletion figures of /metrics come from this service's last reading, on a
-        // connection of its own: a scrape never waits on Redis.
-        let deletionDuty = DeletionDutyMonitor(
-            connection: RedisConnection(
-                endpoint: redis, connectTimeout: timeout, commandTimeout: timeout, locator: locator,
-                cluster: cluster),
-            key: RedisKeyLayout(prefix: store.keyPrefix).deletions, clock: clock)
-
-        let responder = NotificationResponder(
-            configuration: configuration, keys: keys, stores: NotificationStorePool(makeStore: makeStore), spool: spool,
-            replayer: replayer, metrics: metrics, clock: clock, primaryLocator: locator,
-            clusterLocator: cluster, deletionDuty: deletionDuty)
         let fastCGI = configuration.fastCGI
-        let server: FastCGIServer
-        do throws(FastCGIError) {
-            server = try FastCGIServer(configuration: fastCGI.server, handler: { responder.handle($0) })
+        let services = ServiceGroup()
+        do throws(SignalSetupError) {
+            // The one place signals are handled, before any service starts.
+            try services.handleSignals(onHangUp: { reloadKeys(parts.keys) })
         } catch {
-            return refuse(ConfigurationError(setting: "SIWA_FCGI_SOCKET", "cannot be served: \(error)")).exitStatus
+            EventLog.event("signal_setup_failed", level: "error", [("message", .string(error.description))])
+            return 1
         }
+        services.start(parts.jwksRefresher)
+        for watcher in parts.sentinelWatchers { services.start(watcher) }
+        services.start(parts.breaker)
         warnIfBacklogCapped(Int(fastCGI.server.backlog))
-        let drained: Bool
-        // One shutdown deadline (SIGTERM + SIWA_SHUTDOWN_TIMEOUT_SECONDS, monotonic) for the
-        // drain and the services together: all are asked to stop at once (the services last
-        // started first) and waited for until the same instant, so serve exits within the
-        // timeout, below the unit's TimeoutStopSec (20 s against the default 10 s).
-        var shutdownDeadline: ContinuousClock.Instant?
         do throws(FastCGIError) {
-            drained = try server.run(
-                handlingSignals: true, onHangUp: { reloadKeys(keys) },
-                whenListening: {
-                    // The socket listens: the replayer's first pass replays what waited.
-                    services.start(replayer)
-                    services.start(deletionDuty)
-                    EventLog.event(
-                        "started",
-                        [
-                            ("socket", .string(fastCGI.socket)),
-                            ("workers", .integer(Int64(fastCGI.server.workerCount))),
-                            ("client_ids", .array(configuration.clientIDs.sorted().map { .string($0) })),
-                            ("notification_path", .string(configuration.requests.notificationPath)),
-                            ("pid", .integer(Int64(getpid()))),
-                        ])
-                },
-                whenStopping: { deadline in
-                    shutdownDeadline = deadline
-                    // Said at once, so a rollout's reader sees the stop begin (and what the
-                    // spool still holds: the next start of this slot replays it).
-                    EventLog.event(
-                        "stopping",
-                        [
-                            ("timeout_seconds", .integer(fastCGI.server.shutdownTimeout.wholeSeconds)),
-                            ("spool_depth", .integer(Int64(spool.depth))),
-                        ])
-                    services.requestStop()
-                })
+            try services.start(parts.server)
         } catch {
             // The socket could not be made (in use, a permission, a group): named, before `started`.
             services.stop(until: ContinuousClock.now + fastCGI.server.shutdownTimeout)
             let setting = error.code == .unknownGroup ? "SIWA_FCGI_SOCKET_GROUP" : "SIWA_FCGI_SOCKET"
             return refuse(ConfigurationError(setting: setting, "cannot be listened on: \(error)")).exitStatus
         }
-        let deadline = shutdownDeadline ?? ContinuousClock.now + fastCGI.server.shutdownTimeout
-        services.stop(until: deadline)
+        services.start(parts.replayer)
+        services.start(parts.deletionDuty)
+        EventLog.event(
+            "started",
+            [
+                ("socket", .string(fastCGI.socket)), ("workers", .integer(Int64(fastCGI.server.workerCount))),
+                ("client_ids", .array(configuration.clientIDs.sorted().map { .string($0) })),
+                ("notification_path", .string(configuration.requests.notificationPath)),
+                ("pid", .integer(Int64(getpid()))),
+            ])
+        // One shutdown deadline (SIGTERM + SIWA_SHUTDOWN_TIMEOUT_SECONDS, monotonic) for the
+        // drain and the services together, below the unit's TimeoutStopSec (20 s against
+        // the default 10 s).
+        let stopped = services.run(shutdownTimeout: fastCGI.server.shutdownTimeout) { cause, _ in
+            if case .serviceReturned(let name) = cause {
+                EventLog.event("service_returned_early", level: "error", [("service", .string(name))])
+            }
+            // Said at once, so a rollout's reader sees the stop begin (and what the spool
+            // still holds: the next start of this slot replays it).
+            EventLog.event(
+                "stopping",
+                [
+                    ("timeout_seconds", .integer(fastCGI.server.shutdownTimeout.wholeSeconds)),
+                    ("spool_depth", .integer(Int64(parts.spool.depth))),
+                ])
+        }
+        let drained = parts.server.hasDrained
         EventLog.event("stopped", level: drained ? "info" : "warning", [("drained", .bool(drained))])
+        if case .serviceReturned = stopped.cause { return 1 }
         return 0
     }
 

@@ -231,4 +231,67 @@ struct SettingsRefusalTests {
         Self.expectRefused(
             try Self.run(["serve"], environment: environment), setting: "SIWA_FCGI_SOCKET", alone: false, "port in use")
     }
+
+    @Test("--check creates a missing spool directory with the mode serve gives it (0700)")
+    func checkMakesTheSpoolAsServeDoes() throws {
+        let scratch = try Scratch()
+        let outcome = try Self.run(["serve", "--check"], environment: scratch.environment)
+        #expect(outcome.status == 0, "\(outcome.standardError)")
+        let attributes = try FileManager.default.attributesOfItem(atPath: scratch.path("spool"))
+        #expect(attributes[.posixPermissions] as? Int == 0o700)
+        let rejected = try FileManager.default.attributesOfItem(atPath: scratch.path("spool/rejected"))
+        #expect(rejected[.posixPermissions] as? Int == 0o700)
+    }
+
+    @Test("--check --offline asks no Redis (a loopback listener gets no connection); --check alone asks it")
+    func offlineTouchesNoNetwork() throws {
+        let scratch = try Scratch()
+        // A loopback listener standing where Redis would be: it only counts connections.
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        try withUnsafeMutablePointer(to: &address) { pointer in
+            try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw in
+                guard bind(fd, raw, length) == 0, listen(fd, 8) == 0, getsockname(fd, raw, &length) == 0 else {
+                    throw POSIXError(.EADDRINUSE)
+                }
+            }
+        }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        /// Takes every connection waiting; how many there were.
+        func connectionsTaken() -> Int {
+            var count = 0
+            while count < 100 {
+                let accepted = accept(fd, nil, nil)
+                guard accepted >= 0 else { break }
+                close(accepted)
+                count += 1
+            }
+            return count
+        }
+        var environment = scratch.environment
+        environment["SIWA_REDIS_URL"] = "redis://127.0.0.1:\(UInt16(bigEndian: address.sin_port))/0"
+        environment["SIWA_REDIS_TIMEOUT_MS"] = "200"
+
+        let offline = try Self.run(["serve", "--check", "--offline"], environment: environment)
+        #expect(offline.status == 0, "\(offline.standardError)")
+        #expect(offline.standardOutput.contains(#""event":"configuration_valid""#))
+        #expect(connectionsTaken() == 0, "--offline connected to the Redis address")
+
+        // The same check online connects (and finds no Redis answering: an outage, not a refusal).
+        let online = try Self.run(["serve", "--check"], environment: environment)
+        #expect(online.status == 0, "\(online.standardError)")
+        #expect(connectionsTaken() >= 1, "--check did not ask Redis: the offline count proves nothing")
+    }
+
+    @Test("--offline without --check is a usage error")
+    func offlineNeedsCheck() throws {
+        let scratch = try Scratch()
+        let outcome = try Self.run(["serve", "--offline"], environment: scratch.environment)
+        #expect(outcome.status == 2, "\(outcome.standardError)")
+        #expect(outcome.standardError == "siwa-endpoint serve: --offline goes with --check\n")
+    }
 }

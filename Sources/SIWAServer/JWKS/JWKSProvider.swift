@@ -19,7 +19,7 @@ public final class JWKSProvider: Sendable {
     public let settings: Settings
     private let fetcher: any JWKSFetching
     private let cacheFile: JWKSCacheFile?
-    private let clock: EndpointClock
+    let clock: EndpointClock
 
     private struct State {
         var keySet = JSONWebKeySet()

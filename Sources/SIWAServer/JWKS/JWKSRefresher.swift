@@ -10,9 +10,28 @@ public final class JWKSRefresher: Service {
     public let name = "jwks-refresher"
     private let task = PeriodicTask()
 
-    public init(provider: JWKSProvider, checkInterval: Duration = .seconds(15)) {
+    /// Whether `start()` loads the keys (serve's refresher; a caller that started the
+    /// provider itself passes false).
+    public let loadsKeysAtStart: Bool
+
+    public init(provider: JWKSProvider, checkInterval: Duration = .seconds(15), loadsKeysAtStart: Bool = false) {
         self.provider = provider
         self.checkInterval = checkInterval
+        self.loadsKeysAtStart = loadsKeysAtStart
+    }
+
+    /// Before the next service starts (with `loadsKeysAtStart`): the cache file, then one
+    /// fetch (bounded by the fetcher's timeout), and one `jwks_loaded` line saying what is held.
+    public func start() {
+        guard loadsKeysAtStart else { return }
+        let outcome = provider.start()
+        let held = provider.metrics(now: provider.clock.wallSeconds())
+        EventLog.event(
+            "jwks_loaded", level: held.usableKeyCount > 0 ? "info" : "error",
+            [
+                ("fetch", .string("\(outcome)")), ("keys", .integer(Int64(held.usableKeyCount))),
+                ("last_failure", held.lastFailure.map { .string($0.description) } ?? .null),
+            ])
     }
 
     /// While no usable key is held, a fetch is retried after 1 s, then 2, 4, ... up to the

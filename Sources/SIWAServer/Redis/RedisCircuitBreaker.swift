@@ -5,15 +5,17 @@ import Synchronization
 
 /// Keeps a Redis that hangs from holding every worker: after a call that could not reach
 /// Redis (a timeout, a refused connection), Redis counts as down and requests go to the
-/// spool at once, without a Redis call. One background probe (a `PING` through the same
-/// connection code as requests, so with Sentinel it follows a failover) tries again every
+/// spool at once, without a Redis call. The breaker is a service of serve's group: its one
+/// long-lived thread (`run()`) does every `PING` it makes (through the same connection code
+/// as requests, so with Sentinel it follows a failover). While open, it probes every
 /// `retryInterval`; its first `PONG` closes the breaker and `onClose` runs (the spool
 /// replayer's nudge).
 ///
 /// `/healthz` never waits on Redis for longer than it is given: while the breaker is open it
-/// reports the breaker and the last probe; while closed, one `PING` runs on a thread of its
-/// own and /healthz waits for it at most `within` (at most one such PING at a time).
-public final class RedisCircuitBreaker: Sendable {
+/// reports the breaker and the last probe; while closed, it asks the service thread for one
+/// `PING` and waits for it at most `within` (every /healthz call meanwhile waits on the same
+/// one). Without a running service, a /healthz PING is never answered: Redis counts as down.
+public final class RedisCircuitBreaker: Service {
     /// What /healthz shows about Redis.
     public struct Health: Sendable, Equatable {
         public var answers: Bool
@@ -26,7 +28,10 @@ public final class RedisCircuitBreaker: Sendable {
     }
 
     public let retryInterval: Duration
+    public let name = "redis-circuit-breaker"
     private let ping: @Sendable () -> RedisError?
+    /// Runs after the probe found Redis back (on the service's thread).
+    private let onClose: @Sendable () -> Void
     /// Its monotonic reading times how long the breaker is open. The waits (the probe's
     /// interval, /healthz's bound) are the machine's own: a thread sleeps on the real clock.
     private let clock: EndpointClock
@@ -34,15 +39,16 @@ public final class RedisCircuitBreaker: Sendable {
     private struct State {
         var openedAt: ContinuousClock.Instant?
         var lastProbe: String?
-        var probeRunning = false
-        /// The /healthz PING running now, which every /healthz call meanwhile waits on.
+        /// While open: when the next probe is due (on the machine's monotonic clock).
+        var nextProbeAt: ContinuousClock.Instant?
+        /// The /healthz PING asked for and not answered yet, which every /healthz call
+        /// meanwhile waits on.
         var healthPing: HealthPing?
-        var onClose: (@Sendable () -> Void)?
     }
 
     private let state = Mutex(State())
-    /// Opens at `stop()`: ends the probe's wait.
-    private let stopped = Latch()
+    /// The service's loop: woken by an opening and by a /healthz PING asked for.
+    private let task = PeriodicTask()
 
     /// One /healthz PING: its result once it has answered.
     private final class HealthPing: Sendable {
@@ -51,17 +57,15 @@ public final class RedisCircuitBreaker: Sendable {
     }
 
     /// `ping` returns nil on `PONG`, else the error; it may take the full Redis timeout.
+    /// `onClose` runs (on the service's thread) each time the probe finds Redis back.
     public init(
-        retryInterval: Duration, clock: EndpointClock = .system, ping: @escaping @Sendable () -> RedisError?
+        retryInterval: Duration, clock: EndpointClock = .system, ping: @escaping @Sendable () -> RedisError?,
+        onClose: @escaping @Sendable () -> Void = {}
     ) {
         self.retryInterval = retryInterval
         self.clock = clock
         self.ping = ping
-    }
-
-    /// Runs after the probe found Redis back (on the probe's thread).
-    public func setOnClose(_ action: @escaping @Sendable () -> Void) {
-        state.withLock { $0.onClose = action }
+        self.onClose = onClose
     }
 
     /// True while Redis counts as down: callers spool without calling Redis.
@@ -71,12 +75,13 @@ public final class RedisCircuitBreaker: Sendable {
     /// primary from the sentinels) opens the breaker; a reply Redis gave does not.
     public func recordFailure(_ error: RedisError) {
         guard error.isConnectionError else { return }
-        let stopping = stopped.hasOpened
+        let stopping = task.isStopRequested
         let now = clock.monotonic()
         let opened = state.withLock { state -> Bool in
             guard state.openedAt == nil, !stopping else { return false }
             state.openedAt = now
             state.lastProbe = nil
+            state.nextProbeAt = ContinuousClock.now + retryInterval
             return true
         }
         guard opened else { return }
@@ -86,32 +91,38 @@ public final class RedisCircuitBreaker: Sendable {
                 ("error", .string(error.code.rawValue)),
                 ("retry_ms", .integer(retryInterval.wholeMilliseconds)),
             ])
-        startProbe()
+        task.nudge()
     }
 
-    /// Stops the probe (tests, shutdown); the breaker stays as it is.
-    public func stop() { stopped.open() }
+    /// Runs until `requestStop()`: the probes while open, the /healthz PINGs while closed.
+    public func run() {
+        task.run { step() }
+        // Nobody answers a /healthz PING from here on: a waiter finds it unanswered at its bound.
+    }
+
+    /// Ends `run()` after the PING in progress; the breaker stays as it is.
+    public func requestStop() { task.requestStop() }
 
     /// Redis's state for /healthz, within `within` whatever Redis does (on the monotonic clock).
     public func health(within: Duration) -> Health {
         let deadline = ContinuousClock.now + within
         enum Next {
             case open(Health)
-            case wait(HealthPing, start: Bool)
+            case wait(HealthPing, asked: Bool)
         }
         let next = state.withLock { state -> Next in
             if let openedAt = state.openedAt { return .open(openHealth(state, since: openedAt)) }
-            if let running = state.healthPing { return .wait(running, start: false) }
-            let started = HealthPing()
-            state.healthPing = started
-            return .wait(started, start: true)
+            if let running = state.healthPing { return .wait(running, asked: false) }
+            let asked = HealthPing()
+            state.healthPing = asked
+            return .wait(asked, asked: true)
         }
         let healthPing: HealthPing
         switch next {
         case .open(let health): return health
-        case .wait(let running, let start):
+        case .wait(let running, let asked):
             healthPing = running
-            if start { startHealthPing(healthPing) }
+            if asked { task.nudge() }
         }
         guard healthPing.answered.wait(until: deadline) else { return Health(answers: false, pingPending: true) }
         let error = healthPing.error.withLock { $0 }
@@ -123,57 +134,49 @@ public final class RedisCircuitBreaker: Sendable {
 
     // MARK: - Private
 
-    private func startHealthPing(_ healthPing: HealthPing) {
-        let thread = Thread { [self] in
+    /// One turn of the service: the /healthz PING asked for, or the probe that is due.
+    /// Returns how long to wait for the next turn (a nudge ends the wait early).
+    private func step() -> Duration {
+        let asked = state.withLock { $0.healthPing }
+        if let asked {
             let error = ping()
             if let error { recordFailure(error) }
-            healthPing.error.withLock { $0 = error }
+            asked.error.withLock { $0 = error }
             state.withLock { $0.healthPing = nil }
-            healthPing.answered.open()
+            asked.answered.open()
         }
-        thread.name = "redis-health-ping"
-        thread.start()
+        guard let due = state.withLock({ $0.nextProbeAt }) else { return .seconds(3600) }
+        let now = ContinuousClock.now
+        guard now >= due else { return due - now }
+        probe()
+        return state.withLock { $0.nextProbeAt }.map { max($0 - ContinuousClock.now, .zero) } ?? .seconds(3600)
+    }
+
+    /// One probe while open: a `PONG` closes the breaker and runs `onClose`.
+    private func probe() {
+        let error = ping()
+        let now = clock.monotonic()
+        let closed = state.withLock { state -> Duration? in
+            if let error {
+                state.lastProbe = error.code.rawValue
+                state.nextProbeAt = ContinuousClock.now + retryInterval
+                return nil
+            }
+            let openFor = state.openedAt.map { now - $0 } ?? .zero
+            state.openedAt = nil
+            state.lastProbe = nil
+            state.nextProbeAt = nil
+            return openFor
+        }
+        if let openFor = closed {
+            EventLog.event("redis_circuit_closed", [("open_ms", .integer(openFor.wholeMilliseconds))])
+            onClose()
+        }
     }
 
     private func openHealth(_ state: State, since: ContinuousClock.Instant) -> Health {
         Health(
             answers: false, openMilliseconds: (clock.monotonic() - since).wholeMilliseconds,
             lastProbe: state.lastProbe)
-    }
-
-    private func startProbe() {
-        let start = state.withLock { state -> Bool in
-            guard !state.probeRunning else { return false }
-            state.probeRunning = true
-            return true
-        }
-        guard start else { return }
-        let thread = Thread { [self] in
-            // The retry interval on the monotonic clock; `stop()` ends the wait.
-            while !stopped.wait(until: ContinuousClock.now + retryInterval) {
-                let error = ping()
-                let now = clock.monotonic()
-                let closed = state.withLock { state -> (Duration, (@Sendable () -> Void)?)? in
-                    if let error {
-                        state.lastProbe = error.code.rawValue
-                        return nil
-                    }
-                    let openFor = state.openedAt.map { now - $0 } ?? .zero
-                    state.openedAt = nil
-                    state.lastProbe = nil
-                    return (openFor, state.onClose)
-                }
-                if let (openFor, onClose) = closed {
-                    EventLog.event("redis_circuit_closed", [("open_ms", .integer(openFor.wholeMilliseconds))])
-                    onClose?()
-                    break
-                }
-            }
-            state.withLock { $0.probeRunning = false }
-            // Opened again while this thread was finishing: a new probe takes over.
-            if isOpen && !stopped.hasOpened { startProbe() }
-        }
-        thread.name = "redis-probe"
-        thread.start()
     }
 }

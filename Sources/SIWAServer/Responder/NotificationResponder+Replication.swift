@@ -33,7 +33,7 @@ extension NotificationResponder {
         }
         do {
             try spool.append(notification)
-            replayer?.nudge()
+            drain?.nudge()
             return nil
         } catch {
             return Self.storeUnavailable(result, error)

@@ -14,7 +14,8 @@ public final class NotificationResponder: Sendable {
     private let keys: JWKSProvider
     private let stores: NotificationStorePool
     let spool: NotificationSpool
-    let replayer: SpoolReplayer?
+    /// The service that drains the spool into Redis (nil: nothing drains it, as in tests).
+    let drain: (any SpoolDraining)?
     public let metrics: ServerMetrics
     /// Wall time for token expiry, receive times and the JWKS age; monotonic time for
     /// request durations and the circuit breaker.
@@ -28,34 +29,27 @@ public final class NotificationResponder: Sendable {
     /// The last reading of the deletions stream, for /metrics (nil: no deletion figures).
     let deletionDuty: DeletionDutyMonitor?
 
+    /// The parts come built and wired (see serve's `ServeAssembly`): the responder starts
+    /// nothing and builds nothing.
     public init(
-        configuration: ServerConfiguration, keys: JWKSProvider, stores: NotificationStorePool, spool: NotificationSpool,
-        replayer: SpoolReplayer?, metrics: ServerMetrics,
-        clock: EndpointClock = .system,
+        configuration: ServerConfiguration, verifier: NotificationVerifier, keys: JWKSProvider,
+        breaker: RedisCircuitBreaker, stores: NotificationStorePool, spool: NotificationSpool,
+        drain: (any SpoolDraining)?, metrics: ServerMetrics, clock: EndpointClock = .system,
         primaryLocator: RedisPrimaryLocator? = nil, clusterLocator: RedisClusterLocator? = nil,
         deletionDuty: DeletionDutyMonitor? = nil
     ) {
+        self.configuration = configuration
+        self.verifier = verifier
+        self.keys = keys
+        self.breaker = breaker
+        self.stores = stores
+        self.spool = spool
+        self.drain = drain
+        self.metrics = metrics
+        self.clock = clock
         self.primaryLocator = primaryLocator
         self.clusterLocator = clusterLocator
         self.deletionDuty = deletionDuty
-        self.configuration = configuration
-        self.verifier = NotificationVerifier(
-            clientIDs: configuration.clientIDs,
-            leewaySeconds: configuration.requests.leeway.wholeSeconds,
-            // The FastCGI server enforces SIWA_MAX_BODY_BYTES (a larger body arrives here as
-            // `.tooLarge`, unread): the verifier does not check it a second time.
-            maximumBodyBytes: .max)
-        self.keys = keys
-        self.stores = stores
-        self.spool = spool
-        self.replayer = replayer
-        self.metrics = metrics
-        self.clock = clock
-        self.breaker = RedisCircuitBreaker(retryInterval: configuration.redis.circuitRetryInterval, clock: clock) {
-            [stores] () -> RedisError? in
-            (try? stores.withStore { store throws(RedisError) in store.probe() }) ?? nil
-        }
-        breaker.setOnClose { [replayer] in replayer?.nudge() }
     }
 
     /// What one request came to, for the response, the metrics and the log line.
@@ -151,7 +145,7 @@ public final class NotificationResponder: Sendable {
             {
                 return unavailable
             }
-            replayer?.accountDeleted(notification)
+            drain?.accountDeleted(notification)
             if notification.type == .accountDeleted { deletionDuty?.nudge() }
         } catch {
             metrics.recordRedisError()
@@ -186,7 +180,7 @@ public final class NotificationResponder: Sendable {
         do {
             try spool.append(notification, attemptedAt: attemptedAt)
             result.outcome = "spooled"
-            replayer?.nudge()
+            drain?.nudge()
         } catch {
             return Self.storeUnavailable(result, error)
         }
@@ -202,7 +196,7 @@ public final class NotificationResponder: Sendable {
         var reasons: [String] = []
         if keyCount == 0 { reasons.append("no Apple signing keys loaded") }
         if !redisAnswers { reasons.append("Redis does not answer") }
-        if let blocked = replayer?.blockedReason { reasons.append("spool replay blocked: \(blocked)") }
+        if let blocked = drain?.blockedReason { reasons.append("spool replay blocked: \(blocked)") }
         if let problem = spool.writeProblem { reasons.append("the spool cannot take writes: \(problem.description)") }
         let members: [(String, JSONValue)] = [
             ("status", .string(reasons.isEmpty ? "ok" : "unavailable")),

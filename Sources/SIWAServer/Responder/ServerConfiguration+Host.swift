@@ -32,8 +32,10 @@ extension ServerConfiguration {
             }
         } else {
             do {
+                // With the spool's own mode: `serve --check` leaves the directory as serve would.
                 try FileManager.default.createDirectory(
-                    atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o750])
+                    atPath: path, withIntermediateDirectories: true,
+                    attributes: [.posixPermissions: Int(SpoolFileSystem.privateDirectoryMode)])
             } catch {
                 throw ConfigurationError(setting: setting, "\(path) cannot be created: \(Self.reason(error))")
             }

@@ -29,6 +29,14 @@ public final class SpoolReplayer: Service {
     private let clock: EndpointClock
     private let task = PeriodicTask()
     private let blocked = Mutex<String?>(nil)
+    /// Users whose `account-deleted` was stored live, whose set-aside records the service
+    /// has yet to scrub (the request only adds to this list and nudges).
+    private let pendingScrubs = Mutex<[UserOfClient]>([])
+
+    private struct UserOfClient: Sendable {
+        let clientID: String
+        let subject: String
+    }
     public let name = "spool-replayer"
 
     /// `clock` gives the `updated_at` written for replayed notifications (its wall reading).
@@ -136,7 +144,10 @@ public final class SpoolReplayer: Service {
         } catch {
             throw .redis(error)
         }
-        accountDeleted(notification)
+        if notification.type == .accountDeleted {
+            // Replayed on the service's own thread: scrubbed at once.
+            scrubEmail(clientID: notification.clientID, subject: notification.subject)
+        }
         if let refusal = acknowledged.replicaCheckRefusal {
             // Nobody knows which replicas hold it: kept, and the pass is blocked, named.
             throw .redis(
@@ -150,16 +161,35 @@ public final class SpoolReplayer: Service {
         return .stored(acknowledged.outcome)
     }
 
-    /// After an `account-deleted` was stored (live or replayed): rejected records of that
-    /// user lose their email address.
+    /// After an `account-deleted` was stored live: the request path only notes the user and
+    /// nudges; the service's thread scrubs that user's set-aside records (it lists and
+    /// rewrites `rejected/` under the directory lock, which no request waits on).
     public func accountDeleted(_ notification: VerifiedNotification) {
         guard notification.type == .accountDeleted else { return }
+        pendingScrubs.withLock {
+            $0.append(UserOfClient(clientID: notification.clientID, subject: notification.subject))
+        }
+        task.nudge()
+    }
+
+    /// Scrubs every user noted by `accountDeleted` so far (on the service's thread, or by a
+    /// caller while no thread runs, as `replayOnce()`).
+    public func scrubPending() {
+        let users = pendingScrubs.withLock { pending in
+            defer { pending = [] }
+            return pending
+        }
+        for user in users { scrubEmail(clientID: user.clientID, subject: user.subject) }
+    }
+
+    /// Set-aside records of this user lose their email address.
+    private func scrubEmail(clientID: String, subject: String) {
         do {
-            let scrubbed = try rejected.forgetEmail(clientID: notification.clientID, subject: notification.subject)
+            let scrubbed = try rejected.forgetEmail(clientID: clientID, subject: subject)
             if scrubbed > 0 {
                 EventLog.event(
                     "spool_set_aside_email_removed",
-                    [("client_id", .string(notification.clientID)), ("records", .integer(Int64(scrubbed)))])
+                    [("client_id", .string(clientID)), ("records", .integer(Int64(scrubbed)))])
             }
         } catch {
             EventLog.event(
@@ -231,6 +261,7 @@ public final class SpoolReplayer: Service {
     public func run() {
         var lastExpiry: ContinuousClock.Instant?
         task.run {
+            scrubPending()
             // Hourly on the injected monotonic clock (a test can move it).
             if lastExpiry.map({ clock.monotonic() - $0 > .seconds(3600) }) ?? true {
                 expireOldFiles()
@@ -245,6 +276,8 @@ public final class SpoolReplayer: Service {
             }
             return .seconds(1)
         }
+        // A scrub noted just before the stop is still done: the response said `applied`.
+        scrubPending()
     }
 
     /// Wakes the service for an immediate pass (after a notification was spooled).

@@ -82,4 +82,39 @@ struct ServiceGroupTests {
         // It returns in the end, and a second stop then finds every service back.
         #expect(group.stop(until: .now + .seconds(10)))
     }
+
+    /// Returns at once, without being asked: a service that failed after its start.
+    final class Quitter: Service {
+        let name = "quitter"
+        func run() {}
+        func requestStop() {}
+    }
+
+    @Test("a service that returns on its own stops the group, named as the cause, and the others are stopped")
+    func serviceReturningEarlyStopsTheGroup() {
+        let journal = Journal()
+        let group = ServiceGroup()
+        let steady = Recorder("steady", journal: journal)
+        group.start(steady)
+        #expect(steady.running.wait(until: .now + .seconds(10)))
+        group.start(Quitter())
+        // run() returns only because the quitter did: nothing else asks the group to stop.
+        let run = FastCGITestKit.BackgroundCall { group.run(shutdownTimeout: .seconds(10)) }
+        let stopped = run.wait(seconds: 30)
+        #expect(stopped == ServiceGroup.Stopped(cause: .serviceReturned("quitter"), allReturned: true))
+        if stopped == nil { group.stop(until: .now + .seconds(10)) }
+        #expect(journal.all == ["asked steady", "returned steady"])
+    }
+
+    @Test("requestStop() ends run() with the cause `requested`, every service back")
+    func requestStopEndsRun() {
+        let journal = Journal()
+        let group = ServiceGroup()
+        let only = Recorder("only", journal: journal)
+        group.start(only)
+        #expect(only.running.wait(until: .now + .seconds(10)))
+        group.requestStop()
+        #expect(group.run(shutdownTimeout: .seconds(10)) == ServiceGroup.Stopped(cause: .requested, allReturned: true))
+        #expect(journal.all == ["asked only", "returned only"])
+    }
 }

@@ -1,6 +1,8 @@
 import Foundation
 import SIWAFastCGI
+import SIWARedis
 import SIWAServer
+import SIWASupport
 import SIWATestKit
 import SIWAVerification
 import Testing
@@ -23,6 +25,8 @@ final class ResponderStatusTableTests {
     let clock = JWKSTestClock(ResponderStatusTableTests.now - 3600)
     let spool: NotificationSpool
     let responder: NotificationResponder
+    /// Runs the responder's circuit breaker (its probe and /healthz's PING), as serve does.
+    let services = ServiceGroup()
 
     init() throws {
         directory = try JWKSTestFixtures.temporaryDirectory()
@@ -41,12 +45,28 @@ final class ResponderStatusTableTests {
             "SIWA_CLIENT_IDS": JWKSTestFixtures.clientID, "SIWA_SPOOL_DIR": spoolDirectory,
         ])
         let store = store
+        let stores = NotificationStorePool(makeStore: { store })
+        // Built as serve's assembly builds them, from the same settings.
+        let breaker = RedisCircuitBreaker(
+            retryInterval: configuration.redis.circuitRetryInterval, clock: clock.endpointClock
+        ) {
+            (try? stores.withStore { store throws(RedisError) in store.probe() }) ?? nil
+        }
         responder = NotificationResponder(
-            configuration: configuration, keys: keys, stores: NotificationStorePool(makeStore: { store }),
-            spool: spool, replayer: nil, metrics: ServerMetrics(), clock: clock.endpointClock)
+            configuration: configuration,
+            verifier: NotificationVerifier(
+                clientIDs: configuration.clientIDs, leewaySeconds: configuration.requests.leeway.wholeSeconds,
+                // As serve builds it: the FastCGI server enforces the body limit (`.tooLarge`).
+                maximumBodyBytes: .max),
+            keys: keys, breaker: breaker, stores: stores, spool: spool, drain: nil, metrics: ServerMetrics(),
+            clock: clock.endpointClock)
+        services.start(breaker)
     }
 
-    deinit { try? FileManager.default.removeItem(at: directory) }
+    deinit {
+        services.stop(until: .now + .seconds(10))
+        try? FileManager.default.removeItem(at: directory)
+    }
 
     func request(
         _ method: String = "POST", path: String = path, body: FastCGIRequest.Body = .complete([])

@@ -1,6 +1,7 @@
 import Foundation
 import SIWARedis
 import SIWAServer
+import SIWASupport
 import SIWAVerification
 import Testing
 
@@ -94,6 +95,42 @@ struct SpoolReplayerTests {
             #expect(resumed.isComplete)
             #expect(spool.depth == 0)
             #expect(replayer.blockedReason == nil)
+        }
+    }
+
+    @Test("a live account-deleted only notes the user: the set-aside records lose the address once the service runs")
+    func accountDeletedScrubIsTheServicesWork() throws {
+        try withSpoolDirectory { directory in
+            let store = NotificationStoreDouble()
+            let (replayer, _, rejected) = try replayer(directory, store)
+            let address = "relay-scrub@privaterelay.appleid.com"
+            let emailEvent = VerifiedNotification(
+                clientID: "com.example.app0", subject: "000060.scrub.0001", type: .emailEnabled,
+                rawType: "email-enabled", eventTimeMilliseconds: 1_796_000_000_000, tokenID: "scrub-1",
+                issuedAt: 1_796_000_001, expiresAt: 1_796_086_401, email: address, isPrivateEmail: true)
+            let path = try rejected.add(emailEvent)
+            let deleted = VerifiedNotification(
+                clientID: "com.example.app0", subject: "000060.scrub.0001", type: .accountDeleted,
+                rawType: "account-delete", eventTimeMilliseconds: 1_796_000_100_000, tokenID: "scrub-2",
+                issuedAt: 1_796_000_101, expiresAt: 1_796_086_501, email: nil, isPrivateEmail: nil)
+
+            // What the request path calls: rejected/ is neither listed nor rewritten by it.
+            replayer.accountDeleted(deleted)
+            #expect(try String(contentsOfFile: path, encoding: .utf8).contains(address))
+
+            // The service, once running, does the scrub (nudged: no poll interval to wait for).
+            let services = ServiceGroup()
+            services.start(replayer)
+            defer { services.stop(until: .now + .seconds(10)) }
+            let deadline = ContinuousClock.now + .seconds(10)
+            while (try? String(contentsOfFile: path, encoding: .utf8).contains(address)) != false
+                && ContinuousClock.now < deadline
+            {
+                Thread.sleep(forTimeInterval: 0.01)
+            }
+            let text = try String(contentsOfFile: path, encoding: .utf8)
+            #expect(!text.contains(address))
+            #expect(text.contains(#""jti":"scrub-1""#))
         }
     }
 }

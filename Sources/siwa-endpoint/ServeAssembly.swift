@@ -1,0 +1,150 @@
+import Foundation
+import SIWAFastCGI
+import SIWAHTTPS
+import SIWARedis
+import SIWAServer
+import SIWASupport
+import SIWAVerification
+
+/// The composition root of `serve`: every part is built here, once, and handed what it
+/// needs; nothing here starts a thread or touches the network. `ServeCommand.serve` then
+/// starts the services in `startOrder` and stops them in reverse.
+///
+/// What starts before what, and why:
+/// 1. the JWKS refresher (its start loads the cache file and fetches once: keys before requests),
+/// 2. with Sentinel, a watcher per sentinel (a failover announced before the first request is seen),
+/// 3. the circuit breaker (its probe and /healthz's PING have their thread before a request),
+/// 4. the FastCGI server (its start listens: requests arrive from here on),
+/// 5. the spool replayer (its first pass after the socket listens: a long spool must not
+///    keep nginx answering 502 after a restart),
+/// 6. the deletion-duty reader (the /metrics figures of the deletions stream).
+/// A stop (SIGTERM, SIGINT, or a service returning on its own) asks them all at once, last
+/// started first, and waits for each until one shutdown deadline.
+struct ServeAssembly {
+    let keys: JWKSProvider
+    let jwksRefresher: JWKSRefresher
+    let sentinelWatchers: [RedisSentinelWatcher]
+    let breaker: RedisCircuitBreaker
+    let server: FastCGIServer
+    let replayer: SpoolReplayer
+    let deletionDuty: DeletionDutyMonitor
+    let responder: NotificationResponder
+    let spool: NotificationSpool
+
+    /// Builds the graph from the checked settings and the Redis found at start. A refusal
+    /// (the spool cannot be opened, the FastCGI settings cannot be served) names the setting.
+    static func build(
+        _ configuration: ServerConfiguration, redisAtStart: ServeCommand.RedisAtStart
+    ) throws(ConfigurationError) -> ServeAssembly {
+        let metrics = ServerMetrics()
+        // The one clock every part reads (monotonic for intervals, wall time where one is
+        // written or shown). The shutdown deadlines are waits, on the machine's clock.
+        let clock = EndpointClock.system
+        let jwksSettings = configuration.jwks
+        let keys = JWKSProvider(
+            settings: JWKSProvider.Settings(
+                url: jwksSettings.url, cacheFilePath: jwksSettings.cachePath,
+                refreshInterval: jwksSettings.refreshInterval,
+                unknownKeyIDRefreshInterval: jwksSettings.unknownKeyIDRefreshInterval,
+                // A lone worker never waits for a fetch: /healthz and known kids would wait with it.
+                unknownKeyIDWaiters: configuration.fastCGI.server.workerCount > 1 ? 1 : 0),
+            fetcher: HTTPSFetcher(
+                caFilePath: jwksSettings.caFile, timeoutSeconds: Double(jwksSettings.timeout.wholeSeconds)),
+            clock: clock)
+
+        let redis = configuration.redis
+        let store = configuration.store
+        let locator = redisAtStart.sentinel
+        let cluster = redisAtStart.cluster
+        let makeConnection: @Sendable () -> RedisConnection = {
+            RedisConnection(
+                endpoint: redis.endpoint, connectTimeout: redis.timeout, commandTimeout: redis.timeout,
+                locator: locator, cluster: cluster)
+        }
+        let makeStore: @Sendable () -> NotificationStore = {
+            NotificationStore(
+                connection: makeConnection(), keyPrefix: store.keyPrefix, seenMarkerTTL: store.seenMarkerTTL,
+                streamMaximumLength: store.streamMaximumLength, minimumReplicas: redis.minimumReplicas,
+                replicaTimeout: redis.replicaTimeout)
+        }
+        let (spool, setAside) = try openSpool(configuration, clock: clock)
+        let replayer = SpoolReplayer(
+            spool: spool, rejected: setAside, store: makeStore(), metrics: metrics, clientIDs: configuration.clientIDs,
+            retentionDays: configuration.spool.retentionDays, clock: clock)
+        let stores = NotificationStorePool(makeStore: makeStore)
+        let breaker = RedisCircuitBreaker(
+            retryInterval: redis.circuitRetryInterval, clock: clock,
+            ping: { (try? stores.withStore { store throws(RedisError) in store.probe() }) ?? nil },
+            // Redis is back: the replayer drains the spool now, not at its next poll.
+            onClose: { replayer.nudge() })
+        // The deletion figures of /metrics come from this service's last reading, on a
+        // connection of its own: a scrape never waits on Redis.
+        let deletionDuty = DeletionDutyMonitor(
+            connection: makeConnection(), key: RedisKeyLayout(prefix: store.keyPrefix).deletions, clock: clock)
+        let responder = NotificationResponder(
+            configuration: configuration,
+            verifier: NotificationVerifier(
+                clientIDs: configuration.clientIDs, leewaySeconds: configuration.requests.leeway.wholeSeconds,
+                // The FastCGI server enforces SIWA_MAX_BODY_BYTES (a larger body arrives here as
+                // `.tooLarge`, unread): the verifier does not check it a second time.
+                maximumBodyBytes: .max),
+            keys: keys, breaker: breaker, stores: stores, spool: spool, drain: replayer, metrics: metrics,
+            clock: clock, primaryLocator: locator, clusterLocator: cluster, deletionDuty: deletionDuty)
+        let serverConfiguration = try fastCGIServerConfiguration(configuration)
+        let server: FastCGIServer
+        do throws(FastCGIError) {
+            server = try FastCGIServer(configuration: serverConfiguration, handler: { responder.handle($0) })
+        } catch {
+            throw servedRefusal(error)
+        }
+        return ServeAssembly(
+            keys: keys, jwksRefresher: JWKSRefresher(provider: keys, loadsKeysAtStart: true),
+            // With Sentinel: every connection leaves an old primary as soon as a sentinel
+            // announces a failover.
+            sentinelWatchers: ServeCommand.sentinelWatchers(locator), breaker: breaker, server: server,
+            replayer: replayer, deletionDuty: deletionDuty, responder: responder, spool: spool)
+    }
+
+    /// The FastCGI server's configuration from the settings, validated as the server's
+    /// init validates it (`serve --check` asks this too): the refusal names the setting.
+    static func fastCGIServerConfiguration(
+        _ configuration: ServerConfiguration
+    ) throws(ConfigurationError) -> FastCGIServerConfiguration {
+        let server = configuration.fastCGI.server
+        do throws(FastCGIError) {
+            try server.validate()
+        } catch {
+            throw servedRefusal(error)
+        }
+        return server
+    }
+
+    static func servedRefusal(_ error: FastCGIError) -> ConfigurationError {
+        ConfigurationError(setting: "SIWA_FCGI_SOCKET", "cannot be served: \(error)")
+    }
+
+    /// The spool and its set-aside store, opened as serve opens them (creating what is
+    /// missing), with a line for each leftover settled and for what waits to be replayed.
+    static func openSpool(
+        _ configuration: ServerConfiguration, clock: EndpointClock
+    ) throws(ConfigurationError) -> (NotificationSpool, SpoolRejectedStore) {
+        let spool: NotificationSpool
+        let setAside: SpoolRejectedStore
+        do throws(SpoolError) {
+            spool = try NotificationSpool(directory: configuration.spool.directory, clock: clock)
+            setAside = try SpoolRejectedStore(spoolDirectory: configuration.spool.directory, clock: clock)
+        } catch {
+            throw ServeCommand.spoolRefusal(error)
+        }
+        for leftover in setAside.leftovers {
+            EventLog.event(
+                "spool_leftover_settled", level: "warning",
+                [("file", .string(leftover.file)), ("action", .string(leftover.action.rawValue))])
+        }
+        if spool.depth > 0 {
+            // Replayed by the replayer's first pass, once the socket listens.
+            EventLog.event("spool_pending_at_start", level: "warning", [("depth", .integer(Int64(spool.depth)))])
+        }
+        return (spool, setAside)
+    }
+}
