@@ -272,7 +272,8 @@ public final class RedisConnection {
             }
         return RedisError(
             reported, "\(verb) \(target): \(problem.detail.isEmpty ? "unknown error" : problem.detail)",
-            cause: .hiredis(code: problem.hiredisCode))
+            cause: .hiredis(code: problem.hiredisCode), field: problem.field,
+            certificateRefusal: problem.certificateRefusal)
     }
 
     /// What the messages name: the endpoint, or the primary the sentinels gave.
