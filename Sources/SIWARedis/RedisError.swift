@@ -129,6 +129,8 @@ public struct RedisError: CodedError {
 
         /// A Redis URL that cannot be used (the message names the part).
         public static let invalidEndpoint = Code("redis_invalid_endpoint")
+        /// A connection or store setting outside the bounds its `validate()` accepts.
+        public static let invalidSetting = Code("redis_invalid_setting")
         /// Connecting, AUTH or SELECT failed.
         public static let connectionFailed = Code("redis_connection_failed")
         /// An established connection broke, or a command timed out.
