@@ -301,7 +301,10 @@ public struct ServerConfiguration: Sendable, Equatable {
     }
 
     private static func readEnvFile(_ envFile: String) throws(ConfigurationError) -> [String: String] {
-        guard let text = try? String(contentsOfFile: envFile, encoding: .utf8) else {
+        // Read to its end, whatever it is: an empty file (or /dev/null) holds no setting and is valid.
+        guard let handle = FileHandle(forReadingAtPath: envFile), let bytes = try? handle.readToEnd() ?? Data(),
+            let text = bytes.isEmpty ? "" : String(data: bytes, encoding: .utf8)
+        else {
             throw ConfigurationError(setting: "--env-file", "cannot read \(envFile)")
         }
         var values: [String: String] = [:]

@@ -98,4 +98,36 @@ struct OperatorSettingsTests {
                 ["user", "com.example.app", "000001.a.0001"], environment: ["SIWA_KEY_PREFIX": "bad prefix"]),
             setting: "SIWA_KEY_PREFIX", "user with the environment")
     }
+
+    @Test(
+        "reconcile and revoke refuse a bad setting with the configuration_invalid line alone, no plain-text line beside it"
+    )
+    func reconcileAndRevokeRefuseWithOneLine() throws {
+        let scratch = try Scratch()
+        let bad = try scratch.envFile("SIWA_REDIS_TIMEOUT_MS=0\n")
+        for command in ["reconcile", "revoke"] {
+            Self.expectRefused(
+                try CommandRun.endpoint([command, "--env-file", bad, scratch.path("users.jsonl")]),
+                setting: "SIWA_REDIS_TIMEOUT_MS", "\(command) --env-file")
+        }
+    }
+
+    @Test("an empty --env-file (an empty file, /dev/null) holds no setting and is read, not refused")
+    func emptyEnvFileIsValid() throws {
+        let scratch = try Scratch()
+        let spoolDirectory = scratch.path("spool")
+        try FileManager.default.createDirectory(atPath: spoolDirectory, withIntermediateDirectories: true)
+        for envFile in ["/dev/null", try scratch.envFile("")] {
+            let run = try CommandRun.endpoint(
+                ["spool", "status", "--env-file", envFile], environment: ["SIWA_SPOOL_DIR": spoolDirectory])
+            #expect(run.status == 0, "\(envFile): \(run.errors)")
+            #expect(run.errors.isEmpty, "\(envFile): \(run.errors)")
+            let object = try JSONSerialization.jsonObject(with: Data(run.output.utf8)) as? [String: Any]
+            #expect(object?["spool_dir"] as? String == spoolDirectory, "\(envFile)")
+        }
+        // A file that cannot be read is still refused, naming --env-file.
+        Self.expectRefused(
+            try CommandRun.endpoint(["spool", "status", "--env-file", scratch.path("missing.env")]),
+            setting: "--env-file", "a missing env file")
+    }
 }
