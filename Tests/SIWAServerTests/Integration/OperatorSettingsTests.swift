@@ -130,4 +130,37 @@ struct OperatorSettingsTests {
             try CommandRun.endpoint(["spool", "status", "--env-file", scratch.path("missing.env")]),
             setting: "--env-file", "a missing env file")
     }
+
+    /// Each command that reads serve's settings, with a setting it reads and a value the
+    /// table refuses.
+    static let readers: [(arguments: [String], setting: String, value: String)] = [
+        (["serve"], "SIWA_WORKERS", "0"),
+        (["serve", "--check"], "SIWA_WORKERS", "0"),
+        (["serve", "--check", "--offline"], "SIWA_REDIS_TIMEOUT_MS", "0"),
+        (["status"], "SIWA_FCGI_SOCKET", "relative.sock"),
+        (["spool", "status"], "SIWA_SPOOL_DIR", "relative/spool"),
+        (["spool", "list"], "SIWA_SPOOL_DIR", "relative/spool"),
+        (["user", "com.example.app", "000001.a.0001"], "SIWA_REDIS_TIMEOUT_MS", "0"),
+        (["reconcile", "-"], "SIWA_REDIS_TIMEOUT_MS", "0"),
+        (["revoke", "-"], "SIWA_REDIS_TIMEOUT_MS", "0"),
+        (["deletions"], "SIWA_REDIS_TIMEOUT_MS", "0"),
+        (["deletions", "--json"], "SIWA_KEY_PREFIX", "bad prefix"),
+    ]
+
+    @Test(
+        "every command reads settings the same way and refuses a bad one the same way: one configuration_invalid line, exit 2, nothing on stdout, from the environment and from --env-file",
+        arguments: 0..<readers.count)
+    func everyCommandRefusesAlike(_ index: Int) throws {
+        let scratch = try Scratch()
+        let (arguments, setting, value) = Self.readers[index]
+        let valid = ["SIWA_CLIENT_IDS": "com.example.app", "SIWA_REDIS_URL": "redis://127.0.0.1:1/0"]
+        let context = "\(arguments.joined(separator: " ")) \(setting)=\(value)"
+        Self.expectRefused(
+            try CommandRun.endpoint(arguments, environment: valid.merging([setting: value]) { $1 }), setting: setting,
+            context + " (environment)")
+        let envFile = try scratch.envFile("\(setting)=\(value)\n")
+        Self.expectRefused(
+            try CommandRun.endpoint(arguments + ["--env-file", envFile], environment: valid), setting: setting,
+            context + " (--env-file)")
+    }
 }
