@@ -80,9 +80,7 @@ enum ReconcileCommand {
             ServeCommand.refuse(error)
             return nil
         }
-        for name in configuration.unknownSettings {
-            EventLog.event("unknown_setting", level: "warning", [("setting", .string(name))])
-        }
+        OperatorSettings.warnUnknown(configuration.unknownSettings)
         return configuration
     }
 

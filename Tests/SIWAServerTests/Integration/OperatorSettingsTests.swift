@@ -163,4 +163,25 @@ struct OperatorSettingsTests {
             try CommandRun.endpoint(arguments + ["--env-file", envFile], environment: valid), setting: setting,
             context + " (--env-file)")
     }
+
+    @Test(
+        "status, spool, user and deletions warn about a SIWA_ name in no row of the table, one unknown_setting line, as serve and reconcile do",
+        arguments: [
+            ["status"], ["spool", "status"], ["user", "com.example.app", "000001.a.0001"], ["deletions"],
+        ])
+    func everyCommandWarnsAboutAnUnknownName(_ arguments: [String]) throws {
+        let scratch = try Scratch()
+        try FileManager.default.createDirectory(atPath: scratch.path("spool"), withIntermediateDirectories: true)
+        // Nothing answers on the socket or at Redis: each command still reads its settings first.
+        let environment = [
+            "SIWA_FCGI_SOCKET": scratch.path("fcgi.sock"), "SIWA_SPOOL_DIR": scratch.path("spool"),
+            "SIWA_REDIS_URL": "redis://127.0.0.1:1/0", "SIWA_REDIS_TIMEOUT_MS": "200",
+        ]
+        let envFile = try scratch.envFile("SIWA_NOT_A_SETTING=1\n")
+        let run = try CommandRun.endpoint(arguments + ["--env-file", envFile], environment: environment)
+        let warnings = run.errors.split(separator: "\n").filter { $0.contains(#""event":"unknown_setting""#) }
+        #expect(warnings.count == 1, "\(arguments): \(run.errors)")
+        #expect(warnings.first?.contains(#""setting":"SIWA_NOT_A_SETTING""#) == true, "\(run.errors)")
+        #expect(run.status != 2, "\(arguments): an unknown name is warned about, not refused: \(run.errors)")
+    }
 }
