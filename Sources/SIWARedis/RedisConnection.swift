@@ -41,6 +41,8 @@ public final class RedisConnection {
     /// The connect and command timeout when none is given (the settings table's default of
     /// the Redis timeout reads it from here).
     public static let defaultTimeout: Duration = .milliseconds(1000)
+    /// The timeouts `validate()` accepts (the table's bounds of the Redis timeout read them).
+    public static let timeoutRange: ClosedRange<Duration> = .milliseconds(10) ... .milliseconds(60_000)
 
     public init(
         endpoint: RedisEndpoint, connectTimeout: Duration = defaultTimeout, commandTimeout: Duration = defaultTimeout,
@@ -51,6 +53,14 @@ public final class RedisConnection {
         self.commandTimeout = commandTimeout
         self.locator = locator
         self.cluster = cluster
+    }
+
+    /// Refuses timeouts outside `timeoutRange`, before anything is opened.
+    public func validate() throws(RedisError) {
+        for (name, timeout) in [("connectTimeout", connectTimeout), ("commandTimeout", commandTimeout)]
+        where !Self.timeoutRange.contains(timeout) {
+            throw RedisError(.invalidSetting, "\(name) must be \(Self.timeoutRange), got \(timeout)")
+        }
     }
 
     /// Whether the last command left the connection usable (no I/O error since).
@@ -272,7 +282,8 @@ public final class RedisConnection {
             }
         return RedisError(
             reported, "\(verb) \(target): \(problem.detail.isEmpty ? "unknown error" : problem.detail)",
-            cause: .hiredis(code: problem.hiredisCode))
+            cause: .hiredis(code: problem.hiredisCode), field: problem.field,
+            certificateRefusal: problem.certificateRefusal)
     }
 
     /// What the messages name: the endpoint, or the primary the sentinels gave.

@@ -12,12 +12,36 @@ public struct RedisError: CodedError {
     /// Which configured thing the failure is about, when it is one (the sentinels' list, a
     /// TLS file...): the application names its setting from this, never from the message.
     public let field: Field?
+    /// When the server's certificate was refused: what it must chain to and which configured
+    /// thing gave the name it must carry, for the application to word beside the message.
+    public let certificateRefusal: CertificateRefusal?
 
-    public init(_ code: Code, _ message: String, cause: Cause? = nil, field: Field? = nil) {
+    public init(
+        _ code: Code, _ message: String, cause: Cause? = nil, field: Field? = nil,
+        certificateRefusal: CertificateRefusal? = nil
+    ) {
         self.code = code
         self.message = message
         self.cause = cause
         self.field = field
+        self.certificateRefusal = certificateRefusal
+    }
+
+    /// What a refused server certificate had to satisfy, as configured: the message keeps
+    /// OpenSSL's reason, this keeps which settings the operator should look at.
+    public struct CertificateRefusal: Sendable, Hashable {
+        /// The CA file the certificate must chain to (`.tlsCAFile`), or nil: the system trust store.
+        public let trust: Field?
+        /// The name the certificate must carry.
+        public let serverName: String
+        /// Where that name came from: `.tlsServerName`, or `.url` (the host connected to).
+        public let nameSource: Field
+
+        public init(trust: Field?, serverName: String, nameSource: Field) {
+            self.trust = trust
+            self.serverName = serverName
+            self.nameSource = nameSource
+        }
     }
 
     /// A configured thing a failure can be about. The application maps each to its setting.
@@ -36,6 +60,8 @@ public struct RedisError: CodedError {
         case clusterNodes
         /// The CA certificates file of TLS to Redis.
         case tlsCAFile
+        /// The name a Redis server's certificate must carry, when not the host connected to.
+        case tlsServerName
         /// The client certificate file of TLS to Redis.
         case tlsCertificateFile
         /// The client key file of TLS to Redis.
@@ -103,6 +129,8 @@ public struct RedisError: CodedError {
 
         /// A Redis URL that cannot be used (the message names the part).
         public static let invalidEndpoint = Code("redis_invalid_endpoint")
+        /// A connection or store setting outside the bounds its `validate()` accepts.
+        public static let invalidSetting = Code("redis_invalid_setting")
         /// Connecting, AUTH or SELECT failed.
         public static let connectionFailed = Code("redis_connection_failed")
         /// An established connection broke, or a command timed out.

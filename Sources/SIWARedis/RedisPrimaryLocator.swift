@@ -304,6 +304,7 @@ public final class RedisPrimaryLocator: Sendable {
         var unusable: [String] = []
         var staleSentinels: [Sentinel] = []
         var refusedTLS: [String] = []
+        var certificateRefusal: RedisError.CertificateRefusal?
         for sentinel in order {
             let connection = RedisConnection(
                 endpoint: RedisEndpoint(
@@ -316,6 +317,7 @@ public final class RedisPrimaryLocator: Sendable {
             } catch {
                 if error.code == .tlsRefused {
                     refusedTLS.append("\(sentinel): \(error.message)")
+                    certificateRefusal = certificateRefusal ?? error.certificateRefusal
                 } else if Self.isLoginRefusal(error) {
                     refusedLogin.append("\(sentinel): \(error.message)")
                 } else {
@@ -393,7 +395,7 @@ public final class RedisPrimaryLocator: Sendable {
             throw RedisError(
                 .tlsRefused,
                 "TLS to the sentinels was refused (\(refusedTLS.joined(separator: "; ")))",
-                field: .sentinelTLS)
+                field: .sentinelTLS, certificateRefusal: certificateRefusal)
         }
         if !refusedLogin.isEmpty {
             throw RedisError(

@@ -31,6 +31,10 @@ final class RedisTransport {
 
         let kind: Kind
         let detail: String
+        /// The configured thing a TLS refusal is about (an unusable TLS file), when one is.
+        var field: RedisError.Field? = nil
+        /// What a refused server certificate had to satisfy.
+        var certificateRefusal: RedisError.CertificateRefusal? = nil
 
         /// The hiredis error code that names the same failure, kept as the error's cause.
         var hiredisCode: Int32 {
@@ -79,7 +83,7 @@ final class RedisTransport {
                 do throws(RedisError) {
                     context = try tls.context()
                 } catch {
-                    throw Failure(kind: .tlsRefused, detail: error.message)
+                    throw Failure(kind: .tlsRefused, detail: error.message, field: error.field)
                 }
                 try setTimeouts(descriptor, max(deadline - ContinuousClock.now, .milliseconds(1)))
                 stream = try handshake(context, descriptor, serverName: tls.serverName ?? host, namedBy: tls)
@@ -296,13 +300,11 @@ final class RedisTransport {
         do throws(TLSError) {
             return try TLSStream(context: context, descriptor: descriptor, serverName: serverName)
         } catch  where error.code == .peerCertificateRefused {
-            let trust = tls.caFile == nil ? "the system trust store" : "SIWA_REDIS_TLS_CA_FILE"
-            let name =
-                tls.serverName == nil ? "the host of SIWA_REDIS_URL" : "SIWA_REDIS_TLS_SERVER_NAME"
             throw Failure(
-                kind: .tlsRefused,
-                detail: "TLS: \(error.message) (the server's certificate must chain to \(trust), be valid now "
-                    + "and name '\(serverName)', \(name))")
+                kind: .tlsRefused, detail: "TLS: \(error.message)",
+                certificateRefusal: RedisError.CertificateRefusal(
+                    trust: tls.caFile == nil ? nil : .tlsCAFile, serverName: serverName,
+                    nameSource: tls.serverName == nil ? .url : .tlsServerName))
         } catch {
             throw failure(error)
         }

@@ -58,8 +58,7 @@ enum DeletionsCommand {
             // The client ID stands in for SIWA_CLIENT_IDS, which this command does not use.
             configuration = try OperatorSettings.load(arguments.value("--env-file"), clientID: "deletions.audit")
         } catch {
-            Output.error("siwa-endpoint deletions: \(error.description)")
-            return 2
+            return ServeCommand.refuse(error).exitStatus
         }
         let connection = OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.store.keyPrefix)
         let key = RedisKeyLayout(prefix: configuration.store.keyPrefix).deletions

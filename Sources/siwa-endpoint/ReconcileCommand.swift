@@ -50,7 +50,7 @@ enum ReconcileCommand {
             throw UsageError("reconcile takes one FILE (or - for standard input)")
         }
         let rate = try self.rate(arguments)
-        guard let configuration = loadConfiguration(arguments, command: "reconcile"),
+        guard let configuration = loadConfiguration(arguments),
             let file = openInput(input, command: "reconcile")
         else { return 2 }
         defer { fclose(file) }
@@ -69,22 +69,18 @@ enum ReconcileCommand {
     }
 
     /// The settings reconcile and revoke share, read as serve reads its own: a refusal is one
-    /// `configuration_invalid` line naming the setting (nil: exit 2); unknown settings warned.
-    static func loadConfiguration(_ arguments: CommandLineArguments, command: String) -> ReconcileConfiguration? {
+    /// `configuration_invalid` line naming the setting, by serve's one writer, and nothing else
+    /// (nil: exit 2); unknown settings warned.
+    static func loadConfiguration(_ arguments: CommandLineArguments) -> ReconcileConfiguration? {
         let configuration: ReconcileConfiguration
         do {
             configuration = try ReconcileConfiguration(
                 environment: ProcessInfo.processInfo.environment, envFile: arguments.value("--env-file"))
         } catch {
-            EventLog.event(
-                "configuration_invalid", level: "error",
-                [("setting", .string(error.setting)), ("message", .string(error.description))])
-            Output.error("siwa-endpoint \(command): \(error.description)")
+            ServeCommand.refuse(error)
             return nil
         }
-        for name in configuration.unknownSettings {
-            EventLog.event("unknown_setting", level: "warning", [("setting", .string(name))])
-        }
+        OperatorSettings.warnUnknown(configuration.unknownSettings)
         return configuration
     }
 

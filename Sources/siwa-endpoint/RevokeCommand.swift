@@ -46,7 +46,7 @@ enum RevokeCommand {
             throw UsageError("revoke takes one FILE (or - for standard input); tokens are never arguments")
         }
         let rate = try ReconcileCommand.rate(arguments)
-        guard let configuration = ReconcileCommand.loadConfiguration(arguments, command: "revoke"),
+        guard let configuration = ReconcileCommand.loadConfiguration(arguments),
             let file = ReconcileCommand.openInput(input, command: "revoke")
         else { return 2 }
         defer { fclose(file) }

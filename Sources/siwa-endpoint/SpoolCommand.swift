@@ -62,9 +62,10 @@ enum SpoolCommand {
         } else {
             // Serve's setting, read and checked as serve reads it.
             do throws(ConfigurationError) {
-                directory = try CommandSettings(
-                    environment: ProcessInfo.processInfo.environment, envFile: arguments.value("--env-file")
-                )[.spoolDirectory]
+                let settings = try CommandSettings(
+                    environment: ProcessInfo.processInfo.environment, envFile: arguments.value("--env-file"))
+                directory = try settings[.spoolDirectory]
+                OperatorSettings.warnUnknown(settings.unknownSettings)
             } catch {
                 return ServeCommand.refuse(error).exitStatus
             }

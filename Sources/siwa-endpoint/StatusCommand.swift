@@ -39,6 +39,7 @@ enum StatusCommand {
                 let settings = try CommandSettings(
                     environment: ProcessInfo.processInfo.environment, envFile: arguments.value("--env-file"))
                 _ = try settings[.fastCGISocket]
+                OperatorSettings.warnUnknown(settings.unknownSettings)
                 socket = settings.text(of: SettingKey.fastCGISocket)
             } catch {
                 return ServeCommand.refuse(error).exitStatus

@@ -64,6 +64,13 @@ public final class NotificationStore {
     public static let defaultSeenMarkerTTL: Duration = .seconds(30 * 86_400)
     public static let defaultStreamMaximumLength = 1_000_000
     public static let defaultReplicaTimeout: Duration = .milliseconds(100)
+    public static let defaultMinimumReplicas = 0
+
+    /// The values `validate()` accepts: the table's bounds of the same rows read them.
+    public static let seenMarkerTTLRange: ClosedRange<Duration> = .seconds(60) ... .seconds(31_536_000)
+    public static let streamMaximumLengthRange = 1000...1_000_000_000
+    public static let minimumReplicasRange = 0...16
+    public static let replicaTimeoutRange: ClosedRange<Duration> = .milliseconds(1) ... .milliseconds(60_000)
 
     /// The SHA1 Redis gave for the script; nil until loaded (and again after NOSCRIPT).
     private var scriptSHA: String?
@@ -71,7 +78,7 @@ public final class NotificationStore {
     public init(
         connection: RedisConnection, keyPrefix: String = defaultKeyPrefix,
         seenMarkerTTL: Duration = defaultSeenMarkerTTL, streamMaximumLength: Int = defaultStreamMaximumLength,
-        minimumReplicas: Int = 0, replicaTimeout: Duration = defaultReplicaTimeout
+        minimumReplicas: Int = defaultMinimumReplicas, replicaTimeout: Duration = defaultReplicaTimeout
     ) {
         self.connection = connection
         self.keys = RedisKeyLayout(prefix: keyPrefix)
@@ -79,6 +86,26 @@ public final class NotificationStore {
         self.streamMaximumLength = streamMaximumLength
         self.minimumReplicas = minimumReplicas
         self.replicaTimeout = replicaTimeout
+    }
+
+    /// Refuses settings outside their ranges, before anything is written.
+    public func validate() throws(RedisError) {
+        guard Self.seenMarkerTTLRange.contains(seenMarkerTTL) else {
+            throw RedisError(.invalidSetting, "seenMarkerTTL must be \(Self.seenMarkerTTLRange), got \(seenMarkerTTL)")
+        }
+        guard Self.streamMaximumLengthRange.contains(streamMaximumLength) else {
+            throw RedisError(
+                .invalidSetting,
+                "streamMaximumLength must be \(Self.streamMaximumLengthRange), got \(streamMaximumLength)")
+        }
+        guard Self.minimumReplicasRange.contains(minimumReplicas) else {
+            throw RedisError(
+                .invalidSetting, "minimumReplicas must be \(Self.minimumReplicasRange), got \(minimumReplicas)")
+        }
+        guard Self.replicaTimeoutRange.contains(replicaTimeout) else {
+            throw RedisError(
+                .invalidSetting, "replicaTimeout must be \(Self.replicaTimeoutRange), got \(replicaTimeout)")
+        }
     }
 
     /// Applies one notification atomically. `receivedAt` is Unix milliseconds (the

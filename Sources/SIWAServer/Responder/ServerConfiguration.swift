@@ -53,7 +53,8 @@ public struct ServerConfiguration: Sendable, Equatable {
                 "`redis://[:password@]host:port/db`, the same over TLS as `rediss://...`, or `unix:///path[?db=N]`",
                 redisEndpoint),
             .duration(
-                .redisTimeout, default: milliseconds(RedisConnection.defaultTimeout), in: 10...60_000,
+                .redisTimeout, default: milliseconds(RedisConnection.defaultTimeout),
+                in: milliseconds(RedisConnection.timeoutRange),
                 unit: .milliseconds,
                 "Redis connect and command timeout"),
             .duration(
@@ -83,11 +84,13 @@ public struct ServerConfiguration: Sendable, Equatable {
             .duration(
                 .leeway, default: 60, in: 0...600, unit: .seconds, "clock leeway for `exp` and `iat`"),
             .duration(
-                .seenTTL, default: seconds(NotificationStore.defaultSeenMarkerTTL), in: 60...31_536_000,
+                .seenTTL, default: seconds(NotificationStore.defaultSeenMarkerTTL),
+                in: seconds(NotificationStore.seenMarkerTTLRange),
                 unit: .seconds,
                 "how long a `jti` is remembered for duplicates (30 days)"),
             .integer(
-                .streamMaximumLength, default: NotificationStore.defaultStreamMaximumLength, in: 1000...1_000_000_000,
+                .streamMaximumLength, default: NotificationStore.defaultStreamMaximumLength,
+                in: NotificationStore.streamMaximumLengthRange,
                 "approximate cap of the `events` stream"),
             .duration(
                 .shutdownTimeout, default: seconds(FastCGIServerConfiguration.defaultShutdownTimeout),
@@ -114,11 +117,12 @@ public struct ServerConfiguration: Sendable, Equatable {
                 "password of the sentinels (`requirepass`), when they have one", { text throws(SettingProblem) in text }
             ),
             .integer(
-                .redisMinimumReplicas, default: 0, in: 0...16,
+                .redisMinimumReplicas, default: NotificationStore.defaultMinimumReplicas,
+                in: NotificationStore.minimumReplicasRange,
                 "replicas that must acknowledge a write (`WAIT`) before it counts as safe; fewer: a copy is spooled"),
             .duration(
                 .redisReplicaTimeout, default: milliseconds(NotificationStore.defaultReplicaTimeout),
-                in: 1...60_000, unit: .milliseconds,
+                in: milliseconds(NotificationStore.replicaTimeoutRange), unit: .milliseconds,
                 "how long to `WAIT` for those replicas; shorter than `SIWA_REDIS_TIMEOUT_MS` when replicas are asked for"
             ),
             .optional(
@@ -278,6 +282,13 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// A component's default time, as the table shows it.
     private static func milliseconds(_ duration: Duration) -> Int { Int(duration / .milliseconds(1)) }
     private static func seconds(_ duration: Duration) -> Int { Int(duration / .seconds(1)) }
+    /// A component's bounds of a time, in the table's unit.
+    private static func milliseconds(_ range: ClosedRange<Duration>) -> ClosedRange<Int> {
+        milliseconds(range.lowerBound)...milliseconds(range.upperBound)
+    }
+    private static func seconds(_ range: ClosedRange<Duration>) -> ClosedRange<Int> {
+        seconds(range.lowerBound)...seconds(range.upperBound)
+    }
 
     /// A setting's text as given, else its documented default.
     static func text<Value>(of key: SettingKey<Value>, in values: [String: String]) -> String {
@@ -290,7 +301,10 @@ public struct ServerConfiguration: Sendable, Equatable {
     }
 
     private static func readEnvFile(_ envFile: String) throws(ConfigurationError) -> [String: String] {
-        guard let text = try? String(contentsOfFile: envFile, encoding: .utf8) else {
+        // Read to its end, whatever it is: an empty file (or /dev/null) holds no setting and is valid.
+        guard let handle = FileHandle(forReadingAtPath: envFile), let bytes = try? handle.readToEnd() ?? Data(),
+            let text = bytes.isEmpty ? "" : String(data: bytes, encoding: .utf8)
+        else {
             throw ConfigurationError(setting: "--env-file", "cannot read \(envFile)")
         }
         var values: [String: String] = [:]

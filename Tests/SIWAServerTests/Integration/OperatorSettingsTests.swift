@@ -98,4 +98,90 @@ struct OperatorSettingsTests {
                 ["user", "com.example.app", "000001.a.0001"], environment: ["SIWA_KEY_PREFIX": "bad prefix"]),
             setting: "SIWA_KEY_PREFIX", "user with the environment")
     }
+
+    @Test(
+        "reconcile and revoke refuse a bad setting with the configuration_invalid line alone, no plain-text line beside it"
+    )
+    func reconcileAndRevokeRefuseWithOneLine() throws {
+        let scratch = try Scratch()
+        let bad = try scratch.envFile("SIWA_REDIS_TIMEOUT_MS=0\n")
+        for command in ["reconcile", "revoke"] {
+            Self.expectRefused(
+                try CommandRun.endpoint([command, "--env-file", bad, scratch.path("users.jsonl")]),
+                setting: "SIWA_REDIS_TIMEOUT_MS", "\(command) --env-file")
+        }
+    }
+
+    @Test("an empty --env-file (an empty file, /dev/null) holds no setting and is read, not refused")
+    func emptyEnvFileIsValid() throws {
+        let scratch = try Scratch()
+        let spoolDirectory = scratch.path("spool")
+        try FileManager.default.createDirectory(atPath: spoolDirectory, withIntermediateDirectories: true)
+        for envFile in ["/dev/null", try scratch.envFile("")] {
+            let run = try CommandRun.endpoint(
+                ["spool", "status", "--env-file", envFile], environment: ["SIWA_SPOOL_DIR": spoolDirectory])
+            #expect(run.status == 0, "\(envFile): \(run.errors)")
+            #expect(run.errors.isEmpty, "\(envFile): \(run.errors)")
+            let object = try JSONSerialization.jsonObject(with: Data(run.output.utf8)) as? [String: Any]
+            #expect(object?["spool_dir"] as? String == spoolDirectory, "\(envFile)")
+        }
+        // A file that cannot be read is still refused, naming --env-file.
+        Self.expectRefused(
+            try CommandRun.endpoint(["spool", "status", "--env-file", scratch.path("missing.env")]),
+            setting: "--env-file", "a missing env file")
+    }
+
+    /// Each command that reads serve's settings, with a setting it reads and a value the
+    /// table refuses.
+    static let readers: [(arguments: [String], setting: String, value: String)] = [
+        (["serve"], "SIWA_WORKERS", "0"),
+        (["serve", "--check"], "SIWA_WORKERS", "0"),
+        (["serve", "--check", "--offline"], "SIWA_REDIS_TIMEOUT_MS", "0"),
+        (["status"], "SIWA_FCGI_SOCKET", "relative.sock"),
+        (["spool", "status"], "SIWA_SPOOL_DIR", "relative/spool"),
+        (["spool", "list"], "SIWA_SPOOL_DIR", "relative/spool"),
+        (["user", "com.example.app", "000001.a.0001"], "SIWA_REDIS_TIMEOUT_MS", "0"),
+        (["reconcile", "-"], "SIWA_REDIS_TIMEOUT_MS", "0"),
+        (["revoke", "-"], "SIWA_REDIS_TIMEOUT_MS", "0"),
+        (["deletions"], "SIWA_REDIS_TIMEOUT_MS", "0"),
+        (["deletions", "--json"], "SIWA_KEY_PREFIX", "bad prefix"),
+    ]
+
+    @Test(
+        "every command reads settings the same way and refuses a bad one the same way: one configuration_invalid line, exit 2, nothing on stdout, from the environment and from --env-file",
+        arguments: 0..<readers.count)
+    func everyCommandRefusesAlike(_ index: Int) throws {
+        let scratch = try Scratch()
+        let (arguments, setting, value) = Self.readers[index]
+        let valid = ["SIWA_CLIENT_IDS": "com.example.app", "SIWA_REDIS_URL": "redis://127.0.0.1:1/0"]
+        let context = "\(arguments.joined(separator: " ")) \(setting)=\(value)"
+        Self.expectRefused(
+            try CommandRun.endpoint(arguments, environment: valid.merging([setting: value]) { $1 }), setting: setting,
+            context + " (environment)")
+        let envFile = try scratch.envFile("\(setting)=\(value)\n")
+        Self.expectRefused(
+            try CommandRun.endpoint(arguments + ["--env-file", envFile], environment: valid), setting: setting,
+            context + " (--env-file)")
+    }
+
+    @Test(
+        "status, spool, user and deletions warn about a SIWA_ name in no row of the table, one unknown_setting line, as serve and reconcile do",
+        arguments: [
+            ["status"], ["spool", "status"], ["user", "com.example.app", "000001.a.0001"], ["deletions"],
+        ])
+    func everyCommandWarnsAboutAnUnknownName(_ arguments: [String]) throws {
+        let scratch = try Scratch()
+        try FileManager.default.createDirectory(atPath: scratch.path("spool"), withIntermediateDirectories: true)
+        // Nothing answers on the socket or at Redis: each command still reads its settings first.
+        let environment = [
+            "SIWA_FCGI_SOCKET": scratch.path("fcgi.sock"), "SIWA_SPOOL_DIR": scratch.path("spool"),
+            "SIWA_REDIS_URL": "redis://127.0.0.1:1/0", "SIWA_REDIS_TIMEOUT_MS": "200",
+        ]
+        let envFile = try scratch.envFile("SIWA_NOT_A_SETTING=1\n")
+        let run = try CommandRun.endpoint(arguments + ["--env-file", envFile], environment: environment)
+        let warnings = run.errors.split(separator: "\n").filter { $0.contains(#""event":"unknown_setting""#) }
+        #expect(warnings.count == 1, "\(arguments): \(run.errors)")
+        #expect(warnings.first?.contains(#""setting":"SIWA_NOT_A_SETTING""#) == true, "\(run.errors)")
+        #expect(run.status != 2, "\(arguments): an unknown name is warned about, not refused: \(run.errors)")
+    }
 }

@@ -233,7 +233,11 @@ struct ReconcileTests {
         let actual = value == "RSA" ? stack.authority.serverKeyPath : value
         let result = try stack.reconcile([line("000004.a", token)], overriding: [setting: actual])
         #expect(result.status == 2)
-        #expect(result.errors.contains("siwa-endpoint reconcile: \(setting) "))
+        // Serve's one refusal line, naming the setting, and nothing beside it.
+        let lines = result.errors.split(separator: "\n")
+        #expect(lines.count == 1, "\(result.errors)")
+        #expect(lines.first?.contains(#""event":"configuration_invalid","setting":"\#(setting)""#) == true)
+        #expect(lines.first?.contains(#""message":"\#(setting) "#) == true, "\(result.errors)")
         #expect(try stack.standinRequests().isEmpty)
         #expect(try stack.redisDump().isEmpty)
     }

@@ -82,6 +82,71 @@ struct SettingOwnershipTests {
     }
 }
 
+extension SettingOwnershipTests {
+    /// The store and connection a configuration read from `text` builds, as serve builds them.
+    static func redisComponents(_ text: [String: String]) throws -> (RedisConnection, NotificationStore) {
+        let configuration = try ServerConfiguration(environment: minimal.merging(text) { $1 })
+        let connection = RedisConnection(
+            endpoint: configuration.redis.endpoint, connectTimeout: configuration.redis.timeout,
+            commandTimeout: configuration.redis.timeout)
+        let store = NotificationStore(
+            connection: connection, keyPrefix: configuration.store.keyPrefix,
+            seenMarkerTTL: configuration.store.seenMarkerTTL,
+            streamMaximumLength: configuration.store.streamMaximumLength,
+            minimumReplicas: configuration.redis.minimumReplicas, replicaTimeout: configuration.redis.replicaTimeout)
+        return (connection, store)
+    }
+
+    @Test(
+        "a value the table accepts the Redis connection and the store accept; the next one out is refused by the table, naming it, and by the component",
+        arguments: [
+            ("SIWA_REDIS_TIMEOUT_MS", 10, 60_000), ("SIWA_SEEN_TTL_SECONDS", 60, 31_536_000),
+            ("SIWA_STREAM_MAXLEN", 1000, 1_000_000_000), ("SIWA_REDIS_MIN_REPLICAS", 0, 16),
+            ("SIWA_REDIS_REPLICA_TIMEOUT_MS", 1, 60_000),
+        ])
+    func tableBoundsAreTheRedisComponents(name: String, lowest: Int, highest: Int) throws {
+        for value in [lowest, highest] {
+            let (connection, store) = try Self.redisComponents([name: "\(value)"])
+            #expect(throws: Never.self, "\(name)=\(value)") { try connection.validate() }
+            #expect(throws: Never.self, "\(name)=\(value)") { try store.validate() }
+        }
+        for value in [lowest - 1, highest + 1] {
+            #expect {
+                try ServerConfiguration(environment: Self.minimal.merging([name: "\(value)"]) { $1 })
+            } throws: { error in
+                (error as? ConfigurationError)?.setting == name
+            }
+        }
+        // And the component refuses the values just outside on its own.
+        let endpoint = RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 6379))
+        for value in [lowest - 1, highest + 1] {
+            let refused: () throws(RedisError) -> Void =
+                switch name {
+                case "SIWA_REDIS_TIMEOUT_MS":
+                    RedisConnection(endpoint: endpoint, commandTimeout: .milliseconds(value)).validate
+                case "SIWA_SEEN_TTL_SECONDS":
+                    NotificationStore(connection: RedisConnection(endpoint: endpoint), seenMarkerTTL: .seconds(value))
+                        .validate
+                case "SIWA_STREAM_MAXLEN":
+                    NotificationStore(connection: RedisConnection(endpoint: endpoint), streamMaximumLength: value)
+                        .validate
+                case "SIWA_REDIS_MIN_REPLICAS":
+                    NotificationStore(connection: RedisConnection(endpoint: endpoint), minimumReplicas: value)
+                        .validate
+                default:
+                    NotificationStore(
+                        connection: RedisConnection(endpoint: endpoint), replicaTimeout: .milliseconds(value)
+                    ).validate
+                }
+            #expect("\(name)=\(value)") {
+                try refused()
+            } throws: { error in
+                (error as? RedisError)?.code == .invalidSetting
+            }
+        }
+    }
+}
+
 /// Rows are made from typed keys and read back with them: a name is spelt once.
 @Suite("Typed setting keys")
 struct SettingKeyTests {
