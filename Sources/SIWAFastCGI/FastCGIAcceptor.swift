@@ -30,7 +30,9 @@ import Synchronization
 /// - watched and waiting connections together are bounded (`capacity`, four per
 ///   worker and at least 16): beyond it new connections wait in the kernel's listen
 ///   backlog; when the watched ones fill it, the one watched longest is closed to make
-///   room, so idle or silent peers never take the listener away.
+///   room, so idle or silent peers never take the listener away. A worker taking a
+///   connection while the listener is set aside wakes the poll thread at once, so
+///   accepting resumes as soon as there is room, not at the next poll timeout.
 /// - accept(2) failing for want of descriptors (EMFILE, ENFILE) pauses accepting for a
 ///   moment instead of retrying at once.
 final class FastCGIAcceptor: Sendable {
@@ -58,6 +60,10 @@ final class FastCGIAcceptor: Sendable {
     private let listenFD: Int32
     private let stopFD: Int32
     private let requestTimeout: Duration
+    /// The longest poll(2) waits with nothing due: only a bound, since every event that
+    /// lets the poll thread act (a connection, a byte, one given back, room made by a
+    /// worker, a stop) wakes it.
+    private let idlePollTimeout: Duration
     /// Peeked bytes that let a request through once its parameters are complete even
     /// before its body ends (nginx's parameters are a few KiB; a body beyond this is read
     /// by the worker, within the request's deadline).
@@ -67,6 +73,8 @@ final class FastCGIAcceptor: Sendable {
     /// Unread input a closing connection may still send, and for how long, before it is closed.
     static let drainBytes = 64 * 1024
     static let drainTime: Duration = .seconds(2)
+    /// The default `idlePollTimeout`.
+    static let defaultIdlePollTimeout: Duration = .seconds(1)
     /// How long accepting pauses after accept(2) found no descriptor left.
     static let descriptorShortagePause: Duration = .milliseconds(250)
 
@@ -81,6 +89,9 @@ final class FastCGIAcceptor: Sendable {
         var returned: [(fd: Int32, draining: Bool)] = []
         /// Connections a worker is reading from, with the deadline of their request.
         var reading: [Int32: ContinuousClock.Instant] = [:]
+        /// The poll thread left the listener out of its poll for want of room: the next
+        /// worker taking a connection wakes it (room may have appeared).
+        var listenerSetAside = false
         var stopping = false
         var finished = false
     }
@@ -91,10 +102,14 @@ final class FastCGIAcceptor: Sendable {
     private let available = DispatchSemaphore(value: 0)
     private let wake: (read: Int32, write: Int32)
 
-    init(listenFD: Int32, stopFD: Int32, requestTimeout: Duration, workerCount: Int) throws(FastCGIError) {
+    init(
+        listenFD: Int32, stopFD: Int32, requestTimeout: Duration, workerCount: Int,
+        idlePollTimeout: Duration = defaultIdlePollTimeout
+    ) throws(FastCGIError) {
         self.listenFD = listenFD
         self.stopFD = stopFD
         self.requestTimeout = requestTimeout
+        self.idlePollTimeout = idlePollTimeout
         self.enoughBytes = 64 * 1024
         self.capacity = max(16, 4 * workerCount)
         wake = try FastCGILibrary.makePipe()
@@ -102,11 +117,20 @@ final class FastCGIAcceptor: Sendable {
         for end in [wake.read, wake.write] { _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK) }
     }
 
+    /// The poll thread left the listener out of its poll for want of room.
+    var listenerIsSetAside: Bool { state.withLock { $0.listenerSetAside } }
+
     /// The next connection whose request is waiting; nil once stopping and none is left.
     func next() -> Handed? {
         while true {
             let (handed, finished) = state.withLock { state -> (Handed?, Bool) in
-                state.ready.isEmpty ? (nil, state.finished) : (state.ready.removeFirst(), false)
+                guard !state.ready.isEmpty else { return (nil, state.finished) }
+                if state.listenerSetAside && !state.stopping {
+                    // Room below capacity: the poll thread looks again now, not at its timeout.
+                    state.listenerSetAside = false
+                    wakePollThread()
+                }
+                return (state.ready.removeFirst(), false)
             }
             if let handed { return handed }
             if finished {
@@ -157,10 +181,15 @@ final class FastCGIAcceptor: Sendable {
                 return
             }
             state.returned.append((fd, draining))
-            // Under the lock: the pipe is closed only after `stopping` is set, under it too.
-            var byte: UInt8 = 1
-            _ = write(wake.write, &byte, 1)
+            wakePollThread()
         }
+    }
+
+    /// Makes the poll thread's poll return. Called under the state lock, never once
+    /// `stopping` is set: the pipe is closed only after that, under the lock too.
+    private func wakePollThread() {
+        var byte: UInt8 = 1
+        _ = write(wake.write, &byte, 1)
     }
 
     /// The poll loop; returns once `stopFD` is readable. Connections still incomplete are
@@ -173,8 +202,14 @@ final class FastCGIAcceptor: Sendable {
         var acceptingFrom = ContinuousClock.now
         while true {
             let now = ContinuousClock.now
-            let (waiting, soonestRead) = state.withLock { ($0.ready.count, $0.reading.values.min()) }
-            let listening = now >= acceptingFrom && mayAccept(watched: watched, waiting: waiting)
+            let pausedForDescriptors = now < acceptingFrom
+            let (waiting, soonestRead, listening) = state.withLock { state in
+                let room = mayAccept(watched: watched, waiting: state.ready.count)
+                // Set under the same lock as the count it was judged on: a worker taking a
+                // connection after this wakes the poll below.
+                state.listenerSetAside = !room
+                return (state.ready.count, state.reading.values.min(), room && !pausedForDescriptors)
+            }
             var fds: [pollfd] = [
                 pollfd(fd: stopFD, events: Int16(POLLIN), revents: 0),
                 pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0),
@@ -191,10 +226,11 @@ final class FastCGIAcceptor: Sendable {
             var soonest = watched.map(\.deadline).min()
             if let soonestRead { soonest = min(soonest ?? soonestRead, soonestRead) }
             if now < acceptingFrom { soonest = min(soonest ?? acceptingFrom, acceptingFrom) }
-            var timeout: Int32 = tick ? 20 : 1000
+            let idleMilliseconds = Int32(clamping: Int((idlePollTimeout / .milliseconds(1)).rounded(.up)))
+            var timeout: Int32 = tick ? 20 : idleMilliseconds
             if let soonest {
                 let milliseconds = (now.duration(to: soonest) / .milliseconds(1)).rounded(.up)
-                timeout = min(timeout, Int32(max(0, min(1000, milliseconds))))
+                timeout = min(timeout, Int32(max(0, min(Double(idleMilliseconds), milliseconds))))
             }
             let count = poll(&fds, nfds_t(fds.count), timeout)
             if count < 0 && errno != EINTR { break }
@@ -412,6 +448,7 @@ final class FastCGIAcceptor: Sendable {
         }
         let leftovers = state.withLock { state in
             state.stopping = true
+            state.listenerSetAside = false
             state.finished = true
             defer { state.returned = [] }
             return state.returned
