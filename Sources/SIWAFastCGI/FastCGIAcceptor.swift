@@ -30,7 +30,9 @@ import Synchronization
 /// - watched and waiting connections together are bounded (`capacity`, four per
 ///   worker and at least 16): beyond it new connections wait in the kernel's listen
 ///   backlog; when the watched ones fill it, the one watched longest is closed to make
-///   room, so idle or silent peers never take the listener away. A worker taking a
+///   room (once it has waited `roomGrace`: a peer still writing the request it has just
+///   connected for is never closed; nor is one whose request has come in whole, which is
+///   handed on first), so idle or silent peers never take the listener away. A worker taking a
 ///   connection while the listener is set aside wakes the poll thread at once, so
 ///   accepting resumes as soon as there is room, not at the next poll timeout.
 /// - accept(2) failing for want of descriptors (EMFILE, ENFILE) pauses accepting for a
@@ -49,6 +51,13 @@ final class FastCGIAcceptor: Sendable {
         /// Peeked at least once: a connection not yet looked at is never closed to make room.
         var examined = false
         var drainLeft = 0
+
+        /// Closed to make room only once looked at and waiting here since `cutoff` or
+        /// before (`roomGrace` ago): never a connection whose peer is still writing the
+        /// request it has just connected for.
+        func mayMakeRoom(waitingSince cutoff: ContinuousClock.Instant) -> Bool {
+            examined && !draining && since <= cutoff
+        }
     }
 
     /// A connection handed to the workers: its request, and the request's deadline.
@@ -64,6 +73,8 @@ final class FastCGIAcceptor: Sendable {
     /// lets the poll thread act (a connection, a byte, one given back, room made by a
     /// worker, a stop) wakes it.
     private let idlePollTimeout: Duration
+    /// How long a connection waits here at least before it may be closed to make room.
+    private let roomGrace: Duration
     /// Peeked bytes that let a request through once its parameters are complete even
     /// before its body ends (nginx's parameters are a few KiB; a body beyond this is read
     /// by the worker, within the request's deadline).
@@ -75,6 +86,10 @@ final class FastCGIAcceptor: Sendable {
     static let drainTime: Duration = .seconds(2)
     /// The default `idlePollTimeout`.
     static let defaultIdlePollTimeout: Duration = .seconds(1)
+    /// How long a connection waits here at least before it may be closed to make room:
+    /// nginx writes its request as soon as it has connected (microseconds; milliseconds on
+    /// a loaded machine), an idle or silent peer waits far longer.
+    static let defaultRoomGrace: Duration = .milliseconds(250)
     /// How long accepting pauses after accept(2) found no descriptor left.
     static let descriptorShortagePause: Duration = .milliseconds(250)
 
@@ -104,8 +119,9 @@ final class FastCGIAcceptor: Sendable {
 
     init(
         listenFD: Int32, stopFD: Int32, requestTimeout: Duration, workerCount: Int,
-        idlePollTimeout: Duration = defaultIdlePollTimeout
+        idlePollTimeout: Duration = defaultIdlePollTimeout, roomGrace: Duration = defaultRoomGrace
     ) throws(FastCGIError) {
+        self.roomGrace = roomGrace
         self.listenFD = listenFD
         self.stopFD = stopFD
         self.requestTimeout = requestTimeout
@@ -203,12 +219,12 @@ final class FastCGIAcceptor: Sendable {
         while true {
             let now = ContinuousClock.now
             let pausedForDescriptors = now < acceptingFrom
-            let (waiting, soonestRead, listening) = state.withLock { state in
-                let room = mayAccept(watched: watched, waiting: state.ready.count)
+            let (soonestRead, listening) = state.withLock { state in
+                let room = mayAccept(watched: watched, waiting: state.ready.count, now: now)
                 // Set under the same lock as the count it was judged on: a worker taking a
                 // connection after this wakes the poll below.
                 state.listenerSetAside = !room
-                return (state.ready.count, state.reading.values.min(), room && !pausedForDescriptors)
+                return (state.reading.values.min(), room && !pausedForDescriptors)
             }
             var fds: [pollfd] = [
                 pollfd(fd: stopFD, events: Int16(POLLIN), revents: 0),
@@ -226,6 +242,13 @@ final class FastCGIAcceptor: Sendable {
             var soonest = watched.map(\.deadline).min()
             if let soonestRead { soonest = min(soonest ?? soonestRead, soonestRead) }
             if now < acceptingFrom { soonest = min(soonest ?? acceptingFrom, acceptingFrom) }
+            // Full, with connections too young to be closed to make room: look again when
+            // the oldest of them may go.
+            if !listening, let roomAt = watched.filter(\.examined).map(\.since).min()?.advanced(by: roomGrace),
+                roomAt > now
+            {
+                soonest = min(soonest ?? roomAt, roomAt)
+            }
             let idleMilliseconds = Int32(clamping: Int((idlePollTimeout / .milliseconds(1)).rounded(.up)))
             var timeout: Int32 = tick ? 20 : idleMilliseconds
             if let soonest {
@@ -236,15 +259,18 @@ final class FastCGIAcceptor: Sendable {
             if count < 0 && errno != EINTR { break }
             if fds[0].revents != 0 { break }
             if fds[1].revents != 0 { takeReturned(into: &watched) }
-            if fds[2].revents != 0 {
-                if !acceptWaiting(into: &watched, waiting: waiting) {
-                    acceptingFrom = ContinuousClock.now.advanced(by: Self.descriptorShortagePause)
-                }
-            }
-            // By descriptor: accepting may have closed one watched connection to make room.
+            // Examined before accepting: a request that has just come in whole is handed on,
+            // never closed to make room for a newer connection.
             var events: [Int32: Int16] = [:]
             for entry in fds.dropFirst(3) where entry.revents != 0 { events[entry.fd] = entry.revents }
             examine(&watched, events: events, buffer: &peekBuffer)
+            if fds[2].revents != 0 {
+                // Counted again: examining handed connections on to the workers.
+                let waitingNow = state.withLock { $0.ready.count }
+                if !acceptWaiting(into: &watched, waiting: waitingNow) {
+                    acceptingFrom = ContinuousClock.now.advanced(by: Self.descriptorShortagePause)
+                }
+            }
             endExpiredReads()
         }
         shutDown(closing: watched)
@@ -252,8 +278,9 @@ final class FastCGIAcceptor: Sendable {
 
     /// Room for one more connection: below capacity, or the watched ones (not those
     /// waiting for a worker, which the backlog stands in for) fill it and one can go.
-    private func mayAccept(watched: [Watched], waiting: Int) -> Bool {
-        watched.count + waiting < capacity || (waiting < capacity / 2 && watched.contains(where: \.examined))
+    private func mayAccept(watched: [Watched], waiting: Int, now: ContinuousClock.Instant) -> Bool {
+        watched.count + waiting < capacity
+            || (waiting < capacity / 2 && watched.contains { $0.mayMakeRoom(waitingSince: now - roomGrace) })
     }
 
     private func takeReturned(into watched: inout [Watched]) {
@@ -284,7 +311,8 @@ final class FastCGIAcceptor: Sendable {
     private func acceptWaiting(into watched: inout [Watched], waiting: Int) -> Bool {
         while true {
             if watched.count + waiting >= capacity {
-                guard waiting < capacity / 2, let oldest = Self.longestWatched(watched) else { return true }
+                guard waiting < capacity / 2, let oldest = Self.longestWatched(watched, waitingSince: .now - roomGrace)
+                else { return true }
                 let fd = accept(listenFD, nil, nil)
                 guard fd >= 0 else { return !Self.isDescriptorShortage(errno) }
                 shutdown(watched[oldest].fd, Int32(SHUT_RDWR))
@@ -307,9 +335,11 @@ final class FastCGIAcceptor: Sendable {
             Watched(fd: fd, draining: false, since: now, deadline: now.advanced(by: requestTimeout), idle: false))
     }
 
-    /// The examined connection waiting here longest, if any.
-    private static func longestWatched(_ watched: [Watched]) -> Int? {
-        watched.indices.filter { watched[$0].examined }.min { watched[$0].since < watched[$1].since }
+    /// The connection waiting here longest of those that may be closed to make room, if any.
+    private static func longestWatched(_ watched: [Watched], waitingSince cutoff: ContinuousClock.Instant) -> Int? {
+        watched.indices.filter { watched[$0].mayMakeRoom(waitingSince: cutoff) }.min {
+            watched[$0].since < watched[$1].since
+        }
     }
 
     static func isDescriptorShortage(_ code: Int32) -> Bool {

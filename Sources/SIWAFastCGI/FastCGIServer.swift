@@ -19,6 +19,8 @@ public final class FastCGIServer: Sendable {
     /// The acceptor's longest poll with nothing due (a test sets it long, to prove no
     /// event waits for it).
     private let idlePollTimeout: Duration
+    /// How long a connection waits in the acceptor before it may be closed to make room.
+    private let roomGrace: Duration
 
     private struct State {
         var started = false
@@ -40,15 +42,18 @@ public final class FastCGIServer: Sendable {
         throws(FastCGIError)
     {
         try self.init(
-            configuration: configuration, idlePollTimeout: FastCGIAcceptor.defaultIdlePollTimeout, handler: handler)
+            configuration: configuration, idlePollTimeout: FastCGIAcceptor.defaultIdlePollTimeout,
+            roomGrace: FastCGIAcceptor.defaultRoomGrace, handler: handler)
     }
 
-    init(configuration: FastCGIServerConfiguration, idlePollTimeout: Duration, handler: @escaping Handler)
-        throws(FastCGIError)
-    {
+    init(
+        configuration: FastCGIServerConfiguration, idlePollTimeout: Duration,
+        roomGrace: Duration = FastCGIAcceptor.defaultRoomGrace, handler: @escaping Handler
+    ) throws(FastCGIError) {
         try configuration.validate()
         self.configuration = configuration
         self.idlePollTimeout = idlePollTimeout
+        self.roomGrace = roomGrace
         self.handler = handler
     }
 
@@ -80,7 +85,8 @@ public final class FastCGIServer: Sendable {
             do throws(FastCGIError) {
                 acceptor = try FastCGIAcceptor(
                     listenFD: listener.fileDescriptor, stopFD: ends.read, requestTimeout: configuration.ioTimeout,
-                    workerCount: configuration.workerCount, idlePollTimeout: idlePollTimeout)
+                    workerCount: configuration.workerCount, idlePollTimeout: idlePollTimeout,
+                    roomGrace: roomGrace)
                 for _ in 0..<configuration.workerCount {
                     workers.append(
                         try FastCGIWorker(

@@ -81,6 +81,66 @@ struct FastCGIAcceptorRoomTests {
         #expect(elapsed < .seconds(20))
     }
 
+    @Test("capacity full of requests still being written: none is closed to make room for a newer connection")
+    func requestsStillBeingWrittenAreNotClosedToMakeRoom() throws {
+        let directory = Kit.TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.path + "/grace.sock"
+        let gate = Latch()
+        let firstHandled = Latch()
+        let handled = Kit.LockedBox(0)
+        // A grace far beyond the test: a connection closed to make room here was closed
+        // without it, while its peer was still writing.
+        let server = try FastCGIServer(
+            configuration: .init(address: .unixSocket(path: path), workerCount: 1, ioTimeout: .seconds(60)),
+            idlePollTimeout: .seconds(1), roomGrace: .seconds(60)
+        ) { request in
+            firstHandled.open()
+            gate.wait()
+            handled.withValue { $0 += 1 }
+            return FastCGIHostilePeerTests.echoBody(request)
+        }
+        try server.start()
+        defer {
+            gate.open()
+            server.stop(timeout: .seconds(10))
+        }
+
+        var stdinEnd: [UInt8] = []
+        FastCGIClient.appendRecord(&stdinEnd, type: 5, requestID: 1, content: [UInt8]())
+        let body = Array("{}".utf8)
+        let begun =
+            FastCGIHostilePeerTests.requestHead(FastCGIHostilePeerTests.postParams(declaring: body.count))
+            + FastCGIHostilePeerTests.bodyRecords(body)
+        // The one worker holds the first request.
+        let first = try Peer(path)
+        #expect(first.write(begun + stdinEnd))
+        #expect(firstHandled.wait(until: .now + .seconds(20)))
+        // 16 peers (the capacity) send all but the body's end record, as a writer part way
+        // through its request: watched, looked at, incomplete.
+        var writing: [Peer] = []
+        for _ in 0..<16 {
+            let peer = try Peer(path)
+            #expect(peer.write(begun))
+            writing.append(peer)
+        }
+        #expect(waitUntil(timeout: 20) { server.acceptorIsFull })
+        // A newer connection with its whole request: it waits in the backlog.
+        let newer = try Peer(path)
+        #expect(newer.write(begun + stdinEnd))
+        // The writers finish their requests: every one of them is still open to take it.
+        for peer in writing { #expect(peer.write(stdinEnd)) }
+        gate.open()
+
+        let everyone = [first] + writing + [newer]
+        let readers = everyone.map { peer in
+            Kit.BackgroundCall { peer.readUntilEnd(seconds: 20).flatMap(FastCGIAcceptorRoomTests.status) ?? -1 }
+        }
+        let statuses = readers.map { $0.wait(seconds: 30) ?? -2 }
+        #expect(statuses == Array(repeating: 200, count: 18), "\(statuses)")
+        #expect(handled.current == 18)
+    }
+
     /// The status of a FastCGI answer: its first STDOUT record's "Status: NNN" line.
     static func status(of bytes: [UInt8]) -> Int? {
         guard bytes.count > 8, bytes[1] == 6 else { return nil }
