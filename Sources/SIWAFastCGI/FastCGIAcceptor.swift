@@ -30,11 +30,12 @@ import Synchronization
 /// - watched and waiting connections together are bounded (`capacity`, four per
 ///   worker and at least 16): beyond it new connections wait in the kernel's listen
 ///   backlog; when the watched ones fill it, the one watched longest is closed to make
-///   room (once it has waited `roomGrace`: a peer still writing the request it has just
-///   connected for is never closed; nor is one whose request has come in whole, which is
-///   handed on first), so idle or silent peers never take the listener away. A worker taking a
-///   connection while the listener is set aside wakes the poll thread at once, so
-///   accepting resumes as soon as there is room, not at the next poll timeout.
+///   room (once it has waited `roomGrace`: a peer still writing the request it has
+///   just connected for is never closed; nor is one whose request has come in whole,
+///   which is handed on first), so idle or silent peers never take the listener away.
+///   A worker taking a connection while the listener is set aside wakes the poll
+///   thread at once, so accepting resumes as soon as there is room, not at the next
+///   poll timeout.
 /// - accept(2) failing for want of descriptors (EMFILE, ENFILE) pauses accepting for a
 ///   moment instead of retrying at once.
 final class FastCGIAcceptor: Sendable {
@@ -121,11 +122,11 @@ final class FastCGIAcceptor: Sendable {
         listenFD: Int32, stopFD: Int32, requestTimeout: Duration, workerCount: Int,
         idlePollTimeout: Duration = defaultIdlePollTimeout, roomGrace: Duration = defaultRoomGrace
     ) throws(FastCGIError) {
-        self.roomGrace = roomGrace
         self.listenFD = listenFD
         self.stopFD = stopFD
         self.requestTimeout = requestTimeout
         self.idlePollTimeout = idlePollTimeout
+        self.roomGrace = roomGrace
         self.enoughBytes = 64 * 1024
         self.capacity = max(16, 4 * workerCount)
         wake = try FastCGILibrary.makePipe()
