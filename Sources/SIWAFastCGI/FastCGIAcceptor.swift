@@ -140,15 +140,14 @@ final class FastCGIAcceptor: Sendable {
     /// The next connection whose request is waiting; nil once stopping and none is left.
     func next() -> Handed? {
         while true {
-            let (handed, finished) = state.withLock { state -> (Handed?, Bool) in
-                guard !state.ready.isEmpty else { return (nil, state.finished) }
-                if state.listenerSetAside && !state.stopping {
-                    // Room below capacity: the poll thread looks again now, not at its timeout.
-                    state.listenerSetAside = false
-                    wakePollThread()
-                }
-                return (state.ready.removeFirst(), false)
+            let (handed, finished, madeRoom) = state.withLock { state -> (Handed?, Bool, Bool) in
+                guard !state.ready.isEmpty else { return (nil, state.finished, false) }
+                let madeRoom = state.listenerSetAside
+                state.listenerSetAside = false
+                return (state.ready.removeFirst(), false, madeRoom)
             }
+            // Room below capacity: the poll thread looks again now, not at its timeout.
+            if madeRoom { wakePollThread() }
             if let handed { return handed }
             if finished {
                 available.signal()
@@ -174,12 +173,12 @@ final class FastCGIAcceptor: Sendable {
     }
 
     /// The worker is done reading; the acceptor lets go of the duplicate `beginReading` gave.
+    /// Closed after the lock is let go (no system call under the lock every worker and the
+    /// poll thread share): once out of `reading`, the poll thread never touches that number.
     func endReading(_ watched: Int32) {
         guard watched >= 0 else { return }
-        state.withLock { state in
-            state.reading[watched] = nil
-            close(watched)
-        }
+        state.withLock { $0.reading[watched] = nil }
+        close(watched)
     }
 
     /// A kept connection (nginx's `fastcgi_keep_conn`) goes back to be watched for its
@@ -198,12 +197,14 @@ final class FastCGIAcceptor: Sendable {
                 return
             }
             state.returned.append((fd, draining))
-            wakePollThread()
         }
+        wakePollThread()
     }
 
-    /// Makes the poll thread's poll return. Called under the state lock, never once
-    /// `stopping` is set: the pipe is closed only after that, under the lock too.
+    /// Makes the poll thread's poll return (once it has returned for good, the byte is
+    /// never read). Outside the state lock: a system call under the lock the workers and
+    /// the poll thread share made them spin on it. The pipe stays open as long as the
+    /// acceptor does.
     private func wakePollThread() {
         var byte: UInt8 = 1
         _ = write(wake.write, &byte, 1)
@@ -489,9 +490,10 @@ final class FastCGIAcceptor: Sendable {
             shutdown(fd, Int32(SHUT_RDWR))
             close(fd)
         }
-        state.withLock { _ in
-            close(wake.read)
-            close(wake.write)
-        }
+    }
+
+    deinit {
+        close(wake.read)
+        close(wake.write)
     }
 }
