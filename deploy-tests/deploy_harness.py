@@ -29,15 +29,22 @@ def run(args, **kwargs):
 HIGHEST_FREE_PORT = 55535
 
 
+# Every port free_port handed out in this process: the kernel may offer a port again
+# once its probe is closed, before the first user has bound it.
+_PORTS_HANDED_OUT = set()
+
+
 def free_port():
-    """A loopback port nobody is bound to right now, at most HIGHEST_FREE_PORT."""
+    """A loopback port nobody is bound to right now, at most HIGHEST_FREE_PORT, never one
+    handed out before in this process."""
     for _ in range(200):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
-        if port <= HIGHEST_FREE_PORT:
+        if port <= HIGHEST_FREE_PORT and port not in _PORTS_HANDED_OUT:
+            _PORTS_HANDED_OUT.add(port)
             return port
-    raise RuntimeError(f"no free loopback port at or below {HIGHEST_FREE_PORT}")
+    raise RuntimeError(f"no free loopback port at or below {HIGHEST_FREE_PORT} not handed out before")
 
 
 def wait_until(condition, timeout, interval=0.05):

@@ -30,7 +30,12 @@ import Synchronization
 /// - watched and waiting connections together are bounded (`capacity`, four per
 ///   worker and at least 16): beyond it new connections wait in the kernel's listen
 ///   backlog; when the watched ones fill it, the one watched longest is closed to make
-///   room, so idle or silent peers never take the listener away.
+///   room (once it has waited `roomGrace`: a peer still writing the request it has
+///   just connected for is never closed; nor is one whose request has come in whole,
+///   which is handed on first), so idle or silent peers never take the listener away.
+///   A worker taking a connection while the listener is set aside wakes the poll
+///   thread at once, so accepting resumes as soon as there is room, not at the next
+///   poll timeout.
 /// - accept(2) failing for want of descriptors (EMFILE, ENFILE) pauses accepting for a
 ///   moment instead of retrying at once.
 final class FastCGIAcceptor: Sendable {
@@ -47,6 +52,13 @@ final class FastCGIAcceptor: Sendable {
         /// Peeked at least once: a connection not yet looked at is never closed to make room.
         var examined = false
         var drainLeft = 0
+
+        /// Closed to make room only once looked at and waiting here since `cutoff` or
+        /// before (`roomGrace` ago): never a connection whose peer is still writing the
+        /// request it has just connected for.
+        func mayMakeRoom(waitingSince cutoff: ContinuousClock.Instant) -> Bool {
+            examined && !draining && since <= cutoff
+        }
     }
 
     /// A connection handed to the workers: its request, and the request's deadline.
@@ -58,6 +70,12 @@ final class FastCGIAcceptor: Sendable {
     private let listenFD: Int32
     private let stopFD: Int32
     private let requestTimeout: Duration
+    /// The longest poll(2) waits with nothing due: only a bound, since every event that
+    /// lets the poll thread act (a connection, a byte, one given back, room made by a
+    /// worker, a stop) wakes it.
+    private let idlePollTimeout: Duration
+    /// How long a connection waits here at least before it may be closed to make room.
+    private let roomGrace: Duration
     /// Peeked bytes that let a request through once its parameters are complete even
     /// before its body ends (nginx's parameters are a few KiB; a body beyond this is read
     /// by the worker, within the request's deadline).
@@ -67,6 +85,12 @@ final class FastCGIAcceptor: Sendable {
     /// Unread input a closing connection may still send, and for how long, before it is closed.
     static let drainBytes = 64 * 1024
     static let drainTime: Duration = .seconds(2)
+    /// The default `idlePollTimeout`.
+    static let defaultIdlePollTimeout: Duration = .seconds(1)
+    /// How long a connection waits here at least before it may be closed to make room:
+    /// nginx writes its request as soon as it has connected (microseconds; milliseconds on
+    /// a loaded machine), an idle or silent peer waits far longer.
+    static let defaultRoomGrace: Duration = .milliseconds(250)
     /// How long accepting pauses after accept(2) found no descriptor left.
     static let descriptorShortagePause: Duration = .milliseconds(250)
 
@@ -81,6 +105,9 @@ final class FastCGIAcceptor: Sendable {
         var returned: [(fd: Int32, draining: Bool)] = []
         /// Connections a worker is reading from, with the deadline of their request.
         var reading: [Int32: ContinuousClock.Instant] = [:]
+        /// The poll thread left the listener out of its poll for want of room: the next
+        /// worker taking a connection wakes it (room may have appeared).
+        var listenerSetAside = false
         var stopping = false
         var finished = false
     }
@@ -91,10 +118,15 @@ final class FastCGIAcceptor: Sendable {
     private let available = DispatchSemaphore(value: 0)
     private let wake: (read: Int32, write: Int32)
 
-    init(listenFD: Int32, stopFD: Int32, requestTimeout: Duration, workerCount: Int) throws(FastCGIError) {
+    init(
+        listenFD: Int32, stopFD: Int32, requestTimeout: Duration, workerCount: Int,
+        idlePollTimeout: Duration = defaultIdlePollTimeout, roomGrace: Duration = defaultRoomGrace
+    ) throws(FastCGIError) {
         self.listenFD = listenFD
         self.stopFD = stopFD
         self.requestTimeout = requestTimeout
+        self.idlePollTimeout = idlePollTimeout
+        self.roomGrace = roomGrace
         self.enoughBytes = 64 * 1024
         self.capacity = max(16, 4 * workerCount)
         wake = try FastCGILibrary.makePipe()
@@ -102,12 +134,20 @@ final class FastCGIAcceptor: Sendable {
         for end in [wake.read, wake.write] { _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK) }
     }
 
+    /// The poll thread left the listener out of its poll for want of room.
+    var listenerIsSetAside: Bool { state.withLock { $0.listenerSetAside } }
+
     /// The next connection whose request is waiting; nil once stopping and none is left.
     func next() -> Handed? {
         while true {
-            let (handed, finished) = state.withLock { state -> (Handed?, Bool) in
-                state.ready.isEmpty ? (nil, state.finished) : (state.ready.removeFirst(), false)
+            let (handed, finished, madeRoom) = state.withLock { state -> (Handed?, Bool, Bool) in
+                guard !state.ready.isEmpty else { return (nil, state.finished, false) }
+                let madeRoom = state.listenerSetAside
+                state.listenerSetAside = false
+                return (state.ready.removeFirst(), false, madeRoom)
             }
+            // Room below capacity: the poll thread looks again now, not at its timeout.
+            if madeRoom { wakePollThread() }
             if let handed { return handed }
             if finished {
                 available.signal()
@@ -133,12 +173,12 @@ final class FastCGIAcceptor: Sendable {
     }
 
     /// The worker is done reading; the acceptor lets go of the duplicate `beginReading` gave.
+    /// Closed after the lock is let go (no system call under the lock every worker and the
+    /// poll thread share): once out of `reading`, the poll thread never touches that number.
     func endReading(_ watched: Int32) {
         guard watched >= 0 else { return }
-        state.withLock { state in
-            state.reading[watched] = nil
-            close(watched)
-        }
+        state.withLock { $0.reading[watched] = nil }
+        close(watched)
     }
 
     /// A kept connection (nginx's `fastcgi_keep_conn`) goes back to be watched for its
@@ -157,10 +197,17 @@ final class FastCGIAcceptor: Sendable {
                 return
             }
             state.returned.append((fd, draining))
-            // Under the lock: the pipe is closed only after `stopping` is set, under it too.
-            var byte: UInt8 = 1
-            _ = write(wake.write, &byte, 1)
         }
+        wakePollThread()
+    }
+
+    /// Makes the poll thread's poll return (once it has returned for good, the byte is
+    /// never read). Outside the state lock: a system call under the lock the workers and
+    /// the poll thread share made them spin on it. The pipe stays open as long as the
+    /// acceptor does.
+    private func wakePollThread() {
+        var byte: UInt8 = 1
+        _ = write(wake.write, &byte, 1)
     }
 
     /// The poll loop; returns once `stopFD` is readable. Connections still incomplete are
@@ -173,8 +220,14 @@ final class FastCGIAcceptor: Sendable {
         var acceptingFrom = ContinuousClock.now
         while true {
             let now = ContinuousClock.now
-            let (waiting, soonestRead) = state.withLock { ($0.ready.count, $0.reading.values.min()) }
-            let listening = now >= acceptingFrom && mayAccept(watched: watched, waiting: waiting)
+            let pausedForDescriptors = now < acceptingFrom
+            let (soonestRead, listening) = state.withLock { state in
+                let room = mayAccept(watched: watched, waiting: state.ready.count, now: now)
+                // Set under the same lock as the count it was judged on: a worker taking a
+                // connection after this wakes the poll below.
+                state.listenerSetAside = !room
+                return (state.reading.values.min(), room && !pausedForDescriptors)
+            }
             var fds: [pollfd] = [
                 pollfd(fd: stopFD, events: Int16(POLLIN), revents: 0),
                 pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0),
@@ -191,24 +244,35 @@ final class FastCGIAcceptor: Sendable {
             var soonest = watched.map(\.deadline).min()
             if let soonestRead { soonest = min(soonest ?? soonestRead, soonestRead) }
             if now < acceptingFrom { soonest = min(soonest ?? acceptingFrom, acceptingFrom) }
-            var timeout: Int32 = tick ? 20 : 1000
+            // Full, with connections too young to be closed to make room: look again when
+            // the oldest of them may go.
+            if !listening, let roomAt = watched.filter(\.examined).map(\.since).min()?.advanced(by: roomGrace),
+                roomAt > now
+            {
+                soonest = min(soonest ?? roomAt, roomAt)
+            }
+            let idleMilliseconds = Int32(clamping: Int((idlePollTimeout / .milliseconds(1)).rounded(.up)))
+            var timeout: Int32 = tick ? 20 : idleMilliseconds
             if let soonest {
                 let milliseconds = (now.duration(to: soonest) / .milliseconds(1)).rounded(.up)
-                timeout = min(timeout, Int32(max(0, min(1000, milliseconds))))
+                timeout = min(timeout, Int32(max(0, min(Double(idleMilliseconds), milliseconds))))
             }
             let count = poll(&fds, nfds_t(fds.count), timeout)
             if count < 0 && errno != EINTR { break }
             if fds[0].revents != 0 { break }
             if fds[1].revents != 0 { takeReturned(into: &watched) }
-            if fds[2].revents != 0 {
-                if !acceptWaiting(into: &watched, waiting: waiting) {
-                    acceptingFrom = ContinuousClock.now.advanced(by: Self.descriptorShortagePause)
-                }
-            }
-            // By descriptor: accepting may have closed one watched connection to make room.
+            // Examined before accepting: a request that has just come in whole is handed on,
+            // never closed to make room for a newer connection.
             var events: [Int32: Int16] = [:]
             for entry in fds.dropFirst(3) where entry.revents != 0 { events[entry.fd] = entry.revents }
             examine(&watched, events: events, buffer: &peekBuffer)
+            if fds[2].revents != 0 {
+                // Counted again: examining handed connections on to the workers.
+                let waitingNow = state.withLock { $0.ready.count }
+                if !acceptWaiting(into: &watched, waiting: waitingNow) {
+                    acceptingFrom = ContinuousClock.now.advanced(by: Self.descriptorShortagePause)
+                }
+            }
             endExpiredReads()
         }
         shutDown(closing: watched)
@@ -216,8 +280,9 @@ final class FastCGIAcceptor: Sendable {
 
     /// Room for one more connection: below capacity, or the watched ones (not those
     /// waiting for a worker, which the backlog stands in for) fill it and one can go.
-    private func mayAccept(watched: [Watched], waiting: Int) -> Bool {
-        watched.count + waiting < capacity || (waiting < capacity / 2 && watched.contains(where: \.examined))
+    private func mayAccept(watched: [Watched], waiting: Int, now: ContinuousClock.Instant) -> Bool {
+        watched.count + waiting < capacity
+            || (waiting < capacity / 2 && watched.contains { $0.mayMakeRoom(waitingSince: now - roomGrace) })
     }
 
     private func takeReturned(into watched: inout [Watched]) {
@@ -248,7 +313,8 @@ final class FastCGIAcceptor: Sendable {
     private func acceptWaiting(into watched: inout [Watched], waiting: Int) -> Bool {
         while true {
             if watched.count + waiting >= capacity {
-                guard waiting < capacity / 2, let oldest = Self.longestWatched(watched) else { return true }
+                guard waiting < capacity / 2, let oldest = Self.longestWatched(watched, waitingSince: .now - roomGrace)
+                else { return true }
                 let fd = accept(listenFD, nil, nil)
                 guard fd >= 0 else { return !Self.isDescriptorShortage(errno) }
                 shutdown(watched[oldest].fd, Int32(SHUT_RDWR))
@@ -271,9 +337,11 @@ final class FastCGIAcceptor: Sendable {
             Watched(fd: fd, draining: false, since: now, deadline: now.advanced(by: requestTimeout), idle: false))
     }
 
-    /// The examined connection waiting here longest, if any.
-    private static func longestWatched(_ watched: [Watched]) -> Int? {
-        watched.indices.filter { watched[$0].examined }.min { watched[$0].since < watched[$1].since }
+    /// The connection waiting here longest of those that may be closed to make room, if any.
+    private static func longestWatched(_ watched: [Watched], waitingSince cutoff: ContinuousClock.Instant) -> Int? {
+        watched.indices.filter { watched[$0].mayMakeRoom(waitingSince: cutoff) }.min {
+            watched[$0].since < watched[$1].since
+        }
     }
 
     static func isDescriptorShortage(_ code: Int32) -> Bool {
@@ -412,6 +480,7 @@ final class FastCGIAcceptor: Sendable {
         }
         let leftovers = state.withLock { state in
             state.stopping = true
+            state.listenerSetAside = false
             state.finished = true
             defer { state.returned = [] }
             return state.returned
@@ -421,9 +490,10 @@ final class FastCGIAcceptor: Sendable {
             shutdown(fd, Int32(SHUT_RDWR))
             close(fd)
         }
-        state.withLock { _ in
-            close(wake.read)
-            close(wake.write)
-        }
+    }
+
+    deinit {
+        close(wake.read)
+        close(wake.write)
     }
 }

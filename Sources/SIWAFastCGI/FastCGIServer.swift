@@ -17,12 +17,18 @@ public final class FastCGIServer: Service {
 
     public let configuration: FastCGIServerConfiguration
     private let handler: Handler
+    /// The acceptor's longest poll with nothing due (a test sets it long, to prove no
+    /// event waits for it).
+    private let idlePollTimeout: Duration
+    /// How long a connection waits in the acceptor before it may be closed to make room.
+    private let roomGrace: Duration
 
     private struct State {
         var started = false
         var stopRequested = false
         var liveWorkers = 0
         var listener: FastCGIListener?
+        var acceptor: FastCGIAcceptor?
         var stopPipe: (read: Int32, write: Int32) = (-1, -1)
     }
 
@@ -33,14 +39,31 @@ public final class FastCGIServer: Service {
     private let cleanedUp = Latch()
 
     /// Validates the configuration; nothing is opened until `start()` or `run()`.
-    public init(configuration: FastCGIServerConfiguration, handler: @escaping Handler) throws(FastCGIError) {
+    public convenience init(configuration: FastCGIServerConfiguration, handler: @escaping Handler)
+        throws(FastCGIError)
+    {
+        try self.init(
+            configuration: configuration, idlePollTimeout: FastCGIAcceptor.defaultIdlePollTimeout,
+            roomGrace: FastCGIAcceptor.defaultRoomGrace, handler: handler)
+    }
+
+    init(
+        configuration: FastCGIServerConfiguration, idlePollTimeout: Duration,
+        roomGrace: Duration = FastCGIAcceptor.defaultRoomGrace, handler: @escaping Handler
+    ) throws(FastCGIError) {
         try configuration.validate()
         self.configuration = configuration
+        self.idlePollTimeout = idlePollTimeout
+        self.roomGrace = roomGrace
         self.handler = handler
     }
 
     /// The TCP port actually bound (after `start()`), nil for a unix socket.
     public var boundPort: UInt16? { state.withLock { $0.listener?.boundPort } }
+
+    /// True while the acceptor leaves new connections in the listen backlog for want of room
+    /// (its capacity is full of connections waiting for a worker).
+    var acceptorIsFull: Bool { state.withLock { $0.acceptor?.listenerIsSetAside ?? false } }
 
     /// Opens the socket and starts the workers, then returns. Pair with `stop(timeout:)`.
     /// The workers (and so this server) stay alive until they have exited.
@@ -63,7 +86,8 @@ public final class FastCGIServer: Service {
             do throws(FastCGIError) {
                 acceptor = try FastCGIAcceptor(
                     listenFD: listener.fileDescriptor, stopFD: ends.read, requestTimeout: configuration.ioTimeout,
-                    workerCount: configuration.workerCount)
+                    workerCount: configuration.workerCount, idlePollTimeout: idlePollTimeout,
+                    roomGrace: roomGrace)
                 for _ in 0..<configuration.workerCount {
                     workers.append(
                         try FastCGIWorker(
@@ -77,6 +101,7 @@ public final class FastCGIServer: Service {
                 throw error
             }
             state.listener = listener
+            state.acceptor = acceptor
             state.stopPipe = ends
             state.started = true
             // The acceptor thread counts as a worker: the socket closes only after it is out too.

@@ -21,19 +21,30 @@ stack_die() {
   exit 1
 }
 
-# A loopback TCP port that nobody is bound to right now, at most 55535: a Redis cluster
-# node listens on its port + 10000 for its cluster bus.
+# The ports stack_free_port handed out in this shell (and the scripts it runs), one a
+# line: never handed out twice, though the first user may not have bound it yet.
+STACK_PORTS_GIVEN=${STACK_PORTS_GIVEN:-${TMPDIR:-/tmp}/siwa-stack-ports.$$}
+export STACK_PORTS_GIVEN
+
+# A loopback TCP port that nobody is bound to right now and that was not handed out
+# before in this shell, at most 55535: a Redis cluster node listens on its port + 10000
+# for its cluster bus.
 stack_free_port() {
-  python3 - <<'EOF'
-import socket, sys
-for _ in range(200):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    if port <= 55535:
-        print(port)
-        sys.exit(0)
-sys.exit("no free loopback port at or below 55535")
+  python3 - "$STACK_PORTS_GIVEN" <<'EOF'
+import fcntl, socket, sys
+with open(sys.argv[1], "a+") as given:
+    fcntl.flock(given, fcntl.LOCK_EX)
+    given.seek(0)
+    taken = {int(line) for line in given.read().split()}
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if port <= 55535 and port not in taken:
+            given.write(f"{port}\n")
+            print(port)
+            sys.exit(0)
+sys.exit("no free loopback port at or below 55535 not handed out before")
 EOF
 }
 
@@ -399,4 +410,5 @@ stack_stop_all() {
   done
   STACK_PIDS=()
   STACK_NAMES=()
+  rm -f "$STACK_PORTS_GIVEN"
 }
