@@ -74,14 +74,31 @@ def connect(args: argparse.Namespace) -> redis.Redis:
                                socket_timeout=2.0)
 
 
+# What a failover or a slot migration raises for a while, and only for a while: no connection,
+# a replica not yet promoted (READONLY), and in a cluster CLUSTERDOWN (ClusterDownError), a
+# slot not yet served (SlotNotCoveredError), TRYAGAIN during a move, MOVED or ASK still
+# answered after redis-py's own follows, and its "TTL exhausted" ClusterError after a storm
+# of them. A cross-slot or any other error is the caller's, never retried.
+RETRIED_ERRORS = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.SlotNotCoveredError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.AskError,
+)
+
+
 def with_retry(operation, attempts: int = 20, pause: float = 0.5):
-    """Runs operation(); during a failover (no primary for a few seconds) tries again."""
+    """Runs operation(); during a failover or a slot migration (no primary for a few
+    seconds, a cluster's slot moving) tries again."""
     import time
 
     for attempt in range(attempts):
         try:
             return operation()
-        except (redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError):
+        except RETRIED_ERRORS:
             if attempt == attempts - 1:
                 raise
             time.sleep(pause)

@@ -342,4 +342,52 @@ struct ExampleReaderTests {
                 refused.errors.contains("self-signed certificate in certificate chain"), "\(reader): \(refused.errors)")
         }
     }
+
+    /// redis-py's own exception classes, raised once each by the operation `with_retry` runs:
+    /// what a failover or a slot migration raises for a while is retried, and the read then
+    /// answers; a cross-slot or wrong-type error is raised at once, never retried.
+    static let retryProbe = #"""
+        import redis.exceptions as e
+        from siwa_redis import with_retry
+
+        passing = [
+            e.ConnectionError("Connection refused"), e.TimeoutError("Timeout reading"), e.ReadOnlyError("READONLY"),
+            e.ClusterDownError("CLUSTERDOWN The cluster is down"), e.MasterDownError("MASTERDOWN Link with MASTER is down"),
+            e.SlotNotCoveredError("Command # 1 (HGETALL k) does not have a slot"),
+            e.TryAgainError("TRYAGAIN Multiple keys request during rehashing of slot"), e.MovedError("3999 127.0.0.1:7001"),
+            e.AskError("3999 127.0.0.1:7002"), e.ClusterError("TTL exhausted."),
+        ]
+        lasting = [e.ClusterCrossSlotError("CROSSSLOT Keys in request don't hash to the same slot"), e.ResponseError("WRONGTYPE")]
+        for error in passing + lasting:
+            calls = []
+
+            def operation():
+                calls.append(error)
+                if len(calls) == 1:
+                    raise error
+                return "read"
+
+            try:
+                outcome = with_retry(operation, attempts=3, pause=0.01)
+            except Exception as raised:
+                outcome = "raised " + type(raised).__name__
+            print(type(error).__name__, outcome, len(calls))
+        """#
+
+    @Test(
+        "Python's with_retry retries the errors of a failover and of a slot migration (redis-py's classes), and no other"
+    )
+    func pythonRetriesClusterErrors() throws {
+        let run = try CommandRun.run(
+            URL(fileURLWithPath: ExampleFiles.python), ["-c", Self.retryProbe],
+            environment: ["PYTHONPATH": ExampleFiles.path("examples/python")])
+        #expect(run.status == 0, "\(run.errors)")
+        #expect(
+            run.lines.filter { !$0.isEmpty } == [
+                "ConnectionError read 2", "TimeoutError read 2", "ReadOnlyError read 2", "ClusterDownError read 2",
+                "MasterDownError read 2", "SlotNotCoveredError read 2", "TryAgainError read 2", "MovedError read 2",
+                "AskError read 2", "ClusterError read 2", "ClusterCrossSlotError raised ClusterCrossSlotError 1",
+                "ResponseError raised ResponseError 1",
+            ])
+    }
 }
