@@ -55,8 +55,7 @@ extension RedisConnection {
                     cluster.moved(to: node)
                     disconnect()
                 case .ask(let node):
-                    cluster.asked()
-                    return try ask(node, arguments)
+                    return try ask(node, arguments, cluster)
                 }
             }
         }
@@ -68,15 +67,26 @@ extension RedisConnection {
 
     /// The slot is being migrated to `node` and the keys are there: `ASKING` then the
     /// command, on a connection of its own, kept until the next command for what concerns
-    /// its write (`commandAboutLastWrite`).
-    private func ask(_ node: RedisClusterLocator.Node, _ arguments: [[UInt8]]) throws(RedisError) -> RedisReply {
+    /// its write (`commandAboutLastWrite`). Counted as followed once the target answered the
+    /// command, an error reply included (`TRYAGAIN` while the keys move); not when the target
+    /// could not be reached.
+    private func ask(
+        _ node: RedisClusterLocator.Node, _ arguments: [[UInt8]], _ cluster: RedisClusterLocator
+    ) throws(RedisError) -> RedisReply {
         let target = RedisConnection(
             endpoint: RedisEndpoint(
                 address: .tcp(host: node.host, port: node.port), username: endpoint.username,
                 password: endpoint.password, tls: endpoint.tls),
             connectTimeout: connectTimeout, commandTimeout: commandTimeout)
         _ = try target.command("ASKING")
-        let reply = try target.command(arguments)
+        let reply: RedisReply
+        do throws(RedisError) {
+            reply = try target.command(arguments)
+        } catch  where error.code == .serverError {
+            cluster.asked()
+            throw error
+        }
+        cluster.asked()
         askedConnection = target
         return reply
     }
