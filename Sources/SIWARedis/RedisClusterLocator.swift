@@ -99,7 +99,7 @@ public final class RedisClusterLocator: Sendable {
     /// How many `MOVED` answers were followed.
     public var moves: Int { state.withLock { $0.moves } }
 
-    /// How many `ASK` answers were followed.
+    /// How many `ASK` answers were followed (the target answered).
     public var asks: Int { state.withLock { $0.asks } }
 
     /// The primary to connect to: the known one, else a discovery.
@@ -128,7 +128,8 @@ public final class RedisClusterLocator: Sendable {
         }
     }
 
-    /// An `ASK` answer was followed (the slot is being migrated; the owner stays the same).
+    /// An `ASK` answer was followed: the migration's target answered the command (the slot
+    /// is being migrated; the owner stays the same).
     public func asked() {
         state.withLock { $0.asks += 1 }
     }

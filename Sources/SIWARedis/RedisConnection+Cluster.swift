@@ -20,6 +20,7 @@ extension RedisConnection {
         for _ in 0..<2 {
             let node = try cluster.primary()
             disconnect()
+            migrationTarget = nil
             connectedNode = node
             do throws(RedisError) {
                 try open(.tcp(host: node.host, port: node.port))
@@ -54,9 +55,9 @@ extension RedisConnection {
                     // Not run: the slot's owner changed. Every connection follows it.
                     cluster.moved(to: node)
                     disconnect()
+                    migrationTarget = nil
                 case .ask(let node):
-                    cluster.asked()
-                    return try ask(node, arguments)
+                    return try ask(node, arguments, cluster)
                 }
             }
         }
@@ -67,18 +68,52 @@ extension RedisConnection {
     }
 
     /// The slot is being migrated to `node` and the keys are there: `ASKING` then the
-    /// command, on a connection of its own, kept until the next command for what concerns
-    /// its write (`commandAboutLastWrite`).
-    private func ask(_ node: RedisClusterLocator.Node, _ arguments: [[UInt8]]) throws(RedisError) -> RedisReply {
+    /// command, on the connection to that target kept while the slot moves (a new one for a
+    /// new target, or when the kept one fails before `ASKING` is answered), kept until the
+    /// next command for what concerns its write (`commandAboutLastWrite`). Counted as followed
+    /// once the target answered the command, an error reply included (`TRYAGAIN` while the
+    /// keys move); not when the target could not be reached.
+    private func ask(
+        _ node: RedisClusterLocator.Node, _ arguments: [[UInt8]], _ cluster: RedisClusterLocator
+    ) throws(RedisError) -> RedisReply {
+        var target: RedisConnection
+        if let kept = migrationTarget, kept.node == node {
+            target = kept.connection
+            do throws(RedisError) {
+                _ = try target.command("ASKING")
+            } catch  where error.isConnectionError {
+                // Closed while idle (a server timeout, a restart): a new connection, once.
+                target = try askingConnection(to: node)
+            }
+        } else {
+            target = try askingConnection(to: node)
+        }
+        let reply: RedisReply
+        do throws(RedisError) {
+            reply = try target.command(arguments)
+        } catch  where error.code == .serverError {
+            cluster.asked()
+            throw error
+        } catch {
+            migrationTarget = nil
+            throw error
+        }
+        cluster.asked()
+        askedConnection = target
+        return reply
+    }
+
+    /// A new connection to the migration's target, `ASKING` sent, kept as `migrationTarget`.
+    private func askingConnection(to node: RedisClusterLocator.Node) throws(RedisError) -> RedisConnection {
+        migrationTarget = nil
         let target = RedisConnection(
             endpoint: RedisEndpoint(
                 address: .tcp(host: node.host, port: node.port), username: endpoint.username,
                 password: endpoint.password, tls: endpoint.tls),
             connectTimeout: connectTimeout, commandTimeout: commandTimeout)
         _ = try target.command("ASKING")
-        let reply = try target.command(arguments)
-        askedConnection = target
-        return reply
+        migrationTarget = (node, target)
+        return target
     }
 
     /// A keyless command about the write the previous command made (`WAIT`, which counts the

@@ -37,6 +37,10 @@ public final class RedisConnection {
     /// In cluster mode, when the last command was answered through `ASK`: the connection to
     /// the migration's target that ran it, where what concerns its write (`WAIT`) is asked.
     var askedConnection: RedisConnection?
+    /// In cluster mode, while the slot moves: the connection to the migration's target, kept
+    /// for the next `ASK` to the same node (not one per redirected command); dropped at
+    /// `MOVED`, when this connection moves to another node, or when it fails.
+    var migrationTarget: (node: RedisClusterLocator.Node, connection: RedisConnection)?
 
     /// The connect and command timeout when none is given (the settings table's default of
     /// the Redis timeout reads it from here).

@@ -13,10 +13,15 @@
 // endpoint's prefix, a hash tag: --prefix {siwa}. node-redis's createCluster learns from the
 // cluster which primary holds the one slot of every key of the contract.
 //
+// Over TLS (a rediss:// URL, one node or a cluster), the server's certificate is verified,
+// host name included, against --redis-tls-ca-file FILE (SIWA_REDIS_TLS_CA_FILE) when given,
+// else against Node's CAs; a cluster's certificates must name the addresses it announces.
+//
 // Debian installs node-redis under /usr/share/nodejs, which Debian's own node searches;
 // another node finds it with NODE_PATH=/usr/share/nodejs.
 "use strict";
 
+const fs = require("fs");
 const { createClient, createCluster } = require("redis");
 
 // The contract's names, in one place.
@@ -98,17 +103,21 @@ function options(words) {
 // One client for the commands, and a factory for the subscriber's own connection: a single
 // node, or a cluster from its seed nodes (host:port,...).
 function connections(args, prefix) {
-  if (!args["cluster-nodes"]) {
-    return { redis: createClient({ url: args["redis-url"] }), newSubscriber: () => createClient({ url: args["redis-url"] }) };
-  }
-  if (!/{[^}]+}/.test(prefix)) throw new Error("--cluster-nodes needs a --prefix that is a hash tag, such as {siwa}");
   const url = new URL(args["redis-url"] ?? "redis://localhost");
   const scheme = url.protocol === "rediss:" ? "rediss" : "redis";
+  // Over TLS: the certificate and its host name verified, against the given CA file.
+  const caFile = args["redis-tls-ca-file"];
+  const socket = scheme === "rediss" ? { tls: true, rejectUnauthorized: true, ...(caFile && { ca: fs.readFileSync(caFile) }) } : {};
+  if (!args["cluster-nodes"]) {
+    const client = () => createClient({ url: args["redis-url"], socket });
+    return { redis: client(), newSubscriber: client };
+  }
+  if (!/{[^}]+}/.test(prefix)) throw new Error("--cluster-nodes needs a --prefix that is a hash tag, such as {siwa}");
   const credentials = url.username || url.password ? `${url.username}:${url.password}@` : "";
   const nodeURLs = args["cluster-nodes"].split(",").map((node) => `${scheme}://${credentials}${node.trim()}`);
   return {
-    redis: createCluster({ rootNodes: nodeURLs.map((nodeURL) => ({ url: nodeURL })) }),
-    newSubscriber: () => createClient({ url: nodeURLs[0] }),
+    redis: createCluster({ rootNodes: nodeURLs.map((nodeURL) => ({ url: nodeURL })), defaults: { socket } }),
+    newSubscriber: () => createClient({ url: nodeURLs[0], socket }),
   };
 }
 

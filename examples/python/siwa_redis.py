@@ -14,6 +14,11 @@ slot, so the reader's commands all go to that slot's primary, which redis-py fin
 cluster itself and finds again after a failover or a slot migration (MOVED, ASK). The
 Redis URL then gives only the ACL user and password (and rediss:// for TLS); a cluster has
 database 0 only.
+
+Over TLS (a rediss:// URL, one node or a cluster), the server's certificate is verified,
+host name included, against --redis-tls-ca-file (SIWA_REDIS_TLS_CA_FILE) when given, else
+against the system's CAs; a cluster's certificates must name the addresses the cluster
+announces.
 """
 
 import argparse
@@ -32,6 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sentinel-password", help="the sentinels' password (SIWA_REDIS_SENTINEL_PASSWORD)")
     parser.add_argument("--cluster-nodes", help="host:port,host:port,... seed nodes of a Redis Cluster "
                                                 "(SIWA_REDIS_CLUSTER_NODES); give --prefix {siwa} with it")
+    parser.add_argument("--redis-tls-ca-file", help="with rediss://: the CA file that signed the servers' "
+                                                    "certificates (SIWA_REDIS_TLS_CA_FILE); default: the system's")
 
 
 def host_ports(text: str) -> list:
@@ -47,14 +54,16 @@ def connect(args: argparse.Namespace) -> redis.Redis:
     url = urllib.parse.urlparse(args.redis_url)
     password = urllib.parse.unquote(url.password) if url.password else None
     username = urllib.parse.unquote(url.username) if url.username else None
+    # Over TLS: the certificate and its host name verified, against the given CA file.
+    tls = {"ssl_cert_reqs": "required", "ssl_check_hostname": True, "ssl_ca_certs": args.redis_tls_ca_file}
     if args.cluster_nodes:
         if "{" not in args.prefix or "}" not in args.prefix:
             raise SystemExit("--cluster-nodes needs a --prefix that is a hash tag, such as {siwa}")
         nodes = [ClusterNode(host, port) for host, port in host_ports(args.cluster_nodes)]
-        return RedisCluster(startup_nodes=nodes, username=username, password=password, ssl=url.scheme == "rediss",
-                            socket_timeout=2.0)
+        return RedisCluster(startup_nodes=nodes, username=username, password=password, socket_timeout=2.0,
+                            **({"ssl": True, **tls} if url.scheme == "rediss" else {}))
     if not args.sentinels:
-        return redis.Redis.from_url(args.redis_url)
+        return redis.Redis.from_url(args.redis_url, **(tls if url.scheme == "rediss" else {}))
     if not args.sentinel_master:
         raise SystemExit("--sentinel-master is required with --sentinels")
     database = int(url.path.lstrip("/") or 0)
@@ -65,14 +74,31 @@ def connect(args: argparse.Namespace) -> redis.Redis:
                                socket_timeout=2.0)
 
 
+# What a failover or a slot migration raises for a while, and only for a while: no connection,
+# a replica not yet promoted (READONLY), and in a cluster CLUSTERDOWN (ClusterDownError), a
+# slot not yet served (SlotNotCoveredError), TRYAGAIN during a move, MOVED or ASK still
+# answered after redis-py's own follows, and its "TTL exhausted" ClusterError after a storm
+# of them. A cross-slot or any other error is the caller's, never retried.
+RETRIED_ERRORS = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.SlotNotCoveredError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.AskError,
+)
+
+
 def with_retry(operation, attempts: int = 20, pause: float = 0.5):
-    """Runs operation(); during a failover (no primary for a few seconds) tries again."""
+    """Runs operation(); during a failover or a slot migration (no primary for a few
+    seconds, a cluster's slot moving) tries again."""
     import time
 
     for attempt in range(attempts):
         try:
             return operation()
-        except (redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError):
+        except RETRIED_ERRORS:
             if attempt == attempts - 1:
                 raise
             time.sleep(pause)

@@ -14,8 +14,13 @@
 # and rediss:// for TLS): --cluster-nodes host:port,... (SIWA_REDIS_CLUSTER_NODES) and the
 # endpoint's prefix, a hash tag: --prefix {siwa}. redis-rb's cluster option learns from the
 # cluster which primary holds the one slot of every key of the contract.
+#
+# Over TLS (a rediss:// URL, one node or a cluster), the server's certificate is verified,
+# host name included, against --redis-tls-ca-file FILE (SIWA_REDIS_TLS_CA_FILE) when given,
+# else against the system's CAs; a cluster's certificates must name the addresses it announces.
 
 require "json"
+require "openssl"
 require "redis"
 require "uri"
 
@@ -101,12 +106,16 @@ end
 
 # A client of one node, or of a cluster from its seed nodes (host:port,...).
 def connect(args, prefix)
-  return Redis.new(url: args["redis-url"]) unless args["cluster-nodes"]
+  url = URI(args.fetch("redis-url", "redis://localhost"))
+  # Over TLS: the certificate and its host name verified, against the given CA file.
+  tls = { ssl_params: { verify_mode: OpenSSL::SSL::VERIFY_PEER, verify_hostname: true,
+                        ca_file: args["redis-tls-ca-file"] }.compact }
+  tls = {} unless url.scheme == "rediss"
+  return Redis.new(url: args["redis-url"], **tls) unless args["cluster-nodes"]
   raise ArgumentError, "--cluster-nodes needs a --prefix that is a hash tag, such as {siwa}" unless prefix =~ /{[^}]+}/
 
-  url = URI(args.fetch("redis-url", "redis://localhost"))
   credentials = url.user || url.password ? "#{url.user}:#{url.password}@" : ""
-  Redis.new(cluster: args["cluster-nodes"].split(",").map { |node| "#{url.scheme}://#{credentials}#{node.strip}" })
+  Redis.new(cluster: args["cluster-nodes"].split(",").map { |node| "#{url.scheme}://#{credentials}#{node.strip}" }, **tls)
 end
 
 def main(command, words)

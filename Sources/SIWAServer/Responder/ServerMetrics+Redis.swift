@@ -34,7 +34,7 @@ extension RedisClusterLocator {
         # HELP siwa_redis_cluster_moved_total MOVED answers followed (the slot's owner changed).
         # TYPE siwa_redis_cluster_moved_total counter
         siwa_redis_cluster_moved_total \(moves)
-        # HELP siwa_redis_cluster_ask_total ASK answers followed (the slot was being migrated).
+        # HELP siwa_redis_cluster_ask_total ASK answers followed: the migration target answered the command.
         # TYPE siwa_redis_cluster_ask_total counter
         siwa_redis_cluster_ask_total \(asks)
 

@@ -255,11 +255,24 @@ public final class SpoolReplayer: Service {
         }
     }
 
+    /// After a pass stopped on `TRYAGAIN` (a Redis Cluster slot being migrated, the script's
+    /// keys split between two nodes): no pass before this long, whatever nudges come, so
+    /// the replayer does not spin against the migration while requests keep spooling.
+    static let slotMovingPause: Duration = .seconds(1)
+
+    /// True when a pass stopped because the slot is being migrated (`TRYAGAIN`).
+    static func stoppedBySlotMove(_ stop: Stop?) -> Bool {
+        guard case .redis(let error)? = stop else { return false }
+        return error.code == .serverError && error.message.hasPrefix("TRYAGAIN")
+    }
+
     /// Runs until `requestStop()`: the first pass at once, then one a second (the poll
     /// interval counts on the monotonic clock: a wall clock stepped back must not hold the
-    /// replay), or at once after a nudge.
+    /// replay), or at once after a nudge, except within `slotMovingPause` of a pass that
+    /// met `TRYAGAIN`.
     public func run() {
         var lastExpiry: ContinuousClock.Instant?
+        var noPassBefore: ContinuousClock.Instant?
         task.run {
             scrubPending()
             // Hourly on the injected monotonic clock (a test can move it).
@@ -267,12 +280,14 @@ public final class SpoolReplayer: Service {
                 expireOldFiles()
                 lastExpiry = clock.monotonic()
             }
+            if let noPassBefore, clock.monotonic() < noPassBefore { return noPassBefore - clock.monotonic() }
             spool.checkWritable()
             if !spool.hasWaitingRecords {
                 setBlocked(nil)
             } else if redisAnswers() {
                 // Ping first: a replay pass against a Redis that is down only churns segments.
-                replayOnce()
+                let report = replayOnce()
+                noPassBefore = Self.stoppedBySlotMove(report.stop) ? clock.monotonic() + Self.slotMovingPause : nil
             }
             return .seconds(1)
         }

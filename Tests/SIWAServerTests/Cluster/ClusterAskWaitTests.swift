@@ -144,4 +144,104 @@ struct ClusterAskWaitTests {
         #expect(refused?.code == .connectionLost, "\(String(describing: refused))")
         #expect(!writer.isConnected)
     }
+
+    @Test(
+        "an ASK counts once followed (the target answered the command, TRYAGAIN included), never when the target cannot be reached"
+    )
+    func askCountedOnceFollowed() throws {
+        let cluster = try RedisClusterNodes()
+        defer { cluster.shutdown() }
+        let source = try #require(cluster.slotOwnerPort())
+        let target = try #require(cluster.nodes.map(\.port).first { $0 != source && cluster.role(of: $0) == "master" })
+        let locator = RedisClusterLocator(
+            seeds: cluster.nodes.map { RedisClusterLocator.Node(host: "127.0.0.1", port: $0.port) },
+            hashTagKey: "{siwa}:events", endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 1)),
+            timeout: .seconds(2))
+        let connection = RedisConnection(
+            endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 1)), connectTimeout: .seconds(1),
+            commandTimeout: .seconds(5), cluster: locator)
+        #expect(try connection.command("SET", "{siwa}:probe", "1").string == "OK")
+
+        // The slot half-moved, the one key already on the target.
+        let slot = String(RedisClusterNodes.slot)
+        let sourceConnection = cluster.connection(port: source)
+        _ = try cluster.connection(port: target).command(
+            "CLUSTER", "SETSLOT", slot, "IMPORTING", try cluster.nodeID(port: source))
+        _ = try sourceConnection.command("CLUSTER", "SETSLOT", slot, "MIGRATING", try cluster.nodeID(port: target))
+        #expect(
+            try sourceConnection.command(
+                "MIGRATE", "127.0.0.1", String(target), "", "0", "5000", "KEYS", "{siwa}:probe"
+            )
+            .string == "OK")
+
+        // Followed, answered by the target: counted.
+        #expect(try connection.command("GET", "{siwa}:probe").string == "1")
+        #expect(locator.asks == 1)
+        // Followed, and the target answers TRYAGAIN (one key there, one not): counted too.
+        let retryLater = #expect(throws: RedisError.self) {
+            try connection.command("MGET", "{siwa}:probe", "{siwa}:absent")
+        }
+        #expect(retryLater?.code == .serverError && retryLater?.message.hasPrefix("TRYAGAIN") == true)
+        #expect(locator.asks == 2)
+
+        // The target gone: the source still answers ASK, the follow fails, nothing counted.
+        try #require(cluster.node(port: target)).kill()
+        let unreachable = #expect(throws: RedisError.self) { try connection.command("GET", "{siwa}:probe") }
+        #expect(unreachable?.code != .serverError, "\(String(describing: unreachable))")
+        #expect(locator.asks == 2)
+    }
+
+    /// The connections a node has accepted since it started (`INFO stats`).
+    static func connectionsReceived(_ connection: RedisConnection) throws -> Int? {
+        let stats = try connection.command("INFO", "stats").string ?? ""
+        let line = stats.split(whereSeparator: \.isNewline).first { $0.hasPrefix("total_connections_received:") }
+        return line.flatMap { Int($0.split(separator: ":").last ?? "") }
+    }
+
+    @Test(
+        "while the slot moves, the ASKs to one target share one connection to it, closed at MOVED once the slot settles"
+    )
+    func oneConnectionPerMigrationTarget() throws {
+        let cluster = try RedisClusterNodes()
+        defer { cluster.shutdown() }
+        let source = try #require(cluster.slotOwnerPort())
+        let target = try #require(cluster.nodes.map(\.port).first { $0 != source && cluster.role(of: $0) == "master" })
+        let locator = RedisClusterLocator(
+            seeds: cluster.nodes.map { RedisClusterLocator.Node(host: "127.0.0.1", port: $0.port) },
+            hashTagKey: "{siwa}:events", endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 1)),
+            timeout: .seconds(2))
+        let connection = RedisConnection(
+            endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 1)), connectTimeout: .seconds(1),
+            commandTimeout: .seconds(5), cluster: locator)
+        #expect(try connection.command("SET", "{siwa}:probe", "1").string == "OK")
+        let slot = String(RedisClusterNodes.slot)
+        let sourceConnection = cluster.connection(port: source)
+        _ = try cluster.connection(port: target).command(
+            "CLUSTER", "SETSLOT", slot, "IMPORTING", try cluster.nodeID(port: source))
+        _ = try sourceConnection.command("CLUSTER", "SETSLOT", slot, "MIGRATING", try cluster.nodeID(port: target))
+        #expect(
+            try sourceConnection.command(
+                "MIGRATE", "127.0.0.1", String(target), "", "0", "5000", "KEYS", "{siwa}:probe"
+            )
+            .string == "OK")
+
+        // The target's own count, read on one connection of the test's (counted before the first read).
+        let targetStats = cluster.connection(port: target)
+        let before = try #require(try Self.connectionsReceived(targetStats))
+        for _ in 0..<5 { #expect(try connection.command("GET", "{siwa}:probe").string == "1") }
+        #expect(locator.asks == 5)
+        #expect(try Self.connectionsReceived(targetStats) == before + 1, "one connection for five ASKs")
+
+        // The slot settles on the target: the next command meets MOVED and goes to the target as
+        // the owner; the migration connection is closed (the target keeps the test's and the owner's).
+        _ = try cluster.connection(port: target).command(
+            "CLUSTER", "SETSLOT", slot, "NODE", try cluster.nodeID(port: target))
+        _ = try sourceConnection.command("CLUSTER", "SETSLOT", slot, "NODE", try cluster.nodeID(port: target))
+        #expect(try connection.command("GET", "{siwa}:probe").string == "1")
+        #expect(locator.moves == 1 && locator.asks == 5)
+        try cluster.waitUntil(timeout: 20) {
+            let clients = (try? targetStats.command("CLIENT", "LIST", "TYPE", "NORMAL").string) ?? ""
+            return clients.split(whereSeparator: \.isNewline).count == 2
+        }
+    }
 }

@@ -134,4 +134,63 @@ struct ClusterServeTests {
         let health = try stack.request("GET", "/healthz").jsonFields
         #expect(health["redis_primary"] == "127.0.0.1:\(try #require(cluster.slotOwnerPort()))")
     }
+
+    /// Calls of one command on a node (`INFO commandstats`), 0 when never called.
+    static func calls(_ command: String, on connection: RedisConnection) throws -> Int {
+        let stats = try connection.command("INFO", "commandstats").string ?? ""
+        let prefix = "cmdstat_\(command):calls="
+        guard let line = stats.split(whereSeparator: \.isNewline).first(where: { $0.hasPrefix(prefix) }) else {
+            return 0
+        }
+        return Int(line.dropFirst(prefix.count).prefix { $0.isNumber }) ?? 0
+    }
+
+    @Test(
+        "while the slot moves (every new notification TRYAGAIN): each spooled, the replayer paced to a pass a second however many requests nudge it, and every one applied once the slot has moved"
+    )
+    func replayPacedWhileTheSlotMoves() throws {
+        let cluster = try RedisClusterNodes()
+        defer { cluster.shutdown() }
+        let stack = try ServeStack(extraEnvironment: Self.environment(cluster))
+        defer { stack.shutdown() }
+        // A first notification: the contract's keys exist, the slot has keys to move.
+        #expect(
+            try stack.post(try stack.body(type: "consent-revoked", sub: "001.pace.0")).jsonFields["status"]
+                == "applied")
+        let source = try #require(cluster.slotOwnerPort())
+        let target = try #require(cluster.nodes.map(\.port).first { $0 != source && cluster.role(of: $0) == "master" })
+        // The slot half-moved, every key on the target: a new notification runs nowhere (TRYAGAIN).
+        let slot = String(RedisClusterNodes.slot)
+        let sourceConnection = cluster.connection(port: source)
+        let targetConnection = cluster.connection(port: target)
+        _ = try targetConnection.command("CLUSTER", "SETSLOT", slot, "IMPORTING", try cluster.nodeID(port: source))
+        _ = try sourceConnection.command("CLUSTER", "SETSLOT", slot, "MIGRATING", try cluster.nodeID(port: target))
+        let keys = (try sourceConnection.command("CLUSTER", "GETKEYSINSLOT", slot, "100").array ?? []).compactMap(
+            \.string)
+        #expect(
+            try sourceConnection.command(["MIGRATE", "127.0.0.1", String(target), "", "0", "5000", "KEYS"] + keys)
+                .string == "OK")
+
+        let askedBefore = try Self.calls("asking", on: targetConnection)
+        let posts = 20
+        let started = ContinuousClock.now
+        for index in 1...posts {
+            let response = try stack.post(try stack.body(type: "consent-revoked", sub: "001.pace.\(index)"))
+            #expect(response.status == 200 && response.jsonFields["status"] == "spooled", "\(index)")
+        }
+        let seconds = Int((ContinuousClock.now - started) / .seconds(1))
+        // Each request followed one ASK to the target; the replayer's passes (each an ASK
+        // answered TRYAGAIN) at most one a second, not one per request that nudged it.
+        let asked = try Self.calls("asking", on: targetConnection) - askedBefore
+        #expect(asked >= posts)
+        #expect(asked - posts <= seconds + 2, "\(asked - posts) replay passes in \(seconds) s")
+
+        // The slot given to the target: the spool drains, every notification once in the stream.
+        let targetID = try cluster.nodeID(port: target)
+        _ = try targetConnection.command("CLUSTER", "SETSLOT", slot, "NODE", targetID)
+        _ = try sourceConnection.command("CLUSTER", "SETSLOT", slot, "NODE", targetID)
+        try cluster.waitUntil(timeout: 60) {
+            (try? targetConnection.command("XLEN", "{siwa}:events").integer) == Int64(posts + 1)
+        }
+    }
 }

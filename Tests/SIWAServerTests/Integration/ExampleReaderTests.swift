@@ -66,45 +66,84 @@ struct ExampleReaderTests {
     }
 
     /// The real `serve` writing into one Redis node, or into a real cluster with the prefix
-    /// `{siwa}`; the arguments a reader is given to read the same Redis.
+    /// `{siwa}`; the arguments a reader is given to read the same Redis. With `tls`, the node is
+    /// TLS-only (`rediss://localhost`), or the cluster is (`--tls-cluster yes`, certificates
+    /// that also name 127.0.0.1, the address the cluster announces), under a CA of the test's own.
     final class ReaderStack {
         let stack: ServeStack
         let cluster: RedisClusterNodes?
+        /// The TLS-only node, when one node over TLS.
+        let tlsNode: RedisServerProcess?
+        /// The CA that signed the servers' certificates, when over TLS.
+        let caFile: String?
+        private let certificates: URL?
 
-        init(_ topology: Topology) throws {
-            let cluster = topology == .cluster ? try RedisClusterNodes() : nil
+        init(_ topology: Topology, tls: Bool = false) throws {
+            var cluster: RedisClusterNodes?
+            var tlsNode: RedisServerProcess?
+            var certificates: URL?
+            var environment: [String: String] = [:]
             do {
-                stack = try ServeStack(extraEnvironment: cluster.map { ClusterServeTests.environment($0) } ?? [:])
+                if topology == .cluster {
+                    let nodes = try RedisClusterNodes(
+                        transport: tls ? .tls : .plain, serverNames: "DNS:localhost,IP:127.0.0.1")
+                    cluster = nodes
+                    environment = ClusterServeTests.environment(nodes)
+                } else if tls {
+                    let directory = FileManager.default.temporaryDirectory
+                        .appendingPathComponent("siwa-reader-ca-\(UUID().uuidString)", isDirectory: true)
+                    certificates = directory
+                    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+                    let authority = try TestCertificateAuthority(in: directory)
+                    let node = try RedisServerProcess(
+                        tls: .init(
+                            certificatePath: authority.serverCertificatePath, keyPath: authority.serverKeyPath,
+                            caPath: authority.caCertificatePath))
+                    tlsNode = node
+                    environment = ["SIWA_REDIS_URL": node.url(), "SIWA_REDIS_TLS_CA_FILE": authority.caCertificatePath]
+                }
+                stack = try ServeStack(extraEnvironment: environment)
             } catch {
                 cluster?.shutdown()
+                tlsNode?.shutdown()
+                if let certificates { try? FileManager.default.removeItem(at: certificates) }
                 throw error
             }
             self.cluster = cluster
+            self.tlsNode = tlsNode
+            self.certificates = certificates
+            caFile = environment["SIWA_REDIS_TLS_CA_FILE"]
         }
 
         var prefix: String { cluster == nil ? "siwa" : RedisClusterNodes.keyPrefix }
 
         /// `--redis-url` of the one node, or the cluster's seed nodes and its prefix. The slot's
         /// owner is named last: a reader that used its first seed as a single node, not as a
-        /// cluster, would be answered `MOVED`.
-        var readerArguments: [String] {
-            guard let cluster else { return ["--redis-url", stack.redis.url()] }
+        /// cluster, would be answered `MOVED`. Over TLS, `rediss://` and, if `withCAFile`,
+        /// the CA file.
+        func arguments(withCAFile: Bool) -> [String] {
+            let tlsArguments = caFile.map { withCAFile ? ["--redis-tls-ca-file", $0] : [] } ?? []
+            guard let cluster else { return ["--redis-url", tlsNode?.url() ?? stack.redis.url()] + tlsArguments }
             let owner = cluster.slotOwnerPort()
             let seeds = cluster.nodes.map(\.port).filter { $0 != owner } + [owner].compactMap { $0 }
             return [
                 "--cluster-nodes", seeds.map { "127.0.0.1:\($0)" }.joined(separator: ","), "--prefix",
                 RedisClusterNodes.keyPrefix,
-            ]
+            ] + (cluster.tls == nil ? [] : ["--redis-url", "rediss://localhost"]) + tlsArguments
         }
+
+        var readerArguments: [String] { arguments(withCAFile: true) }
 
         /// A connection to the node that holds the contract's keys.
         func connection() throws -> RedisConnection {
-            try cluster?.ownerConnection() ?? stack.redisConnection()
+            try cluster?.ownerConnection() ?? tlsNode?.unixSocketConnection() ?? stack.redisConnection()
         }
 
         func shutdown() {
             stack.shutdown()
             cluster?.shutdown()
+            tlsNode?.shutdown()
+            if let certificates { try? FileManager.default.removeItem(at: certificates) }
         }
     }
 
@@ -265,5 +304,90 @@ struct ExampleReaderTests {
             // Python prints each message whole: never an email address.
             #expect(!received.withLock { $0 }.contains("@"))
         }
+    }
+
+    @Test(
+        "over TLS (a TLS-only node, a --tls-cluster yes cluster, a CA of their own): each reader reads with the certificate verified against --redis-tls-ca-file, and without it is refused",
+        arguments: Topology.allCases)
+    func overTLS(_ topology: Topology) throws {
+        // One stack, one node or one cluster, for the three readers.
+        let readers = try ReaderStack(topology, tls: true)
+        defer { readers.shutdown() }
+        let stack = readers.stack
+        let revokedAt: Int64 = 1_796_000_200_000
+        let sub = "000017.tls.0001"
+        #expect(
+            try stack.post(try stack.body(type: "consent-revoked", sub: sub, eventTimeMilliseconds: revokedAt))
+                .status == 200)
+        let hash = try readers.connection().command(
+            "HGET", "\(readers.prefix):user:{\(ServeStack.clientID):\(sub)}", "sessions_revoked_at")
+        #expect(hash.string == String(revokedAt))
+        for reader in Reader.allCases {
+            #expect(
+                try state(reader, readers, sub: sub, sessionStartedAt: revokedAt) == [
+                    "session_valid": "false", "account_deleted": "false", "email_forwarding": "null",
+                    "sessions_revoked_at": String(revokedAt), "last_event_type": "consent-revoked",
+                ], "\(reader)")
+            // The system's CAs do not hold the test's CA: without the CA file, the certificate
+            // is refused, never read through unverified.
+            let (executable, first) = reader.commandLine("state")
+            let refused = try CommandRun.run(
+                URL(fileURLWithPath: executable),
+                first + readers.arguments(withCAFile: false) + [
+                    "--client-id", ServeStack.clientID, "--sub", sub, "--session-started-at", "0",
+                ], environment: reader.environment, timeout: .seconds(60))
+            #expect(refused.status != 0, "\(reader)")
+            #expect(refused.output.isEmpty, "\(reader)")
+            #expect(
+                refused.errors.contains("self-signed certificate in certificate chain"), "\(reader): \(refused.errors)")
+        }
+    }
+
+    /// redis-py's own exception classes, raised once each by the operation `with_retry` runs:
+    /// what a failover or a slot migration raises for a while is retried, and the read then
+    /// answers; a cross-slot or wrong-type error is raised at once, never retried.
+    static let retryProbe = #"""
+        import redis.exceptions as e
+        from siwa_redis import with_retry
+
+        passing = [
+            e.ConnectionError("Connection refused"), e.TimeoutError("Timeout reading"), e.ReadOnlyError("READONLY"),
+            e.ClusterDownError("CLUSTERDOWN The cluster is down"), e.MasterDownError("MASTERDOWN Link with MASTER is down"),
+            e.SlotNotCoveredError("Command # 1 (HGETALL k) does not have a slot"),
+            e.TryAgainError("TRYAGAIN Multiple keys request during rehashing of slot"), e.MovedError("3999 127.0.0.1:7001"),
+            e.AskError("3999 127.0.0.1:7002"), e.ClusterError("TTL exhausted."),
+        ]
+        lasting = [e.ClusterCrossSlotError("CROSSSLOT Keys in request don't hash to the same slot"), e.ResponseError("WRONGTYPE")]
+        for error in passing + lasting:
+            calls = []
+
+            def operation():
+                calls.append(error)
+                if len(calls) == 1:
+                    raise error
+                return "read"
+
+            try:
+                outcome = with_retry(operation, attempts=3, pause=0.01)
+            except Exception as raised:
+                outcome = "raised " + type(raised).__name__
+            print(type(error).__name__, outcome, len(calls))
+        """#
+
+    @Test(
+        "Python's with_retry retries the errors of a failover and of a slot migration (redis-py's classes), and no other"
+    )
+    func pythonRetriesClusterErrors() throws {
+        let run = try CommandRun.run(
+            URL(fileURLWithPath: ExampleFiles.python), ["-c", Self.retryProbe],
+            environment: ["PYTHONPATH": ExampleFiles.path("examples/python")])
+        #expect(run.status == 0, "\(run.errors)")
+        #expect(
+            run.lines.filter { !$0.isEmpty } == [
+                "ConnectionError read 2", "TimeoutError read 2", "ReadOnlyError read 2", "ClusterDownError read 2",
+                "MasterDownError read 2", "SlotNotCoveredError read 2", "TryAgainError read 2", "MovedError read 2",
+                "AskError read 2", "ClusterError read 2", "ClusterCrossSlotError raised ClusterCrossSlotError 1",
+                "ResponseError raised ResponseError 1",
+            ])
     }
 }

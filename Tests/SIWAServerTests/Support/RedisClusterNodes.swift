@@ -32,14 +32,18 @@ final class RedisClusterNodes: @unchecked Sendable {
     let flavor: RedisFlavor
 
     /// A cluster whose nodes use `transport`; for TLS, a CA and a `localhost` certificate
-    /// (for servers and, as replicas and bus peers present it, clients) made in its directory.
-    convenience init(transport: Transport, nodeTimeoutMilliseconds: Int = 1000) throws {
+    /// (for servers and, as replicas and bus peers present it, clients) made in its directory;
+    /// `serverNames`: the names the certificate holds.
+    convenience init(
+        transport: Transport, nodeTimeoutMilliseconds: Int = 1000, serverNames: String = "DNS:localhost"
+    ) throws {
         let certificates = FileManager.default.temporaryDirectory
             .appendingPathComponent("siwa-cluster-ca-\(UUID().uuidString)", isDirectory: true)
         var authority: TestCertificateAuthority?
         if transport == .tls {
             try FileManager.default.createDirectory(at: certificates, withIntermediateDirectories: true)
-            authority = try TestCertificateAuthority(in: certificates, serverUsage: "serverAuth,clientAuth")
+            authority = try TestCertificateAuthority(
+                in: certificates, serverUsage: "serverAuth,clientAuth", serverNames: serverNames)
         }
         try self.init(nodeTimeoutMilliseconds: nodeTimeoutMilliseconds, tls: authority)
     }

@@ -21,15 +21,16 @@ struct TestCertificateAuthority {
 
     /// Makes the CA and the `localhost` certificate inside `directory`, valid for two days.
     /// `serverUsage`: the server certificate's extended key usage (`serverAuth,clientAuth`
-    /// for a Redis whose replicas present it to their primary).
-    init(in directory: URL, serverUsage: String = "serverAuth") throws {
+    /// for a Redis whose replicas present it to their primary); `serverNames`: the names it holds
+    /// (a cluster whose clients connect to the addresses it announces needs `IP:127.0.0.1`).
+    init(in directory: URL, serverUsage: String = "serverAuth", serverNames: String = "DNS:localhost") throws {
         self.directory = directory
         caCertificatePath = directory.appendingPathComponent("ca.pem").path
         serverCertificatePath = directory.appendingPathComponent("server.pem").path
         serverKeyPath = directory.appendingPathComponent("server.key").path
         try Self.localStack("stack_make_ca", [directory.path, "2", "SIWA Test CA"])
         try Self.localStack(
-            "stack_make_leaf", [directory.path, "server", "rsa", "sha256", "2", "DNS:localhost", serverUsage])
+            "stack_make_leaf", [directory.path, "server", "rsa", "sha256", "2", serverNames, serverUsage])
     }
 
     /// A certificate and key signed by this CA, named `name` in the directory: for a TLS
