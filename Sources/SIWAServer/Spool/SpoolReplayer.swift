@@ -111,6 +111,10 @@ public final class SpoolReplayer: Service {
                 break
             case .redis(let redisError) where redisError.isConnectionError:
                 break
+            case .redis where Self.stoppedBySlotMove(stop):
+                // A Redis Cluster slot being moved: every record waits until it settles (paced
+                // below); a move is routine, not a refusal about the deployment for /healthz.
+                break
             case .redis(let redisError):
                 setBlocked("Redis refuses the spooled records (\(redisError.replyKind)): \(redisError.message)")
             case .rejectedRecordNotKept(let spoolError):

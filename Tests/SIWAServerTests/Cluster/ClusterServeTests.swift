@@ -184,6 +184,14 @@ struct ClusterServeTests {
         let asked = try Self.calls("asking", on: targetConnection) - askedBefore
         #expect(asked >= posts)
         #expect(asked - posts <= seconds + 2, "\(asked - posts) replay passes in \(seconds) s")
+        // A pass met TRYAGAIN (the asks beyond the posts'): a slot being moved is not a refusal
+        // about the deployment, so /healthz stays 200 (a balancer keeps the node) while the
+        // spool holds what waits.
+        try cluster.waitUntil(timeout: 20) {
+            ((try? Self.calls("asking", on: targetConnection)) ?? 0) > asked + askedBefore
+        }
+        let health = try stack.request("GET", "/healthz")
+        #expect(health.status == 200, "\(health.jsonFields)")
 
         // The slot given to the target: the spool drains, every notification once in the stream.
         let targetID = try cluster.nodeID(port: target)
