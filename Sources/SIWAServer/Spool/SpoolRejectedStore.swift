@@ -71,6 +71,24 @@ public final class SpoolRejectedStore: Sendable {
         }
     }
 
+    /// The users (client ID, sub) whose set-aside records still hold an email address, each
+    /// once, oldest file first. Read without the directory lock: nothing is changed here.
+    public func usersWithEmail() throws(SpoolError) -> [(clientID: String, subject: String)] {
+        var seen = Set<String>()
+        var users: [(clientID: String, subject: String)] = []
+        for name in try Self.recordFiles(directory) {
+            // A file moved away meanwhile (`spool requeue`) is simply not there.
+            guard let reader = try? SpoolSegmentReader(path: directory + "/" + name, offset: 0) else { continue }
+            while let entry = try reader.next() {
+                guard case .record(let record, _, _, _) = entry else { break }
+                guard record.email != nil, seen.insert(record.clientID + "\u{0}" + record.subject).inserted
+                else { continue }
+                users.append((record.clientID, record.subject))
+            }
+        }
+        return users
+    }
+
     private func rewriteWithoutEmail(clientID: String, subject: String) throws(SpoolError) -> Int {
         var scrubbed = 0
         var busy: SpoolError?

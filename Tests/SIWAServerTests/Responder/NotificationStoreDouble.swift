@@ -44,6 +44,9 @@ final class NotificationStoreDouble: NotificationStoring, Sendable {
         }
     }
 
+    /// No user is deleted in the double's Redis.
+    func isAccountDeleted(clientID: String, subject: String) throws(RedisError) -> Bool { false }
+
     func probe() -> RedisError? {
         state.withLock { $0.answersPing } ? nil : RedisError(.connectionFailed, "Redis does not answer (test double)")
     }
