@@ -103,11 +103,13 @@ enum ServeCommand {
         return .success(RedisAtStart(sentinel: locator, cluster: cluster))
     }
 
-    /// What opening the spool reads (the replay position, the waiting segments), read only:
-    /// a position serve could not read stops both the same way. Nil when it reads.
+    /// What opening the spool reads (the replay position, the waiting segments) and the
+    /// leftovers of `rejected/` it settles, read only: a position serve could not read, or a
+    /// leftover it could not settle, stops both the same way. Nil when it reads.
     static func readSpool(_ configuration: ServerConfiguration) -> StartRefused? {
         do throws(SpoolError) {
             _ = try SpoolInspector.status(spoolDirectory: configuration.spool.directory)
+            try SpoolRejectedStore.checkLeftovers(spoolDirectory: configuration.spool.directory)
             return nil
         } catch {
             return refuse(spoolRefusal(error))
