@@ -209,9 +209,15 @@ public final class SpoolReplayer: Service {
             } catch  where error.isConnectionError {
                 // Redis is away: the whole look is done again at a later pass.
                 return
-            } catch {
+            } catch  where error.isRecordSpecific {
                 // A refusal about this user's key (WRONGTYPE): no stored deletion to honour.
                 continue
+            } catch {
+                // A refusal about the deployment (NOPERM for HEXISTS): said once, not retried.
+                EventLog.event(
+                    "spool_set_aside_email_not_removed", level: "error",
+                    [("error", .string("\(error.code.rawValue): \(error.message)"))])
+                break
             }
             if deleted { scrubEmail(clientID: user.clientID, subject: user.subject) }
         }
