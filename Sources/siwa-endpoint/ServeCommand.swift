@@ -103,11 +103,14 @@ enum ServeCommand {
         return .success(RedisAtStart(sentinel: locator, cluster: cluster))
     }
 
-    /// What opening the spool reads (the replay position, the waiting segments), read only:
-    /// a position serve could not read stops both the same way. Nil when it reads.
+    /// What opening the spool reads (the replay position, the waiting segments), updates
+    /// (the position) and settles (the leftovers of `rejected/`), read only: a position serve
+    /// could not read or update, or a leftover it could not settle, stops both the same way.
+    /// Nil when it would open.
     static func readSpool(_ configuration: ServerConfiguration) -> StartRefused? {
         do throws(SpoolError) {
             _ = try SpoolInspector.status(spoolDirectory: configuration.spool.directory)
+            try NotificationSpool.checkOpening(directory: configuration.spool.directory)
             return nil
         } catch {
             return refuse(spoolRefusal(error))

@@ -179,6 +179,63 @@ struct SettingsRefusalTests {
         #expect(line["checked_as"] as? String == user)
     }
 
+    /// Start-up refusals after the settings table and the host checks, each made by a spool
+    /// serve cannot open (its replay position, a waiting segment, a leftover of `rejected/`
+    /// it must settle). The names are the spool's layout (`docs/operations.md`).
+    static let startUpCases: [(name: String, setting: String, setUp: @Sendable (String) throws -> Void)] = [
+        ("a replay position that is a directory", "SIWA_SPOOL_DIR", { try makeDirectory($0 + "/replay-position") }),
+        (
+            "a damaged replay position", "SIWA_SPOOL_DIR",
+            {
+                _ = FileManager.default.createFile(
+                    atPath: $0 + "/replay-position", contents: Data(repeating: 65, count: 64))
+            }
+        ),
+        (
+            "a waiting segment that cannot be read (a directory)", "SIWA_SPOOL_DIR",
+            { try makeDirectory($0 + "/segment-00000000000000000001.log") }
+        ),
+        (
+            "a leftover in rejected/ that cannot be settled (a directory)", "SIWA_SPOOL_DIR",
+            { try makeDirectory($0 + "/rejected/record-00000000000000000001-1-1.log.tmp") }
+        ),
+        (
+            "rejected/ is a regular file", "SIWA_SPOOL_DIR",
+            { _ = FileManager.default.createFile(atPath: $0 + "/rejected", contents: Data("x".utf8)) }
+        ),
+    ]
+
+    static func makeDirectory(_ path: String) throws {
+        try FileManager.default.createDirectory(
+            atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+    }
+
+    /// The refusal line's event and setting (and nothing of the time or the message's paths).
+    static func refusal(_ outcome: Outcome) -> [String: String] {
+        let line = outcome.standardError.split(separator: "\n").last.map(String.init) ?? ""
+        let object = (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]) ?? [:]
+        return object.compactMapValues { $0 as? String }.filter { $0.key == "event" || $0.key == "setting" }
+    }
+
+    @Test(
+        "each start-up refusal of serve before it listens is --check's too: exit 2, the same event and setting",
+        arguments: 0..<startUpCases.count)
+    func startUpRefusedAlike(_ index: Int) throws {
+        let (name, setting, setUp) = Self.startUpCases[index]
+        var refusals: [[String: String]] = []
+        for arguments in [["serve", "--check"], ["serve"]] {
+            // A fresh setup for each: serve may settle what it can, --check must not need to.
+            let scratch = try Scratch()
+            try Self.makeDirectory(scratch.path("spool"))
+            try setUp(scratch.path("spool"))
+            let outcome = try Self.run(arguments, environment: scratch.environment)
+            Self.expectRefused(outcome, setting: setting, alone: false, "\(arguments.joined(separator: " ")): \(name)")
+            refusals.append(Self.refusal(outcome))
+        }
+        #expect(refusals[0] == ["event": "configuration_invalid", "setting": setting], "\(name)")
+        #expect(refusals[0] == refusals[1], "\(name)")
+    }
+
     /// The refusal of a spool serve could not open is --check's too, the same line, and
     /// --check changes nothing in the spool.
     @Test("a damaged replay-position: serve --check and serve exit 2 with the same refusal line")

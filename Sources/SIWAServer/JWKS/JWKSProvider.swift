@@ -37,6 +37,11 @@ public final class JWKSProvider: Sendable {
         var lastSucceeded = false
         /// The fetch running now, which any other caller joins.
         var flight: Flight?
+        /// Wakes the service that runs an unknown kid's fetch on its own thread (the JWKS
+        /// refresher, between its `start()` and the end of its `run()`); nil while none does.
+        var fetchRunner: (@Sendable () -> Void)?
+        /// An unknown kid's fetch handed to that service and not yet begun by it.
+        var handedFlight: Flight?
         var refreshFailures = 0
         /// Cache file reads or writes that failed: a reload names its own failure by it.
         var cacheFailures = 0
@@ -112,7 +117,9 @@ public final class JWKSProvider: Sendable {
 
     /// Fetches because a token named a kid we do not hold, at most once per
     /// `unknownKeyIDRefreshInterval` counted from the last fetch of any kind. The fetch runs
-    /// on a thread of its own; the caller waits for it at most `unknownKeyIDWaitLimit`, and
+    /// on the thread of the service that takes such fetches (`takeUnknownKeyFetches`, the
+    /// JWKS refresher), never on a thread of its own; without such a service (a bare
+    /// provider) the caller fetches. The caller waits for it at most `unknownKeyIDWaitLimit`, and
     /// only `unknownKeyIDWaiters` callers wait at once (`stillRunning` otherwise): a worker
     /// is never held for a whole fetch timeout by a made-up kid.
     @discardableResult
@@ -154,8 +161,9 @@ public final class JWKSProvider: Sendable {
 
     /// The single flight: join a running fetch, or decide under the lock whether to
     /// start one (`isDue` is given the state and the monotonic now), then fetch without
-    /// holding the lock. With a `waitLimit` (an unknown kid) the fetch runs on a thread of
-    /// its own, and the caller waits for it within the limit, when a waiting place is free.
+    /// holding the lock. With a `waitLimit` (an unknown kid) the fetch runs on the thread of
+    /// the service that takes such fetches (the caller's, without one), and the caller waits
+    /// for it within the limit, when a waiting place is free.
     private func refresh(
         waitLimit: Duration? = nil, isDue: (State, ContinuousClock.Instant) -> Bool
     ) -> JWKSRefreshOutcome {
@@ -167,7 +175,8 @@ public final class JWKSProvider: Sendable {
             /// A fetch runs and every waiting place is taken.
             case busy
             case fetch(Flight)
-            case fetchElsewhere(Flight, waiting: Bool)
+            /// An unknown kid's fetch, handed to the service's thread (`runner` wakes it).
+            case handedOver(Flight, waiting: Bool, runner: @Sendable () -> Void)
         }
         let decision = state.withLock { state -> Decision in
             let mayWait = waitLimit == nil || state.unknownKeyIDWaiting < waiters
@@ -180,7 +189,13 @@ public final class JWKSProvider: Sendable {
             let flight = Flight()
             state.flight = flight
             state.lastAttemptAt = now
-            return waitLimit == nil ? .fetch(flight) : .fetchElsewhere(flight, waiting: mayWait)
+            guard waitLimit != nil, let runner = state.fetchRunner else {
+                // No service takes them (a bare provider, as tests and tools use): the caller fetches.
+                if waitLimit != nil && mayWait { state.unknownKeyIDWaiting -= 1 }
+                return .fetch(flight)
+            }
+            state.handedFlight = flight
+            return .handedOver(flight, waiting: mayWait, runner: runner)
         }
         let flight: Flight
         switch decision {
@@ -188,14 +203,46 @@ public final class JWKSProvider: Sendable {
         case .busy: return .stillRunning
         case .fetch(let started): return fly(started)
         case .join(let running): flight = running
-        case .fetchElsewhere(let started, let waiting):
-            Thread { [self] in fly(started) }.start()
+        case .handedOver(let started, let waiting, let runner):
+            runner()
             guard waiting else { return .stillRunning }
             flight = started
         }
         guard let waitLimit else { return flight.wait(until: nil) }
         defer { state.withLock { $0.unknownKeyIDWaiting -= 1 } }
         return flight.wait(until: ContinuousClock.now + waitLimit)
+    }
+
+    /// From now on an unknown kid's fetch is handed to the caller's service: `wake` asks its
+    /// thread to call `runHandedFetch()`. The JWKS refresher calls this at its start.
+    public func takeUnknownKeyFetches(wake: @escaping @Sendable () -> Void) {
+        state.withLock { $0.fetchRunner = wake }
+    }
+
+    /// Runs the unknown kid's fetch handed over, if any, on the caller's thread (the
+    /// service's); returns its outcome, or nil when none waited.
+    @discardableResult
+    public func runHandedFetch() -> JWKSRefreshOutcome? {
+        guard
+            let flight = state.withLock({ state -> Flight? in
+                defer { state.handedFlight = nil }
+                return state.handedFlight
+            })
+        else { return nil }
+        return fly(flight)
+    }
+
+    /// The service stops: no fetch is handed over any more; one handed over and not begun
+    /// is not made (its waiters are told `skipped`).
+    public func stopTakingUnknownKeyFetches() {
+        let dropped = state.withLock { state -> Flight? in
+            state.fetchRunner = nil
+            defer { state.handedFlight = nil }
+            guard let handed = state.handedFlight else { return nil }
+            if state.flight === handed { state.flight = nil }
+            return handed
+        }
+        dropped?.land(.skipped)
     }
 
     /// Runs the fetch of `flight`, lands it for every caller waiting, then writes the cache

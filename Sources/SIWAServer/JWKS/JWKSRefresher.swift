@@ -2,7 +2,8 @@ import SIWASupport
 
 /// The service that keeps the JWKS schedule without a request: it calls `refreshIfDue` on
 /// a short tick (hourly, or the retry interval after a failure, decided by the provider on
-/// its monotonic clock). Run it in a `ServiceGroup`.
+/// its monotonic clock). It also runs the fetch an unknown kid asks for, on its own thread,
+/// woken at once (`JWKSProvider.takeUnknownKeyFetches`). Run it in a `ServiceGroup`.
 public final class JWKSRefresher: Service {
     public let provider: JWKSProvider
     /// How often the service asks whether a refresh is due.
@@ -23,6 +24,8 @@ public final class JWKSRefresher: Service {
     /// Before the next service starts (with `loadsKeysAtStart`): the cache file, then one
     /// fetch (bounded by the fetcher's timeout), and one `jwks_loaded` line saying what is held.
     public func start() {
+        // From here on an unknown kid's fetch runs on this service's thread (nudged).
+        provider.takeUnknownKeyFetches { [task] in task.nudge() }
         guard loadsKeysAtStart else { return }
         let outcome = provider.start()
         let held = provider.metrics(now: provider.clock.wallSeconds())
@@ -42,6 +45,7 @@ public final class JWKSRefresher: Service {
         let longestBackoff = max(.seconds(1), provider.settings.unknownKeyIDRefreshInterval)
         var backoff = Duration.seconds(1)
         task.run {
+            provider.runHandedFetch()
             if provider.usableKeyCount == 0 {
                 provider.refreshIfEmpty()
             } else {
@@ -54,6 +58,7 @@ public final class JWKSRefresher: Service {
             defer { backoff = min(backoff * 2, longestBackoff) }
             return backoff
         }
+        provider.stopTakingUnknownKeyFetches()
     }
 
     /// Ends `run()` after the fetch in progress, if any (bounded by the fetcher's timeout).

@@ -141,6 +141,18 @@ public final class NotificationStore {
         }
     }
 
+    /// Whether the user hash holds `account_deleted_at` (an `account-deleted` of this user
+    /// was applied). A client ID or sub outside the key-part rule has no hash: false.
+    public func isAccountDeleted(clientID: String, subject: String) throws(RedisError) -> Bool {
+        guard UserKeyPart.isValidClientID(clientID), UserKeyPart.isValidSubject(subject) else { return false }
+        let reply = try connection.command(
+            "HEXISTS", keys.user(clientID: clientID, subject: subject), "account_deleted_at")
+        guard let exists = reply.integer else {
+            throw RedisError(.unexpectedReply, "HEXISTS did not return an integer")
+        }
+        return exists == 1
+    }
+
     // MARK: - Private
 
     private func checkKeyParts(_ notification: VerifiedNotification) throws(RedisError) {

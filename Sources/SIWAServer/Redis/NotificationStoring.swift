@@ -12,6 +12,10 @@ public protocol NotificationStoring: AnyObject {
 
     /// Why the store does not answer now (a PING), or nil when it does.
     func probe() -> RedisError?
+
+    /// Whether an `account-deleted` of this user is stored (the user hash holds
+    /// `account_deleted_at`).
+    func isAccountDeleted(clientID: String, subject: String) throws(RedisError) -> Bool
 }
 
 extension NotificationStoring {

@@ -10,6 +10,14 @@ extension NotificationSpool {
     static let requeuePrefix = "requeue-"
     static let positionFileName = "replay-position"
 
+    /// What opening the spool would refuse beyond what reading it shows (`SpoolInspector`),
+    /// found without changing anything (`serve --check`): a replay position this user may
+    /// not update, a leftover of `rejected/` that cannot be settled.
+    public static func checkOpening(directory: String) throws(SpoolError) {
+        try SpoolPositionFile.checkUpdatable(directory: directory, name: positionFileName)
+        try SpoolRejectedStore.checkLeftovers(spoolDirectory: directory)
+    }
+
     static func segmentPath(_ directory: String, _ sequence: UInt64) -> String {
         directory + "/" + segmentPrefix + paddedSequence(sequence) + segmentSuffix
     }

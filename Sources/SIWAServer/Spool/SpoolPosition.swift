@@ -50,6 +50,14 @@ struct SpoolPositionFile {
 
     /// Opens the position file in `directory`, creating it (atomically, already full size)
     /// when absent and converting a legacy one-line file.
+    /// What `open` would refuse in a file that reads well, found without changing it
+    /// (`serve --check`): one this user may read but not update.
+    static func checkUpdatable(directory: String, name: String) throws(SpoolError) {
+        let path = directory + "/" + name
+        guard SpoolFileSystem.status(path) != nil, access(path, R_OK | W_OK) != 0 else { return }
+        throw SpoolError(.positionUnreadable, "cannot open \(path) for update: \(String(cString: strerror(errno)))")
+    }
+
     static func open(directory: String, name: String, mode: mode_t) throws(SpoolError) -> SpoolPositionFile {
         let path = directory + "/" + name
         var found = try read(path)

@@ -71,6 +71,24 @@ public final class SpoolRejectedStore: Sendable {
         }
     }
 
+    /// The users (client ID, sub) whose set-aside records still hold an email address, each
+    /// once, oldest file first. Read without the directory lock: nothing is changed here.
+    public func usersWithEmail() throws(SpoolError) -> [(clientID: String, subject: String)] {
+        var seen = Set<String>()
+        var users: [(clientID: String, subject: String)] = []
+        for name in try Self.recordFiles(directory) {
+            // A file moved away meanwhile (`spool requeue`) is simply not there.
+            guard let reader = try? SpoolSegmentReader(path: directory + "/" + name, offset: 0) else { continue }
+            while let entry = try reader.next() {
+                guard case .record(let record, _, _, _) = entry else { break }
+                guard record.email != nil, seen.insert(record.clientID + "\u{0}" + record.subject).inserted
+                else { continue }
+                users.append((record.clientID, record.subject))
+            }
+        }
+        return users
+    }
+
     private func rewriteWithoutEmail(clientID: String, subject: String) throws(SpoolError) -> Int {
         var scrubbed = 0
         var busy: SpoolError?
@@ -132,6 +150,20 @@ public final class SpoolRejectedStore: Sendable {
     /// rewritten without an address: adopted (renamed over it) when it holds the same
     /// records, whole, differing at most by the address removed; deleted otherwise.
     /// Either way no `.tmp` file stays to escape the retention and the scrub.
+    /// What `settleLeftovers` would refuse, found without changing anything (`serve
+    /// --check`): a leftover that is not a regular file can be neither adopted nor deleted.
+    public static func checkLeftovers(spoolDirectory: String) throws(SpoolError) {
+        let directory = spoolDirectory + "/" + directoryName
+        guard SpoolFileSystem.status(directory) != nil else { return }
+        let suffix = NotificationSpool.segmentSuffix + SpoolFileSystem.temporarySuffix
+        for name in try SpoolFileSystem.list(directory).filter({ $0.hasSuffix(suffix) }).sorted() {
+            let path = directory + "/" + name
+            var info = stat()
+            guard lstat(path, &info) == 0, info.st_mode & S_IFMT != S_IFREG else { continue }
+            throw SpoolError(.removeFailed, "cannot delete \(path): a leftover that is not a regular file")
+        }
+    }
+
     static func settleLeftovers(_ directory: String) throws(SpoolError) -> [SpoolLeftover] {
         let suffix = NotificationSpool.segmentSuffix + SpoolFileSystem.temporarySuffix
         var settled: [SpoolLeftover] = []

@@ -32,6 +32,9 @@ public final class SpoolReplayer: Service {
     /// Users whose `account-deleted` was stored live, whose set-aside records the service
     /// has yet to scrub (the request only adds to this list and nudges).
     private let pendingScrubs = Mutex<[UserOfClient]>([])
+    /// Whether this start's look for set-aside records of users already deleted in Redis
+    /// (what a crash between a live `account-deleted` and its scrub leaves) is still to do.
+    private let deletedUsersScrubPending = Mutex(true)
 
     private struct UserOfClient: Sendable {
         let clientID: String
@@ -186,6 +189,45 @@ public final class SpoolReplayer: Service {
         for user in users { scrubEmail(clientID: user.clientID, subject: user.subject) }
     }
 
+    /// Once per start, as soon as Redis answers: every set-aside record still holding an
+    /// address whose user's `account-deleted` is already stored in Redis loses it. That is
+    /// the scrub a crash between a live `account-deleted` (answered 200) and the service's
+    /// scrub left undone. Until Redis answers, it is tried again at each pass.
+    public func scrubUsersDeletedInRedis() {
+        guard deletedUsersScrubPending.withLock({ $0 }) else { return }
+        let users: [(clientID: String, subject: String)]
+        do throws(SpoolError) {
+            users = try rejected.usersWithEmail()
+        } catch {
+            EventLog.event(
+                "spool_set_aside_email_not_removed", level: "error", [("error", .string(error.description))])
+            return
+        }
+        for user in users {
+            if task.isStopRequested { return }
+            let deleted: Bool
+            do throws(RedisError) {
+                deleted = try store.withLock { store throws(RedisError) in
+                    try store.value.isAccountDeleted(clientID: user.clientID, subject: user.subject)
+                }
+            } catch  where error.isConnectionError {
+                // Redis is away: the whole look is done again at a later pass.
+                return
+            } catch  where error.isRecordSpecific {
+                // A refusal about this user's key (WRONGTYPE): no stored deletion to honour.
+                continue
+            } catch {
+                // A refusal about the deployment (NOPERM for HEXISTS): said once, not retried.
+                EventLog.event(
+                    "spool_set_aside_email_not_removed", level: "error",
+                    [("error", .string("\(error.code.rawValue): \(error.message)"))])
+                break
+            }
+            if deleted { scrubEmail(clientID: user.clientID, subject: user.subject) }
+        }
+        deletedUsersScrubPending.withLock { $0 = false }
+    }
+
     /// Set-aside records of this user lose their email address.
     private func scrubEmail(clientID: String, subject: String) {
         do {
@@ -279,6 +321,7 @@ public final class SpoolReplayer: Service {
         var noPassBefore: ContinuousClock.Instant?
         task.run {
             scrubPending()
+            scrubUsersDeletedInRedis()
             // Hourly on the injected monotonic clock (a test can move it).
             if lastExpiry.map({ clock.monotonic() - $0 > .seconds(3600) }) ?? true {
                 expireOldFiles()

@@ -419,6 +419,55 @@ struct SpoolRecoveryTests {
         #expect(try stack.userHash(sub: sub)["email"] == nil)
     }
 
+    /// A crash between a live account-deleted's 200 and the replayer's scrub leaves the
+    /// user's set-aside records with their address; the next start scrubs them. Made
+    /// deterministic: the account-deleted is applied (200), serve is SIGKILLed, and the
+    /// set-aside records the scrub would have reached are placed while it is down.
+    @Test("a scrub lost to a crash after account-deleted is done at the next start")
+    func scrubLostToACrashIsDoneAtStart() throws {
+        let stack = try ServeStack(appendOnlyRedis: true)
+        defer { stack.shutdown() }
+        let deletedSub = "000040.n.0001"
+        let livingSub = "000040.n.0002"
+        let now = Int64(Date().timeIntervalSince1970)
+        #expect(
+            try stack.post(
+                try stack.body(type: "account-deleted", sub: deletedSub, eventTimeMilliseconds: (now - 5) * 1000)
+            ).bodyText == #"{"status":"applied"}"#)
+        stack.serve?.kill()
+        try #require(stack.serve?.waitForExit(timeout: 10) != nil)
+
+        func emailRecord(sub: String, jti: String) -> VerifiedNotification {
+            VerifiedNotification(
+                clientID: ServeStack.clientID, subject: sub, type: .emailEnabled, rawType: "email-enabled",
+                eventTimeMilliseconds: (now - 20) * 1000, tokenID: jti, issuedAt: now - 1, expiresAt: now + 86_400,
+                email: "relay-\(jti)@privaterelay.appleid.com", isPrivateEmail: true)
+        }
+        let rejected = stack.spoolDirectory + "/rejected"
+        let deletedFile =
+            rejected + "/record-" + NotificationSpool.paddedSequence(UInt64(now * 1000)) + "-1-1-redis_wrongtype.log"
+        let livingFile =
+            rejected + "/record-" + NotificationSpool.paddedSequence(UInt64(now * 1000)) + "-1-2-redis_wrongtype.log"
+        #expect(
+            FileManager.default.createFile(
+                atPath: deletedFile, contents: Data(Self.recordLine(emailRecord(sub: deletedSub, jti: "lost-1"))),
+                attributes: [.posixPermissions: 0o600]))
+        #expect(
+            FileManager.default.createFile(
+                atPath: livingFile, contents: Data(Self.recordLine(emailRecord(sub: livingSub, jti: "lost-2"))),
+                attributes: [.posixPermissions: 0o600]))
+
+        try stack.startServe()
+        #expect(
+            stack.waitUntil(timeout: 30) { stack.serve?.logLines(event: "spool_set_aside_email_removed").count == 1 })
+        let deletedText = try String(contentsOfFile: deletedFile, encoding: .utf8)
+        #expect(!deletedText.contains("@"))
+        #expect(deletedText.contains(#""jti":"lost-1""#))
+        // Another user's set-aside record keeps its address until their own account-deleted.
+        #expect(try String(contentsOfFile: livingFile, encoding: .utf8).contains("relay-lost-2@privaterelay"))
+        #expect(try stack.userHash(sub: livingSub) == [:])
+    }
+
     /// An authentic event_time later than iat plus the leeway is refused (401
     /// event_time_in_future): times only move forward, so it would lock the user's state.
     @Test("an event_time after iat plus the leeway is refused, and Redis stays untouched")

@@ -13,6 +13,10 @@ final class HeldJWKSFetcher: JWKSFetching {
     private let entered = DispatchSemaphore(value: 0)
     private let release = DispatchSemaphore(value: 0)
     private let holding = Mutex(false)
+    private let threads = Mutex<[pthread_t]>([])
+
+    /// The thread each fetch ran on, in order.
+    var fetchThreads: [pthread_t] { threads.withLock { $0 } }
 
     init(document: [UInt8]) { self.document = document }
 
@@ -28,6 +32,7 @@ final class HeldJWKSFetcher: JWKSFetching {
     }
 
     func fetch(_ url: String) throws -> [UInt8] {
+        threads.withLock { $0.append(pthread_self()) }
         if holding.withLock({ $0 }) {
             entered.signal()
             _ = release.wait(timeout: .now() + 60)
@@ -37,10 +42,13 @@ final class HeldJWKSFetcher: JWKSFetching {
 }
 
 /// An unknown kid waits for a fetch only within a bound, and only one at a time: made-up
-/// kids cannot hold the workers while the JWKS host is slow.
+/// kids cannot hold the workers while the JWKS host is slow. The fetch runs on the JWKS
+/// refresher's thread, as in serve (the refresher runs in a service group here).
 @Suite("JWKS provider: waiting for a fetch on an unknown kid")
 struct JWKSProviderWaitTests {
-    static func started(waitLimit: Duration, waiters: Int) throws -> (JWKSProvider, HeldJWKSFetcher, JWKSTestClock) {
+    static func started(
+        waitLimit: Duration, waiters: Int
+    ) throws -> (JWKSProvider, HeldJWKSFetcher, JWKSTestClock, ServiceGroup) {
         let fetcher = HeldJWKSFetcher(
             document: try JWKSTestFixtures.document([TestSigningKey.generate(keyID: "known")]))
         let clock = JWKSTestClock()
@@ -52,7 +60,17 @@ struct JWKSProviderWaitTests {
         #expect(provider.start() == .refreshed)
         clock.advance(by: 60)
         fetcher.hold()
-        return (provider, fetcher, clock)
+        // Its schedule is not due (the test clock moved 60 s of an hour): it fetches only
+        // what an unknown kid hands it.
+        let group = ServiceGroup()
+        group.start(JWKSRefresher(provider: provider, checkInterval: .seconds(3600)))
+        return (provider, fetcher, clock, group)
+    }
+
+    /// Lets a held fetch go, then stops the refresher.
+    static func stop(_ fetcher: HeldJWKSFetcher, _ group: ServiceGroup) {
+        fetcher.letGo()
+        #expect(group.stop(until: .now + .seconds(30)), "the JWKS refresher did not stop")
     }
 
     static func timed(_ call: () -> JWKSRefreshOutcome) -> (JWKSRefreshOutcome, Duration) {
@@ -63,8 +81,8 @@ struct JWKSProviderWaitTests {
 
     @Test("the caller that starts a fetch waits at most the limit, then is told it still runs")
     func waitIsBounded() throws {
-        let (provider, fetcher, _) = try Self.started(waitLimit: .milliseconds(300), waiters: 1)
-        defer { fetcher.letGo() }
+        let (provider, fetcher, _, group) = try Self.started(waitLimit: .milliseconds(300), waiters: 1)
+        defer { Self.stop(fetcher, group) }
         let (outcome, waited) = Self.timed { provider.refreshForUnknownKey() }
         #expect(outcome == .stillRunning)
         #expect(waited >= .milliseconds(300))
@@ -75,7 +93,8 @@ struct JWKSProviderWaitTests {
 
     @Test("while one caller waits, the others do not wait at all; the waiter gets the fetch's outcome")
     func onlyOneWaits() throws {
-        let (provider, fetcher, _) = try Self.started(waitLimit: .seconds(50), waiters: 1)
+        let (provider, fetcher, _, group) = try Self.started(waitLimit: .seconds(50), waiters: 1)
+        defer { Self.stop(fetcher, group) }
         let first = Mutex<JWKSRefreshOutcome?>(nil)
         let done = DispatchSemaphore(value: 0)
         Thread {
@@ -97,13 +116,14 @@ struct JWKSProviderWaitTests {
 
     @Test("with no waiting place (a lone worker) no caller waits, and the fetch still lands")
     func noWaitingPlace() throws {
-        let (provider, fetcher, clock) = try Self.started(waitLimit: .seconds(50), waiters: 0)
+        let (provider, fetcher, clock, group) = try Self.started(waitLimit: .seconds(50), waiters: 0)
+        defer { Self.stop(fetcher, group) }
         let (outcome, waited) = Self.timed { provider.refreshForUnknownKey() }
         #expect(outcome == .stillRunning)
         #expect(waited < .seconds(10), "waited \(waited)")
         #expect(fetcher.waitUntilHeld())
         fetcher.letGo()
-        // The fetch landed on its own thread: the next unknown kid within the interval is
+        // The fetch landed on the refresher's thread: the next unknown kid within the interval is
         // not fetched again (skipped), and the scheduled refresh is not due.
         let landed = ContinuousClock.now + .seconds(30)
         while provider.refreshForUnknownKey() == .stillRunning && ContinuousClock.now < landed {

@@ -4,6 +4,7 @@ import SIWAFastCGIClient
 import SIWARedis
 import SIWAServer
 import SIWASupport
+import SIWATestKit
 import Synchronization
 import Testing
 
@@ -11,10 +12,14 @@ import Testing
 /// service's `run()` has returned. Here the services serve runs, built from real parts: a
 /// FastCGI server on a unix socket, a spool in a temporary directory, hiredis connections
 /// to a Redis socket where nothing listens (so the breaker is open and probing, the
-/// replayer waiting, the deletion reader failing, all at the moment of the stop).
+/// replayer waiting, the deletion reader failing, all at the moment of the stop), and the
+/// JWKS refresher, which runs an unknown kid's fetch on its own thread (an in-process
+/// stand-in for Apple's JWKS host, which a test cannot reach).
 @Suite("serve's services stop")
 struct ServeServicesStopTests {
-    @Test("the breaker (probing), the replayer, the deletion reader and the FastCGI server all return on a stop")
+    @Test(
+        "the JWKS refresher (an unknown kid's fetch on its thread), the breaker (probing), the replayer, the deletion reader and the FastCGI server all return on a stop"
+    )
     func everyServiceReturnsOnStop() throws {
         try withSpoolDirectory { directory in
             let nowhere = RedisEndpoint(address: .unixSocket(path: directory + "/no-redis.sock"))
@@ -39,7 +44,18 @@ struct ServeServicesStopTests {
                 configuration: .init(address: .unixSocket(path: socket), workerCount: 2, shutdownTimeout: .seconds(10)),
                 handler: { _ in FastCGIResponse(status: 200, contentType: "text/plain", body: "ok") })
 
+            let fetcher = HeldJWKSFetcher(
+                document: try JWKSTestFixtures.document([TestSigningKey.generate(keyID: "known")]))
+            let keys = JWKSProvider(
+                settings: JWKSProvider.Settings(
+                    url: "https://jwks.invalid/auth/keys", unknownKeyIDRefreshInterval: .zero,
+                    unknownKeyIDWaitLimit: .seconds(30), unknownKeyIDWaiters: 1),
+                fetcher: fetcher)
+            // No key at its start: the refresher's first step fetches, on its own thread.
+            let refresher = JWKSRefresher(provider: keys)
+
             let group = ServiceGroup()
+            group.start(refresher)
             group.start(breaker)
             try group.start(server)
             group.start(replayer)
@@ -54,6 +70,14 @@ struct ServeServicesStopTests {
             let response = try FastCGIClient(.unixSocket(socket)).send(
                 params: FastCGIClient.params(method: "GET", uri: "/"))
             #expect(response.status == 200)
+            // An unknown kid's fetch runs on the refresher's thread, which the group stops,
+            // never on a thread of its own.
+            #expect(waitUntil(seconds: 10) { keys.usableKeyCount == 1 }, "the refresher's first fetch")
+            #expect(keys.refreshForUnknownKey() == .refreshed)
+            let threads = fetcher.fetchThreads
+            #expect(threads.count == 2)
+            #expect(threads.count == 2 && threads[1] == threads[0], "the unknown kid's fetch ran on another thread")
+            #expect(threads.last != pthread_self())
 
             let started = ContinuousClock.now
             #expect(group.stop(until: started + .seconds(10)), "a service's run() did not return")

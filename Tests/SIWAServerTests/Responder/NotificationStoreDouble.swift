@@ -19,6 +19,8 @@ final class NotificationStoreDouble: NotificationStoring, Sendable {
         var answers: [String: Answer] = [:]
         var answersPing = true
         var applied: [String] = []
+        /// Users (`<client_id>:<sub>`) whose account-deleted the double's Redis holds.
+        var deletedUsers: Set<String> = []
     }
     private let state = Mutex(State())
 
@@ -42,6 +44,18 @@ final class NotificationStoreDouble: NotificationStoring, Sendable {
             state.withLock { $0.applied.append(notification.tokenID) }
             return NotificationStore.Acknowledged(outcome, replicas: shortfall ? 0 : nil, isShortfall: shortfall)
         }
+    }
+
+    /// The double's Redis holds this user's account-deleted from now on.
+    func holdAccountDeleted(clientID: String, subject: String) {
+        state.withLock { _ = $0.deletedUsers.insert(clientID + ":" + subject) }
+    }
+
+    /// Whether `holdAccountDeleted` named the user; fails as a lost Redis while it does not answer PING.
+    func isAccountDeleted(clientID: String, subject: String) throws(RedisError) -> Bool {
+        let (answers, deleted) = state.withLock { ($0.answersPing, $0.deletedUsers.contains(clientID + ":" + subject)) }
+        guard answers else { throw RedisError(.connectionFailed, "Redis does not answer (test double)") }
+        return deleted
     }
 
     func probe() -> RedisError? {

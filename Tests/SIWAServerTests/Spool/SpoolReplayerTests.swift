@@ -133,4 +133,33 @@ struct SpoolReplayerTests {
             #expect(text.contains(#""jti":"scrub-1""#))
         }
     }
+
+    @Test("at start, set-aside records of users Redis holds as deleted lose the address, once Redis answers")
+    func startScrubWaitsForRedis() throws {
+        try withSpoolDirectory { directory in
+            let store = NotificationStoreDouble()
+            let (replayer, _, rejected) = try replayer(directory, store)
+            func emailEvent(_ sub: String, _ jti: String) -> VerifiedNotification {
+                VerifiedNotification(
+                    clientID: "com.example.app0", subject: sub, type: .emailEnabled, rawType: "email-enabled",
+                    eventTimeMilliseconds: 1_796_000_000_000, tokenID: jti, issuedAt: 1_796_000_001,
+                    expiresAt: 1_796_086_401, email: "relay-\(jti)@privaterelay.appleid.com", isPrivateEmail: true)
+            }
+            let deletedPath = try rejected.add(emailEvent("000061.gone.0001", "start-1"))
+            let livingPath = try rejected.add(emailEvent("000061.here.0001", "start-2"))
+            store.holdAccountDeleted(clientID: "com.example.app0", subject: "000061.gone.0001")
+
+            // Redis does not answer: nothing is scrubbed, and the look is kept for later.
+            store.answerPing(false)
+            replayer.scrubUsersDeletedInRedis()
+            #expect(try String(contentsOfFile: deletedPath, encoding: .utf8).contains("relay-start-1@"))
+            // Redis answers: the deleted user's record loses its address, the other keeps it.
+            store.answerPing(true)
+            replayer.scrubUsersDeletedInRedis()
+            let scrubbed = try String(contentsOfFile: deletedPath, encoding: .utf8)
+            #expect(!scrubbed.contains("@"))
+            #expect(scrubbed.contains(#""jti":"start-1""#))
+            #expect(try String(contentsOfFile: livingPath, encoding: .utf8).contains("relay-start-2@"))
+        }
+    }
 }
