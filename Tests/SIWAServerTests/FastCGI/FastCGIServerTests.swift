@@ -395,11 +395,8 @@ struct FastCGIServerTests {
         #expect(response.bodyText == "PUT")
 
         // The kernel's own table: the listening entry (state 0A) for our port has local address 127.0.0.1.
-        let table = try String(contentsOfFile: "/proc/net/tcp", encoding: .utf8)
+        let listening = try Self.listeningEntries(table: "/proc/net/tcp", port: port)
         let portHex = String(format: "%04X", port)
-        let listening = table.split(separator: "\n").map { $0.split(separator: " ") }.filter {
-            $0.count > 3 && $0[1].hasSuffix(":\(portHex)") && $0[3] == "0A"
-        }
         #expect(listening.count == 1)
         #expect(listening.first?[1] == "0100007F:\(portHex)")
     }
@@ -422,12 +419,27 @@ struct FastCGIServerTests {
         let response = try FastCGIClient(.tcp(host: "::1", port: port)).send(
             params: FastCGIClient.params(method: "DELETE", uri: "/"))
         #expect(response.bodyText == "DELETE")
-        let table = try String(contentsOfFile: "/proc/net/tcp6", encoding: .utf8)
+        let listening = try Self.listeningEntries(table: "/proc/net/tcp6", port: port)
         let portHex = String(format: "%04X", port)
-        let listening = table.split(separator: "\n").map { $0.split(separator: " ") }.filter {
-            $0.count > 3 && $0[1].hasSuffix(":\(portHex)") && $0[3] == "0A"
-        }
         #expect(listening.map { String($0[1]) } == ["00000000000000000000000001000000:\(portHex)"])
+    }
+
+    /// The kernel's listening entries (state 0A) for `port` in `table` (/proc/net/tcp or
+    /// tcp6). The kernel lists that table in pieces, so an entry can be missed while other
+    /// tests open and close sockets at the same moment: read again (at most 20 times) until
+    /// the port's entry shows. A socket bound elsewhere still shows, with its own address.
+    static func listeningEntries(table path: String, port: UInt16) throws -> [[Substring]] {
+        let portHex = String(format: "%04X", port)
+        var entries: [[Substring]] = []
+        for _ in 0..<20 {
+            let table = try String(contentsOfFile: path, encoding: .utf8)
+            entries = table.split(separator: "\n").map { $0.split(separator: " ") }.filter {
+                $0.count > 3 && $0[1].hasSuffix(":\(portHex)") && $0[3] == "0A"
+            }
+            if !entries.isEmpty { break }
+            usleep(50_000)
+        }
+        return entries
     }
 
     static var hasIPv6Loopback: Bool {
