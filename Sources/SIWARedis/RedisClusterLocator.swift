@@ -16,17 +16,7 @@ import Synchronization
 /// run one at a time.
 public final class RedisClusterLocator: Sendable {
     /// One cluster node's address.
-    public struct Node: Sendable, Hashable, CustomStringConvertible {
-        public let host: String
-        public let port: Int
-
-        public init(host: String, port: Int) {
-            self.host = host
-            self.port = port
-        }
-
-        public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
-    }
+    public typealias Node = RedisNodeAddress
 
     /// The hash slot of every key of the contract.
     public let slot: Int
@@ -61,7 +51,7 @@ public final class RedisClusterLocator: Sendable {
     /// Parses `host:port,host:port,...` (IPv6 hosts in brackets); the error says what is wrong.
     public static func parseNodes(_ text: String) -> Result<[Node], RedisError> {
         switch RedisPrimaryLocator.parseSentinels(text) {
-        case .success(let found): .success(found.map { Node(host: $0.host, port: $0.port) })
+        case .success(let found): .success(found)
         case .failure(let error):
             .failure(RedisError(.invalidEndpoint, error.message, field: .clusterNodes))
         }

@@ -26,17 +26,7 @@ import Synchronization
 /// wait for that answer instead of asking the sentinels themselves.
 public final class RedisPrimaryLocator: Sendable {
     /// One sentinel's address.
-    public struct Sentinel: Sendable, Equatable, CustomStringConvertible {
-        public let host: String
-        public let port: Int
-
-        public init(host: String, port: Int) {
-            self.host = host
-            self.port = port
-        }
-
-        public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
-    }
+    public typealias Sentinel = RedisNodeAddress
 
     /// A primary's address as the sentinels gave it.
     public struct Primary: Sendable, Hashable, CustomStringConvertible {
