@@ -81,7 +81,8 @@ public struct RedisError: CodedError {
     /// The sentinel codes count too: without a primary's address, Redis cannot be reached.
     public var isConnectionError: Bool {
         code == .connectionFailed || code == .connectionLost || code == .timedOut || code == .sentinelUnreachable
-            || code == .sentinelUnknownMaster || code == .sentinelLoginRefused || code == .tlsRefused
+            || code == .sentinelUnknownMaster || code == .sentinelsUnsettled || code == .sentinelLoginRefused
+            || code == .tlsRefused
             || code == .clusterRefused
     }
 
@@ -149,6 +150,9 @@ public struct RedisError: CodedError {
         public static let sentinelUnreachable = Code("redis_sentinel_unreachable")
         /// The sentinels answered, but none monitors the master name asked for.
         public static let sentinelUnknownMaster = Code("redis_sentinel_unknown_master")
+        /// The sentinels answered, but do not yet agree on a settled primary (too few answered,
+        /// a failover under way, a quorum sees the master down): nothing is written until they do.
+        public static let sentinelsUnsettled = Code("redis_sentinels_unsettled")
         /// The sentinels refused their password (or want one and got none).
         public static let sentinelLoginRefused = Code("redis_sentinel_login_refused")
         /// Fewer replicas than asked for acknowledged a write in time.

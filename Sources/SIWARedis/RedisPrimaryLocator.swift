@@ -72,6 +72,12 @@ public final class RedisPrimaryLocator: Sendable {
         /// moment ago (it still says master until the sentinels demote it): that sentinel has not
         /// caught up yet and was moved to the back of the list.
         case sentinelNamedDemoted(sentinel: Sentinel, primary: Primary)
+        /// `sentinel` named `primary` under `configEpoch`, lower than the `highest` another sentinel
+        /// answered with: it has not heard of the last failover and was moved to the back.
+        case sentinelBehind(sentinel: Sentinel, primary: Primary, configEpoch: UInt64, highest: UInt64)
+        /// `sentinel` announced `event` (`+odown`, `+try-failover`) for `primary`: a failover may be
+        /// under way, so the primary in use was dropped and the next discovery waits for it to settle.
+        case failoverSuspected(sentinel: Sentinel, primary: Primary, event: String)
         /// A discovery confirmed `primary`, named by `sentinel`, after `previous` (nil: none known).
         case primaryFound(sentinel: Sentinel, primary: Primary, previous: Primary?)
         /// `sentinel` announced `+switch-master` from `old` to `new`: every connection leaves `old`.
@@ -88,6 +94,8 @@ public final class RedisPrimaryLocator: Sendable {
     let sentinelTLS: RedisTLS?
     let timeout: Duration
     let observer: (@Sendable (Event) -> Void)?
+    /// The clock the +switch-master refusal period is measured on (injected by tests).
+    let now: @Sendable () -> ContinuousClock.Instant
 
     private struct State {
         var sentinels: [Sentinel]
@@ -138,8 +146,10 @@ public final class RedisPrimaryLocator: Sendable {
     /// must be told (on the thread that saw it).
     public init(
         sentinels: [Sentinel], masterName: String, sentinelPassword: String?, timeout: Duration,
-        sentinelTLS: RedisTLS? = nil, observer: (@Sendable (Event) -> Void)? = nil
+        sentinelTLS: RedisTLS? = nil, observer: (@Sendable (Event) -> Void)? = nil,
+        now: @escaping @Sendable () -> ContinuousClock.Instant = { .now }
     ) {
+        self.now = now
         self.masterName = masterName
         self.sentinelPassword = sentinelPassword
         self.sentinelTLS = sentinelTLS
@@ -260,11 +270,11 @@ public final class RedisPrimaryLocator: Sendable {
     /// primary): a sentinel that has not caught up yet may still name it, and a node that was
     /// paused past the failover still says master until the sentinels demote it.
     public func switchAnnounced(by sentinel: Sentinel, old: Primary, new: Primary) {
-        let now = ContinuousClock.now
+        let instant = self.now()
         let changed = state.withLock { state in
-            if old != new { state.demoted[old] = now + Self.demotedPeriod }
+            if old != new { state.demoted[old] = instant + Self.demotedPeriod }
             state.demoted[new] = nil
-            state.demoted = state.demoted.filter { now < $0.value }
+            state.demoted = state.demoted.filter { instant < $0.value }
             guard state.primary != new else { return false }
             state.use(new)
             return true
@@ -272,13 +282,28 @@ public final class RedisPrimaryLocator: Sendable {
         if changed { observer?(.switchAnnounced(sentinel: sentinel, old: old, new: new)) }
     }
 
+    /// A sentinel announced `+odown` or `+try-failover` for `primary`: the sentinels may be
+    /// promoting another node while this one still answers (it may be paused and about to
+    /// resume saying master). The primary in use is dropped if it is that address, so every
+    /// connection asks again, and the discovery waits until the sentinels agree (`SentinelTally`).
+    public func failoverSuspected(by sentinel: Sentinel, primary: Primary, event: String) {
+        let dropped = state.withLock { state in
+            guard state.primary == primary else { return false }
+            state.use(nil)
+            return true
+        }
+        if dropped { observer?(.failoverSuspected(sentinel: sentinel, primary: primary, event: event)) }
+    }
+
     /// How long an address announced as the old primary is refused: the sentinels convert a
     /// returning old primary to a replica within about 10 s (their INFO period).
     public static let demotedPeriod = Duration.seconds(60)
 
-    /// Asks the sentinels now, in order, and confirms each answer with `confirm` until one is a
-    /// master. A sentinel whose address is not a master goes to the back; the one whose address
-    /// is goes to the front.
+    /// Asks every sentinel now (`SENTINEL MASTER`), weighs the answers (`SentinelTally`: a
+    /// majority answered, the highest `config-epoch`, no failover under way) and confirms the
+    /// candidates with `confirm`, in the order the sentinels were asked, until one is a master.
+    /// A sentinel behind the highest epoch, or whose address is not a master, goes to the back;
+    /// the one whose address is confirmed goes to the front.
     public func discover(confirmingWith confirm: Confirmation) throws(RedisError) -> (
         primary: Primary, generation: UInt64
     ) {
@@ -286,45 +311,32 @@ public final class RedisPrimaryLocator: Sendable {
             state.discoveries += 1
             return state.sentinels
         }
-        var unreachable: [String] = []
-        var unknownMaster: [Sentinel] = []
-        var refusedLogin: [String] = []
-        /// Each address named and what confirming it found: asked once per discovery.
-        var verdicts: [Primary: String] = [:]
+        var asked = SentinelRound()
+        for sentinel in order { asked.record(ask(sentinel), from: sentinel) }
+        if asked.answers.isEmpty { throw asked.noAnswerError(masterName: masterName) }
+        let tally = SentinelTally(configured: order.count)
+        let candidates: [(sentinel: Sentinel, primary: Primary)]
+        switch tally.verdict(asked.answers) {
+        case .unsettled(let reason):
+            throw RedisError(.sentinelsUnsettled, "no primary is used yet: \(reason)")
+        case .candidates(let found, let behind):
+            candidates = found
+            for answer in behind {
+                state.withLock { state in
+                    state.staleAnswers += 1
+                    state.moveToBack(answer.sentinel)
+                }
+                observer?(
+                    .sentinelBehind(
+                        sentinel: answer.sentinel, primary: answer.primary, configEpoch: answer.configEpoch,
+                        highest: asked.answers.map(\.configEpoch).max() ?? answer.configEpoch))
+            }
+        }
         var unusable: [String] = []
         var staleSentinels: [Sentinel] = []
-        var refusedTLS: [String] = []
-        var certificateRefusal: RedisError.CertificateRefusal?
-        for sentinel in order {
-            let connection = RedisConnection(
-                endpoint: RedisEndpoint(
-                    address: .tcp(host: sentinel.host, port: sentinel.port), password: sentinelPassword,
-                    tls: sentinelTLS),
-                connectTimeout: timeout, commandTimeout: timeout)
-            let reply: RedisReply
-            do {
-                reply = try connection.command("SENTINEL", "get-master-addr-by-name", masterName)
-            } catch {
-                if error.code == .tlsRefused {
-                    refusedTLS.append("\(sentinel): \(error.message)")
-                    certificateRefusal = certificateRefusal ?? error.certificateRefusal
-                } else if Self.isLoginRefusal(error) {
-                    refusedLogin.append("\(sentinel): \(error.message)")
-                } else {
-                    unreachable.append("\(sentinel): \(error.message)")
-                }
-                continue
-            }
-            guard let pair = reply.array, pair.count == 2, let host = pair[0].string, let portText = pair[1].string,
-                let port = Int(portText), (1...65_535).contains(port), !host.isEmpty
-            else {
-                unknownMaster.append(sentinel)
-                continue
-            }
-            let found = Primary(host: host, port: port)
+        for (sentinel, found) in candidates {
             state.withLock { $0.lastNamed = found }
-            if state.withLock({ $0.isDemoted(found, at: .now) }) {
-                verdicts[found] = "announced as the old primary by +switch-master"
+            if state.withLock({ $0.isDemoted(found, at: now()) }) {
                 unusable.append("sentinel \(sentinel) named \(found) (announced as the old primary by +switch-master)")
                 state.withLock { state in
                     state.staleAnswers += 1
@@ -333,23 +345,16 @@ public final class RedisPrimaryLocator: Sendable {
                 observer?(.sentinelNamedDemoted(sentinel: sentinel, primary: found))
                 continue
             }
-            if let verdict = verdicts[found] {
-                unusable.append("sentinel \(sentinel) named \(found) (\(verdict))")
-                staleSentinels.append(sentinel)
-                continue
-            }
             let role: Role
             do {
                 role = try confirm(found)
             } catch {
-                verdicts[found] = "not confirmed: \(error.message)"
                 unusable.append("sentinel \(sentinel) named \(found) (not confirmed: \(error.message))")
                 staleSentinels.append(sentinel)
                 observer?(.sentinelNamedUnreachable(sentinel: sentinel, primary: found, message: error.message))
                 continue
             }
             guard role == .master else {
-                verdicts[found] = "ROLE: \(role)"
                 unusable.append("sentinel \(sentinel) named \(found) (ROLE: \(role))")
                 staleSentinels.append(sentinel)
                 state.withLock { state in
@@ -362,7 +367,7 @@ public final class RedisPrimaryLocator: Sendable {
             let installed = state.withLock { state -> (previous: Primary?, generation: UInt64)? in
                 // A +switch-master announced while this node was being confirmed wins over the
                 // sentinel's older answer (the node said master: it had not been demoted yet).
-                if state.isDemoted(found, at: .now) { return nil }
+                if state.isDemoted(found, at: now()) { return nil }
                 let previous = state.primary
                 // Sentinels that named another address are stale: behind the ones that agree.
                 for stale in staleSentinels { state.moveToBack(stale) }
@@ -381,36 +386,87 @@ public final class RedisPrimaryLocator: Sendable {
             }
             return (found, generation)
         }
-        if !refusedTLS.isEmpty {
-            throw RedisError(
-                .tlsRefused,
-                "TLS to the sentinels was refused (\(refusedTLS.joined(separator: "; ")))",
-                field: .sentinelTLS, certificateRefusal: certificateRefusal)
-        }
-        if !refusedLogin.isEmpty {
-            throw RedisError(
-                .sentinelLoginRefused,
-                "the sentinels refused it ("
-                    + "\(refusedLogin.joined(separator: "; ")))", field: .sentinelPassword)
-        }
-        if !unusable.isEmpty {
-            throw RedisError(
-                .connectionFailed,
-                "no sentinel named a Redis primary that could be confirmed (\(unusable.joined(separator: "; ")))")
-        }
-        if !unknownMaster.isEmpty {
-            throw RedisError(
-                .sentinelUnknownMaster,
-                "no sentinel monitors a master named '\(masterName)' (asked "
-                    + "\(unknownMaster.map(\.description).joined(separator: ", ")))", field: .sentinelMasterName)
-        }
         throw RedisError(
-            .sentinelUnreachable,
-            "no sentinel answered (\(unreachable.joined(separator: "; ")))", field: .sentinels)
+            .connectionFailed,
+            "no sentinel named a Redis primary that could be confirmed (\(unusable.joined(separator: "; ")))")
+    }
+
+    /// One sentinel's answer about the master, or why there is none.
+    enum SentinelReply {
+        case answered(SentinelTally.Answer)
+        case unknownMaster
+        case failed(RedisError)
+    }
+
+    /// Asks `sentinel` for `SENTINEL MASTER <name>` on a connection of its own.
+    private func ask(_ sentinel: Sentinel) -> SentinelReply {
+        let connection = RedisConnection(
+            endpoint: RedisEndpoint(
+                address: .tcp(host: sentinel.host, port: sentinel.port), password: sentinelPassword, tls: sentinelTLS),
+            connectTimeout: timeout, commandTimeout: timeout)
+        defer { connection.disconnect() }
+        let reply: RedisReply
+        do {
+            reply = try connection.command("SENTINEL", "MASTER", masterName)
+        } catch  where error.code == .serverError && error.message.contains("No such master") {
+            return .unknownMaster
+        } catch {
+            return .failed(error)
+        }
+        guard let fields = reply.fieldMap, let answer = SentinelTally.Answer.parse(fields, from: sentinel) else {
+            return .unknownMaster
+        }
+        return .answered(answer)
+    }
+
+    /// What one discovery's sentinels answered, sorted by kind, for the tally and the error.
+    struct SentinelRound {
+        var answers: [SentinelTally.Answer] = []
+        var unreachable: [String] = []
+        var unknownMaster: [Sentinel] = []
+        var refusedLogin: [String] = []
+        var refusedTLS: [String] = []
+        var certificateRefusal: RedisError.CertificateRefusal?
+
+        mutating func record(_ reply: SentinelReply, from sentinel: Sentinel) {
+            switch reply {
+            case .answered(let answer): answers.append(answer)
+            case .unknownMaster: unknownMaster.append(sentinel)
+            case .failed(let error) where error.code == .tlsRefused:
+                refusedTLS.append("\(sentinel): \(error.message)")
+                certificateRefusal = certificateRefusal ?? error.certificateRefusal
+            case .failed(let error) where RedisPrimaryLocator.isLoginRefusal(error):
+                refusedLogin.append("\(sentinel): \(error.message)")
+            case .failed(let error): unreachable.append("\(sentinel): \(error.message)")
+            }
+        }
+
+        /// Why no sentinel answered about the master: TLS, the password, the name, or nobody home.
+        func noAnswerError(masterName: String) -> RedisError {
+            if !refusedTLS.isEmpty {
+                return RedisError(
+                    .tlsRefused, "TLS to the sentinels was refused (\(refusedTLS.joined(separator: "; ")))",
+                    field: .sentinelTLS, certificateRefusal: certificateRefusal)
+            }
+            if !refusedLogin.isEmpty {
+                return RedisError(
+                    .sentinelLoginRefused, "the sentinels refused it (\(refusedLogin.joined(separator: "; ")))",
+                    field: .sentinelPassword)
+            }
+            if !unknownMaster.isEmpty {
+                return RedisError(
+                    .sentinelUnknownMaster,
+                    "no sentinel monitors a master named '\(masterName)' (asked "
+                        + "\(unknownMaster.map(\.description).joined(separator: ", ")))", field: .sentinelMasterName)
+            }
+            return RedisError(
+                .sentinelUnreachable, "no sentinel answered (\(unreachable.joined(separator: "; ")))",
+                field: .sentinels)
+        }
     }
 
     /// A sentinel that wants a password and got none or a wrong one, or got one it does not want.
-    private static func isLoginRefusal(_ error: RedisError) -> Bool {
+    static func isLoginRefusal(_ error: RedisError) -> Bool {
         let text = error.message
         return text.contains("NOAUTH") || text.contains("WRONGPASS") || text.contains("invalid password")
             || text.contains("without any password configured")

@@ -40,7 +40,7 @@ public final class RedisSentinelWatcher: Service {
                 connectTimeout: locator.timeout, commandTimeout: readInterval)
             var subscribed = false
             do {
-                _ = try connection.command("SUBSCRIBE", "+switch-master")
+                _ = try connection.command("SUBSCRIBE", "+switch-master", "+odown", "+try-failover")
                 subscribed = true
                 if failing {
                     failing = false
@@ -63,12 +63,21 @@ public final class RedisSentinelWatcher: Service {
         }
     }
 
-    /// `message +switch-master "<master> <old-ip> <old-port> <new-ip> <new-port>"`.
+    /// `message +switch-master "<master> <old-ip> <old-port> <new-ip> <new-port>"`, and
+    /// `message +odown|+try-failover "master <master> <ip> <port> ..."`.
     private func handle(_ reply: RedisReply) {
         guard let parts = reply.array, parts.count == 3, parts[0].string == "message",
-            parts[1].string == "+switch-master", let text = parts[2].string
+            let channel = parts[1].string, let text = parts[2].string
         else { return }
         let fields = text.split(separator: " ").map(String.init)
+        if channel == "+odown" || channel == "+try-failover" {
+            guard fields.count >= 4, fields[0] == "master", fields[1] == locator.masterName, let port = Int(fields[3])
+            else { return }
+            locator.failoverSuspected(
+                by: sentinel, primary: RedisPrimaryLocator.Primary(host: fields[2], port: port), event: channel)
+            return
+        }
+        guard channel == "+switch-master" else { return }
         guard fields.count == 5, fields[0] == locator.masterName, let oldPort = Int(fields[2]),
             let newPort = Int(fields[4])
         else { return }

@@ -76,6 +76,20 @@ extension ServeCommand {
                     ("sentinel", .string(sentinel.description)), ("named", .string(primary.description)),
                     ("role", .null), ("reason", .string("announced as the old primary by +switch-master")),
                 ])
+        case .sentinelBehind(let sentinel, let primary, let configEpoch, let highest):
+            EventLog.event(
+                "redis_sentinel_stale", level: "warning",
+                [
+                    ("sentinel", .string(sentinel.description)), ("named", .string(primary.description)),
+                    ("role", .null), ("reason", .string("config-epoch \(configEpoch) behind \(highest)")),
+                ])
+        case .failoverSuspected(let sentinel, let primary, let event):
+            EventLog.event(
+                "redis_failover_suspected", level: "warning",
+                [
+                    ("sentinel", .string(sentinel.description)), ("primary", .string(primary.description)),
+                    ("announced", .string(event)),
+                ])
         case .sentinelNamedUnreachable(let sentinel, let primary, let message):
             EventLog.event(
                 "redis_primary_unconfirmed", level: "warning",

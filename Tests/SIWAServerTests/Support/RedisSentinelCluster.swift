@@ -73,7 +73,7 @@ final class RedisSentinelCluster: @unchecked Sendable {
     /// `downAfterMilliseconds`: how long the primary may be silent before the sentinels call it down.
     init(
         downAfterMilliseconds: Int = 1000, sentinelPassword: String? = nil, flavor: RedisFlavor = .underTest,
-        tls: RedisServerProcess.TLSFiles? = nil
+        tls: RedisServerProcess.TLSFiles? = nil, failoverTimeoutMilliseconds: Int = 10000
     ) throws {
         signal(SIGPIPE, SIG_IGN)
         directory = FileManager.default.temporaryDirectory
@@ -114,7 +114,7 @@ final class RedisSentinelCluster: @unchecked Sendable {
                 logfile \(nodeDirectory)/sentinel.log
                 sentinel monitor \(Self.masterName) 127.0.0.1 \(primaryPort) 2
                 sentinel down-after-milliseconds \(Self.masterName) \(downAfterMilliseconds)
-                sentinel failover-timeout \(Self.masterName) 10000
+                sentinel failover-timeout \(Self.masterName) \(failoverTimeoutMilliseconds)
                 sentinel parallel-syncs \(Self.masterName) 2
 
                 """
@@ -180,6 +180,26 @@ final class RedisSentinelCluster: @unchecked Sendable {
     func currentPrimaryFromSentinels() -> Int? {
         guard let port = masterPortFromSentinels(),
             let node = dataNodes.first(where: { $0.port == port }), node.isRunning,
+            (try? connection(port: port).command("ROLE"))?.array?.first?.string == "master"
+        else { return nil }
+        return port
+    }
+
+    /// The port every running sentinel names under one `config-epoch` with no failover under way
+    /// and no node down (`SENTINEL MASTER`), when that node's ROLE is master; else nil.
+    func settledPrimary() -> Int? {
+        var named: Set<String> = []
+        for sentinel in sentinels where sentinel.isRunning {
+            guard
+                let fields =
+                    (try? connection(port: sentinel.port, password: sentinelPassword)
+                    .command("SENTINEL", "MASTER", Self.masterName))?.fieldMap,
+                let port = fields["port"], let epoch = fields["config-epoch"], let flags = fields["flags"],
+                flags == "master"
+            else { return nil }
+            named.insert("\(port)@\(epoch)")
+        }
+        guard named.count == 1, let port = named.first.flatMap({ Int($0.prefix { $0 != "@" }) }),
             (try? connection(port: port).command("ROLE"))?.array?.first?.string == "master"
         else { return nil }
         return port
