@@ -58,6 +58,11 @@ extension ServeCommand {
         return locator.sentinels.map { RedisSentinelWatcher(sentinel: $0, locator: locator) }
     }
 
+    /// `redis_primary_unconfirmed`, which every discovery during an outage of the primary
+    /// would log (twice a second): once when it starts or changes, then a summary every
+    /// 30 s with how many times and since when, and a last one when a primary is found.
+    static let unconfirmedPrimary = RepeatedEventLog(event: "redis_primary_unconfirmed")
+
     /// What the locator reports, as one JSON line each: which sentinel named which address
     /// and what its ROLE said, and every move of the primary.
     @Sendable static func logSentinelEvent(_ event: RedisPrimaryLocator.Event) {
@@ -77,13 +82,16 @@ extension ServeCommand {
                     ("role", .null), ("reason", .string("announced as the old primary by +switch-master")),
                 ])
         case .sentinelNamedUnreachable(let sentinel, let primary, let message):
-            EventLog.event(
-                "redis_primary_unconfirmed", level: "warning",
+            // Asked again at every discovery through an outage: logged when the address or the
+            // reason changes, then summarised every 30 s (see `unconfirmedPrimary`).
+            unconfirmedPrimary.record(
+                key: "\(primary) \(message)",
                 [
                     ("sentinel", .string(sentinel.description)), ("named", .string(primary.description)),
                     ("message", .string(message)),
                 ])
         case .primaryFound(let sentinel, let primary, let previous):
+            unconfirmedPrimary.end()
             EventLog.event(
                 "redis_primary_found",
                 [
