@@ -60,7 +60,8 @@ extension ServeCommand {
 
     /// `redis_primary_unconfirmed`, which every discovery during an outage of the primary
     /// would log (twice a second): once when it starts or changes, then a summary every
-    /// 30 s with how many times and since when, and a last one when a primary is found.
+    /// 30 s with how many times and since when, and a last one when a primary is found or a
+    /// switch announced.
     static let unconfirmedPrimary = RepeatedEventLog(event: "redis_primary_unconfirmed")
 
     /// What the locator reports, as one JSON line each: which sentinel named which address
@@ -99,6 +100,7 @@ extension ServeCommand {
                     ("previous", previous.map { .string($0.description) } ?? .null), ("role", .string("master")),
                 ])
         case .switchAnnounced(let sentinel, let old, let new):
+            unconfirmedPrimary.end()
             EventLog.event(
                 "redis_primary_switched", level: "warning",
                 [
