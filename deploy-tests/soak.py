@@ -59,6 +59,17 @@ CLUSTER_FAULTS = ["primary-killed", "primary-paused", "slot-migrated", "serve-ki
 CLUSTER_NODE_TIMEOUT_MS = 2000
 CLUSTER_KEY_PREFIX = "{siwa}"
 
+# The fault timings, drawn from the seed (see FaultPlan). A pause of the primary lasts from
+# under the time the sentinels (or the cluster's nodes) take to call it down to well past
+# their failover: 1.5 s to 6 s with both at 2 s. Every signal is sent a drawn 0 to 25 ms
+# after a post was sent, so kills land inside requests (verifying, in the script, in the
+# WAIT, writing the spool) rather than between them.
+PAUSE_SECONDS = (0.75 * DOWN_AFTER_MS / 1000, 3 * DOWN_AFTER_MS / 1000)
+SIGNAL_AFTER_POST_MS = (0, 25)
+# Rounds of seeds that once failed, replayed first by the suite's short soaks
+# (test_soak.py); how to add one: docs/operations.md, "The soak".
+RECORDED_ROUNDS = pathlib.Path(__file__).with_name("soak_seeds.txt")
+
 
 def say(text):
     print(f"soak: {text}", flush=True)
@@ -205,6 +216,12 @@ class SentinelSet:
         role = cli(port, "ROLE", timeout=2)
         return port if role is not None and role.splitlines()[:1] == ["master"] else None
 
+    def settled_port(self):
+        """primary_port(), while no sentinel flags the primary down or in a failover."""
+        if any(sentinel.master().get("flags") != "master" for sentinel in self.sentinels):
+            return None
+        return self.primary_port()
+
     def node(self, port):
         return next((node for node in self.nodes if node.port == port), None)
 
@@ -290,6 +307,15 @@ class ClusterSet:
         port = named.pop()
         role = cli(port, "ROLE", timeout=2)
         return port if role is not None and role.splitlines()[:1] == ["master"] else None
+
+    def settled_port(self):
+        """primary_port(), while no answering node flags any node as failing (`fail?`) or failed."""
+        for node in self.answering():
+            for line in (cli(node.port, "CLUSTER", "NODES", timeout=2) or "").splitlines():
+                fields = line.split()
+                if len(fields) > 2 and {"fail", "fail?"} & set(fields[2].split(",")):
+                    return None
+        return self.primary_port()
 
     def masters(self):
         return [node for node in self.answering() if (cli(node.port, "ROLE", timeout=2) or "").startswith("master")]
@@ -379,6 +405,62 @@ def cli_json(port, *args, timeout=5):
         return None
 
 
+# ---- The fault plan --------------------------------------------------------------------
+
+class FaultPlan:
+    """What faults come, in which order and with which timings: round after round, each
+    round every fault once, in an order drawn with its timings from random.Random("S:R")
+    for the run's seed S and the round's number R. A round depends on nothing but S and R
+    (not on the machine's speed, not on how many posts went before), so `--seed S` replays
+    a run's draws and `--replay S:R` runs round R of seed S first, in any run."""
+
+    def __init__(self, seed, names, replays=()):
+        self.seed, self.names, self.replays = seed, list(names), list(replays)
+
+    def round(self, seed, number):
+        draws = random.Random(f"{seed}:{number}")
+        order = list(self.names)
+        draws.shuffle(order)
+        turns = []
+        for fault in order:
+            timing = {"signal after post ms": round(draws.uniform(*SIGNAL_AFTER_POST_MS), 1)}
+            if fault == "primary-paused":
+                timing["pause s"] = round(draws.uniform(*PAUSE_SECONDS), 2)
+            turns.append((fault, f"{seed}:{number}", timing))
+        return turns
+
+    def turns(self):
+        """The replayed rounds, then the run's own rounds 0, 1, 2... (bounded)."""
+        for replay in self.replays:
+            seed, number = replay
+            yield from self.round(seed, number)
+        for number in range(2000):
+            yield from self.round(self.seed, number)
+
+    @property
+    def minimum_turns(self):
+        """Every fault at least once, and every replayed round whole."""
+        return len(self.names) * max(1, len(self.replays))
+
+
+def parse_round(text):
+    """`S:R` (seed and round number) as a pair of ints."""
+    seed, _, number = text.partition(":")
+    if not seed.isdigit() or not number.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not SEED:ROUND (two whole numbers)")
+    return int(seed), int(number)
+
+
+def recorded_rounds(mode, path=RECORDED_ROUNDS):
+    """The rounds recorded for `mode` ("sentinel" or "cluster"): lines `MODE SEED:ROUND  # why`."""
+    rounds = []
+    for line in path.read_text().splitlines():
+        fields = line.split("#", 1)[0].split()
+        if fields and fields[0] == mode:
+            rounds.append(parse_round(fields[1]))
+    return rounds
+
+
 # ---- The notifications ----------------------------------------------------------------
 
 def claims_of(body):
@@ -422,6 +504,9 @@ class Soak:
         self.binary = binary
         self.random = random.Random(arguments.seed)
         self.lock = threading.Lock()
+        # Notified at every post sent: a signal's drawn moment counts from one.
+        self.sent = threading.Condition(self.lock)
+        self.sends = 0
         self.outcomes = collections.Counter()  # "200 applied", "503", "no answer"...
         self.faults = collections.Counter()
         self.answered = {}  # jti -> True once some post of it was answered 200
@@ -430,6 +515,7 @@ class Soak:
         self.posters_left = arguments.threads
         self.redis = self.nginx = self.serve = None
         self.fault_names = CLUSTER_FAULTS if arguments.cluster else FAULTS
+        self.plan = FaultPlan(arguments.seed, self.fault_names, arguments.replay)
         self.key_prefix = CLUSTER_KEY_PREFIX if arguments.cluster else "siwa"
         self.redirects = collections.Counter()  # in cluster mode: ASK and MOVED the migrations met
 
@@ -509,6 +595,9 @@ class Soak:
         deadline = time.monotonic() + self.args.retry_seconds
         delay = 0.2
         for _ in range(self.args.retries):
+            with self.sent:
+                self.sends += 1
+                self.sent.notify_all()
             status, answer = fastcgi_request(self.socket_path, "POST", NOTIFICATION_PATH, body)
             outcome = "no answer" if status is None else str(status)
             if status == 200:
@@ -573,9 +662,32 @@ class Soak:
         if not wait_until(lambda: self.redis.is_replica(node), timeout=60, interval=0.2):
             raise RuntimeError(f"127.0.0.1:{node.port} did not become a connected replica within 60 s")
 
-    def inject(self, fault):
+    def at_signal_point(self, timing):
+        """Returns the drawn moment after the next post is sent (bounded: posting may be over)."""
+        with self.sent:
+            seen = self.sends
+            self.sent.wait_for(lambda: self.sends > seen or self.posters_left == 0, timeout=10)
+        time.sleep(timing["signal after post ms"] / 1000)
+
+    def settled_primary(self, timeout=60):
+        """The primary once the set agrees on one and has held that answer for a second
+        (with sentinels: no sentinel flags it down or in a failover)."""
+        held = {"port": None, "since": 0.0}
+
+        def steady():
+            port = self.redis.settled_port()
+            if port is None or port != held["port"]:
+                held.update(port=port, since=time.monotonic())
+                return False
+            return time.monotonic() - held["since"] >= 1.0
+        if not wait_until(steady, timeout=timeout, interval=0.2):
+            raise RuntimeError(f"the Redis set did not settle on one primary within {timeout} s")
+        return held["port"]
+
+    def inject(self, fault, timing):
         if fault == "primary-killed":
             node = self.primary()
+            self.at_signal_point(timing)
             node.process.kill()
             node.process.wait(timeout=10)
             new_port = self.new_primary(node.port)
@@ -583,22 +695,26 @@ class Soak:
             self.await_replica(self.redis.restart(node))
             return f"SIGKILL to the primary {node.port}; {new_port} promoted; {node.port} back as a replica"
         if fault == "primary-paused":
+            # The drawn pause, posting going on meanwhile: shorter ones end before the set
+            # calls the primary down, longer ones after a replica was promoted, and those
+            # around the failover end while it is under way.
             node = self.primary()
+            self.at_signal_point(timing)
             node.process.send_signal(signal.SIGSTOP)
             self.redis.paused.add(node.port)
-            stopped = time.monotonic()
             try:
-                new_port = self.new_primary(node.port)
-                self.wait_for_traffic(10, timeout=30)
-                # Past the sentinels' failover timeout (a cluster's node timeout twice) too,
-                # posting going on meanwhile.
-                bound = 2 * CLUSTER_NODE_TIMEOUT_MS if self.args.cluster else FAILOVER_TIMEOUT_MS
-                time.sleep(max(0.0, stopped + bound / 1000 - time.monotonic()))
+                time.sleep(timing["pause s"])
             finally:
                 node.process.send_signal(signal.SIGCONT)
                 self.redis.paused.discard(node.port)
-            self.await_replica(node)
-            return f"SIGSTOP to the primary {node.port} past the failover; {new_port} promoted; SIGCONT"
+            settled = self.settled_primary()
+            if settled == node.port:
+                outcome = "no failover"
+            else:
+                self.await_replica(node)
+                outcome = f"{settled} promoted, {node.port} back as a replica"
+            self.wait_for_traffic(10, timeout=30)
+            return f"SIGSTOP to the primary {node.port} for {timing['pause s']:.2f} s, SIGCONT; {outcome}"
         if fault == "slot-migrated":
             source = self.primary().port
             target = next(node.port for node in self.redis.masters() if node.port != source)
@@ -614,6 +730,7 @@ class Soak:
                     f"followed ASK {max(0, after['ASK'] - before['ASK'])} times, "
                     f"MOVED {max(0, after['MOVED'] - before['MOVED'])}")
         if fault == "serve-killed":
+            self.at_signal_point(timing)
             self.serve.process.kill()
             self.serve.process.wait(timeout=10)
             self.wait_for_traffic_failing(seconds=1.0)
@@ -624,12 +741,14 @@ class Soak:
             node = self.redis.replica_of(primary_port)
             if node is None:
                 raise RuntimeError(f"the primary {primary_port} has no replica to lose")
+            self.at_signal_point(timing)
             node.process.kill()
             node.process.wait(timeout=10)
             self.wait_for_traffic(10, timeout=30)
             self.await_replica(self.redis.restart(node))
             return f"SIGKILL to the replica {node.port}; restarted"
         if fault == "serve-sighup":
+            self.at_signal_point(timing)
             self.serve.process.send_signal(signal.SIGHUP)
             self.wait_for_traffic(10, timeout=30)
             return "SIGHUP to serve"
@@ -671,16 +790,17 @@ class Soak:
         for thread in threads:
             thread.start()
         turn = 0
-        # Every fault at least once, then in turn until the time is up.
-        faults = self.fault_names
-        while (time.monotonic() - started < self.args.seconds or turn < len(faults)) and turn < 10_000:
-            fault = faults[turn % len(faults)]
+        # The replayed rounds and every fault at least once, then on until the time is up.
+        for fault, round_name, timing in self.plan.turns():
+            if time.monotonic() - started >= self.args.seconds and turn >= self.plan.minimum_turns:
+                break
             turn += 1
             if not self.wait_for_traffic(10, timeout=30):
                 say("no traffic answered 200 for 30 s before the next fault")
-            description = self.inject(fault)
+            description = self.inject(fault, timing)
             self.faults[fault] += 1
-            say(f"+{time.monotonic() - started:5.0f} s  {description}")
+            say(f"+{time.monotonic() - started:5.0f} s  round {round_name}, "
+                f"{timing['signal after post ms']:.1f} ms after a post: {description}")
         posting_bound = self.args.seconds + self.args.retry_seconds + 120
         for thread in threads:
             thread.join(timeout=max(1, started + posting_bound - time.monotonic()))
@@ -775,7 +895,11 @@ def parse(argv):
     mode.add_argument("--cluster", action="store_true",
                       help="a Redis Cluster of three primaries and three replicas, keys under {siwa}")
     parser.add_argument("--seconds", type=int, default=600, help="how long faults are injected while posting")
-    parser.add_argument("--seed", type=int, default=None, help="the shuffle of posts and re-posts (default: random)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="the run's draws: posts and re-posts, the order of faults, pause lengths, the "
+                             "moments of signals (default: random, printed)")
+    parser.add_argument("--replay", type=parse_round, action="append", default=[], metavar="SEED:ROUND",
+                        help="run round ROUND of seed SEED first (repeatable)")
     parser.add_argument("--users", type=int, default=300)
     parser.add_argument("--rate", type=int, default=10, help="notifications per second wanted (the plans repeat)")
     parser.add_argument("--threads", type=int, default=4, help="concurrent posters")
@@ -797,6 +921,9 @@ def parse(argv):
 
 def main(argv):
     arguments = parse(argv)
+    say(f"seed {arguments.seed} (scripts/soak --seed {arguments.seed} draws the same posts, faults, pauses "
+        f"and signal moments again)"
+        + "".join(f"; replaying round {seed}:{number} first" for seed, number in arguments.replay))
     binary = find_binary()
     if binary is None:
         say("no siwa-endpoint binary: build it (swift build) or set SIWA_ENDPOINT_BINARY")

@@ -7,7 +7,7 @@ import re
 import subprocess
 
 from deploy_harness import REPO
-from soak import CLUSTER_FAULTS, FAULTS
+from soak import CLUSTER_FAULTS, FAULTS, PAUSE_SECONDS, FaultPlan, recorded_rounds
 from stack import build_binary, find_binary
 
 SOAK = REPO / "scripts" / "soak"
@@ -15,14 +15,16 @@ SOAK = REPO / "scripts" / "soak"
 
 def test_short_soak_loses_nothing_under_combined_faults():
     binary = find_binary() or build_binary()
-    # Bounded: 75 s of posting and faults, then retries, the drain and the check.
-    result = subprocess.run([str(SOAK), "--seconds", "75", "--users", "60", "--rate", "8"],
+    # Bounded: 75 s of posting and faults (the recorded rounds first), then retries, the drain and the check.
+    replays = recorded_rounds("sentinel")
+    result = subprocess.run([str(SOAK), "--seconds", "75", "--users", "60", "--rate", "8", *replay_args(replays)],
                             env={"PATH": "/usr/bin:/bin", "SIWA_ENDPOINT_BINARY": str(binary)},
                             capture_output=True, text=True, timeout=900)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert ("soak: result: lost 0, doubled 0, unexpected 0, wrong entries 0, users wrong 0, never answered 200 0"
             in output), output
+    assert_drawn_and_replayed(output, replays, FAULTS)
     faults = dict(re.findall(r"([a-z-]+) (\d+)", re.search(r"^soak: faults: (.*)$", output, re.M).group(1)))
     assert sorted(faults) == sorted(FAULTS) and all(int(count) >= 1 for count in faults.values()), output
     # The faults reached the spool, and every notification signed is in the stream once.
@@ -34,19 +36,22 @@ def test_short_soak_loses_nothing_under_combined_faults():
 
 def test_short_cluster_soak_loses_nothing_under_cluster_faults():
     """The same pool and checks against a Redis Cluster (three primaries, three replicas):
-    the slot's primary SIGKILLed, the next one SIGSTOPped past the node timeout, the slot
-    migrated to another primary under load (ASK during the move, MOVED after), serve
-    SIGKILLed, a replica lost, SIGHUP."""
+    the slot's primary SIGKILLed, the next one SIGSTOPped for a drawn 1.5 s to 6 s (across
+    the node timeout), the slot migrated to another primary under load (ASK during the
+    move, MOVED after), serve SIGKILLed, a replica lost, SIGHUP."""
     binary = find_binary() or build_binary()
-    # Bounded: 45 s of posting and faults (every fault runs once even if that takes longer),
-    # then retries, the drain and the check.
-    result = subprocess.run([str(SOAK), "--cluster", "--seconds", "45", "--users", "60", "--rate", "8"],
+    # Bounded: 45 s of posting and faults (every fault runs once even if that takes longer,
+    # the recorded rounds first), then retries, the drain and the check.
+    replays = recorded_rounds("cluster")
+    result = subprocess.run([str(SOAK), "--cluster", "--seconds", "45", "--users", "60", "--rate", "8",
+                             *replay_args(replays)],
                             env={"PATH": "/usr/bin:/bin", "SIWA_ENDPOINT_BINARY": str(binary)},
                             capture_output=True, text=True, timeout=900)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert ("soak: result: lost 0, doubled 0, unexpected 0, wrong entries 0, users wrong 0, never answered 200 0"
             in output), output
+    assert_drawn_and_replayed(output, replays, CLUSTER_FAULTS)
     faults = dict(re.findall(r"([a-z-]+) (\d+)", re.search(r"^soak: faults: (.*)$", output, re.M).group(1)))
     assert sorted(faults) == sorted(CLUSTER_FAULTS) and all(int(count) >= 1 for count in faults.values()), output
     # serve met the migration: ASK while the keys moved, MOVED once the slot was the target's.
@@ -56,6 +61,50 @@ def test_short_cluster_soak_loses_nothing_under_cluster_faults():
     assert int(re.search(r"200 spooled (\d+)", outcomes).group(1)) > 0, output
     signed = int(re.search(r"^soak: posts: \d+ \((\d+) notifications", output, re.M).group(1))
     assert re.search(rf"^soak: stream: {signed} entries; users: 60$", output, re.M), output
+
+
+def replay_args(rounds):
+    return [argument for seed, number in rounds for argument in ("--replay", f"{seed}:{number}")]
+
+
+def assert_drawn_and_replayed(output, replays, faults):
+    """The seed printed first; the recorded rounds ran first, each fault of them once."""
+    assert re.match(r"soak: seed \d+ \(scripts/soak --seed \d+ draws the same", output), output
+    names = re.findall(r"^soak: \+ *\d+ s  round (\d+:\d+), [\d.]+ ms after a post: ", output, re.M)
+    replayed = [f"{seed}:{number}" for seed, number in replays]
+    expected = [name for name in replayed for _ in faults]
+    assert names[:len(expected)] == expected, output
+
+
+def test_the_fault_plan_is_drawn_from_the_seed():
+    """A round is drawn from its seed and number alone: the same twice, every fault once in
+    a drawn order, pauses across the failover window (before the sentinels' 2 s and well
+    after it), and a replayed round comes first, whole."""
+    plan = FaultPlan(415293, FAULTS)
+    assert plan.round(415293, 2) == FaultPlan(415293, FAULTS).round(415293, 2)
+    rounds = [plan.round(seed, 0) for seed in range(1, 41)]
+    assert all(sorted(fault for fault, _, _ in turns) == sorted(FAULTS) for turns in rounds)
+    assert len({tuple(fault for fault, _, _ in turns) for turns in rounds}) > 10, "the order is drawn"
+    pauses = [timing["pause s"] for turns in rounds for fault, _, timing in turns if fault == "primary-paused"]
+    assert len(pauses) == 40 and all(PAUSE_SECONDS[0] <= pause <= PAUSE_SECONDS[1] for pause in pauses)
+    assert PAUSE_SECONDS == (1.5, 6.0)
+    assert min(pauses) < 2.0 and max(pauses) > 5.0 and any(2.5 <= pause <= 3.5 for pause in pauses), pauses
+    moments = [timing["signal after post ms"] for turns in rounds for _, _, timing in turns]
+    assert all(0 <= moment <= 25 for moment in moments) and len(set(moments)) > 100
+    replaying = FaultPlan(7, FAULTS, [(415293, 2)])
+    turns = replaying.turns()
+    assert [next(turns) for _ in range(2 * len(FAULTS))] == plan.round(415293, 2) + replaying.round(7, 0)
+    assert replaying.minimum_turns == len(FAULTS)
+    assert FaultPlan(7, FAULTS, [(1, 0), (2, 0)]).minimum_turns == 2 * len(FAULTS)
+
+
+def test_the_recorded_rounds_are_read_by_mode(tmp_path):
+    listed = tmp_path / "seeds.txt"
+    listed.write_text("# a comment line\nsentinel 415293:2  # 2026-12-04: a loss\n\ncluster 12:0\nsentinel 9:1\n")
+    assert recorded_rounds("sentinel", listed) == [(415293, 2), (9, 1)]
+    assert recorded_rounds("cluster", listed) == [(12, 0)]
+    for mode in ("sentinel", "cluster"):
+        recorded_rounds(mode)  # the shipped list parses
 
 
 def test_the_model_follows_the_contracts_rules():

@@ -58,6 +58,12 @@ extension ServeCommand {
         return locator.sentinels.map { RedisSentinelWatcher(sentinel: $0, locator: locator) }
     }
 
+    /// `redis_primary_unconfirmed`, which every discovery during an outage of the primary
+    /// would log (twice a second): once when it starts or changes, then a summary every
+    /// 30 s with how many times and since when, and a last one when a primary is found or a
+    /// switch announced.
+    static let unconfirmedPrimary = RepeatedEventLog(event: "redis_primary_unconfirmed")
+
     /// What the locator reports, as one JSON line each: which sentinel named which address
     /// and what its ROLE said, and every move of the primary.
     @Sendable static func logSentinelEvent(_ event: RedisPrimaryLocator.Event) {
@@ -91,13 +97,16 @@ extension ServeCommand {
                     ("announced", .string(event)),
                 ])
         case .sentinelNamedUnreachable(let sentinel, let primary, let message):
-            EventLog.event(
-                "redis_primary_unconfirmed", level: "warning",
+            // Asked again at every discovery through an outage: logged when the address or the
+            // reason changes, then summarised every 30 s (see `unconfirmedPrimary`).
+            unconfirmedPrimary.record(
+                key: "\(primary) \(message)",
                 [
                     ("sentinel", .string(sentinel.description)), ("named", .string(primary.description)),
                     ("message", .string(message)),
                 ])
         case .primaryFound(let sentinel, let primary, let previous):
+            unconfirmedPrimary.end()
             EventLog.event(
                 "redis_primary_found",
                 [
@@ -105,6 +114,7 @@ extension ServeCommand {
                     ("previous", previous.map { .string($0.description) } ?? .null), ("role", .string("master")),
                 ])
         case .switchAnnounced(let sentinel, let old, let new):
+            unconfirmedPrimary.end()
             EventLog.event(
                 "redis_primary_switched", level: "warning",
                 [

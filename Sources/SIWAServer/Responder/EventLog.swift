@@ -128,11 +128,21 @@ public enum EventLog {
         return String(decoding: bytes, as: UTF8.self)
     }
 
+    /// A wall time given in Unix milliseconds, in the lines' own format (a field such as
+    /// `since`).
+    public static func wallTime(milliseconds: Int64) -> String {
+        var bytes: [UInt8] = []
+        appendTimestamp(
+            to: &bytes,
+            at: timespec(tv_sec: Int(milliseconds / 1000), tv_nsec: Int(milliseconds % 1000) * 1_000_000))
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
     /// The same text as `timestamp()`, from `clock_gettime` and `gmtime_r`: Foundation's
     /// ISO 8601 formatter showed in the profile of every request.
-    private static func appendTimestamp(to output: inout [UInt8]) {
+    private static func appendTimestamp(to output: inout [UInt8], at time: timespec? = nil) {
         var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
+        if let time { now = time } else { clock_gettime(CLOCK_REALTIME, &now) }
         var seconds = now.tv_sec
         var parts = tm()
         gmtime_r(&seconds, &parts)

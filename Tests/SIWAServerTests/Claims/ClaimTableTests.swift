@@ -27,4 +27,22 @@ struct ClaimTableTests {
         }
         #expect(references >= 40)
     }
+
+    @Test("every test named in docs/security.md exists")
+    func everySecurityRowTestExists() throws {
+        let page = try String(contentsOf: Self.root.appendingPathComponent("docs/security.md"), encoding: .utf8)
+        let reference = #/`((?:Tests|deploy-tests)/[^`\s#:]+)(#|::)([A-Za-z_][A-Za-z0-9_]*)`/#
+        var references = 0
+        for match in page.matches(of: reference) {
+            let (path, name) = (String(match.output.1), String(match.output.3))
+            let declaration = match.output.2 == "#" ? "func \(name)(" : "def \(name)("
+            references += 1
+            let text = try? String(contentsOf: Self.root.appendingPathComponent(path), encoding: .utf8)
+            #expect(text != nil, "docs/security.md names \(path), which does not exist")
+            #expect(
+                text?.contains(declaration) == true, "docs/security.md names \(name) in \(path), which has no such test"
+            )
+        }
+        #expect(references >= 60)
+    }
 }
