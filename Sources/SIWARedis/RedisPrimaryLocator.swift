@@ -109,6 +109,9 @@ public final class RedisPrimaryLocator: Sendable {
         var staleAnswers = 0
         /// The last address a sentinel named, confirmed or not.
         var lastNamed: Primary?
+        /// Raised at every `+sdown`, `+odown` or `+try-failover` a sentinel announces for the
+        /// master: a discovery that saw it change while it confirmed an address does not use it.
+        var suspicions: UInt64 = 0
         /// Addresses a `+switch-master` announced as the old primary, until when they are not used.
         var demoted: [Primary: ContinuousClock.Instant] = [:]
 
@@ -282,12 +285,15 @@ public final class RedisPrimaryLocator: Sendable {
         if changed { observer?(.switchAnnounced(sentinel: sentinel, old: old, new: new)) }
     }
 
-    /// A sentinel announced `+odown` or `+try-failover` for `primary`: the sentinels may be
+    /// A sentinel announced `+sdown`, `+odown` or `+try-failover` for `primary`: the sentinels may be
     /// promoting another node while this one still answers (it may be paused and about to
     /// resume saying master). The primary in use is dropped if it is that address, so every
     /// connection asks again, and the discovery waits until the sentinels agree (`SentinelTally`).
     public func failoverSuspected(by sentinel: Sentinel, primary: Primary, event: String) {
         let dropped = state.withLock { state in
+            // About the address in use or the one being confirmed: a stale sentinel's view of
+            // another node holds nothing up.
+            if state.primary == primary || state.lastNamed == primary { state.suspicions &+= 1 }
             guard state.primary == primary else { return false }
             state.use(nil)
             return true
@@ -307,14 +313,15 @@ public final class RedisPrimaryLocator: Sendable {
     public func discover(confirmingWith confirm: Confirmation) throws(RedisError) -> (
         primary: Primary, generation: UInt64
     ) {
-        let order = state.withLock { state in
+        let (order, suspicionsBefore) = state.withLock { state in
             state.discoveries += 1
-            return state.sentinels
+            return (state.sentinels, state.suspicions)
         }
         var asked = SentinelRound()
         for sentinel in order { asked.record(ask(sentinel), from: sentinel) }
         if asked.answers.isEmpty { throw asked.noAnswerError(masterName: masterName) }
         let tally = SentinelTally(configured: order.count)
+        let highestEpoch = asked.answers.map(\.configEpoch).max() ?? 0
         let candidates: [(sentinel: Sentinel, primary: Primary)]
         switch tally.verdict(asked.answers) {
         case .unsettled(let reason):
@@ -364,10 +371,15 @@ public final class RedisPrimaryLocator: Sendable {
                 observer?(.sentinelNamedNonPrimary(sentinel: sentinel, primary: found, role: role))
                 continue
             }
+            // The sentinels again, now that the node answered: a ROLE that waited for a paused
+            // node to resume may come back after a failover began (its verdict is then stale).
+            try confirmStillSettled(found, epoch: highestEpoch, order: order, tally: tally)
             let installed = state.withLock { state -> (previous: Primary?, generation: UInt64)? in
                 // A +switch-master announced while this node was being confirmed wins over the
                 // sentinel's older answer (the node said master: it had not been demoted yet).
                 if state.isDemoted(found, at: now()) { return nil }
+                // So does a sentinel's +sdown/+odown/+try-failover: a failover may have begun.
+                if state.suspicions != suspicionsBefore { return nil }
                 let previous = state.primary
                 // Sentinels that named another address are stale: behind the ones that agree.
                 for stale in staleSentinels { state.moveToBack(stale) }
@@ -378,8 +390,8 @@ public final class RedisPrimaryLocator: Sendable {
             guard let (previous, generation) = installed else {
                 throw RedisError(
                     .connectionLost,
-                    "sentinel \(sentinel) named \(found), which a +switch-master announced as the old primary "
-                        + "while its ROLE was asked; asking again")
+                    "sentinel \(sentinel) named \(found), which a +switch-master announced as the old primary, "
+                        + "or a sentinel announced a failover may begin, while its ROLE was asked; asking again")
             }
             if previous != found || !unusable.isEmpty {
                 observer?(.primaryFound(sentinel: sentinel, primary: found, previous: previous))
@@ -389,6 +401,27 @@ public final class RedisPrimaryLocator: Sendable {
         throw RedisError(
             .connectionFailed,
             "no sentinel named a Redis primary that could be confirmed (\(unusable.joined(separator: "; ")))")
+    }
+
+    /// Asks the sentinels a second time, after `found` confirmed master: they must still be
+    /// settled, under the same highest epoch, naming `found`.
+    private func confirmStillSettled(
+        _ found: Primary, epoch: UInt64, order: [Sentinel], tally: SentinelTally
+    ) throws(RedisError) {
+        var again = SentinelRound()
+        for sentinel in order { again.record(ask(sentinel), from: sentinel) }
+        switch tally.verdict(again.answers) {
+        case .unsettled(let reason):
+            throw RedisError(.sentinelsUnsettled, "no primary is used yet: \(reason) (while \(found) was confirmed)")
+        case .candidates(let named, _):
+            let epochNow = again.answers.map(\.configEpoch).max() ?? 0
+            guard epochNow == epoch, named.contains(where: { $0.primary == found }) else {
+                throw RedisError(
+                    .sentinelsUnsettled,
+                    "no primary is used yet: the sentinels' answer changed while \(found) was confirmed "
+                        + "(config-epoch \(epoch) then \(epochNow))")
+            }
+        }
     }
 
     /// One sentinel's answer about the master, or why there is none.

@@ -40,7 +40,7 @@ public final class RedisSentinelWatcher: Service {
                 connectTimeout: locator.timeout, commandTimeout: readInterval)
             var subscribed = false
             do {
-                _ = try connection.command("SUBSCRIBE", "+switch-master", "+odown", "+try-failover")
+                _ = try connection.command("SUBSCRIBE", "+switch-master", "+sdown", "+odown", "+try-failover")
                 subscribed = true
                 if failing {
                     failing = false
@@ -64,13 +64,14 @@ public final class RedisSentinelWatcher: Service {
     }
 
     /// `message +switch-master "<master> <old-ip> <old-port> <new-ip> <new-port>"`, and
-    /// `message +odown|+try-failover "master <master> <ip> <port> ..."`.
+    /// `message +sdown|+odown|+try-failover "master <master> <ip> <port> ..."` (the `+sdown` of
+    /// a replica or a sentinel starts with another word and is ignored).
     private func handle(_ reply: RedisReply) {
         guard let parts = reply.array, parts.count == 3, parts[0].string == "message",
             let channel = parts[1].string, let text = parts[2].string
         else { return }
         let fields = text.split(separator: " ").map(String.init)
-        if channel == "+odown" || channel == "+try-failover" {
+        if channel == "+sdown" || channel == "+odown" || channel == "+try-failover" {
             guard fields.count >= 4, fields[0] == "master", fields[1] == locator.masterName, let port = Int(fields[3])
             else { return }
             locator.failoverSuspected(

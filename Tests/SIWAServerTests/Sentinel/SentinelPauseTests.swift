@@ -59,9 +59,14 @@ struct SentinelPauseTests {
         Case(minimumReplicas: 2, resumeAtEvent: "+promoted-slave"),
     ]
 
+    /// The Valkey pass of the suite (`SIWA_TEST_REDIS_SERVER=valkey`) runs the case inside the
+    /// failover only: the rule is the same code, the sentinels' answers are Valkey's.
+    static let valkeySweep = [Case(minimumReplicas: 0, resumeAtEvent: "+promoted-slave")]
+
     static var sweep: [Case] {
-        guard let text = ProcessInfo.processInfo.environment["SIWA_PAUSE_SWEEP"], !text.isEmpty else {
-            return defaultSweep
+        let environment = ProcessInfo.processInfo.environment
+        guard let text = environment["SIWA_PAUSE_SWEEP"], !text.isEmpty else {
+            return environment["SIWA_TEST_REDIS_SERVER"] == "valkey" ? valkeySweep : defaultSweep
         }
         return text.split(separator: ";").flatMap { group -> [Case] in
             let parts = group.split(separator: ":")
