@@ -63,13 +63,19 @@ struct SpoolWriterCutTests {
         cuts.issued(generation: 0)
         cuts.issued(generation: 0)
         cuts.cut(generation: 0, from: 100, error: failure)
+        // Forty later openings cut, their writers yet to ask too.
         for generation in UInt64(1)...40 {
             cuts.issued(generation: generation)
             cuts.cut(generation: generation, from: 0, error: failure)
+        }
+        #expect(cuts.failure(generation: 0, end: 150)?.code == .syncFailed, "cut from byte 100 on")
+        #expect(cuts.remembered == 41)
+        for generation in UInt64(1)...40 {
             #expect(cuts.failure(generation: generation, end: 10) != nil)
             cuts.settled(generation: generation)
         }
-        #expect(cuts.failure(generation: 0, end: 150)?.code == .syncFailed, "cut from byte 100 on")
+        #expect(cuts.remembered == 1)
+        #expect(cuts.failure(generation: 0, end: 150)?.code == .syncFailed)
         #expect(cuts.failure(generation: 0, end: 100) == nil, "a record ending before the cut was durable")
         cuts.settled(generation: 0)
         #expect(cuts.failure(generation: 0, end: 150) != nil, "one writer of generation 0 has yet to ask")
