@@ -20,13 +20,15 @@ set -eu
 mount -t tmpfs -o mode=0755 tmpfs /etc
 mount -t tmpfs -o mode=0755 tmpfs /var/lib
 mount -t tmpfs -o mode=0755 tmpfs /run
-mkdir -p /etc/nginx/sites-enabled /etc/siwa-endpoint
+mkdir -p /etc/nginx/sites-enabled /etc/siwa-endpoint /var/lib/siwa-endpoint-rollout
+: >/etc/nginx/.siwa-endpoint-rollout.lock
 mkdir -m 0700 /etc/root-only
 printf "root's own\n" >/etc/root-only/secret
 chmod 0600 /etc/root-only/secret
 state=/var/lib/siwa-endpoint
 mkdir -m 0750 $state
 ln -s /etc/root-only/secret $state/jwks.json
+ln -s /etc/root-only/secret $state/rollout.lock
 ln -s /etc/root-only $state/spool-linked
 mkfifo $state/spool-fifo
 mkdir $state/spool-blue
@@ -42,6 +44,7 @@ echo "secret=$(cat /etc/root-only/secret)"
 echo "root-only=$(ls -A /etc/root-only | tr '\n' ' ')"
 echo "green=$(ls -A $state/spool-green 2>&1 | tr '\n' ' ')"
 echo "state=$(ls -A $state 2>&1 | tr '\n' ' ')"
+echo "rollout=$(ls -A /etc/nginx/.siwa-endpoint-rollout.lock /var/lib/siwa-endpoint-rollout 2>/dev/null | tr '\n' ' ')"
 """
 
 
@@ -70,3 +73,6 @@ def test_maintainer_scripts_touch_nothing_through_what_the_service_user_planted(
         assert "kept /var/lib/siwa-endpoint/spool-green" in output
         # The spool that held only links went (the links, never what they named).
         assert "spool-blue" not in facts["state"].split() and "spool-linked" not in facts["state"].split()
+        # The rollout's lock and direct-mode state go too; the old lock's name (a link here) as a link.
+        assert facts["rollout"].strip() == "", output
+        assert "rollout.lock" not in facts["state"].split() and "jwks.json" not in facts["state"].split()
