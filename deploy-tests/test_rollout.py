@@ -360,6 +360,123 @@ def test_rollout_keeps_the_releases_the_slots_point_at_even_when_older_than_five
             shutil.rmtree(path, ignore_errors=True)
 
 
+# ---- Run as root, the rollout writes nothing the service user can redirect -------------
+# The service user (here `nobody`) owns the spools' and the sockets' directories, as the
+# package's siwa-endpoint user owns /var/lib/siwa-endpoint and /run/siwa-endpoint. In each,
+# it plants links to a root-only file (and to a path in a root-only directory) and FIFOs,
+# under every name the rollout has used or uses for its lock and state.
+SERVICE_USER = pwd.getpwnam("nobody")
+PLANT_NAMES = ("rollout.lock", ".siwa-endpoint-rollout.lock", "rollout", "blue.pid", "green.pid", "blue.log",
+               "green.log")
+
+
+def root_only_file(workdir):
+    private = workdir / "root-only"
+    private.mkdir(mode=0o700, exist_ok=True)
+    secret = private / "secret"
+    secret.write_text("root's own\n")
+    secret.chmod(0o600)
+    return secret, private / "made-through-a-link"
+
+
+def hand_to_service_user(*directories):
+    for directory in directories:
+        directory.mkdir(parents=True, exist_ok=True)
+        os.chown(directory, SERVICE_USER.pw_uid, SERVICE_USER.pw_gid)
+        directory.chmod(0o755)
+
+
+def plant(directory, kind, secret, absent):
+    for number, name in enumerate(PLANT_NAMES):
+        path = directory / name
+        if path.is_symlink() or path.exists():
+            path.unlink()
+        if kind == "link":
+            os.symlink(secret if number % 2 == 0 else absent, path)
+        else:
+            os.mkfifo(path, 0o666)
+        os.lchown(path, SERVICE_USER.pw_uid, SERVICE_USER.pw_gid)
+
+
+def unplant_and_give_back(*directories):
+    for directory in directories:
+        for name in PLANT_NAMES:
+            path = directory / name
+            if path.is_symlink() or (path.exists() and stat.S_ISFIFO(path.lstat().st_mode)):
+                path.unlink()
+        os.chown(directory, 0, 0)
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_installed_rollout_writes_nothing_through_what_the_service_user_planted(stack, workdir, kind):
+    assert os.geteuid() == 0, "this test runs the rollout as root, as the package's postinst does"
+    secret, absent = root_only_file(workdir)
+    before = (secret.read_bytes(), secret.stat().st_mtime_ns, secret.stat().st_ino)
+    hand_to_service_user(stack.spool_root, stack.socket_dir)
+    try:
+        for directory in (stack.spool_root, stack.socket_dir):
+            plant(directory, kind, secret, absent)
+        old_slot = stack.upstream_slot()
+        started = time.monotonic()
+        # A FIFO opened for writing blocks until a reader comes: bounded, a hang fails here.
+        result = stack.rollout(stack.binary, "--installed", timeout=90)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert time.monotonic() - started < 90
+        assert stack.upstream_slot() != old_slot
+        assert (secret.read_bytes(), secret.stat().st_mtime_ns, secret.stat().st_ino) == before
+        assert not absent.exists()
+        for directory in (stack.spool_root, stack.socket_dir):
+            for name in PLANT_NAMES:
+                planted = (directory / name).lstat()
+                assert stat.S_ISLNK(planted.st_mode) if kind == "link" else stat.S_ISFIFO(planted.st_mode)
+        lock = stack.upstream_file.parent / ".siwa-endpoint-rollout.lock"
+        assert stat.S_ISREG(lock.lstat().st_mode) and lock.lstat().st_uid == 0
+    finally:
+        unplant_and_give_back(stack.spool_root, stack.socket_dir)
+
+
+def test_rollout_refuses_a_state_or_upstream_directory_another_user_can_write(stack, workdir):
+    secret, absent = root_only_file(workdir)
+    shared = workdir / "service-users-state"
+    shared.mkdir(exist_ok=True)
+    hand_to_service_user(shared)
+    plant(shared, "fifo", secret, absent)
+    upstream_before = stack.upstream_file.read_bytes()
+    cases = [
+        # Owned by the service user, and a directory the rollout would make under it.
+        (["--state-dir", str(shared)], f"unsafe_directory: {shared} (--state-dir): {shared} belongs to user "
+                                       f"{SERVICE_USER.pw_uid}"),
+        (["--state-dir", str(shared / "state")], f"{shared} belongs to user {SERVICE_USER.pw_uid}"),
+        # A FIFO the service user planted where the state directory goes.
+        (["--state-dir", str(shared / "rollout")], f"{shared / 'rollout'} is not a directory"),
+    ]
+    try:
+        for extra, message in cases:
+            args = stack.rollout_args()
+            at = args.index("--state-dir")
+            args[at:at + 2] = extra
+            result = subprocess.run(args, capture_output=True, text=True, timeout=30)
+            assert result.returncode == 2, result.stdout + result.stderr
+            assert message in result.stderr
+            assert "rollout: unsafe_directory:" in result.stderr
+            assert sorted(path.name for path in shared.iterdir()) == sorted(PLANT_NAMES)
+        # The upstream file's directory writable by its group: the lock would go there.
+        upstream_dir = stack.upstream_file.parent
+        mode = upstream_dir.stat().st_mode
+        upstream_dir.chmod(mode | 0o020)
+        try:
+            result = stack.rollout(timeout=30)
+        finally:
+            upstream_dir.chmod(mode)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert f"unsafe_directory: {upstream_dir} (the directory of --upstream" in result.stderr
+        assert "is writable by its group or by others" in result.stderr
+        assert stack.upstream_file.read_bytes() == upstream_before
+    finally:
+        unplant_and_give_back(shared)
+        shutil.rmtree(shared, ignore_errors=True)
+
+
 # ---- scripts/install into a temp root ------------------------------------------------
 
 def tree(root):
@@ -575,3 +692,44 @@ def test_reconcile_units_pass_systemd_analyze_verify(workdir, binary):
     assert "Type=oneshot" in service.splitlines()
     exec_start = next(line for line in service.splitlines() if line.startswith("ExecStart="))
     assert exec_start.split()[1:4] == ["reconcile", "--env-file", "/etc/siwa-endpoint/env"]
+
+
+def offline_exposure(analyze, unit_path):
+    result = subprocess.run([analyze, "security", "--offline=true", "--no-pager", str(unit_path)],
+                            capture_output=True, text=True, timeout=60)
+    found = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", result.stdout)
+    assert found, result.stdout + result.stderr
+    return float(found.group(1)), result.stdout
+
+
+def test_every_shipped_service_sets_no_core_dump_and_reconcile_is_hardened_like_serve(workdir, binary):
+    # A core dump holds what the process held (tokens, addresses, the client secret):
+    # every service the package ships sets LimitCORE=0. Reconcile holds the most (every
+    # user's refresh token, the .p8 key's secret), so it gets serve's sandbox too, as
+    # systemd-analyze scores it offline from the unit file.
+    analyze = shutil.which("systemd-analyze")
+    assert analyze is not None
+    directory = workdir / "hardening-units"
+    directory.mkdir(exist_ok=True)
+    units = {
+        "siwa-endpoint@blue.service": ("siwa-endpoint@.service",
+                                       "/usr/local/lib/siwa-endpoint/current-%i/siwa-endpoint"),
+        "siwa-endpoint-reconcile.service": ("siwa-endpoint-reconcile.service",
+                                            "/usr/local/lib/siwa-endpoint/current-live/siwa-endpoint"),
+    }
+    exposures = {}
+    for name, (shipped, installed) in units.items():
+        text = (DEPLOY / shipped).read_text()
+        assert "LimitCORE=0" in text.splitlines(), shipped
+        (directory / name).write_text(text.replace(installed, str(binary)))
+        exposures[name], report = offline_exposure(analyze, directory / name)
+        print(f"{name}: systemd-analyze security --offline exposure {exposures[name]}")
+    serve, reconcile = exposures["siwa-endpoint@blue.service"], exposures["siwa-endpoint-reconcile.service"]
+    assert serve <= 2.0 and reconcile <= 2.0, exposures
+    reconcile_lines = (DEPLOY / "siwa-endpoint-reconcile.service").read_text().splitlines()
+    for directive in ("CapabilityBoundingSet=", "RestrictSUIDSGID=yes", "ProtectProc=invisible",
+                      "MemoryDenyWriteExecute=yes", "SystemCallFilter=@system-service",
+                      "SystemCallFilter=~@privileged @resources", "SystemCallArchitectures=native"):
+        assert directive in reconcile_lines, directive
+    shipped_services = sorted(path.name for path in DEPLOY.glob("*.service"))
+    assert shipped_services == sorted(shipped for shipped, _ in units.values())

@@ -33,7 +33,8 @@ enum SpoolCommand {
                  --show-address.
         discard  deletes one set-aside or torn record for good: the loss of a
                  notification that was answered 200, so --reason is required; logged as
-                 one JSON line spool_record_discarded with the reason and your user name.
+                 one JSON line spool_record_discarded with the reason and your user name,
+                 on standard error and appended to the spool's audit.jsonl.
 
         Exit status: 0 done; 1 no such record (or already requeued or discarded), torn
         bytes asked to be requeued, or the spool could not be read; 2 a usage or
@@ -128,19 +129,33 @@ enum SpoolCommand {
             throw UsageError("spool discard needs --reason TEXT: it loses a notification that was answered 200")
         }
         guard reason.count <= 500 else { throw UsageError("--reason is at most 500 characters") }
+        // No discard that the audit file could not record (a link or a FIFO in its place).
+        try SpoolInspector.checkAuditable(spoolDirectory: directory)
         let outcome = try SpoolInspector.discard(spoolDirectory: directory, id: id)
         if case .done(let record) = outcome {
             let first = record.notifications.first
-            EventLog.event(
+            let line = EventLog.eventLine(
                 "spool_record_discarded", level: "warning",
                 [
                     ("id", .string(record.id)), ("kind", .string(record.kind.rawValue)), ("why", .string(record.why)),
                     ("type", first.map { .string($0.type.name) } ?? .null),
                     ("client_id", first.map { .string($0.clientID) } ?? .null),
                     ("records", .integer(Int64(record.notifications.count))), ("reason", .string(reason)),
-                    ("user", .string(operatorName())),
+                    ("user", .string(operatorName())), ("uid", .integer(Int64(getuid()))),
                     ("sudo_user", ProcessInfo.processInfo.environment["SUDO_USER"].map { .string($0) } ?? .null),
                 ])
+            // The same line on standard error (the journal, under systemd) and in the
+            // spool's audit file, which stays with the spool whoever ran the command.
+            EventLog.emit(line)
+            do {
+                try SpoolInspector.audit(spoolDirectory: directory, line: line)
+            } catch {
+                Output.error(
+                    "siwa-endpoint spool discard: the record is discarded, but the audit file could not be written: "
+                        + error.description)
+                _ = report(outcome, "discard", directory)
+                return 1
+            }
         }
         return report(outcome, "discard", directory)
     }

@@ -70,6 +70,9 @@ public enum EventLog {
         return line
     }
 
+    /// Writes a line made by `eventLine` (a command that also keeps it elsewhere).
+    public static func emit(_ line: [UInt8]) { write(line) }
+
     /// One write(2) per line, so lines from several threads never interleave.
     private static func write(_ line: [UInt8]) {
         // write(2), errors ignored: a full disk or a closed pipe must cost a log line,

@@ -45,15 +45,24 @@ extension ServerMetrics {
         return lines.joined(separator: "\n") + "\n"
     }
 
-    /// A Prometheus label value: backslash, double quote and line feed escaped.
+    /// A Prometheus label value: backslash, double quote and line feed escaped as the text
+    /// format defines; every other control character (carriage return included) written as
+    /// the visible text `\u000D`, since the format has no escape for it and a raw one can
+    /// end the line for some readers. Per Unicode scalar, not per `Character`: "\r\n" is one
+    /// Character, and matching it as a whole let a raw line break through.
     static func labelValue(_ text: String) -> String {
         var escaped = ""
-        for character in text {
-            switch character {
+        for scalar in text.unicodeScalars {
+            switch scalar {
             case "\\": escaped += "\\\\"
             case "\"": escaped += "\\\""
             case "\n": escaped += "\\n"
-            default: escaped.append(character)
+            case _
+            where scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) || scalar == "\u{2028}"
+                || scalar == "\u{2029}":
+                let hex = String(scalar.value, radix: 16, uppercase: true)
+                escaped += "\\\\u" + String(repeating: "0", count: max(0, 4 - hex.count)) + hex
+            default: escaped.unicodeScalars.append(scalar)
             }
         }
         return escaped

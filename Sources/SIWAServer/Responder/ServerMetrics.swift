@@ -60,7 +60,7 @@ public final class ServerMetrics: Sendable {
         }
         for (key, count) in sorted {
             lines.append(
-                #"siwa_requests_total{status="\#(key.status)",outcome="\#(key.outcome)",type="\#(key.type)",code="\#(key.code)"} \#(count)"#
+                #"siwa_requests_total{status="\#(key.status)",outcome="\#(Self.labelValue(key.outcome))",type="\#(Self.labelValue(key.type))",code="\#(Self.labelValue(key.code))"} \#(count)"#
             )
         }
         lines.append("# HELP siwa_request_duration_seconds Time from request to response, in the responder.")

@@ -27,15 +27,16 @@ extension NotificationSpool {
         writeFailure.withLock { $0 = nil }
     }
 
-    /// Where a written record ends, in which opening of a segment.
-    private struct Ticket {
+    /// Where a written record ends, in which opening of a segment (internal: the writer's
+    /// tests write, then change the state, then wait).
+    struct Ticket {
         let generation: UInt64
         let end: Int
     }
 
     /// Writes the line at the end of the open segment (opening one if needed). Waits while
     /// an fsync runs only when the segment must be closed first.
-    private func write(_ line: [UInt8]) throws(SpoolError) -> Ticket {
+    func write(_ line: [UInt8]) throws(SpoolError) -> Ticket {
         while true {
             let step = try writer.withLock { (state: inout Writer) throws(SpoolError) -> Step<Ticket> in
                 if state.descriptor != nil,
@@ -59,6 +60,7 @@ extension NotificationSpool {
                     throw error
                 }
                 state.size += line.count
+                state.cut.issued(generation: state.generation)
                 return .done(Ticket(generation: state.generation, end: state.size))
             }
             switch step {
@@ -70,7 +72,7 @@ extension NotificationSpool {
 
     /// Returns once an fsync that began after the ticket's write has succeeded; throws when
     /// the fsync that covered it failed (the record was then cut from the segment).
-    private func waitUntilDurable(_ ticket: Ticket) throws(SpoolError) {
+    func waitUntilDurable(_ ticket: Ticket) throws(SpoolError) {
         enum Next {
             case durable
             case failed(SpoolError)
@@ -79,13 +81,14 @@ extension NotificationSpool {
         }
         while true {
             let next = writer.withLock { (state: inout Writer) -> Next in
-                if let failure = state.failures.first(where: { $0.generation == ticket.generation }),
-                    ticket.end > failure.from
-                {
-                    return .failed(failure.error)
+                if let failure = state.cut.failure(generation: ticket.generation, end: ticket.end) {
+                    state.cut.settled(generation: ticket.generation)
+                    return .failed(failure)
                 }
                 if ticket.generation != state.generation || state.syncedSize >= ticket.end {
-                    // Durable: closing a segment fsyncs it first, or records a failure.
+                    // Durable: closing a segment fsyncs it first, or records the cut, which
+                    // is kept until this writer has asked (SpoolCutRecords).
+                    state.cut.settled(generation: ticket.generation)
                     if ticket.generation == state.generation { state.appendedSinceSeal += 1 }
                     waiting.add(1, ordering: .relaxed)
                     return .durable
@@ -169,8 +172,7 @@ extension NotificationSpool {
     /// fails, is cut from the file, and the file is never written again.
     private func failOpenSegment(_ state: inout Writer, _ error: SpoolError) {
         guard let descriptor = state.descriptor else { return }
-        state.failures.append((generation: state.generation, from: state.syncedSize, error: error))
-        if state.failures.count > 16 { state.failures.removeFirst() }
+        state.cut.cut(generation: state.generation, from: state.syncedSize, error: error)
         _ = SpoolFileSystem.truncate(descriptor, to: state.syncedSize)
         SpoolFileSystem.close(descriptor)
         if state.syncedSize == 0 {

@@ -59,8 +59,8 @@ public final class NotificationSpool: Sendable {
         /// Counts the segments closed: a writer's record is in the open segment while its
         /// generation is this one.
         var generation: UInt64 = 0
-        /// The last failed fsyncs: records of that generation from `from` on were cut.
-        var failures: [(generation: UInt64, from: Int, error: SpoolError)] = []
+        /// The records failed fsyncs cut, while a writer of them can still ask.
+        var cut = SpoolCutRecords()
     }
 
     let writer: Mutex<Writer>

@@ -70,5 +70,8 @@ public struct SpoolError: CodedError {
         /// Another process (`spool requeue`, a retention sweep, a scrub) held `rejected/`
         /// longer than the wait allows; nothing was changed.
         public static let setAsideBusy = Code("spool_set_aside_busy")
+        /// A name under the spool is a link, a FIFO or a device where a file belongs:
+        /// it is never opened (a link could name a private key, a FIFO would block).
+        public static let notRegularFile = Code("spool_file_not_regular")
     }
 }

@@ -96,11 +96,7 @@ enum SpoolFileSystem {
 
     /// The whole file, or nil when it does not exist.
     static func read(_ path: String, code: SpoolError.Code) throws(SpoolError) -> [UInt8]? {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else {
-            if errno == ENOENT { return nil }
-            throw failure(code, "cannot open \(path)")
-        }
+        guard let descriptor = try openForReading(path, code: code) else { return nil }
         defer { Glibc.close(descriptor) }
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 64 * 1024)
@@ -117,19 +113,58 @@ enum SpoolFileSystem {
 
     /// Opens an existing file for reading; nil when it does not exist.
     static func openForReading(_ path: String, code: SpoolError.Code) throws(SpoolError) -> Int32? {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        let descriptor = open(path, O_RDONLY | noFollow)
         guard descriptor >= 0 else {
             if errno == ENOENT { return nil }
+            if errno == ELOOP { throw notRegular(path) }
             throw failure(code, "cannot open \(path)")
         }
-        return descriptor
+        return try regularOnly(descriptor, path)
     }
 
     /// Opens an existing file for reading and writing in place.
     static func openForUpdate(_ path: String, code: SpoolError.Code) throws(SpoolError) -> Int32 {
-        let descriptor = open(path, O_RDWR | O_CLOEXEC)
-        guard descriptor >= 0 else { throw failure(code, "cannot open \(path)") }
+        let descriptor = open(path, O_RDWR | noFollow)
+        guard descriptor >= 0 else {
+            if errno == ELOOP { throw notRegular(path) }
+            throw failure(code, "cannot open \(path)")
+        }
+        return try regularOnly(descriptor, path)
+    }
+
+    /// Every file under a spool is opened without following a link (`O_NOFOLLOW`) and
+    /// without waiting for a writer (`O_NONBLOCK`: a FIFO opens at once), and is used only
+    /// when it is a regular file: the operator commands run as root on a directory the
+    /// service user can write, where a planted link or FIFO must never be read, written
+    /// or waited on.
+    static let noFollow = O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC
+
+    /// The descriptor when it is a regular file; closed, and `spool_file_not_regular`, when not.
+    static func regularOnly(_ descriptor: Int32, _ path: String) throws(SpoolError) -> Int32 {
+        var status = stat()
+        guard fstat(descriptor, &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
+            Glibc.close(descriptor)
+            throw notRegular(path)
+        }
         return descriptor
+    }
+
+    private static func notRegular(_ path: String) -> SpoolError {
+        SpoolError(.notRegularFile, "\(path) is not a regular file (a link, a FIFO or a device): not opened")
+    }
+
+    /// Whether anything (a link included, not followed) is at `path`.
+    static func exists(_ path: String) -> Bool {
+        var status = stat()
+        return lstat(path, &status) == 0
+    }
+
+    /// The size and modification time of a regular file at `path` (`lstat`: a link is
+    /// not followed); nil when absent or anything else than a regular file.
+    static func regularFileStatus(_ path: String) -> (size: Int, modified: Int64)? {
+        var status = stat()
+        guard lstat(path, &status) == 0, status.st_mode & S_IFMT == S_IFREG else { return nil }
+        return (Int(status.st_size), Int64(status.st_mtim.tv_sec))
     }
 
     /// Reads up to `count` bytes at `offset`; fewer only at the end of the file.
@@ -202,7 +237,7 @@ enum SpoolFileSystem {
         }
         defer { Glibc.close(input) }
         let existed = access(path, F_OK) == 0
-        let descriptor = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, mode)
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_APPEND | noFollow, mode)
         guard descriptor >= 0 else { throw failure(.setAsideFailed, "cannot open \(path)") }
         defer { Glibc.close(descriptor) }
         guard fchmod(descriptor, mode) == 0 else { throw failure(.setAsideFailed, "cannot set mode on \(path)") }
@@ -335,6 +370,39 @@ enum SpoolFileSystem {
         }
         // Closing the descriptor (deferred) releases the lock.
         return try body()
+    }
+
+    /// Appends `line` to the file `name` in `directory` (created 0600 if absent) and makes it
+    /// durable. Never through a link, never into a FIFO (`noFollow`, regular files only).
+    /// Created by root in a directory of another owner, the file is given to that owner,
+    /// so the next append by that user (serve's, or an operator's) succeeds.
+    static func appendLineDurably(_ line: [UInt8], name: String, in directory: String) throws(SpoolError) {
+        let path = directory + "/" + name
+        let descriptor = try openForAppending(name: name, in: directory)
+        defer { Glibc.close(descriptor) }
+        try writeAll(descriptor, line, code: .writeFailed, path: path)
+        guard fdatasync(descriptor) == 0 else { throw failure(.syncFailed, "cannot fsync \(path)") }
+        try syncDirectory(directory)
+    }
+
+    /// Opens (creating, 0600) the file `name` in `directory` for appending: never through a
+    /// link, never a FIFO. Created by root in a directory of another owner, it is given to
+    /// that owner, so the next append by that user succeeds too.
+    static func openForAppending(name: String, in directory: String) throws(SpoolError) -> Int32 {
+        let path = directory + "/" + name
+        let opened = open(path, O_WRONLY | O_CREAT | O_APPEND | noFollow, privateFileMode)
+        guard opened >= 0 else {
+            if errno == ELOOP { throw notRegular(path) }
+            throw failure(.writeFailed, "cannot open \(path)")
+        }
+        let descriptor = try regularOnly(opened, path)
+        var owner = stat()
+        if geteuid() == 0, stat(directory, &owner) == 0, fchown(descriptor, owner.st_uid, owner.st_gid) != 0 {
+            let error = failure(.writeFailed, "cannot give \(path) to the spool's owner")
+            Glibc.close(descriptor)
+            throw error
+        }
+        return descriptor
     }
 
     /// Whether a small file can be written and fsynced in `directory` now (then deleted).

@@ -38,7 +38,7 @@ extension SpoolInspector {
         let rejected = directory + "/" + SpoolRejectedStore.directoryName
         for name in try SpoolRejectedStore.recordFiles(rejected) {
             let path = rejected + "/" + name
-            guard let status = SpoolFileSystem.status(path) else { continue }  // requeued meanwhile
+            guard let status = SpoolFileSystem.regularFileStatus(path) else { continue }  // requeued meanwhile
             var notifications: [VerifiedNotification] = []
             if let reader = try SpoolSegmentReader(path: path, offset: 0) {
                 while let entry = try reader.next() {
@@ -56,7 +56,8 @@ extension SpoolInspector {
         }
         for name in try SpoolFileSystem.list(directory).sorted() where name.hasSuffix(NotificationSpool.tornSuffix) {
             let path = directory + "/" + name
-            guard let status = SpoolFileSystem.status(path) else { continue }
+            // lstat: a link or a FIFO named like torn bytes is listed by no one, shown by no one.
+            guard let status = SpoolFileSystem.regularFileStatus(path) else { continue }
             let stem = name.dropLast(NotificationSpool.tornSuffix.count)
             let number =
                 stem.hasPrefix(NotificationSpool.segmentPrefix)
@@ -85,11 +86,22 @@ extension SpoolInspector {
     /// Puts one set-aside record back in line (behind what waits now), by one rename, as
     /// `requeue(spoolDirectory:)` does for all.
     public static func requeue(spoolDirectory directory: String, id: String) throws(SpoolError) -> OneRecordOutcome {
+        try requeue(spoolDirectory: directory, id: id, lockWait: SpoolRejectedStore.lockWait)
+    }
+
+    static func requeue(spoolDirectory directory: String, id: String, lockWait: Duration) throws(SpoolError)
+        -> OneRecordOutcome
+    {
         guard let record = try record(spoolDirectory: directory, id: id) else { return .notFound }
         guard record.kind == .setAside else { return .notARecord }
         let name = (record.path as NSString).lastPathComponent
-        guard try SpoolFileSystem.move(record.path, to: directory + "/" + NotificationSpool.requeuePrefix + name)
-        else { return .notFound }
+        let rejected = directory + "/" + SpoolRejectedStore.directoryName
+        // Under the lock on rejected/ that serve's scrub and retention sweep take: never
+        // moved while one of them rewrites or deletes it.
+        let moved = try SpoolFileSystem.withDirectoryLock(rejected, wait: lockWait) { () throws(SpoolError) in
+            try SpoolFileSystem.move(record.path, to: directory + "/" + NotificationSpool.requeuePrefix + name)
+        }
+        guard moved else { return .notFound }
         try SpoolFileSystem.syncDirectory(directory)
         try SpoolFileSystem.syncDirectory(directory + "/" + SpoolRejectedStore.directoryName)
         return .done(record)
@@ -97,14 +109,46 @@ extension SpoolInspector {
 
     /// Deletes one set-aside or torn record for good. The caller logs it.
     public static func discard(spoolDirectory directory: String, id: String) throws(SpoolError) -> OneRecordOutcome {
+        try discard(spoolDirectory: directory, id: id, lockWait: SpoolRejectedStore.lockWait)
+    }
+
+    static func discard(spoolDirectory directory: String, id: String, lockWait: Duration) throws(SpoolError)
+        -> OneRecordOutcome
+    {
         guard let record = try record(spoolDirectory: directory, id: id) else { return .notFound }
-        // unlink is atomic: if a requeue renamed the file first, this finds nothing.
-        guard unlink(record.path) == 0 else {
-            if errno == ENOENT { return .notFound }
-            throw SpoolError(.removeFailed, "cannot delete \(record.path)")
+        let parent = (record.path as NSString).deletingLastPathComponent
+        // unlink is atomic: if a requeue renamed the file first, this finds nothing. A
+        // set-aside record is deleted under the lock on rejected/ (see requeue).
+        let delete = { () throws(SpoolError) -> Bool in
+            guard unlink(record.path) == 0 else {
+                if errno == ENOENT { return false }
+                throw SpoolError(.removeFailed, "cannot delete \(record.path)")
+            }
+            return true
         }
-        try SpoolFileSystem.syncDirectory((record.path as NSString).deletingLastPathComponent)
+        let deleted =
+            record.kind == .setAside
+            ? try SpoolFileSystem.withDirectoryLock(parent, wait: lockWait, delete) : try delete()
+        guard deleted else { return .notFound }
+        try SpoolFileSystem.syncDirectory(parent)
         return .done(record)
+    }
+
+    /// The spool's audit file: one JSON line per `spool discard` (what was lost, why, who),
+    /// kept with the spool it concerns; never an address or a sub.
+    public static let auditFileName = "audit.jsonl"
+
+    /// Whether the audit file can be appended to (created if absent): asked before a
+    /// discard, so none happens that could not be recorded.
+    public static func checkAuditable(spoolDirectory directory: String) throws(SpoolError) {
+        let path = directory + "/" + auditFileName
+        guard SpoolFileSystem.exists(path) else { return }  // created, never through a link, by the append
+        SpoolFileSystem.close(try SpoolFileSystem.openForAppending(name: auditFileName, in: directory))
+    }
+
+    /// Appends one line (a JSON object and its newline) to the spool's audit file, durably.
+    public static func audit(spoolDirectory directory: String, line: [UInt8]) throws(SpoolError) {
+        try SpoolFileSystem.appendLineDurably(line, name: auditFileName, in: directory)
     }
 
     /// The first bytes of a torn file as text, every email-like word masked unless asked.

@@ -36,8 +36,10 @@ public enum SpoolInspector {
         for name in try SpoolRejectedStore.recordFiles(rejected) {
             setAside += try SpoolSegmentReader.countRecords(path: rejected + "/" + name, from: 0).count
         }
-        let torn = try SpoolFileSystem.list(directory).filter { $0.hasSuffix(NotificationSpool.tornSuffix) }
-        let tornBytes = torn.reduce(0) { $0 + (SpoolFileSystem.status(directory + "/" + $1)?.size ?? 0) }
+        let torn = try SpoolFileSystem.list(directory).filter {
+            $0.hasSuffix(NotificationSpool.tornSuffix) && SpoolFileSystem.regularFileStatus(directory + "/" + $0) != nil
+        }
+        let tornBytes = torn.reduce(0) { $0 + (SpoolFileSystem.regularFileStatus(directory + "/" + $1)?.size ?? 0) }
         return Status(
             depth: depth, oldestSpooledAt: oldest, setAside: setAside, tornFiles: torn.count, tornBytes: tornBytes)
     }
@@ -119,7 +121,7 @@ public enum SpoolInspector {
         var expired: [Expired] = []
         for (kind, path) in candidates {
             let judgeAndDelete = { () throws(SpoolError) -> Expired? in
-                guard let modified = SpoolFileSystem.status(path)?.modified else { return nil }
+                guard let modified = SpoolFileSystem.regularFileStatus(path)?.modified else { return nil }
                 let age = now - modified
                 guard age > Int64(days) * 86_400 else { return nil }
                 try SpoolFileSystem.remove(path)

@@ -209,7 +209,11 @@ public final class SpoolRejectedStore: Sendable {
     /// spool here, too: every `.log` file holds only set-aside records).
     static func recordFiles(_ directory: String) throws(SpoolError) -> [String] {
         guard SpoolFileSystem.status(directory) != nil else { return [] }
-        return try SpoolFileSystem.list(directory).filter { $0.hasSuffix(NotificationSpool.segmentSuffix) }.sorted()
+        // lstat: a link or a FIFO under a record's name is no record (never followed, never opened).
+        return try SpoolFileSystem.list(directory).filter {
+            $0.hasSuffix(NotificationSpool.segmentSuffix)
+                && SpoolFileSystem.regularFileStatus(directory + "/" + $0) != nil
+        }.sorted()
     }
 }
 

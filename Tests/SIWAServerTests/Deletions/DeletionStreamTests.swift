@@ -143,6 +143,40 @@ struct DeletionStreamTests {
             ])
     }
 
+    /// A consumer group's name is anyone's who can create a group: a CR LF in it must not
+    /// break the line ("\r\n" is one Swift Character, so escaping per Character let it
+    /// through raw and Prometheus refused the whole scrape). Parsed by promtool.
+    @Test("a group name with CR LF, CR, a control character, a quote: escaped per scalar; promtool accepts it")
+    func labelValuesWithLineBreaks() throws {
+        let names = ["ops\r\nteam", "cr\ronly", "bell\u{07}tab\t", "q\"b\\s\nlf", "caf\u{E9}\u{1F600}"]
+        let reading = DeletionDutyReading(
+            entries: 1, oldestEntryAt: 1_700_000_000_000,
+            groups: names.map {
+                .init(
+                    name: $0, consumers: 1, delivered: 1, undelivered: 0, lastDeliveredID: "1-0", oldestPendingAt: nil)
+            })
+        let text = ServerMetrics.renderDeletionDuty((reading, 1_700_000_000_000), now: 1_700_000_000_000)
+        let pending = text.split(separator: "\n", omittingEmptySubsequences: false).filter {
+            $0.hasPrefix("siwa_deletions_pending{")
+        }
+        #expect(
+            pending == [
+                #"siwa_deletions_pending{group="ops\\u000D\nteam"} 1"#,
+                #"siwa_deletions_pending{group="cr\\u000Donly"} 1"#,
+                #"siwa_deletions_pending{group="bell\\u0007tab\\u0009"} 1"#,
+                #"siwa_deletions_pending{group="q\"b\\s\nlf"} 1"#,
+                "siwa_deletions_pending{group=\"caf\u{E9}\u{1F600}\"} 1",
+            ])
+        #expect(!text.unicodeScalars.contains { $0.value < 0x20 && $0 != "\n" }, "no raw control character")
+        let promtool = "/usr/bin/promtool"
+        try #require(
+            FileManager.default.isExecutableFile(atPath: promtool),
+            "promtool is needed (scripts/install-deps installs prometheus)")
+        let checked = try CommandRun.run(
+            URL(fileURLWithPath: promtool), ["check", "metrics"], input: Data(text.utf8), timeout: .seconds(30))
+        #expect(checked.status == 0, "promtool: \(checked.output)\(checked.errors)")
+    }
+
     @Test("the monitor keeps its last reading while Redis is down, and its metrics never wait on Redis")
     func monitorKeepsTheLastReading() throws {
         let fixture = try Store.Fixture()

@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import SIWATestKit
 import SIWAVerification
+import Synchronization
 import Testing
 
 @testable import SIWAJSON
@@ -31,10 +32,13 @@ struct SpoolDeadEndTests {
 
     /// Settings that pass the checks before Redis's (the socket's directory, the spool), in
     /// a directory of the test's own, so the Redis check is what decides.
+    /// The directory is removed when the test process exits (its callers keep only the
+    /// environment; a serve they start may still be using it when they return).
     static func serveEnvironment(redisURL: String) -> [String: String] {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
             "siwa-start-check-\(UUID().uuidString)")
         try? FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        StartCheckDirectories.removeAtExit(directory)
         return [
             "SIWA_CLIENT_IDS": ServeStack.clientID, "SIWA_REDIS_URL": redisURL, "SIWA_REDIS_TIMEOUT_MS": "500",
             "SIWA_FCGI_SOCKET": directory.appendingPathComponent("fcgi.sock").path,
@@ -192,5 +196,22 @@ struct SpoolDeadEndTests {
             case .integer(let value)? = members[name]
         else { return nil }
         return Int(value)
+    }
+}
+
+/// The directories `SpoolDeadEndTests.serveEnvironment` made, removed at the process's exit.
+enum StartCheckDirectories {
+    private static let made = Mutex<[String]>([])
+    private static let registered: Void = {
+        atexit {
+            for path in StartCheckDirectories.made.withLock({ $0 }) {
+                try? FileManager.default.removeItem(atPath: path)
+            }
+        }
+    }()
+
+    static func removeAtExit(_ directory: URL) {
+        _ = registered
+        made.withLock { $0.append(directory.path) }
     }
 }
