@@ -44,17 +44,17 @@ struct ClusterDiscoveryTests {
         #expect(locator.discoveries == 1)
         #expect(locator.seeds.last == RedisClusterLocator.Node(host: "127.0.0.1", port: stale))
         let seen = events.withLock { $0 }
-        guard case .nodeNamedUnusableOwner(let node, let named, _)? = seen.first else {
+        if case .nodeNamedUnusableOwner(let node, let named, _)? = seen.first {
+            #expect(node.port == stale)
+            #expect(named.port == dead)
+        } else {
             Issue.record("no stale node reported: \(seen)")
-            return
         }
-        #expect(node.port == stale)
-        #expect(named.port == dead)
-        guard case .primaryFound(_, let primary, _)? = seen.last else {
+        if case .primaryFound(_, let primary, _)? = seen.last {
+            #expect(primary.port == owner)
+        } else {
             Issue.record("no primary found reported: \(seen)")
-            return
         }
-        #expect(primary.port == owner)
         // The next discovery asks a node with a good view first.
         #expect(try locator.discover().port == owner)
         #expect(events.withLock { $0 }.count == seen.count + 1)

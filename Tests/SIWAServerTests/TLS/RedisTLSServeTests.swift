@@ -66,7 +66,18 @@ struct RedisTLSServeTests {
                 }, "\(refused.name): no redis_tls_refused in the log")
             #expect(try inspector.command("DBSIZE").integer == before, "\(refused.name): Redis was written")
             #expect(try inspector.command("EXISTS", "siwa:user:{\(ServeStack.clientID):\(sub)}").integer == 0)
-            #expect(try stack.request("GET", "/healthz").status == 503, "\(refused.name)")
+            let health = try stack.request("GET", "/healthz")
+            #expect(health.status == 503, "\(refused.name)")
+            // The refusal named at run time as at start: in /healthz, and a log line with the
+            // reason and the setting to look at.
+            #expect(
+                health.jsonFields["redis_tls_refused"]?.contains(refused.reason) == true,
+                "\(refused.name): \(health.bodyText)")
+            #expect(
+                serve.logLines(event: "redis_tls_refused").contains {
+                    $0.contains(#""when":"run_time""#) && $0.contains(#""reason":"\#(refused.reason)"#)
+                        && $0.contains(#""setting":"\#(refused.setting)""#)
+                }, "\(refused.name): \(serve.logLines(event: "redis_tls_refused"))")
 
             // The good certificate again: the spooled notification is applied, once.
             redis.stop()
