@@ -165,6 +165,7 @@ public final class RedisClusterLocator: Sendable {
         var refusedLogin: [String] = []
         var stale: [String] = []
         var certificateRefusals: [RedisError] = []
+        var verdicts: [Node: RedisError?] = [:]
         for node in order {
             let reply: RedisReply
             do {
@@ -185,7 +186,11 @@ public final class RedisClusterLocator: Sendable {
                 uncovered.append(node.description)
                 continue
             }
-            if let reason = unusable(owner) {
+            // One probe per owner in a discovery: nodes that share a stale view (all of them
+            // for a moment during a failover) cost one connect timeout, not one each.
+            let verdict = verdicts[owner] ?? unusable(owner)
+            verdicts[owner] = verdict
+            if let reason = verdict {
                 if reason.code == .tlsRefused { certificateRefusals.append(reason) }
                 stale.append("\(node) named \(owner): \(reason.message)")
                 state.withLock { state in
