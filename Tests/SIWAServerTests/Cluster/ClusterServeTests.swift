@@ -116,11 +116,15 @@ struct ClusterServeTests {
         #expect(try stack.redisSnapshot() == [])
     }
 
-    @Test("a TLS-only cluster (--tls-cluster yes): the slot's primary found and the notification applied over TLS")
+    @Test(
+        "a TLS-only cluster (--tls-cluster yes): the slot's primary found and the notification applied over TLS; its certificates refused (a CA file that signed no node, a server name no certificate holds): serve --check exit 3 naming redis_tls_refused, the reason and the setting; serve starts, spools, /healthz 503 naming it"
+    )
     func appliedOverTLS() throws {
         let cluster = try RedisClusterNodes(transport: .tls)
         defer { cluster.shutdown() }
         #expect(cluster.tls != nil)
+        // The same cluster, refused (one cluster for both: the suite is slow enough).
+        try Self.checkRefusedCertificates(cluster)
         let stack = try ServeStack(extraEnvironment: Self.environment(cluster))
         defer { stack.shutdown() }
 
@@ -135,12 +139,10 @@ struct ClusterServeTests {
         #expect(health["redis_primary"] == "127.0.0.1:\(try #require(cluster.slotOwnerPort()))")
     }
 
-    @Test(
-        "a TLS-only cluster whose certificates are refused (a CA file that signed no node; a server name no certificate holds): serve --check exit 3 naming redis_tls_refused, the reason and the setting; serve starts, spools, /healthz 503 naming redis_tls_refused"
-    )
-    func refusedCertificatesAtStart() throws {
-        let cluster = try RedisClusterNodes(transport: .tls)
-        defer { cluster.shutdown() }
+    /// With `cluster`'s certificates refused (a CA file that signed no node; a server name no
+    /// certificate holds): serve --check exit 3 naming redis_tls_refused, the reason, the
+    /// setting and the certificate hint; serve starts, spools, /healthz 503 naming it.
+    static func checkRefusedCertificates(_ cluster: RedisClusterNodes) throws {
         let otherDirectory = cluster.directory.appendingPathComponent("other-ca")
         try FileManager.default.createDirectory(at: otherDirectory, withIntermediateDirectories: true)
         let other = try TestCertificateAuthority(in: otherDirectory)
