@@ -11,9 +11,12 @@ extension ServeCommand {
     static func locateClusterAtStart(_ configuration: ServerConfiguration) -> Result<
         (locator: RedisClusterLocator?, certificateRefusal: ServerCertificateRefusal?), StartRefused
     > {
+        let slot = RedisClusterLocator.hashSlot(
+            of: Array(RedisKeyLayout(prefix: configuration.store.keyPrefix).events.utf8))
         guard
             let cluster = OperatorSettings.clusterLocator(
-                configuration.redis, keyPrefix: configuration.store.keyPrefix, observer: logClusterEvent)
+                configuration.redis, keyPrefix: configuration.store.keyPrefix,
+                observer: { logClusterEvent($0, slot: slot) })
         else { return .success((nil, nil)) }
         do {
             try cluster.discover()
@@ -34,14 +37,14 @@ extension ServeCommand {
 
     /// What the cluster locator reports, as one JSON line each: which node named which owner,
     /// and why an owner was not used.
-    @Sendable static func logClusterEvent(_ event: RedisClusterLocator.Event) {
+    @Sendable static func logClusterEvent(_ event: RedisClusterLocator.Event, slot: Int) {
         switch event {
         case .nodeNamedUnusableOwner(let node, let owner, let reason):
             EventLog.event(
                 "redis_cluster_node_stale", level: "warning",
                 [
                     ("node", .string(node.description)), ("named", .string(owner.description)),
-                    ("reason", .string(reason)),
+                    ("slot", .integer(Int64(slot))), ("reason", .string(reason)),
                 ])
         case .primaryFound(let node, let primary, let previous):
             EventLog.event(
@@ -49,6 +52,7 @@ extension ServeCommand {
                 [
                     ("node", .string(node.description)), ("primary", .string(primary.description)),
                     ("previous", previous.map { .string($0.description) } ?? .null), ("role", .string("master")),
+                    ("slot", .integer(Int64(slot))),
                 ])
         }
     }
