@@ -158,10 +158,14 @@ struct RedisTLSServeTests {
     func unusableLocalFileIsASetting() throws {
         let fixture = try RedisTLSFixture()
         defer { fixture.remove() }
-        var environment = SpoolDeadEndTests.serveEnvironment(redisURL: "rediss://localhost:1/0")
-        environment["SIWA_REDIS_TLS_CA_FILE"] = fixture.client.keyPath
+        // The stack's directories (removed at the end), no serve started.
+        let stack = try ServeStack(
+            extraEnvironment: [
+                "SIWA_REDIS_URL": "rediss://localhost:1/0", "SIWA_REDIS_TLS_CA_FILE": fixture.client.keyPath,
+            ], startingServe: false)
+        defer { stack.shutdown() }
         for arguments in [["serve", "--check"], ["serve"]] {
-            let run = try CommandRun.endpoint(arguments, environment: environment)
+            let run = try CommandRun.endpoint(arguments, environment: stack.environment)
             #expect(run.status == 2, "\(arguments): \(run.errors)")
             let lines = Self.jsonLines(run.errors)
             #expect(lines.count == 1, "\(arguments): \(run.errors)")
