@@ -4,13 +4,23 @@ import Synchronization
 /// contract is in (the key prefix is a hash tag, such as `{siwa}`):
 ///
 /// 1. ask the seed nodes in order (then the nodes a previous answer named) for
-///    `CLUSTER SLOTS`; a node that cannot be reached is skipped, and the first that
-///    answers is moved to the front of the seed list;
-/// 2. the connection that uses the address confirms it with `ROLE` (see
-///    `RedisConnection`) before sending anything else;
-/// 3. a `MOVED` answer names the new owner (`moved(to:)`); a connection failure, a
+///    `CLUSTER SLOTS`; a node that cannot be reached is skipped;
+/// 2. confirm the owner a node names before using it: connect to it and ask `ROLE`
+///    (`master`). A node whose named owner cannot be reached or is not a master has a
+///    stale view (partitioned, or a replaced node left running): it is reported
+///    (`Event.nodeNamedUnusableOwner`), moved to the back of the seed list, and the
+///    discovery goes on to the next node. The node whose owner is confirmed is moved to
+///    the front;
+/// 3. the connection that uses the address confirms it with `ROLE` again (see
+///    `RedisConnection`) before sending anything else (the owner may have changed since);
+/// 4. a `MOVED` answer names the new owner (`moved(to:)`); a connection failure, a
 ///    timeout, `READONLY` or `CLUSTERDOWN` makes the connection `forget` the address, so the
 ///    next connection asks the cluster again.
+///
+/// A node with no announced endpoint (`cluster-preferred-endpoint-type unknown-endpoint`)
+/// is named with a NULL or empty host: that means the host of the node that was asked
+/// (of the connection, in `MOVED`/`ASK`). A host of `?` (a hostname endpoint type with no
+/// hostname announced) names no usable node.
 ///
 /// Shared by every worker connection and the spool replayer (thread safe). Discoveries
 /// run one at a time.
@@ -38,13 +48,29 @@ public final class RedisClusterLocator: Sendable {
 
     private let state: Mutex<State>
     private let discovery = Mutex(())
+    private let observer: @Sendable (Event) -> Void
+
+    /// What a discovery saw, for the application to log: which node named what.
+    public enum Event: Sendable, Equatable {
+        /// `node` named `owner` as the slot's primary, and `owner` could not be reached or
+        /// is not a master (`reason` says which): `node`'s view is stale; it was moved to
+        /// the back of the seed list and the discovery went on to the next node.
+        case nodeNamedUnusableOwner(node: Node, owner: Node, reason: String)
+        /// `node` named `primary`, confirmed by ROLE; `previous` was the last owner found.
+        case primaryFound(node: Node, primary: Node, previous: Node?)
+    }
 
     /// `hashTagKey` is any key of the contract (its slot is every key's slot); `timeout`
-    /// bounds each node's connect and answer.
-    public init(seeds: [Node], hashTagKey: String, endpoint: RedisEndpoint, timeout: Duration) {
+    /// bounds each node's connect and answer; `observer` hears every `Event` (on the
+    /// discovering thread).
+    public init(
+        seeds: [Node], hashTagKey: String, endpoint: RedisEndpoint, timeout: Duration,
+        observer: @escaping @Sendable (Event) -> Void = { _ in }
+    ) {
         slot = Self.hashSlot(of: Array(hashTagKey.utf8))
         self.endpoint = endpoint
         self.timeout = timeout
+        self.observer = observer
         state = Mutex(State(seeds: seeds))
     }
 
@@ -124,7 +150,9 @@ public final class RedisClusterLocator: Sendable {
         state.withLock { $0.asks += 1 }
     }
 
-    /// Asks the nodes now (seeds first) for `CLUSTER SLOTS`, and remembers the slot's primary.
+    /// Asks the nodes now (seeds first) for `CLUSTER SLOTS`, confirms the owner the first
+    /// answer names (ROLE master) and remembers it; a node whose owner is not confirmed
+    /// goes to the back of the seeds and the next node is asked.
     @discardableResult
     public func discover() throws(RedisError) -> Node {
         let order = state.withLock { state in
@@ -135,21 +163,20 @@ public final class RedisClusterLocator: Sendable {
         var notCluster: [String] = []
         var uncovered: [String] = []
         var refusedLogin: [String] = []
+        var stale: [String] = []
+        var certificateRefusals: [RedisError] = []
+        var verdicts: [Node: RedisError?] = [:]
         for node in order {
-            let connection = RedisConnection(
-                endpoint: RedisEndpoint(
-                    address: .tcp(host: node.host, port: node.port), username: endpoint.username,
-                    password: endpoint.password, tls: endpoint.tls),
-                connectTimeout: timeout, commandTimeout: timeout)
             let reply: RedisReply
             do {
-                reply = try connection.command("CLUSTER", "SLOTS")
+                reply = try connection(to: node).command("CLUSTER", "SLOTS")
             } catch {
                 if error.code == .serverError && error.message.contains("cluster support disabled") {
                     notCluster.append(node.description)
                 } else if error.code == .connectionFailed && error.message.contains("AUTH") {
                     refusedLogin.append("\(node): \(error.message)")
                 } else {
+                    if error.code == .tlsRefused { certificateRefusals.append(error) }
                     unreachable.append("\(node): \(error.message)")
                 }
                 continue
@@ -159,16 +186,35 @@ public final class RedisClusterLocator: Sendable {
                 uncovered.append(node.description)
                 continue
             }
-            state.withLock { state in
+            // One probe per owner in a discovery: nodes that share a stale view (all of them
+            // for a moment during a failover) cost one connect timeout, not one each.
+            let verdict = verdicts[owner] ?? unusable(owner)
+            verdicts[owner] = verdict
+            if let reason = verdict {
+                if reason.code == .tlsRefused { certificateRefusals.append(reason) }
+                stale.append("\(node) named \(owner): \(reason.message)")
+                state.withLock { state in
+                    if let index = state.seeds.firstIndex(of: node) {
+                        state.seeds.remove(at: index)
+                        state.seeds.append(node)
+                    }
+                }
+                observer(.nodeNamedUnusableOwner(node: node, owner: owner, reason: reason.message))
+                continue
+            }
+            let previous = state.withLock { state in
                 if let index = state.seeds.firstIndex(of: node), index != 0 {
                     state.seeds.remove(at: index)
                     state.seeds.insert(node, at: 0)
                 }
                 state.named = ranges.flatMap(\.nodes)
-                if let previous = state.lastFound, previous != owner { state.failovers += 1 }
+                let previous = state.lastFound
+                if let previous, previous != owner { state.failovers += 1 }
                 state.lastFound = owner
                 state.primary = owner
+                return previous
             }
+            observer(.primaryFound(node: node, primary: owner, previous: previous))
             return owner
         }
         if !notCluster.isEmpty {
@@ -177,10 +223,25 @@ public final class RedisClusterLocator: Sendable {
                 "\(notCluster.joined(separator: ", ")) is not in cluster mode "
                     + "(cluster-enabled no)", field: .clusterNodes)
         }
-        if !refusedLogin.isEmpty && unreachable.isEmpty {
+        if !refusedLogin.isEmpty && unreachable.isEmpty && stale.isEmpty {
             throw RedisError(
                 .clusterRefused,
                 "the cluster refused the login (\(refusedLogin.joined(separator: "; ")))", field: .url)
+        }
+        if let refused = certificateRefusals.first(where: { $0.certificateRefusal != nil }) ?? certificateRefusals.first
+        {
+            // No node usable, and TLS refused by one at least: the refusal is what to fix
+            // (a certificate or a TLS setting), not an outage that ends by itself.
+            throw RedisError(
+                .tlsRefused,
+                "no cluster node could be used: \((unreachable + stale).joined(separator: "; "))",
+                field: refused.field, certificateRefusal: refused.certificateRefusal)
+        }
+        if !stale.isEmpty {
+            throw RedisError(
+                .connectionFailed,
+                "no node named a slot owner that could be confirmed (\(stale.joined(separator: "; "))"
+                    + (unreachable.isEmpty ? "" : "; unreachable: \(unreachable.joined(separator: "; "))") + ")")
         }
         if !uncovered.isEmpty {
             throw RedisError(
@@ -193,14 +254,38 @@ public final class RedisClusterLocator: Sendable {
             field: .clusterNodes)
     }
 
+    /// A connection to `node` with the cluster's login and TLS (no cluster routing).
+    private func connection(to node: Node) -> RedisConnection {
+        RedisConnection(
+            endpoint: RedisEndpoint(
+                address: .tcp(host: node.host, port: node.port), username: endpoint.username,
+                password: endpoint.password, tls: endpoint.tls),
+            connectTimeout: timeout, commandTimeout: timeout)
+    }
+
+    /// Why the owner a node named cannot be used (it does not answer, or its ROLE is not
+    /// master), or nil when it is confirmed.
+    private func unusable(_ owner: Node) -> RedisError? {
+        let probe = connection(to: owner)
+        defer { probe.disconnect() }
+        do {
+            let role = try probe.command("ROLE").array?.first?.string ?? "?"
+            return role == "master" ? nil : RedisError(.connectionFailed, "ROLE is \(role), not master")
+        } catch {
+            return error
+        }
+    }
+
     private struct SlotRange {
         let slots: ClosedRange<Int>
         let primary: Node
         let nodes: [Node]
     }
 
-    /// `CLUSTER SLOTS`: `[[start, end, [host, port, id, ...], [replica...]...], ...]`. An
-    /// empty host means the node asked (Redis 7 without a known address).
+    /// `CLUSTER SLOTS`: `[[start, end, [host, port, id, ...], [replica...]...], ...]`. A
+    /// NULL host (`cluster-preferred-endpoint-type unknown-endpoint`) or an empty one (a
+    /// node that does not know its address) means the node asked; `?` (a hostname endpoint
+    /// type with no hostname announced) names no usable node, and is skipped.
     private static func ranges(_ reply: RedisReply, askedHost: String) -> [SlotRange] {
         guard let entries = reply.array else { return [] }
         var ranges: [SlotRange] = []
@@ -208,33 +293,49 @@ public final class RedisClusterLocator: Sendable {
             guard let parts = entry.array, parts.count >= 3, let start = parts[0].integer, let end = parts[1].integer,
                 start <= end
             else { continue }
-            let nodes: [Node] = parts.dropFirst(2).compactMap { part in
-                guard let fields = part.array, fields.count >= 2, let host = fields[0].string,
-                    let port = fields[1].integer, (1...65_535).contains(port), host != "?"
+            let named: [Node?] = parts.dropFirst(2).map { part in
+                guard let fields = part.array, fields.count >= 2, let port = fields[1].integer,
+                    (1...65_535).contains(port)
                 else { return nil }
-                return Node(host: host.isEmpty ? askedHost : host, port: Int(port))
+                let host: String
+                switch fields[0] {
+                case .null: host = askedHost
+                case let field:
+                    guard let text = field.string, text != "?" else { return nil }
+                    host = text.isEmpty ? askedHost : text
+                }
+                return Node(host: host, port: Int(port))
             }
-            guard let primary = nodes.first else { continue }
-            ranges.append(SlotRange(slots: Int(start)...Int(end), primary: primary, nodes: nodes))
+            // The first is the range's primary: when it names no usable node, no replica stands in.
+            guard let first = named.first, let primary = first else { continue }
+            ranges.append(SlotRange(slots: Int(start)...Int(end), primary: primary, nodes: named.compactMap { $0 }))
         }
         return ranges
     }
 
-    /// `MOVED <slot> <host:port>` or `ASK <slot> <host:port>`, parsed.
+    /// `MOVED <slot> <host:port>` or `ASK <slot> <host:port>`, parsed. An empty host
+    /// (`MOVED 3999 :6381`, a node with no announced endpoint) means the host of the
+    /// connection that got the answer, `connectionHost`; a host of `?` names no usable
+    /// node: the slot moved, where to is unknown (`unknownNode`), and the cluster is asked
+    /// again.
     public enum Redirect: Equatable {
         case moved(Node)
         case ask(Node)
+        case unknownNode
 
-        public init?(reply text: String) {
-            let words = text.split(separator: " ")
+        public init?(reply text: String, connectionHost: String) {
+            let words = text.split(separator: " ", omittingEmptySubsequences: false)
             guard words.count == 3, words[0] == "MOVED" || words[0] == "ASK",
                 let colon = words[2].lastIndex(of: ":"), let port = Int(words[2][words[2].index(after: colon)...]),
                 (1...65_535).contains(port)
             else { return nil }
             var host = String(words[2][..<colon])
             if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-            guard !host.isEmpty else { return nil }
-            let node = Node(host: host, port: port)
+            if host == "?" {
+                self = .unknownNode
+                return
+            }
+            let node = Node(host: host.isEmpty ? connectionHost : host, port: port)
             self = words[0] == "MOVED" ? .moved(node) : .ask(node)
         }
     }

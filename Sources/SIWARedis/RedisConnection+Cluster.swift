@@ -49,8 +49,16 @@ extension RedisConnection {
             do {
                 return try send(arguments, on: transport)
             } catch  where error.code == .serverError {
-                guard let redirect = RedisClusterLocator.Redirect(reply: error.message) else { throw error }
+                guard
+                    let redirect = RedisClusterLocator.Redirect(
+                        reply: error.message, connectionHost: connectedNode?.host ?? "")
+                else { throw error }
                 switch redirect {
+                case .unknownNode:
+                    // The slot is elsewhere, at an address the node cannot give: ask the cluster.
+                    forgetNode()
+                    disconnect()
+                    migrationTarget = nil
                 case .moved(let node):
                     // Not run: the slot's owner changed. Every connection follows it.
                     cluster.moved(to: node)

@@ -44,11 +44,14 @@ enum OperatorSettings {
     }
 
     /// With `SIWA_REDIS_CLUSTER_NODES`: the locator of the slot of `keyPrefix`'s keys.
-    static func clusterLocator(_ redis: RedisSettings, keyPrefix: String) -> RedisClusterLocator? {
+    static func clusterLocator(
+        _ redis: RedisSettings, keyPrefix: String,
+        observer: @escaping @Sendable (RedisClusterLocator.Event) -> Void = { _ in }
+    ) -> RedisClusterLocator? {
         redis.clusterNodes.map {
             RedisClusterLocator(
                 seeds: $0, hashTagKey: RedisKeyLayout(prefix: keyPrefix).events, endpoint: redis.endpoint,
-                timeout: redis.timeout)
+                timeout: redis.timeout, observer: observer)
         }
     }
 }

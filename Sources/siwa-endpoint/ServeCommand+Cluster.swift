@@ -4,20 +4,27 @@ import SIWAServer
 extension ServeCommand {
     /// With `SIWA_REDIS_CLUSTER_NODES`: asks the cluster once for the slot's primary before
     /// serving. Nodes that do not answer are no reason to refuse to start (notifications
-    /// are spooled meanwhile, and /healthz says 503); nodes that answer but are not a
-    /// cluster, or refuse the login, are a setting to fix (exit status 2, naming it).
+    /// are spooled meanwhile, and /healthz says 503), nor is a node certificate the endpoint
+    /// refuses (an outage as at run time: it is returned, for `--check` to report); nodes
+    /// that answer but are not a cluster, or refuse the login, and a TLS file of ours that
+    /// cannot be used, are a setting to fix (exit status 2, naming it).
     static func locateClusterAtStart(_ configuration: ServerConfiguration) -> Result<
-        RedisClusterLocator?, StartRefused
+        (locator: RedisClusterLocator?, certificateRefusal: ServerCertificateRefusal?), StartRefused
     > {
+        let slot = RedisClusterLocator.hashSlot(
+            of: Array(RedisKeyLayout(prefix: configuration.store.keyPrefix).events.utf8))
         guard
             let cluster = OperatorSettings.clusterLocator(
-                configuration.redis, keyPrefix: configuration.store.keyPrefix)
-        else { return .success(nil) }
+                configuration.redis, keyPrefix: configuration.store.keyPrefix,
+                observer: { logClusterEvent($0, slot: slot) })
+        else { return .success((nil, nil)) }
         do {
-            let primary = try cluster.discover()
-            EventLog.event(
-                "redis_cluster_primary_found",
-                [("primary", .string(primary.description)), ("slot", .integer(Int64(cluster.slot)))])
+            try cluster.discover()
+        } catch  where error.code == .tlsRefused {
+            guard let refusal = ServerCertificateRefusal(error) else {
+                return .failure(refuse(setting: (error.field ?? .tlsCAFile).setting, message: error.operatorMessage))
+            }
+            return .success((cluster, refusal))
         } catch  where error.code != .clusterRefused {
             EventLog.event(
                 "redis_primary_unknown", level: "warning",
@@ -25,6 +32,28 @@ extension ServeCommand {
         } catch {
             return .failure(refuse(setting: (error.field ?? .clusterNodes).setting, message: error.operatorMessage))
         }
-        return .success(cluster)
+        return .success((cluster, nil))
+    }
+
+    /// What the cluster locator reports, as one JSON line each: which node named which owner,
+    /// and why an owner was not used.
+    @Sendable static func logClusterEvent(_ event: RedisClusterLocator.Event, slot: Int) {
+        switch event {
+        case .nodeNamedUnusableOwner(let node, let owner, let reason):
+            EventLog.event(
+                "redis_cluster_node_stale", level: "warning",
+                [
+                    ("node", .string(node.description)), ("named", .string(owner.description)),
+                    ("slot", .integer(Int64(slot))), ("reason", .string(reason)),
+                ])
+        case .primaryFound(let node, let primary, let previous):
+            EventLog.event(
+                "redis_cluster_primary_found",
+                [
+                    ("node", .string(node.description)), ("primary", .string(primary.description)),
+                    ("previous", previous.map { .string($0.description) } ?? .null), ("role", .string("master")),
+                    ("slot", .integer(Int64(slot))),
+                ])
+        }
     }
 }

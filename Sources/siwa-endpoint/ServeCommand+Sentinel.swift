@@ -11,13 +11,14 @@ extension ServeCommand {
     /// address with `ROLE` on the data node (so the start-up check below runs against a
     /// confirmed primary, never a replica a stale sentinel named). Sentinels that do not
     /// answer, or name no node that is a master now, are no reason to refuse to start
-    /// (notifications are spooled meanwhile, and /healthz says 503); sentinels that answer
-    /// "no such master" or refuse the password are a setting to fix, so serve stops with a
-    /// message naming it (exit status 2).
+    /// (notifications are spooled meanwhile, and /healthz says 503), nor is a sentinel's or a
+    /// data node's certificate the endpoint refuses (an outage as at run time, returned for
+    /// `--check` to report); sentinels that answer "no such master" or refuse the password
+    /// are a setting to fix, so serve stops with a message naming it (exit status 2).
     static func locatePrimaryAtStart(_ configuration: ServerConfiguration) -> Result<
-        RedisPrimaryLocator?, StartRefused
+        (RedisPrimaryLocator?, ServerCertificateRefusal?), StartRefused
     > {
-        guard let sentinel = configuration.redis.sentinel else { return .success(nil) }
+        guard let sentinel = configuration.redis.sentinel else { return .success((nil, nil)) }
         let master = sentinel.masterName
         let locator = RedisPrimaryLocator(
             sentinels: sentinel.sentinels, masterName: master, sentinelPassword: sentinel.password,
@@ -30,12 +31,18 @@ extension ServeCommand {
             try confirming.connect()
         } catch
             where error.code != .sentinelUnknownMaster && error.code != .sentinelLoginRefused
-            && !Self.isSentinelTLSRefusal(error)
+            && !Self.isSentinelTLSFileRefusal(error)
         {
+            // A refused certificate (a sentinel's or a data node's) is an outage, as at run time.
+            if let refusal = ServerCertificateRefusal(error) { return .success((locator, refusal)) }
             // No address confirmed. One the sentinels named may still refuse the URL's user or
             // password (a setting to fix, not an outage): the start-up check tells which.
-            if let named = locator.lastNamed, let refusal = checkRedis(configuration, primary: named) {
-                return .failure(refuse(setting: "SIWA_REDIS_URL", message: refusal))
+            if let named = locator.lastNamed {
+                switch checkRedis(configuration, primary: named) {
+                case .refused(let refusal): return .failure(refuse(setting: "SIWA_REDIS_URL", message: refusal))
+                case .certificateRefused(let refusal): return .success((locator, refusal))
+                case .usable: break
+                }
             }
             EventLog.event(
                 "redis_primary_unknown", level: "warning",
@@ -43,13 +50,14 @@ extension ServeCommand {
         } catch {
             return .failure(refuse(setting: (error.field ?? .sentinels).setting, message: error.operatorMessage))
         }
-        return .success(locator)
+        return .success((locator, nil))
     }
 
-    /// The sentinels refused TLS (a wrong CA, host name or certificate: a setting to fix), as
-    /// opposed to a data node refusing it, which the start-up check names.
-    static func isSentinelTLSRefusal(_ error: RedisError) -> Bool {
-        error.code == .tlsRefused && error.field == .sentinelTLS
+    /// TLS to the sentinels cannot work as set on this side (a TLS file of ours that cannot
+    /// be used: a setting to fix), as opposed to a sentinel's certificate being refused (an
+    /// outage, as at run time) or a data node refusing TLS, which the start-up check names.
+    static func isSentinelTLSFileRefusal(_ error: RedisError) -> Bool {
+        error.code == .tlsRefused && error.field == .sentinelTLS && error.certificateRefusal == nil
     }
 
     /// One `+switch-master` watcher per sentinel, for the service group to run and stop.

@@ -42,7 +42,7 @@ enum ServeCommand {
         guard let configuration = loadConfiguration(envFile: arguments.value("--env-file")) else { return 2 }
         let redis: RedisAtStart
         if offline {
-            redis = RedisAtStart(sentinel: nil, cluster: nil)
+            redis = RedisAtStart(sentinel: nil, cluster: nil, certificateRefusal: nil)
             if let refusal = readSpool(configuration) { return refusal.exitStatus }
         } else {
             switch startChecks(configuration, readingSpool: checkOnly) {
@@ -58,6 +58,9 @@ enum ServeCommand {
             return 2
         }
         if checkOnly {
+            // A refused server certificate: the settings are valid, but serve would start into
+            // an outage (its `redis_tls_refused` line is above). A finding of its own.
+            if redis.certificateRefusal != nil { return certificateRefusedStatus }
             // Whose view of the files was checked: the unit runs as its own user, so a
             // check run as root can pass where the service's cannot read.
             let checker = getpwuid(geteuid()).map { String(cString: $0.pointee.pw_name) } ?? "uid \(geteuid())"
@@ -74,7 +77,16 @@ enum ServeCommand {
     struct RedisAtStart {
         let sentinel: RedisPrimaryLocator?
         let cluster: RedisClusterLocator?
+        /// A server (or sentinel) certificate refused at start: serve starts anyway (an
+        /// outage: it spools, /healthz says 503), `serve --check` exits
+        /// `certificateRefusedStatus`.
+        let certificateRefusal: ServerCertificateRefusal?
     }
+
+    /// `serve --check`'s exit status when every setting is valid but a Redis server's (or a
+    /// sentinel's) certificate is refused: not 2 (nothing in the settings need be wrong: a
+    /// renewal ends it), not 0 (serve would start into an outage).
+    static let certificateRefusedStatus: Int32 = 3
 
     /// The start-up checks `serve` and `serve --check` both run, after the settings: the
     /// sentinels (with `SIWA_REDIS_SENTINELS`), what Redis lets this user do, and the spool as
@@ -86,21 +98,29 @@ enum ServeCommand {
         _ configuration: ServerConfiguration, readingSpool: Bool
     ) -> Result<RedisAtStart, StartRefused> {
         let locator: RedisPrimaryLocator?
+        var certificateRefusal: ServerCertificateRefusal?
         switch locatePrimaryAtStart(configuration) {
-        case .success(let found): locator = found
+        case .success(let found): (locator, certificateRefusal) = found
         case .failure(let refused): return .failure(refused)
         }
         let cluster: RedisClusterLocator?
         switch locateClusterAtStart(configuration) {
-        case .success(let found): cluster = found
+        case .success(let found):
+            cluster = found.locator
+            certificateRefusal = certificateRefusal ?? found.certificateRefusal
         case .failure(let refused): return .failure(refused)
         }
-        if let refusal = checkRedis(configuration, primary: locator?.current, clusterNode: cluster?.current) {
-            return .failure(refuse(setting: "SIWA_REDIS_URL", message: refusal))
+        switch checkRedis(configuration, primary: locator?.current, clusterNode: cluster?.current) {
+        case .usable: break
+        case .refused(let refusal): return .failure(refuse(setting: "SIWA_REDIS_URL", message: refusal))
+        case .certificateRefused(let refusal): certificateRefusal = certificateRefusal ?? refusal
         }
-        guard readingSpool else { return .success(RedisAtStart(sentinel: locator, cluster: cluster)) }
+        // One line about it, from serve and --check alike: the reason and the setting to look at.
+        certificateRefusal?.log(when: "start")
+        let found = RedisAtStart(sentinel: locator, cluster: cluster, certificateRefusal: certificateRefusal)
+        guard readingSpool else { return .success(found) }
         if let refusal = readSpool(configuration) { return .failure(refusal) }
-        return .success(RedisAtStart(sentinel: locator, cluster: cluster))
+        return .success(found)
     }
 
     /// What opening the spool reads (the replay position, the waiting segments), updates
@@ -243,12 +263,23 @@ enum ServeCommand {
             ])
     }
 
-    /// Whether Redis can do the endpoint's work (see `RedisCapabilityCheck`): the refusal
-    /// to stop with, or nil to start (a Redis that is only unreachable is an outage: spool).
+    /// What the start-up check of Redis found.
+    enum RedisCheck {
+        /// Ready, or an outage (unreachable, busy): start and spool.
+        case usable
+        /// Redis refuses what the endpoint needs: a setting to fix (exit 2, naming `SIWA_REDIS_URL`).
+        case refused(String)
+        /// The server's certificate was refused: an outage at start as at run time.
+        case certificateRefused(ServerCertificateRefusal)
+    }
+
+    /// Whether Redis can do the endpoint's work (see `RedisCapabilityCheck`): a refusal to
+    /// stop with, a refused certificate (start, as in an outage), or usable (a Redis that
+    /// is only unreachable is an outage: spool).
     static func checkRedis(
         _ configuration: ServerConfiguration, primary: RedisPrimaryLocator.Primary?,
         clusterNode: RedisClusterLocator.Node? = nil
-    ) -> String? {
+    ) -> RedisCheck {
         var endpoint = configuration.redis.endpoint
         if let clusterNode {
             // With Redis Cluster, the slot's primary, found from the cluster itself.
@@ -256,25 +287,26 @@ enum ServeCommand {
                 address: .tcp(host: clusterNode.host, port: clusterNode.port), username: endpoint.username,
                 password: endpoint.password, tls: endpoint.tls)
         } else if configuration.redis.clusterNodes != nil {
-            return nil  // no node answered yet: an outage, reported by /healthz; serve spools
+            return .usable  // no node answered yet: an outage, reported by /healthz; serve spools
         } else if let primary {
             // With Sentinel, the URL gives the database and credentials; the primary its address.
             endpoint = RedisEndpoint(
                 address: .tcp(host: primary.host, port: primary.port), database: endpoint.database,
                 username: endpoint.username, password: endpoint.password, tls: endpoint.tls)
         } else if configuration.redis.sentinel != nil {
-            return nil  // no primary known yet: an outage, reported by /healthz; serve spools
+            return .usable  // no primary known yet: an outage, reported by /healthz; serve spools
         }
         let result = RedisCapabilityCheck.run(
             endpoint: endpoint, timeout: configuration.redis.timeout,
             keyPrefix: configuration.store.keyPrefix, streamMaximumLength: configuration.store.streamMaximumLength,
             minimumReplicas: configuration.redis.minimumReplicas)
         switch result {
-        case .ready: return nil
+        case .ready: return .usable
         case .unavailable(let why):
             EventLog.event("redis_unavailable_at_start", level: "warning", [("reason", .string(why))])
-            return nil
-        case .refused(let what): return "cannot be used for the endpoint's work: \(what)"
+            return .usable
+        case .refused(let what): return .refused("cannot be used for the endpoint's work: \(what)")
+        case .serverCertificateRefused(let refusal): return .certificateRefused(refusal)
         }
     }
 }

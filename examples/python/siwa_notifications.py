@@ -22,7 +22,7 @@ import time
 
 import redis  # redis-py
 
-from siwa_redis import add_arguments, connect
+from siwa_redis import add_arguments, connect, is_certificate_refusal
 
 
 def main() -> int:
@@ -51,7 +51,9 @@ def main() -> int:
                 received += 1
                 if args.count and received >= args.count:
                     return 0
-        except (redis.ConnectionError, redis.TimeoutError):
+        except (redis.ConnectionError, redis.TimeoutError) as error:
+            if is_certificate_refusal(error):
+                raise  # no wait ends it: a new certificate or the right CA file does
             time.sleep(0.2)  # the primary is gone: ask the sentinels again and resubscribe
     return 0 if not args.count else 1
 

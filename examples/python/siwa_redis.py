@@ -18,10 +18,11 @@ database 0 only.
 Over TLS (a rediss:// URL, one node or a cluster), the server's certificate is verified,
 host name included, against --redis-tls-ca-file (SIWA_REDIS_TLS_CA_FILE) when given, else
 against the system's CAs; a cluster's certificates must name the addresses the cluster
-announces.
+announces. A refused certificate is raised at once, never retried: no wait ends it.
 """
 
 import argparse
+import ssl
 import urllib.parse
 
 import redis  # redis-py
@@ -90,16 +91,30 @@ RETRIED_ERRORS = (
 )
 
 
+def is_certificate_refusal(error: BaseException) -> bool:
+    """True when the server's certificate was refused (untrusted, expired, another name):
+    redis-py raises ConnectionError from ssl's verification error. No wait ends it (a new
+    certificate or the right CA file does), so it is never retried."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def with_retry(operation, attempts: int = 20, pause: float = 0.5):
     """Runs operation(); during a failover or a slot migration (no primary for a few
-    seconds, a cluster's slot moving) tries again."""
+    seconds, a cluster's slot moving) tries again. A refused server certificate is raised
+    at once."""
     import time
 
     for attempt in range(attempts):
         try:
             return operation()
-        except RETRIED_ERRORS:
-            if attempt == attempts - 1:
+        except RETRIED_ERRORS as error:
+            if attempt == attempts - 1 or is_certificate_refusal(error):
                 raise
             time.sleep(pause)
     return None

@@ -12,7 +12,8 @@ import SIWARedis
 /// A Redis that refuses (wrong credentials, a missing permission, a database out of
 /// range, a script that does not load) is a deployment mistake: `serve` stops. A Redis
 /// that does not answer, or answers "not now" (loading, `max number of clients`), is an
-/// outage: `serve` starts and spools, as it would during the outage.
+/// outage: `serve` starts and spools, as it would during the outage; so is a server
+/// certificate the endpoint refuses (`serverCertificateRefused`: a renewal ends it).
 public enum RedisCapabilityCheck {
     public enum Result: Sendable, Equatable {
         case ready
@@ -20,6 +21,9 @@ public enum RedisCapabilityCheck {
         case unavailable(String)
         /// Reachable, and refuses what the endpoint needs: the text says what is missing.
         case refused(String)
+        /// The server's certificate was refused (untrusted, expired, another name): an
+        /// outage, as at run time (start anyway and spool); `serve --check` reports it.
+        case serverCertificateRefused(ServerCertificateRefusal)
     }
 
     public static func run(
@@ -33,7 +37,9 @@ public enum RedisCapabilityCheck {
         do {
             try connection.connect()
         } catch  where error.code == .tlsRefused {
-            // A certificate or a TLS file the settings must fix: no outage ends it.
+            // A refused server certificate ends when a good one is back (a renewal): an
+            // outage. A TLS file of ours that cannot be used is a setting to fix.
+            if let refusal = ServerCertificateRefusal(error) { return .serverCertificateRefused(refusal) }
             return .refused(error.operatorMessage)
         } catch {
             return .unavailable(error.operatorMessage)

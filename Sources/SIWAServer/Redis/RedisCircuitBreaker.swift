@@ -25,6 +25,8 @@ public final class RedisCircuitBreaker: Service {
         public var lastProbe: String?
         /// While closed: the PING did not answer within the bound /healthz gave.
         public var pingPending = false
+        /// While open because the server's certificate is refused (the last failure said so).
+        public var tlsRefusal: ServerCertificateRefusal?
     }
 
     public let retryInterval: Duration
@@ -39,6 +41,9 @@ public final class RedisCircuitBreaker: Service {
     private struct State {
         var openedAt: ContinuousClock.Instant?
         var lastProbe: String?
+        /// The refused server certificate the last failure met, nil once another failure
+        /// (or a PONG) says otherwise.
+        var tlsRefusal: ServerCertificateRefusal?
         /// While open: when the next probe is due (on the machine's monotonic clock).
         var nextProbeAt: ContinuousClock.Instant?
         /// The /healthz PING asked for and not answered yet, which every /healthz call
@@ -77,13 +82,22 @@ public final class RedisCircuitBreaker: Service {
         guard error.isConnectionError else { return }
         let stopping = task.isStopRequested
         let now = clock.monotonic()
-        let opened = state.withLock { state -> Bool in
-            guard state.openedAt == nil, !stopping else { return false }
+        let refusal = ServerCertificateRefusal(error)
+        let (opened, newRefusal) = state.withLock { state -> (Bool, Bool) in
+            guard state.openedAt == nil, !stopping else {
+                // Open already: a worker's refused certificate still names the cause.
+                guard let refusal, state.openedAt != nil, state.tlsRefusal != refusal else { return (false, false) }
+                state.tlsRefusal = refusal
+                return (false, true)
+            }
             state.openedAt = now
             state.lastProbe = nil
+            state.tlsRefusal = refusal
             state.nextProbeAt = ContinuousClock.now + retryInterval
-            return true
+            return (true, refusal != nil)
         }
+        // Every new refusal is logged with its reason and the setting to look at.
+        if newRefusal, let refusal { refusal.log(when: "run_time") }
         guard opened else { return }
         EventLog.event(
             "redis_circuit_opened", level: "warning",
@@ -156,18 +170,23 @@ public final class RedisCircuitBreaker: Service {
     private func probe() {
         let error = ping()
         let now = clock.monotonic()
-        let closed = state.withLock { state -> Duration? in
+        let refusal = error.flatMap(ServerCertificateRefusal.init)
+        let (closed, newRefusal) = state.withLock { state -> (Duration?, Bool) in
             if let error {
                 state.lastProbe = error.code.rawValue
                 state.nextProbeAt = ContinuousClock.now + retryInterval
-                return nil
+                let changed = refusal != nil && refusal != state.tlsRefusal
+                state.tlsRefusal = refusal
+                return (nil, changed)
             }
             let openFor = state.openedAt.map { now - $0 } ?? .zero
             state.openedAt = nil
             state.lastProbe = nil
+            state.tlsRefusal = nil
             state.nextProbeAt = nil
-            return openFor
+            return (openFor, false)
         }
+        if newRefusal, let refusal { refusal.log(when: "run_time") }
         if let openFor = closed {
             EventLog.event("redis_circuit_closed", [("open_ms", .integer(openFor.wholeMilliseconds))])
             onClose()
@@ -177,6 +196,6 @@ public final class RedisCircuitBreaker: Service {
     private func openHealth(_ state: State, since: ContinuousClock.Instant) -> Health {
         Health(
             answers: false, openMilliseconds: (clock.monotonic() - since).wholeMilliseconds,
-            lastProbe: state.lastProbe)
+            lastProbe: state.lastProbe, tlsRefusal: state.tlsRefusal)
     }
 }

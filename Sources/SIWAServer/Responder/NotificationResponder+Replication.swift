@@ -42,13 +42,16 @@ extension NotificationResponder {
 
     /// `/healthz`'s members about the circuit breaker, present only when Redis did not answer:
     /// `redis_circuit` (`open`: requests spool without calling Redis; `ping_timeout`: PING
-    /// did not answer within /healthz's bound), how long it has been open, the last probe.
+    /// did not answer within /healthz's bound), how long it has been open, the last probe,
+    /// and `redis_tls_refused` (the refusal, settings named) while a server certificate is refused.
     static func circuitMembers(_ health: RedisCircuitBreaker.Health) -> [(String, JSONValue)] {
         if let openMilliseconds = health.openMilliseconds {
+            let refusal: [(String, JSONValue)] =
+                health.tlsRefusal.map { [("redis_tls_refused", .string($0.message))] } ?? []
             return [
                 ("redis_circuit", .string("open")), ("redis_circuit_open_ms", .integer(openMilliseconds)),
                 ("redis_last_probe", health.lastProbe.map { .string($0) } ?? .null),
-            ]
+            ] + refusal
         }
         return health.pingPending ? [("redis_circuit", .string("ping_timeout"))] : []
     }

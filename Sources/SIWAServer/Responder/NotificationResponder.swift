@@ -195,7 +195,11 @@ public final class NotificationResponder: Sendable {
         let depth = spool.depth
         var reasons: [String] = []
         if keyCount == 0 { reasons.append("no Apple signing keys loaded") }
-        if !redisAnswers { reasons.append("Redis does not answer") }
+        if let refusal = redis.tlsRefusal {
+            reasons.append("Redis does not answer: redis_tls_refused: \(refusal.reason) (look at \(refusal.setting))")
+        } else if !redisAnswers {
+            reasons.append("Redis does not answer")
+        }
         if let blocked = drain?.blockedReason { reasons.append("spool replay blocked: \(blocked)") }
         if let problem = spool.writeProblem { reasons.append("the spool cannot take writes: \(problem.description)") }
         let members: [(String, JSONValue)] = [

@@ -29,6 +29,14 @@ public final class SpoolReplayer: Service {
     private let clock: EndpointClock
     private let task = PeriodicTask()
     private let blocked = Mutex<String?>(nil)
+    /// Since when (monotonic) every pass has met `TRYAGAIN` (a slot move), or nil.
+    private let slotMoveSince = Mutex<ContinuousClock.Instant?>(nil)
+
+    /// How long a Redis Cluster slot move may keep the spooled records waiting (every pass
+    /// answered `TRYAGAIN`) before /healthz turns 503 naming it: a reshard moves one slot's
+    /// keys in seconds, so a minute means a migration left half done (`MIGRATING` and
+    /// `IMPORTING` set, the slot never given to its target), which no wait ends.
+    public static let stuckSlotMoveBound: Duration = .seconds(60)
     /// Users whose `account-deleted` was stored live, whose set-aside records the service
     /// has yet to scrub (the request only adds to this list and nudges).
     private let pendingScrubs = Mutex<[UserOfClient]>([])
@@ -106,6 +114,7 @@ public final class SpoolReplayer: Service {
                     ("kept_in", .string(torn.tornFile)),
                 ])
         }
+        if !Self.stoppedBySlotMove(report.stop) { slotMoveSince.withLock { $0 = nil } }
         if let spoolError = report.spoolError {
             setBlocked("the spool cannot be replayed: \(spoolError.code.rawValue): \(spoolError.message)")
         } else if let stop = report.stop {
@@ -114,10 +123,22 @@ public final class SpoolReplayer: Service {
                 break
             case .redis(let redisError) where redisError.isConnectionError:
                 break
-            case .redis where Self.stoppedBySlotMove(stop):
+            case .redis(let redisError) where Self.stoppedBySlotMove(stop):
                 // A Redis Cluster slot being moved: every record waits until it settles (paced
-                // below); a move is routine, not a refusal about the deployment for /healthz.
-                break
+                // below); a move is routine, not a refusal about the deployment for /healthz,
+                // until it has lasted `stuckSlotMoveBound`.
+                let now = clock.monotonic()
+                let since = slotMoveSince.withLock { since in
+                    if since == nil { since = now }
+                    return since ?? now
+                }
+                if now - since >= Self.stuckSlotMoveBound {
+                    setBlocked(
+                        "a Redis Cluster slot move has kept the spooled records waiting for "
+                            + "\((now - since).wholeSeconds) s (\(redisError.replyKind), over "
+                            + "\(Self.stuckSlotMoveBound.wholeSeconds) s): a migration left half done? "
+                            + "(CLUSTER SETSLOT ... NODE, or redis-cli --cluster fix): \(redisError.message)")
+                }
             case .redis(let redisError):
                 setBlocked("Redis refuses the spooled records (\(redisError.replyKind)): \(redisError.message)")
             case .rejectedRecordNotKept(let spoolError):

@@ -116,11 +116,15 @@ struct ClusterServeTests {
         #expect(try stack.redisSnapshot() == [])
     }
 
-    @Test("a TLS-only cluster (--tls-cluster yes): the slot's primary found and the notification applied over TLS")
+    @Test(
+        "a TLS-only cluster (--tls-cluster yes): the slot's primary found and the notification applied over TLS; its certificates refused (a CA file that signed no node, a server name no certificate holds): serve --check exit 3 naming redis_tls_refused, the reason and the setting; serve starts, spools, /healthz 503 naming it"
+    )
     func appliedOverTLS() throws {
         let cluster = try RedisClusterNodes(transport: .tls)
         defer { cluster.shutdown() }
         #expect(cluster.tls != nil)
+        // The same cluster, refused (one cluster for both: the suite is slow enough).
+        try Self.checkRefusedCertificates(cluster)
         let stack = try ServeStack(extraEnvironment: Self.environment(cluster))
         defer { stack.shutdown() }
 
@@ -133,6 +137,48 @@ struct ClusterServeTests {
         #expect(try owner.command("XLEN", "{siwa}:events").integer == 1)
         let health = try stack.request("GET", "/healthz").jsonFields
         #expect(health["redis_primary"] == "127.0.0.1:\(try #require(cluster.slotOwnerPort()))")
+    }
+
+    /// With `cluster`'s certificates refused (a CA file that signed no node; a server name no
+    /// certificate holds): serve --check exit 3 naming redis_tls_refused, the reason, the
+    /// setting and the certificate hint; serve starts, spools, /healthz 503 naming it.
+    static func checkRefusedCertificates(_ cluster: RedisClusterNodes) throws {
+        let otherDirectory = cluster.directory.appendingPathComponent("other-ca")
+        try FileManager.default.createDirectory(at: otherDirectory, withIntermediateDirectories: true)
+        let other = try TestCertificateAuthority(in: otherDirectory)
+        let cases: [(name: String, extra: [String: String], reason: String, setting: String)] = [
+            (
+                "a CA file that signed no node", ["SIWA_REDIS_TLS_CA_FILE": other.caCertificatePath],
+                "self-signed certificate in certificate chain", "SIWA_REDIS_TLS_CA_FILE"
+            ),
+            (
+                "a server name no certificate holds", ["SIWA_REDIS_TLS_SERVER_NAME": "redis.other.example"],
+                "hostname mismatch", "SIWA_REDIS_TLS_SERVER_NAME"
+            ),
+        ]
+        for (index, refused) in cases.enumerated() {
+            let environment = Self.environment(cluster).merging(refused.extra) { _, new in new }
+            let stack = try ServeStack(extraEnvironment: environment, startingServe: false)
+            defer { stack.shutdown() }
+            let check = try CommandRun.endpoint(["serve", "--check"], environment: stack.environment)
+            #expect(check.status == 3, "\(refused.name): \(check.errors)")
+            let lines = check.errors.split(separator: "\n").map(String.init)
+            #expect(lines.count == 1, "\(refused.name): \(check.errors)")
+            let line = lines.first ?? ""
+            #expect(line.contains(#""event":"redis_tls_refused""#), "\(refused.name): \(line)")
+            #expect(line.contains(#""reason":"\#(refused.reason)""#), "\(refused.name): \(line)")
+            #expect(line.contains(#""setting":"\#(refused.setting)""#), "\(refused.name): \(line)")
+            // The certificate hint kept through the cluster path: what it must satisfy, in settings.
+            #expect(line.contains("the server's certificate must chain to"), "\(refused.name): \(line)")
+            guard index == 0 else { continue }
+            try stack.startServe()
+            let answer = try stack.post(try stack.body(type: "consent-revoked", sub: "001.cluster.tls.refused"))
+            #expect(answer.status == 200 && answer.jsonFields["status"] == "spooled", "\(answer.bodyText)")
+            let health = try stack.request("GET", "/healthz")
+            #expect(health.status == 503)
+            #expect(health.jsonFields["redis_tls_refused"]?.contains(refused.reason) == true, "\(health.bodyText)")
+            #expect(try cluster.ownerConnection().command("DBSIZE").integer == 0)
+        }
     }
 
     /// Calls of one command on a node (`INFO commandstats`), 0 when never called.

@@ -347,6 +347,7 @@ struct ExampleReaderTests {
     /// what a failover or a slot migration raises for a while is retried, and the read then
     /// answers; a cross-slot or wrong-type error is raised at once, never retried.
     static let retryProbe = #"""
+        import ssl
         import redis.exceptions as e
         from siwa_redis import with_retry
 
@@ -358,12 +359,21 @@ struct ExampleReaderTests {
             e.AskError("3999 127.0.0.1:7002"), e.ClusterError("TTL exhausted."),
         ]
         lasting = [e.ClusterCrossSlotError("CROSSSLOT Keys in request don't hash to the same slot"), e.ResponseError("WRONGTYPE")]
-        for error in passing + lasting:
+        # A refused server certificate, raised as redis-py raises it: ConnectionError while
+        # handling ssl's verification error (message included).
+        certificate = ssl.SSLCertVerificationError(
+            1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate in certificate chain")
+        for error in passing + lasting + [certificate]:
             calls = []
 
             def operation():
                 calls.append(error)
                 if len(calls) == 1:
+                    if error is certificate:
+                        try:
+                            raise error
+                        except OSError:
+                            raise e.ConnectionError("Error 1 connecting to 127.0.0.1:6380. certificate refused.")
                     raise error
                 return "read"
 
@@ -375,7 +385,7 @@ struct ExampleReaderTests {
         """#
 
     @Test(
-        "Python's with_retry retries the errors of a failover and of a slot migration (redis-py's classes), and no other"
+        "Python's with_retry retries the errors of a failover and of a slot migration (redis-py's classes), and no other: a refused server certificate is raised at once"
     )
     func pythonRetriesClusterErrors() throws {
         let run = try CommandRun.run(
@@ -387,7 +397,7 @@ struct ExampleReaderTests {
                 "ConnectionError read 2", "TimeoutError read 2", "ReadOnlyError read 2", "ClusterDownError read 2",
                 "MasterDownError read 2", "SlotNotCoveredError read 2", "TryAgainError read 2", "MovedError read 2",
                 "AskError read 2", "ClusterError read 2", "ClusterCrossSlotError raised ClusterCrossSlotError 1",
-                "ResponseError raised ResponseError 1",
+                "ResponseError raised ResponseError 1", "SSLCertVerificationError raised ConnectionError 1",
             ])
     }
 }

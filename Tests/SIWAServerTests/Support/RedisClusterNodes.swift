@@ -198,6 +198,41 @@ final class RedisClusterNodes: @unchecked Sendable {
 
     func node(port: Int) -> RedisSentinelCluster.Node? { nodes.first { $0.port == port } }
 
+    /// Nodes started beside the cluster (`staleSeed()`), stopped by `shutdown()`.
+    private var extras: [RedisSentinelCluster.Node] = []
+
+    /// A node with a stale view, as a partitioned node or a replaced one left running has:
+    /// a cluster-enabled node that met one other node, which took every slot and was then
+    /// SIGKILLed. It still answers `CLUSTER SLOTS`, naming the dead node as every slot's owner
+    /// (two nodes, one of them holding slots: nobody can mark the dead one failed). Plain
+    /// TCP only. Returns the stale node's port and the dead owner's.
+    func staleSeed() throws -> (port: Int, deadOwner: Int) {
+        let ports = try LoopbackPort.freeWithBusPorts(2)
+        let made = ports.enumerated().map { index, port in
+            let nodeDirectory = directory.appendingPathComponent("stale-\(index)").path
+            try? FileManager.default.createDirectory(atPath: nodeDirectory, withIntermediateDirectories: true)
+            return RedisSentinelCluster.Node(
+                port: port,
+                arguments: [
+                    "--port", String(port), "--bind", "127.0.0.1", "--dir", nodeDirectory, "--save", "",
+                    "--appendonly", "no", "--daemonize", "no", "--logfile", nodeDirectory + "/redis.log",
+                    "--cluster-enabled", "yes", "--cluster-config-file", nodeDirectory + "/nodes.conf",
+                ], logPath: nodeDirectory + "/redis.log", serverPath: flavor.serverPath)
+        }
+        extras += made
+        for node in made { try node.start() }
+        let (stale, owner) = (made[0], made[1])
+        try waitUntil(timeout: 20) { made.allSatisfy { (try? self.connection(port: $0.port).command("PING")) != nil } }
+        _ = try connection(port: owner.port).command("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
+        _ = try connection(port: stale.port).command("CLUSTER", "MEET", "127.0.0.1", String(owner.port))
+        try waitUntil(timeout: 30) {
+            let ranges = (try? self.connection(port: stale.port).command("CLUSTER", "SLOTS"))?.array ?? []
+            return ranges.contains { $0.array?.dropFirst(2).first?.array?[1].integer == Int64(owner.port) }
+        }
+        owner.kill()
+        return (stale.port, owner.port)
+    }
+
     /// Waits (polling every 100 ms) until `condition` holds, or throws after `timeout` seconds.
     func waitUntil(timeout: TimeInterval, _ condition: () -> Bool) throws {
         guard SIWATestSupport.waitUntil(timeout: timeout, interval: .milliseconds(100), condition) else {
@@ -214,7 +249,7 @@ final class RedisClusterNodes: @unchecked Sendable {
     }
 
     func shutdown() {
-        for node in nodes { node.kill() }
+        for node in nodes + extras { node.kill() }
         try? FileManager.default.removeItem(at: directory)
         if let tls { try? FileManager.default.removeItem(at: tls.directory) }
     }

@@ -59,29 +59,42 @@ struct RedisTLSSentinelTests {
     }
 
     @Test(
-        "sentinels whose certificate is refused (another CA): serve stops at start, exit 2, naming SIWA_REDIS_SENTINEL_TLS"
+        "sentinels whose certificate is refused (another CA): serve --check exit 3 with one redis_tls_refused line naming SIWA_REDIS_TLS_CA_FILE; serve starts, spools, /healthz 503 naming redis_tls_refused"
     )
     func refusedSentinelsAtStart() throws {
         let fixture = try RedisTLSFixture()
         defer { fixture.remove() }
         let cluster = try RedisSentinelCluster(tls: fixture.goodServer)
         defer { cluster.shutdown() }
-        let environment = SpoolDeadEndTests.serveEnvironment(redisURL: "rediss://sentinel-named:6379/0").merging([
-            "SIWA_REDIS_SENTINELS": cluster.sentinelList,
-            "SIWA_REDIS_SENTINEL_MASTER": RedisSentinelCluster.masterName,
-            "SIWA_REDIS_SENTINEL_TLS": "yes",
-            "SIWA_REDIS_TLS_CA_FILE": fixture.otherAuthority.caCertificatePath,
-            "SIWA_REDIS_TLS_SERVER_NAME": "localhost",
-        ]) { _, tls in tls }
-        let result = try CommandRun.endpoint(["serve"], environment: environment)
-        #expect(result.status == 2, "\(result.errors)")
-        let lines = result.errors.split(separator: "\n").filter { $0.hasPrefix("{") }
-        #expect(lines.count == 1, "\(result.errors)")
-        let line = String(lines.first ?? "")
-        #expect(line.contains(#""event":"configuration_invalid""#))
-        #expect(line.contains(#""setting":"SIWA_REDIS_SENTINEL_TLS""#), "\(line)")
-        #expect(line.contains("the certificate was refused"), "\(line)")
-        #expect(!result.errors.contains(#""event":"started""#))
+        let stack = try ServeStack(
+            extraEnvironment: [
+                "SIWA_REDIS_URL": "rediss://sentinel-named:6379/0",
+                "SIWA_REDIS_SENTINELS": cluster.sentinelList,
+                "SIWA_REDIS_SENTINEL_MASTER": RedisSentinelCluster.masterName,
+                "SIWA_REDIS_SENTINEL_TLS": "yes",
+                "SIWA_REDIS_TLS_CA_FILE": fixture.otherAuthority.caCertificatePath,
+                "SIWA_REDIS_TLS_SERVER_NAME": "localhost",
+            ], startingServe: false)
+        defer { stack.shutdown() }
+        let check = try CommandRun.endpoint(["serve", "--check"], environment: stack.environment)
+        #expect(check.status == 3, "\(check.errors)")
+        let lines = check.errors.split(separator: "\n").map(String.init)
+        #expect(lines.count == 1, "\(check.errors)")
+        let line = lines.first ?? ""
+        #expect(line.contains(#""event":"redis_tls_refused""#), "\(line)")
+        #expect(line.contains(#""setting":"SIWA_REDIS_TLS_CA_FILE""#), "\(line)")
+        // The other CA's chain is sent whole: OpenSSL meets its self-signed root.
+        #expect(line.contains(#""reason":"self-signed certificate in certificate chain""#), "\(line)")
+        #expect(line.contains("SIWA_REDIS_SENTINEL_TLS"), "\(line)")
+
+        try stack.startServe()
+        let answer = try stack.post(try stack.body(type: "consent-revoked", sub: "001.sentinel.tls.refused"))
+        #expect(answer.status == 200 && answer.jsonFields["status"] == "spooled", "\(answer.bodyText)")
+        let health = try stack.request("GET", "/healthz")
+        #expect(health.status == 503)
+        #expect(
+            health.jsonFields["redis_tls_refused"]?.contains("self-signed certificate in certificate chain") == true,
+            "\(health.bodyText)")
         #expect(try cluster.connection(port: cluster.initialPrimary.port).command("DBSIZE").integer == 0)
     }
 }

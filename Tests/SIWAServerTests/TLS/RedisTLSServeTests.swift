@@ -66,7 +66,18 @@ struct RedisTLSServeTests {
                 }, "\(refused.name): no redis_tls_refused in the log")
             #expect(try inspector.command("DBSIZE").integer == before, "\(refused.name): Redis was written")
             #expect(try inspector.command("EXISTS", "siwa:user:{\(ServeStack.clientID):\(sub)}").integer == 0)
-            #expect(try stack.request("GET", "/healthz").status == 503, "\(refused.name)")
+            let health = try stack.request("GET", "/healthz")
+            #expect(health.status == 503, "\(refused.name)")
+            // The refusal named at run time as at start: in /healthz, and a log line with the
+            // reason and the setting to look at.
+            #expect(
+                health.jsonFields["redis_tls_refused"]?.contains(refused.reason) == true,
+                "\(refused.name): \(health.bodyText)")
+            #expect(
+                serve.logLines(event: "redis_tls_refused").contains {
+                    $0.contains(#""when":"run_time""#) && $0.contains(#""reason":"\#(refused.reason)"#)
+                        && $0.contains(#""setting":"\#(refused.setting)""#)
+                }, "\(refused.name): \(serve.logLines(event: "redis_tls_refused"))")
 
             // The good certificate again: the spooled notification is applied, once.
             redis.stop()
@@ -81,28 +92,85 @@ struct RedisTLSServeTests {
         #expect(try stack.redisSnapshot() == [])
     }
 
+    /// The JSON lines of a run's standard error.
+    static func jsonLines(_ text: String) -> [String] {
+        text.split(separator: "\n").map(String.init)
+    }
+
     @Test(
-        "at start: a certificate from another CA, an expired one, one naming another host: exit 2, one configuration_invalid line naming the setting, nothing written"
+        "at start: a certificate from another CA, an expired one, one naming another host: serve --check exit 3 with one redis_tls_refused line (the reason, the setting); serve starts, spools, /healthz 503 naming redis_tls_refused; applied once a good certificate is back, no restart"
     )
-    func refusedAtStart() throws {
+    func refusedAtStartIsAnOutage() throws {
         let fixture = try RedisTLSFixture()
         defer { fixture.remove() }
         for refused in fixture.refusedServers {
-            let redis = try RedisServerProcess(tls: refused.files)
+            let redis = try RedisServerProcess(appendOnly: true, tls: refused.files)
             defer { redis.shutdown() }
-            let environment = SpoolDeadEndTests.serveEnvironment(redisURL: redis.url())
-                .merging(Self.tlsEnvironment(fixture, url: redis.url())) { _, tls in tls }
-            let result = try CommandRun.endpoint(["serve"], environment: environment)
-            #expect(result.status == 2, "\(refused.name): \(result.errors)")
-            let lines = result.errors.split(separator: "\n").filter { $0.hasPrefix("{") }
-            #expect(lines.count == 1, "\(refused.name): \(result.errors)")
-            let line = String(lines.first ?? "")
-            #expect(line.contains(#""event":"configuration_invalid""#), "\(refused.name)")
-            #expect(line.contains(#""setting":"SIWA_REDIS_URL""#), "\(refused.name)")
-            #expect(line.lowercased().contains(refused.reason), "\(refused.name): \(line)")
-            #expect(line.contains(refused.setting), "\(refused.name): \(line)")
-            #expect(!result.errors.contains(#""event":"started""#), "\(refused.name)")
+            var environment = Self.tlsEnvironment(fixture, url: redis.url())
+            environment["SIWA_REDIS_RETRY_MS"] = "100"
+            let stack = try ServeStack(extraEnvironment: environment, startingServe: false)
+            defer { stack.shutdown() }
+
+            let check = try CommandRun.endpoint(["serve", "--check"], environment: stack.environment)
+            #expect(check.status == 3, "\(refused.name): \(check.errors)")
+            let lines = Self.jsonLines(check.errors)
+            #expect(lines.count == 1, "\(refused.name): \(check.errors)")
+            let line = lines.first ?? ""
+            #expect(line.hasPrefix("{") && line.contains(#""event":"redis_tls_refused""#), "\(refused.name): \(line)")
+            #expect(line.contains(#""when":"start""#), "\(refused.name): \(line)")
+            #expect(line.contains(#""reason":"\#(refused.reason)"#), "\(refused.name): \(line)")
+            #expect(line.contains(#""setting":"\#(refused.setting)""#), "\(refused.name): \(line)")
+            #expect(!check.output.contains("configuration_valid"), "\(refused.name)")
+
+            // serve starts (an outage, not a setting): it spools and /healthz names the refusal.
+            try stack.startServe()
+            let serve = try #require(stack.serve)
+            let sub = "001.tls.start.\(refused.name.split(separator: " ").last ?? "")"
+            let answer = try stack.post(try stack.body(type: "consent-revoked", sub: sub))
+            #expect(answer.status == 200 && answer.jsonFields["status"] == "spooled", "\(refused.name)")
+            let health = try stack.request("GET", "/healthz")
+            #expect(health.status == 503, "\(refused.name)")
+            #expect(
+                health.jsonFields["redis_tls_refused"]?.contains(refused.reason) == true,
+                "\(refused.name): \(health.bodyText)")
+            #expect(health.jsonFields["reason"]?.contains("redis_tls_refused") == true, "\(health.bodyText)")
+            #expect(serve.logLines(event: "redis_tls_refused").contains { $0.contains(#""when":"start""#) })
+            #expect(!serve.logText.contains("configuration_invalid"), "\(refused.name)")
             #expect(try redis.unixSocketConnection().command("DBSIZE").integer == 0, "\(refused.name)")
+
+            // The certificate renewed: the same serve applies what it spooled.
+            redis.stop()
+            redis.tls = fixture.goodServer
+            try redis.start()
+            #expect(
+                try stack.waitUntil(timeout: 20) {
+                    try redis.unixSocketConnection().command(
+                        "EXISTS", "siwa:user:{\(ServeStack.clientID):\(sub)}"
+                    ).integer == 1
+                }, "\(refused.name): not applied after the renewal: \(serve.logText.suffix(2000))")
+            #expect(try stack.waitUntil(timeout: 10) { try stack.request("GET", "/healthz").status == 200 })
+        }
+    }
+
+    @Test(
+        "a local TLS file that cannot be used (a CA file holding a key): serve and serve --check exit 2, one configuration_invalid line naming the setting"
+    )
+    func unusableLocalFileIsASetting() throws {
+        let fixture = try RedisTLSFixture()
+        defer { fixture.remove() }
+        // The stack's directories (removed at the end), no serve started.
+        let stack = try ServeStack(
+            extraEnvironment: [
+                "SIWA_REDIS_URL": "rediss://localhost:1/0", "SIWA_REDIS_TLS_CA_FILE": fixture.client.keyPath,
+            ], startingServe: false)
+        defer { stack.shutdown() }
+        for arguments in [["serve", "--check"], ["serve"]] {
+            let run = try CommandRun.endpoint(arguments, environment: stack.environment)
+            #expect(run.status == 2, "\(arguments): \(run.errors)")
+            let lines = Self.jsonLines(run.errors)
+            #expect(lines.count == 1, "\(arguments): \(run.errors)")
+            #expect(lines.first?.contains(#""event":"configuration_invalid""#) == true, "\(run.errors)")
+            #expect(lines.first?.contains(#""setting":"SIWA_REDIS_TLS_CA_FILE""#) == true, "\(run.errors)")
         }
     }
 
