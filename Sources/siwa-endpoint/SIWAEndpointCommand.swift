@@ -16,6 +16,7 @@ enum SIWAEndpointCommand {
         ("reconcile", "ask Apple, once a day per user, which refresh tokens it refuses; end those sessions"),
         ("revoke", "revoke users' tokens at Apple (in-app account deletion); end their sessions"),
         ("deletions", "the deletion duty: deletions no consumer group acknowledged, per group, with ages"),
+        ("transfer", "app transfer between teams: transfer export (sending team), transfer import (recipient)"),
     ]
 
     static let usage = """
@@ -58,6 +59,7 @@ enum SIWAEndpointCommand {
             case "reconcile": status = try ReconcileCommand.run(arguments)
             case "revoke": status = try RevokeCommand.run(arguments)
             case "deletions": status = try DeletionsCommand.run(arguments)
+            case "transfer": status = try TransferCommand.run(arguments)
             default: throw UsageError("unknown subcommand \(subcommand)\n\n\(usage)")
             }
         } catch let error as UsageError {
