@@ -248,6 +248,15 @@ private final class TransferRun {
 
     /// The recorded transfer date (recording `date` on the first run) and the records' expiry.
     private func window(_ date: Int64?) throws -> (Int64, Int64) {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        // A date whose window has closed is refused before it could be recorded.
+        if let date, now >= date + TransferStore.window.wholeMilliseconds {
+            throw Stop(
+                status: 2,
+                message: "the transfer window of a transfer on \(UserCommand.utcDate(date)) closed at "
+                    + "\(UserCommand.utcDate(date + TransferStore.window.wholeMilliseconds)): Apple no longer "
+                    + "exchanges its identifiers")
+        }
         let recorded: Int64?
         do {
             recorded = try store.transferDate(recording: date)
@@ -265,7 +274,6 @@ private final class TransferRun {
                     + "not \(UserCommand.utcDate(date)): it is recorded once")
         }
         let closesAt = recorded + TransferStore.window.wholeMilliseconds
-        let now = Int64(Date().timeIntervalSince1970 * 1000)
         if now >= closesAt {
             throw Stop(
                 status: 2,

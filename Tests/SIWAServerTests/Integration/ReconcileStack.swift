@@ -42,6 +42,8 @@ final class ReconcileStack {
     private var tokens: [String: (label: String, answer: Answer)] = [:]
     private var standin: Process?
     private(set) var tokenURL = ""
+    /// More arguments for the stand-in (the app transfer's second team and answers).
+    var standinArguments: [String] = []
 
     init() throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("siwa-reconcile-\(UUID().uuidString)")
@@ -80,7 +82,7 @@ final class ReconcileStack {
             Self.standinScript, "--cert", authority.serverCertificatePath, "--key", authority.serverKeyPath,
             "--public-key", directory.appendingPathComponent("public.pem").path, "--team-id", Self.teamID,
             "--key-id", Self.keyID, "--client-ids", Self.clientID, "--tokens", tokensPath, "--log", standinLogPath,
-        ]
+        ] + standinArguments
         let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
@@ -203,7 +205,7 @@ final class ReconcileStack {
         try? FileManager.default.removeItem(at: directory)
     }
 
-    private static func openssl(_ arguments: [String]) throws {
+    static func openssl(_ arguments: [String]) throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
         process.arguments = arguments
