@@ -78,11 +78,12 @@ final class ReconcileStack {
         try document.write(toFile: tokensPath, atomically: true, encoding: .utf8)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: ExampleFiles.python)
-        process.arguments = [
-            Self.standinScript, "--cert", authority.serverCertificatePath, "--key", authority.serverKeyPath,
-            "--public-key", directory.appendingPathComponent("public.pem").path, "--team-id", Self.teamID,
-            "--key-id", Self.keyID, "--client-ids", Self.clientID, "--tokens", tokensPath, "--log", standinLogPath,
-        ] + standinArguments
+        process.arguments =
+            [
+                Self.standinScript, "--cert", authority.serverCertificatePath, "--key", authority.serverKeyPath,
+                "--public-key", directory.appendingPathComponent("public.pem").path, "--team-id", Self.teamID,
+                "--key-id", Self.keyID, "--client-ids", Self.clientID, "--tokens", tokensPath, "--log", standinLogPath,
+            ] + standinArguments
         let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice

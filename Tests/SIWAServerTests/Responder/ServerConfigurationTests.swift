@@ -138,7 +138,8 @@ struct ReconcileSettingsTests {
         #expect(
             ReconcileConfiguration.appleSettings.map(\.name) == [
                 "SIWA_APPLE_TEAM_ID", "SIWA_APPLE_KEY_ID", "SIWA_APPLE_PRIVATE_KEY_FILE", "SIWA_APPLE_TOKEN_URL",
-                "SIWA_APPLE_REVOKE_URL", "SIWA_APPLE_MIGRATION_URL", "SIWA_APPLE_CA_FILE", "SIWA_APPLE_TIMEOUT_SECONDS", "SIWA_APPLE_ATTEMPTS",
+                "SIWA_APPLE_REVOKE_URL", "SIWA_APPLE_MIGRATION_URL", "SIWA_APPLE_CA_FILE", "SIWA_APPLE_TIMEOUT_SECONDS",
+                "SIWA_APPLE_ATTEMPTS",
                 "SIWA_APPLE_RETRY_DELAY_MS",
             ])
     }
