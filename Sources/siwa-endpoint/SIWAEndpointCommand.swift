@@ -10,7 +10,7 @@ enum SIWAEndpointCommand {
         ("verify", "verify one captured request body and say why it was refused"),
         ("bench", "time full verification against the bare OpenSSL RS256 check"),
         ("load", "drive a running responder's FastCGI socket: notifications vs health checks"),
-        ("user", "what Redis holds for one user: user CLIENT_ID SUB [--session-started T]"),
+        ("user", "what Redis holds for one user: user CLIENT_ID SUB|TRANSFER_SUB [--session-started T]"),
         ("status", "a running responder's health over its FastCGI socket (--json: the document)"),
         ("spool", "spool status, list, show ID, requeue [ID], discard ID --reason TEXT"),
         ("reconcile", "ask Apple, once a day per user, which refresh tokens it refuses; end those sessions"),

@@ -176,6 +176,22 @@ struct TransferTests {
                     "transfer_sub": "tr.b.0002", "from_sub": "000061.b",
                 ])
 
+        // `user` takes either identifier: the transfer identifier resolves to the new sub; the
+        // old sub shows the new sub's state too, and its session check counts the new sub's logout.
+        let byTransferID = try CommandRun.endpoint(
+            ["user", Self.client, "tr.a.0001"], environment: stack.environment(.recipient))
+        #expect(byTransferID.status == 0)
+        #expect(
+            byTransferID.lines.prefix(2) == [
+                "transfer_sub tr.a.0001 resolves to sub 000061.new.a", "key siwa:user:{\(Self.client):000061.new.a}",
+            ])
+        let byOldSub = try CommandRun.endpoint(
+            ["user", Self.client, "000061.a", "--session-started", String(now - 30_000)],
+            environment: stack.environment(.recipient))
+        #expect(byOldSub.lines.contains("transferred to sub 000061.new.a: its events arrive under that sub now"))
+        #expect(byOldSub.lines.contains("key siwa:user:{\(Self.client):000061.new.a}"))
+        #expect(byOldSub.lines.contains("session not valid"))
+
         // Every user exchanged or refused: nothing pending; a rerun skips all, queues nothing again.
         let windows = try TransferWindowReading.read(
             stack.base.redisConnection(), keys: RedisKeyLayout(), clientIDs: [Self.client])
