@@ -162,7 +162,7 @@ def main(command, words)
                                                         Integer(args["session-started-at"]), prefix)
     puts JSON.generate(state)
   when "resolve"
-    puts JSON.generate({ "sub" => SIWAReader.resolve_sub(redis, args["client-id"], args["id"], prefix) })
+    puts JSON.generate({ "sub" => SIWAReader.resolve_sub(redis, args["client-id"], args.fetch("id"), prefix) })
   when "deletions"
     SIWAReader.drain_deletions(redis, group: args.fetch("group", "account-cleanup"),
                                       consumer: args.fetch("consumer", "worker-1"), prefix: prefix) do |client_id, sub, event_time|

@@ -38,30 +38,8 @@ public struct TransferWindowReading: Sendable, Equatable {
         return TransferWindowReading(windows: windows)
     }
 
-    /// The transfer gauges, one series per client ID (and direction) with a recorded window;
-    /// nothing when there is none.
+    /// The transfer gauges of `/metrics` (`ServerMetrics.renderTransferWindows`).
     public func metricsText(now: Int64) -> String {
-        guard !windows.isEmpty else { return "" }
-        var lines = [
-            "# HELP siwa_transfer_window_seconds_left Seconds until Apple's 60-day app transfer window closes (0 once closed).",
-            "# TYPE siwa_transfer_window_seconds_left gauge",
-        ]
-        for window in windows {
-            let left = Double(max(0, window.closesAt - now)) / 1000
-            lines.append(
-                "siwa_transfer_window_seconds_left{client_id=\"\(ServerMetrics.labelValue(window.clientID))\"} \(left)")
-        }
-        lines += [
-            "# HELP siwa_transfer_users_pending Identifiers given to transfer export or import and not exchanged yet.",
-            "# TYPE siwa_transfer_users_pending gauge",
-        ]
-        for window in windows {
-            let client = ServerMetrics.labelValue(window.clientID)
-            lines.append(
-                "siwa_transfer_users_pending{client_id=\"\(client)\",direction=\"export\"} \(window.pendingExport)")
-            lines.append(
-                "siwa_transfer_users_pending{client_id=\"\(client)\",direction=\"import\"} \(window.pendingImport)")
-        }
-        return lines.joined(separator: "\n") + "\n"
+        ServerMetrics.renderTransferWindows(self, now: now)
     }
 }
