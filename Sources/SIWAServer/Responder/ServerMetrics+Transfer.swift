@@ -18,8 +18,9 @@ extension ServerMetrics {
         ]
         for window in reading.windows {
             let client = labelValue(window.clientID)
-            lines.append("siwa_transfer_users_pending{client_id=\"\(client)\",direction=\"export\"} \(window.pendingExport)")
-            lines.append("siwa_transfer_users_pending{client_id=\"\(client)\",direction=\"import\"} \(window.pendingImport)")
+            for (direction, pending) in [("export", window.pendingExport), ("import", window.pendingImport)] {
+                lines.append("siwa_transfer_users_pending{client_id=\"\(client)\",direction=\"\(direction)\"} \(pending)")
+            }
         }
         return lines.joined(separator: "\n") + "\n"
     }

@@ -182,7 +182,8 @@ public final class TransferStore {
         for _, key in ipairs({KEYS[1], KEYS[3], KEYS[4]}) do
           local kind = redis.call('TYPE', key)['ok']
           if ARGV[2] ~= '' and kind ~= 'none' and kind ~= 'hash' then
-            return redis.error_reply('WRONGTYPE ' .. key .. ' does not hold a hash')
+            -- The key names identifiers: not in the message, which is logged.
+            return redis.error_reply('WRONGTYPE a user or transfer-id key does not hold a hash')
           end
         end
         local deletions_type = redis.call('TYPE', KEYS[5])['ok']

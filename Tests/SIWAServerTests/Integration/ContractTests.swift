@@ -135,9 +135,11 @@ struct ContractTests {
         // `refresh_token_refused_at` and `tokens_revoked_at` are written by `reconcile` and
         // `revoke` only (their own tests check them).
         #expect(
-            hashFields == contract.names("user_fields").subtracting([
-                "refresh_token_refused_at", "tokens_revoked_at", "transferred_to", "transferred_from", "transferred_at",
-            ]))
+            hashFields
+                == contract.names("user_fields").subtracting([
+                    "refresh_token_refused_at", "tokens_revoked_at", "transferred_to", "transferred_from",
+                    "transferred_at",
+                ]))
 
         // The stream: the same.
         var streamFields: Set<String> = []
