@@ -19,7 +19,8 @@ extension ServerMetrics {
         for window in reading.windows {
             let client = labelValue(window.clientID)
             for (direction, pending) in [("export", window.pendingExport), ("import", window.pendingImport)] {
-                lines.append("siwa_transfer_users_pending{client_id=\"\(client)\",direction=\"\(direction)\"} \(pending)")
+                let labels = "client_id=\"\(client)\",direction=\"\(direction)\""
+                lines.append("siwa_transfer_users_pending{\(labels)} \(pending)")
             }
         }
         return lines.joined(separator: "\n") + "\n"
