@@ -313,9 +313,10 @@ struct TransferTests {
         let noDate = try stack.run("export", ["000066.a"], date: nil)
         #expect(noDate.status == 2)
         #expect(noDate.errors.contains("no transfer date is recorded for \(Self.client): give --transfer-date"))
-        let closed = try stack.run("export", ["000066.a"], date: "2025-01-02")
+        // Closed ten days ago (its records would still live): refused, and not recorded.
+        let closed = try stack.run("export", ["000066.a"], date: TransferStack.date(daysAgo: 70))
         #expect(closed.status == 2)
-        #expect(closed.errors.contains("closed at 2025-03-03T00:00:00.000Z"))
+        #expect(closed.errors.contains("closed at \(TransferStack.date(daysAgo: 10))T00:00:00.000Z"))
         #expect(try stack.hash("siwa:transfer:{\(Self.client)}").isEmpty, "a closed window's date is not recorded")
 
         #expect(try stack.run("export", ["000066.a"]).status == 0)
