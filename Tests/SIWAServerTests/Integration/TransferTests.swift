@@ -303,6 +303,24 @@ struct TransferTests {
         #expect(try wrong.members("siwa:transfer-pending:{\(Self.client)}:export") == ["000065.a", "000065.b"])
     }
 
+    @Test("on a terminal: progress with the users done and an estimate of the time left")
+    func progressOnATerminal() throws {
+        let stack = try TransferStack()
+        defer { stack.shutdown() }
+        for index in 1...3 { stack.exporting("000067.\(index)", label: "p\(index)", transferSub: "tr.p.000\(index)") }
+        try stack.start()
+        // script(1) gives the command a terminal; what it wrote there comes out on script's stdout.
+        let command = ([ServeProcess.binaryURL.path] + (try stack.arguments("export", (1...3).map { "000067.\($0)" })))
+            .joined(separator: " ")
+        let run = try CommandRun.run(
+            URL(fileURLWithPath: "/usr/bin/script"), ["-qefc", command, "/dev/null"],
+            environment: stack.environment(.sender))
+        #expect(run.status == 0, "\(run.output)")
+        #expect(run.output.contains("\r\u{1B}[Ktransfer export: 1/3, about "))
+        #expect(run.output.contains("\r\u{1B}[Ktransfer export: 3/3, about 0m0s left"))
+        #expect(run.output.components(separatedBy: #""outcome":"exported""#).count == 4)
+    }
+
     @Test(
         "refused before Apple is asked: no transfer date, another date, a closed window (exit 2); Redis down (exit 3)")
     func refusalsBeforeAnyRequest() throws {
