@@ -110,21 +110,25 @@ struct TransferTests {
         try stack.start()
         #expect(try stack.run("export", ["000061.a", "000061.b"]).status == 0)
 
-        // Notifications under the new subs arrive before the team has exchanged them.
-        let store = NotificationStore(connection: stack.base.redisConnection())
+        // Notifications under the new subs arrive before the team has exchanged them: signed as
+        // Apple signs them, verified and stored by the real responder in the same Redis.
+        let serve = try ServeStack(extraEnvironment: ["SIWA_REDIS_URL": stack.base.redis.url()])
+        defer { serve.shutdown() }
         let now = Int64(Date().timeIntervalSince1970 * 1000)
-        for (sub, type, raw, time) in [
-            ("000061.new.a", NotificationEventType.consentRevoked, "consent-revoked", now - 20_000),
-            ("000061.new.b", NotificationEventType.accountDeleted, "account-deleted", now - 10_000),
+        for (sub, type, time) in [
+            ("000061.new.a", "consent-revoked", now - 20_000), ("000061.new.b", "account-deleted", now - 10_000),
         ] {
-            let outcome = try store.apply(
-                VerifiedNotification(
-                    clientID: Self.client, subject: sub, type: type, rawType: raw, eventTimeMilliseconds: time,
-                    tokenID: "early-\(raw)", issuedAt: time / 1000, expiresAt: time / 1000 + 86_400, email: nil,
-                    isPrivateEmail: nil),
-                receivedAt: time + 1000)
-            #expect(outcome == .applied)
+            let response = try serve.post(try serve.body(type: type, sub: sub, eventTimeMilliseconds: time))
+            #expect(response.status == 200)
         }
+        // serve's /metrics: the window recorded by the export (56 to 57 days left), nothing pending.
+        let shown = try waitUntil(timeout: 20) {
+            let metrics = try serve.request("GET", "/metrics").bodyText
+            return metrics.contains(
+                "siwa_transfer_users_pending{client_id=\"\(Self.client)\",direction=\"export\"} 0\n")
+                && metrics.contains("siwa_transfer_window_seconds_left{client_id=\"\(Self.client)\"} 4")
+        }
+        #expect(shown)
         let deletionsBefore = try stack.base.redisConnection().command("XLEN", "siwa:deletions").integer
         #expect(deletionsBefore == 1)
 
