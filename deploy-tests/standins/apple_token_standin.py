@@ -38,7 +38,8 @@ the --migration file says:
                                   "is_private_email": true, "answer": "ok"}}}
 
 answer "ok", "invalid_request" (a user who cannot be migrated), "error429_once",
-"error500", "stall_once" (the first request waits 30 s); a user not in the file is
+"error500", "stall_once" (the first request waits --stall-seconds, 30 by default, then
+answers 500); a user not in the file is
 invalid_request. Prints "listening PORT" once it accepts connections.
 Standard library only (plus the openssl CLI), so it needs no extra package.
 """
@@ -302,7 +303,7 @@ def make_handler(standin: Standin):
                 answer = answer[:-len("_once")] if first else "ok"
             standin.log({**base, "label": label, "answer": answer})
             if answer == "stall":
-                time.sleep(30)  # longer than any client timeout the tests set
+                time.sleep(standin.args.stall_seconds)  # 30 by default: longer than any client timeout
                 return self.answer(500, {"error": "server_error"})
             if answer == "error429":
                 return self.answer(429, {"error": "too_many_requests"})
@@ -344,6 +345,7 @@ def main() -> int:
     parser.add_argument("--recipient-key-id")
     parser.add_argument("--recipient-public-key")
     parser.add_argument("--access-token-seconds", type=int, default=3600)
+    parser.add_argument("--stall-seconds", type=int, default=30, help="how long stall_once waits (migration)")
     parser.add_argument("--access-token-uses", type=int, default=0, help="uses before invalid_grant (0: no limit)")
     args = parser.parse_args()
 

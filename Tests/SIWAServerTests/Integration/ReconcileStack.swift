@@ -45,10 +45,10 @@ final class ReconcileStack {
     /// More arguments for the stand-in (the app transfer's second team and answers).
     var standinArguments: [String] = []
 
-    init() throws {
+    init(appendOnlyRedis: Bool = false) throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("siwa-reconcile-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        redis = try RedisServerProcess()
+        redis = try RedisServerProcess(appendOnly: appendOnlyRedis)
         authority = try TestCertificateAuthority(in: directory)
         keyPath = directory.appendingPathComponent("AuthKey_TEST.p8").path
         wrongKeyPath = directory.appendingPathComponent("AuthKey_OTHER.p8").path

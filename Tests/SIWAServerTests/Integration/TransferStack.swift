@@ -21,8 +21,8 @@ final class TransferStack {
     private var exports: [String: JSONValue] = [:]
     private var imports: [String: JSONValue] = [:]
 
-    init() throws {
-        base = try ReconcileStack()
+    init(appendOnlyRedis: Bool = false) throws {
+        base = try ReconcileStack(appendOnlyRedis: appendOnlyRedis)
         recipientKeyPath = base.directory.appendingPathComponent("AuthKey_RECIPIENT.p8").path
         outDirectory = base.directory.appendingPathComponent("out").path
         try ReconcileStack.openssl([
@@ -53,7 +53,7 @@ final class TransferStack {
         imports[transferSub] = .object(entry)
     }
 
-    func start(accessTokenSeconds: Int = 3600, accessTokenUses: Int = 0) throws {
+    func start(accessTokenSeconds: Int = 3600, accessTokenUses: Int = 0, stallSeconds: Int = 30) throws {
         let path = base.directory.appendingPathComponent("migration.json").path
         try JSONWriter.object([("export", .object(exports)), ("import", .object(imports))])
             .write(toFile: path, atomically: true, encoding: .utf8)
@@ -61,6 +61,7 @@ final class TransferStack {
             "--migration", path, "--recipient-team-id", Self.recipientTeam, "--recipient-key-id", Self.recipientKeyID,
             "--recipient-public-key", base.directory.appendingPathComponent("recipient-public.pem").path,
             "--access-token-seconds", String(accessTokenSeconds), "--access-token-uses", String(accessTokenUses),
+            "--stall-seconds", String(stallSeconds),
         ]
         try base.startStandin()
     }

@@ -260,6 +260,61 @@ struct TransferTests {
     }
 
     @Test(
+        "Redis lost in the middle of a run: exit 3, each user's record all or nothing, the rerun completes it without a line twice"
+    )
+    func redisLostMidRun() throws {
+        let stack = try TransferStack(appendOnlyRedis: true)
+        defer { stack.shutdown() }
+        stack.importing("tr.m.0001", label: "m1", sub: "000068.new.1")
+        stack.importing("tr.m.0002", label: "m2", sub: "000068.new.2", answer: "stall_once")
+        stack.importing("tr.m.0003", label: "m3", sub: "000068.new.3")
+        try stack.start(stallSeconds: 2)
+        let identifiers = ["tr.m.0001", "tr.m.0002", "tr.m.0003"]
+        let output = stack.base.directory.appendingPathComponent("mid-run.out")
+        let errors = stack.base.directory.appendingPathComponent("mid-run.err")
+        for file in [output, errors] { _ = FileManager.default.createFile(atPath: file.path, contents: nil) }
+        let process = Process()
+        process.executableURL = ServeProcess.binaryURL
+        process.arguments = try stack.arguments("import", identifiers)
+        process.environment = stack.environment(.recipient).merging([
+            "SIWA_APPLE_TIMEOUT_SECONDS": "10", "SIWA_REDIS_TIMEOUT_MS": "500",
+        ]) { $1 }
+        process.standardOutput = try FileHandle(forWritingTo: output)
+        process.standardError = try FileHandle(forWritingTo: errors)
+        try process.run()
+        // While Apple holds m2's answer, Redis goes away.
+        let stalled = try waitUntil(timeout: 30) {
+            try stack.migrationLog().contains { $0["label"] == "m2" && $0["answer"] == "stall" }
+        }
+        #expect(stalled)
+        stack.base.redis.stop()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 3)
+        let errorText = try String(contentsOf: errors, encoding: .utf8)
+        #expect(errorText.contains("Redis failed"), "\(errorText)")
+        #expect(
+            stack.outcomes(try String(contentsOf: output, encoding: .utf8)).map { $0["outcome"] ?? "" } == ["exchanged"]
+        )
+
+        try stack.base.redis.restart()
+        #expect(try stack.hash("siwa:transfer-id:{\(Self.client):tr.m.0001}")["sub"] == "000068.new.1")
+        #expect(try stack.hash("siwa:transfer-id:{\(Self.client):tr.m.0002}").isEmpty, "m2's record: nothing of it")
+        #expect(try stack.members("siwa:transfer-pending:{\(Self.client)}:import") == ["tr.m.0002", "tr.m.0003"])
+        let rerun = try stack.run("import", identifiers, date: nil)
+        #expect(rerun.status == 0, "\(rerun.errors)")
+        #expect(stack.outcomes(rerun.output).map { $0["outcome"] ?? "" } == ["skipped", "exchanged", "exchanged"])
+        #expect(
+            stack.file("import-mapping.jsonl")
+                == """
+                {"transfer_sub":"tr.m.0001","sub":"000068.new.1"}
+                {"transfer_sub":"tr.m.0002","sub":"000068.new.2"}
+                {"transfer_sub":"tr.m.0003","sub":"000068.new.3"}
+
+                """)
+        #expect(try stack.hash("siwa:transfer-id:{\(Self.client):tr.m.0002}")["sub"] == "000068.new.2")
+    }
+
+    @Test(
         "the access token: invalid_grant renews it once; renewed before it runs out; invalid_client stops with exit 2")
     func accessTokenRenewalAndInvalidClient() throws {
         // Apple stops honouring each token after two uses: the third user renews it, once.
