@@ -265,18 +265,18 @@ struct TransferTests {
     func redisLostMidRun() throws {
         let stack = try TransferStack(appendOnlyRedis: true)
         defer { stack.shutdown() }
-        stack.importing("tr.m.0001", label: "m1", sub: "000068.new.1")
-        stack.importing("tr.m.0002", label: "m2", sub: "000068.new.2", answer: "stall_once")
-        stack.importing("tr.m.0003", label: "m3", sub: "000068.new.3")
-        try stack.start(stallSeconds: 2)
-        let identifiers = ["tr.m.0001", "tr.m.0002", "tr.m.0003"]
+        stack.exporting("000068.1", label: "m1", transferSub: "tr.m.0001")
+        stack.exporting("000068.2", label: "m2", transferSub: "tr.m.0002", answer: "stall_once")
+        stack.exporting("000068.3", label: "m3", transferSub: "tr.m.0003")
+        try stack.start(stallSeconds: 3)
+        let identifiers = ["000068.1", "000068.2", "000068.3"]
         let output = stack.base.directory.appendingPathComponent("mid-run.out")
         let errors = stack.base.directory.appendingPathComponent("mid-run.err")
         for file in [output, errors] { _ = FileManager.default.createFile(atPath: file.path, contents: nil) }
         let process = Process()
         process.executableURL = ServeProcess.binaryURL
-        process.arguments = try stack.arguments("import", identifiers)
-        process.environment = stack.environment(.recipient).merging([
+        process.arguments = try stack.arguments("export", identifiers)
+        process.environment = stack.environment(.sender).merging([
             "SIWA_APPLE_TIMEOUT_SECONDS": "10", "SIWA_REDIS_TIMEOUT_MS": "500",
         ]) { $1 }
         process.standardOutput = try FileHandle(forWritingTo: output)
@@ -293,25 +293,29 @@ struct TransferTests {
         let errorText = try String(contentsOf: errors, encoding: .utf8)
         #expect(errorText.contains("Redis failed"), "\(errorText)")
         #expect(
-            stack.outcomes(try String(contentsOf: output, encoding: .utf8)).map { $0["outcome"] ?? "" } == ["exchanged"]
+            stack.outcomes(try String(contentsOf: output, encoding: .utf8)).map { $0["outcome"] ?? "" } == ["exported"]
         )
 
         try stack.base.redis.restart()
-        #expect(try stack.hash("siwa:transfer-id:{\(Self.client):tr.m.0001}")["sub"] == "000068.new.1")
-        #expect(try stack.hash("siwa:transfer-id:{\(Self.client):tr.m.0002}").isEmpty, "m2's record: nothing of it")
-        #expect(try stack.members("siwa:transfer-pending:{\(Self.client)}:import") == ["tr.m.0002", "tr.m.0003"])
-        let rerun = try stack.run("import", identifiers, date: nil)
+        #expect(try stack.hash("siwa:transfer-from:{\(Self.client):000068.1}")["transfer_sub"] == "tr.m.0001")
+        // Apple answered m2 and its lines were written, then Redis failed: none of its record.
+        #expect(try stack.hash("siwa:transfer-from:{\(Self.client):000068.2}").isEmpty)
+        #expect(try stack.hash("siwa:transfer-id:{\(Self.client):tr.m.0002}").isEmpty)
+        #expect(try stack.members("siwa:transfer-pending:{\(Self.client)}:export") == ["000068.2", "000068.3"])
+        #expect(stack.file("transfer-ids.txt") == "tr.m.0001\ntr.m.0002\n")
+        let rerun = try stack.run("export", identifiers, date: nil)
         #expect(rerun.status == 0, "\(rerun.errors)")
-        #expect(stack.outcomes(rerun.output).map { $0["outcome"] ?? "" } == ["skipped", "exchanged", "exchanged"])
+        #expect(stack.outcomes(rerun.output).map { $0["outcome"] ?? "" } == ["skipped", "exported", "exported"])
+        #expect(stack.file("transfer-ids.txt") == "tr.m.0001\ntr.m.0002\ntr.m.0003\n")
         #expect(
-            stack.file("import-mapping.jsonl")
+            stack.file("export-mapping.jsonl")
                 == """
-                {"transfer_sub":"tr.m.0001","sub":"000068.new.1"}
-                {"transfer_sub":"tr.m.0002","sub":"000068.new.2"}
-                {"transfer_sub":"tr.m.0003","sub":"000068.new.3"}
+                {"sub":"000068.1","transfer_sub":"tr.m.0001"}
+                {"sub":"000068.2","transfer_sub":"tr.m.0002"}
+                {"sub":"000068.3","transfer_sub":"tr.m.0003"}
 
                 """)
-        #expect(try stack.hash("siwa:transfer-id:{\(Self.client):tr.m.0002}")["sub"] == "000068.new.2")
+        #expect(try stack.hash("siwa:transfer-id:{\(Self.client):tr.m.0002}")["from_sub"] == "000068.2")
     }
 
     @Test(
