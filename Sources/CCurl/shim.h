@@ -42,6 +42,9 @@ static inline CURLcode siwa_curl_setopt_write_function(CURL *handle, curl_write_
     return curl_easy_setopt(handle, CURLOPT_WRITEFUNCTION, callback);
 }
 
+/// CURLAUTH_BEARER (a cast macro Swift does not import), for CURLOPT_HTTPAUTH.
+static const unsigned long siwa_curl_auth_bearer = CURLAUTH_BEARER;
+
 /// CURLINFO_RESPONSE_CODE: the HTTP status of the last response (0 when none).
 static inline long siwa_curl_response_code(CURL *handle) {
     long status = 0;

@@ -54,9 +54,11 @@ public struct HTTPSFetcher: Sendable {
     /// POSTs `form` (`application/x-www-form-urlencoded`) to `url` and returns the
     /// response, whatever its status: the caller decides what a status means.
     /// The body sent is never part of an error message.
-    public func post(_ url: String, form: [(name: String, value: String)]) throws(HTTPSFetchError) -> HTTPSResponse {
+    public func post(
+        _ url: String, form: [(name: String, value: String)], bearerToken: String? = nil
+    ) throws(HTTPSFetchError) -> HTTPSResponse {
         let body = form.map { Self.formEncode($0.name) + "=" + Self.formEncode($0.value) }.joined(separator: "&")
-        return try perform(url, postBody: body)
+        return try perform(url, postBody: body, bearerToken: bearerToken)
     }
 
     /// Percent-encodes everything but RFC 3986's unreserved characters.
@@ -79,7 +81,9 @@ public struct HTTPSFetcher: Sendable {
     }
 
     /// One transfer: a GET, or a POST of `postBody` (already encoded, no NUL bytes).
-    private func perform(_ url: String, postBody: String?) throws(HTTPSFetchError) -> HTTPSResponse {
+    private func perform(
+        _ url: String, postBody: String?, bearerToken: String? = nil
+    ) throws(HTTPSFetchError) -> HTTPSResponse {
         guard Self.globalInit == CURLE_OK else {
             throw HTTPSFetchError(.clientUnavailable, "libcurl global initialisation failed")
         }
@@ -122,6 +126,11 @@ public struct HTTPSFetcher: Sendable {
                     // The size first: COPYPOSTFIELDS then copies exactly that many bytes.
                     set(siwa_curl_setopt_long(handle, CURLOPT_POSTFIELDSIZE, postBody.utf8.count))
                     set(siwa_curl_setopt_string(handle, CURLOPT_COPYPOSTFIELDS, postBody))
+                }
+                if let bearerToken {
+                    // `Authorization: Bearer <token>` (Apple's user migration endpoint).
+                    set(siwa_curl_setopt_long(handle, CURLOPT_HTTPAUTH, Int(siwa_curl_auth_bearer)))
+                    set(siwa_curl_setopt_string(handle, CURLOPT_XOAUTH2_BEARER, bearerToken))
                 }
                 guard setup == CURLE_OK else { return (setup, 0) }
                 let result = curl_easy_perform(handle)

@@ -235,17 +235,30 @@ private final class Run {
 /// revoke's `--rate`).
 final class Pacer: Sendable {
     let interval: Duration
+    /// The interval now: `interval`, doubled by each `slowDown` up to `slowest`.
+    private let current: Mutex<Duration>
     /// When the next start may come.
     private let next: Mutex<ContinuousClock.Instant>
+    static let slowest: Duration = .seconds(100)
 
     init(interval: Duration) {
         self.interval = interval
+        current = Mutex(interval)
         next = Mutex(.now)
     }
+
+    /// Halves the pace for the rest of the run (a `429`), down to one request every `slowest`.
+    func slowDown() {
+        current.withLock { $0 = min($0 * 2, Self.slowest) }
+    }
+
+    /// The interval between request starts now.
+    var currentInterval: Duration { current.withLock { $0 } }
 
     /// Takes the next free start time, then sleeps until it.
     func wait() {
         let now = ContinuousClock.now
+        let interval = currentInterval
         let start = next.withLock { next -> ContinuousClock.Instant in
             let start = max(now, next)
             next = start + interval

@@ -10,12 +10,13 @@ enum SIWAEndpointCommand {
         ("verify", "verify one captured request body and say why it was refused"),
         ("bench", "time full verification against the bare OpenSSL RS256 check"),
         ("load", "drive a running responder's FastCGI socket: notifications vs health checks"),
-        ("user", "what Redis holds for one user: user CLIENT_ID SUB [--session-started T]"),
+        ("user", "what Redis holds for one user: user CLIENT_ID SUB|TRANSFER_SUB [--session-started T]"),
         ("status", "a running responder's health over its FastCGI socket (--json: the document)"),
         ("spool", "spool status, list, show ID, requeue [ID], discard ID --reason TEXT"),
         ("reconcile", "ask Apple, once a day per user, which refresh tokens it refuses; end those sessions"),
         ("revoke", "revoke users' tokens at Apple (in-app account deletion); end their sessions"),
         ("deletions", "the deletion duty: deletions no consumer group acknowledged, per group, with ages"),
+        ("transfer", "app transfer between teams: transfer export (sending team), transfer import (recipient)"),
     ]
 
     static let usage = """
@@ -58,6 +59,7 @@ enum SIWAEndpointCommand {
             case "reconcile": status = try ReconcileCommand.run(arguments)
             case "revoke": status = try RevokeCommand.run(arguments)
             case "deletions": status = try DeletionsCommand.run(arguments)
+            case "transfer": status = try TransferCommand.run(arguments)
             default: throw UsageError("unknown subcommand \(subcommand)\n\n\(usage)")
             }
         } catch let error as UsageError {

@@ -80,7 +80,8 @@ struct ServeAssembly {
         // The deletion figures of /metrics come from this service's last reading, on a
         // connection of its own: a scrape never waits on Redis.
         let deletionDuty = DeletionDutyMonitor(
-            connection: makeConnection(), key: RedisKeyLayout(prefix: store.keyPrefix).deletions, clock: clock)
+            connection: makeConnection(), key: RedisKeyLayout(prefix: store.keyPrefix).deletions, clock: clock,
+            transfers: (RedisKeyLayout(prefix: store.keyPrefix), Array(configuration.clientIDs)))
         let responder = NotificationResponder(
             configuration: configuration,
             verifier: NotificationVerifier(

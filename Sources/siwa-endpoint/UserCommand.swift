@@ -14,7 +14,7 @@ import SIWAVerification
 /// holds them, are).
 enum UserCommand {
     static let help = """
-        usage: siwa-endpoint user CLIENT_ID SUB [--env-file FILE]
+        usage: siwa-endpoint user CLIENT_ID SUB|TRANSFER_SUB [--env-file FILE]
                                   [--session-started ISO8601|MS] [--recent N]
 
         Prints what siwa-endpoint holds in Redis for one user of one app: the state
@@ -24,6 +24,12 @@ enum UserCommand {
         entries of the events stream (default 1000, at most 100000; an entry reconcile
         wrote, not Apple-signed, shows source=reconcile; email addresses in them are
         never printed: only the hash's own, when it holds one).
+
+        After an app transfer (see `siwa-endpoint transfer --help`) either identifier is
+        accepted: a transfer identifier `transfer import` exchanged is resolved to the new
+        sub (a line `transfer_sub X resolves to sub Y`); an old sub linked to its new one
+        (a line `transferred to sub Y`) also shows the new sub's state, where its events
+        arrive now, and the session check counts both.
 
         Redis is reached with serve's settings (SIWA_REDIS_URL, SIWA_REDIS_TIMEOUT_MS,
         SIWA_KEY_PREFIX; from the environment and --env-file, the environment wins).
@@ -47,12 +53,14 @@ enum UserCommand {
             words, valueOptions: ["--env-file", "--session-started", "--recent"])
         guard arguments.positionals.count == 2 else { throw UsageError("user takes CLIENT_ID and SUB\n\n\(help)") }
         let clientID = arguments.positionals[0]
-        let sub = arguments.positionals[1]
+        let identifier = arguments.positionals[1]
         // The same rules the responder applies: both become part of a Redis key's hash tag.
         guard UserKeyPart.isValidClientID(clientID) else {
             throw UsageError("CLIENT_ID must be visible ASCII without { } or :")
         }
-        guard UserKeyPart.isValidSubject(sub) else { throw UsageError("SUB must be visible ASCII without { or }") }
+        guard UserKeyPart.isValidSubject(identifier) else {
+            throw UsageError("SUB must be visible ASCII without { or }")
+        }
         let sessionStarted = try arguments.value("--session-started").map(parseSessionStart)
         let recent = try arguments.integer("--recent") ?? 1000
         guard (1...maximumRecent).contains(recent) else {
@@ -67,12 +75,27 @@ enum UserCommand {
         }
         let connection = OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.store.keyPrefix)
         let keys = RedisKeyLayout(prefix: configuration.store.keyPrefix)
-        let userKey = keys.user(clientID: clientID, subject: sub)
 
-        let hash: [String: String]
+        var sub = identifier
+        var userKey = keys.user(clientID: clientID, subject: sub)
+        var hash: [String: String]
+        var linked: (sub: String, key: String, hash: [String: String])?
         let entries: [(id: String, fields: [String: String])]
         do {
+            // A transfer identifier `transfer import` exchanged: the new sub's state.
+            if let resolved = try connection.command(
+                "HGET", keys.transferID(clientID: clientID, transferSubject: sub), "sub"
+            ).string, UserKeyPart.isValidSubject(resolved) {
+                Output.line("transfer_sub \(sub) resolves to sub \(resolved)")
+                sub = resolved
+                userKey = keys.user(clientID: clientID, subject: sub)
+            }
             hash = try connection.command("HGETALL", userKey).fieldMap ?? [:]
+            // An old sub linked to its new one: the new sub's state too, where its events arrive now.
+            if let next = hash["transferred_to"], UserKeyPart.isValidSubject(next), next != sub {
+                let key = keys.user(clientID: clientID, subject: next)
+                linked = (next, key, try connection.command("HGETALL", key).fieldMap ?? [:])
+            }
             entries = try recentEntries(
                 connection, stream: keys.events, clientID: clientID, sub: sub, count: recent)
         } catch {
@@ -81,24 +104,18 @@ enum UserCommand {
         }
 
         Output.line("key \(userKey)")
-        if hash.isEmpty {
-            Output.line("state: nothing held")
-        } else {
-            Output.line("state:")
-            let width = hash.keys.map(\.count).max() ?? 0
-            for field in hash.keys.sorted() {
-                let value = hash[field] ?? ""
-                var line = "  " + field.padding(toLength: width, withPad: " ", startingAt: 0) + "  " + value
-                if isTimeField(field), let milliseconds = Int64(value) {
-                    line += "  " + utcDate(milliseconds)
-                }
-                Output.line(line)
-            }
+        printState(hash)
+        if let linked {
+            Output.line("transferred to sub \(linked.sub): its events arrive under that sub now")
+            Output.line("key \(linked.key)")
+            printState(linked.hash)
         }
         if let sessionStarted {
             Output.line("session started at \(sessionStarted)  \(utcDate(sessionStarted))")
-            // The contract's rule: a session that began at or before sessions_revoked_at is invalid.
-            let revokedAt = hash["sessions_revoked_at"].flatMap { Int64($0) }
+            // The contract's rule: a session that began at or before sessions_revoked_at is
+            // invalid (after a transfer, the later of the old and the new sub's).
+            let revokedAt = [hash, linked?.hash ?? [:]].compactMap { $0["sessions_revoked_at"].flatMap { Int64($0) } }
+                .max()
             Output.line(revokedAt.map { sessionStarted > $0 } ?? true ? "session valid" : "session not valid")
         }
         Output.line("stream entries for this user among the newest \(recent) of \(keys.events): \(entries.count)")
@@ -106,6 +123,24 @@ enum UserCommand {
             Output.line("  " + describe(entry))
         }
         return hash.isEmpty && entries.isEmpty ? 1 : 0
+    }
+
+    /// The state hash, one field a line (times with their UTC date).
+    static func printState(_ hash: [String: String]) {
+        guard !hash.isEmpty else {
+            Output.line("state: nothing held")
+            return
+        }
+        Output.line("state:")
+        let width = hash.keys.map(\.count).max() ?? 0
+        for field in hash.keys.sorted() {
+            let value = hash[field] ?? ""
+            var line = "  " + field.padding(toLength: width, withPad: " ", startingAt: 0) + "  " + value
+            if isTimeField(field), let milliseconds = Int64(value) {
+                line += "  " + utcDate(milliseconds)
+            }
+            Output.line(line)
+        }
     }
 
     /// One stream entry on one line; the email address is never printed.

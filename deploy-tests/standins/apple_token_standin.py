@@ -19,7 +19,28 @@ defines it (client_id, client_secret, token, token_type_hint refresh_token or
 access_token, nothing else: else 400 invalid_request); per token, "valid" is answered
 200 with an empty body (revoked), "refused" 400 invalid_grant, the others as above. Every request is logged to --log as one JSON
 line with the token's label (never the token), the answer, and for invalid_client
-the check that failed. Prints "listening PORT" once it accepts connections.
+the check that failed.
+
+For an app transfer (TN3159), /auth/token also grants grant_type=client_credentials with
+scope=user.migration (exactly grant_type, scope, client_id, client_secret) to the sending
+team (--team-id, --key-id, --public-key) and to the recipient team (--recipient-team-id,
+--recipient-key-id, --recipient-public-key): an access token of that team, expires_in
+--access-token-seconds (3600), refused with invalid_grant once expired or after
+--access-token-uses uses. /auth/usermigrationinfo checks, as Apple does, the bearer
+token (unknown, expired or used up: 400 invalid_grant), the client secret (400
+invalid_client; a token of another team too), and the form: the sending team sends
+exactly sub, target (the recipient's team ID), client_id, client_secret; the recipient
+exactly transfer_sub, client_id, client_secret (else 400 invalid_request). Per user, as
+the --migration file says:
+
+    {"export": {"<sub>": {"label": "a", "transfer_sub": "...", "answer": "ok"}},
+     "import": {"<transfer_sub>": {"label": "a", "sub": "...", "email": "...",
+                                  "is_private_email": true, "answer": "ok"}}}
+
+answer "ok", "invalid_request" (a user who cannot be migrated), "error429_once",
+"error500", "stall_once" (the first request waits --stall-seconds, 30 by default, then
+answers 500); a user not in the file is
+invalid_request. Prints "listening PORT" once it accepts connections.
 Standard library only (plus the openssl CLI), so it needs no extra package.
 """
 
@@ -82,16 +103,29 @@ class Standin:
         self.client_ids = set(args.client_ids.split(","))
         self.seen = {}
         self.lock = threading.Lock()
+        self.migration = {"export": {}, "import": {}}
+        if args.migration:
+            with open(args.migration) as f:
+                self.migration.update(json.load(f))
+        # team ID -> (key ID, public key file)
+        self.teams = {args.team_id: (args.key_id, args.public_key)}
+        if args.recipient_team_id:
+            self.teams[args.recipient_team_id] = (args.recipient_key_id, args.recipient_public_key)
+        self.access_tokens = {}  # token -> {"team", "expires", "uses"}
 
     def log(self, entry: dict) -> None:
         with self.lock:
             with open(self.args.log, "a") as f:
                 f.write(json.dumps(entry, sort_keys=True) + "\n")
 
-    def client_problem(self, form: dict, revoke: bool = False):
-        """The first way the request's client authentication differs from Apple's rules, or None."""
+    def client_problem(self, form: dict, revoke: bool = False, team_id: str = None):
+        """The first way the request's client authentication differs from Apple's rules, or None.
+        With team_id, the secret must be that team's (one of the transfer's two teams)."""
         if not revoke and form.get("grant_type") != "refresh_token":
             return "grant_type"
+        key_id, public_key = self.teams.get(team_id or self.args.team_id, (None, None))
+        if key_id is None:
+            return "team"
         client_id = form.get("client_id")
         if client_id not in self.client_ids:
             return "client_id"
@@ -104,11 +138,11 @@ class Standin:
             signature = b64url_decode(parts[2])
         except (ValueError, binascii.Error):
             return "secret_encoding"
-        if header != {"alg": "ES256", "kid": self.args.key_id}:
+        if header != {"alg": "ES256", "kid": key_id}:
             return "header"
         if set(claims) != {"iss", "iat", "exp", "aud", "sub"}:
             return "claim_names"
-        if claims["iss"] != self.args.team_id:
+        if claims["iss"] != (team_id or self.args.team_id):
             return "iss"
         if claims["aud"] != AUDIENCE:
             return "aud"
@@ -121,7 +155,7 @@ class Standin:
             return "iat"
         if not iat < exp <= iat + MAX_LIFETIME or exp < time.time():
             return "exp"
-        if not verify_es256(self.args.public_key, (parts[0] + "." + parts[1]).encode(), signature):
+        if not verify_es256(public_key, (parts[0] + "." + parts[1]).encode(), signature):
             return "signature"
         return None
 
@@ -144,13 +178,17 @@ def make_handler(standin: Standin):
         def do_POST(self):
             length = int(self.headers.get("Content-Length", "0"))
             raw = self.rfile.read(length).decode()
-            if self.path not in ("/auth/token", "/auth/revoke") or \
+            if self.path not in ("/auth/token", "/auth/revoke", "/auth/usermigrationinfo") or \
                     self.headers.get("Content-Type") != "application/x-www-form-urlencoded":
                 standin.log({"label": None, "answer": "bad_request"})
                 return self.answer(400, {"error": "invalid_request"})
             form = dict(urllib.parse.parse_qsl(raw, keep_blank_values=True, strict_parsing=True))
             if self.path == "/auth/revoke":
                 return self.revoke(form)
+            if self.path == "/auth/usermigrationinfo":
+                return self.migration(form)
+            if form.get("grant_type") == "client_credentials":
+                return self.client_credentials(form)
             problem = standin.client_problem(form)
             entry = standin.tokens.get(form.get("refresh_token"), {"label": "unlisted", "answer": "refused"})
             label, answer = entry["label"], entry["answer"]
@@ -204,6 +242,91 @@ def make_handler(standin: Standin):
                 return self.answer(200, {})
             return self.answer(400, {"error": "invalid_grant"})
 
+        def client_credentials(self, form: dict):
+            """The user.migration access token (TN3159)."""
+            base = {"endpoint": "token", "grant": "client_credentials", "label": None}
+            if set(form) != {"grant_type", "scope", "client_id", "client_secret"} or \
+                    form["scope"] != "user.migration":
+                standin.log({**base, "answer": "invalid_request", "problem": "form"})
+                return self.answer(400, {"error": "invalid_request"})
+            team = secret_team(form)
+            problem = standin.client_problem({**form, "grant_type": "refresh_token"}, team_id=team)
+            if problem is not None:
+                standin.log({**base, "answer": "invalid_client", "problem": problem})
+                return self.answer(400, {"error": "invalid_client"})
+            token = "standin-migration-" + os.urandom(12).hex()
+            with standin.lock:
+                standin.access_tokens[token] = {"team": team, "uses": 0,
+                                                "expires": time.time() + standin.args.access_token_seconds}
+            standin.log({**base, "answer": "granted", "team": team})
+            return self.answer(200, {"access_token": token, "token_type": "Bearer",
+                                     "expires_in": standin.args.access_token_seconds})
+
+        def migration(self, form: dict):
+            direction = "export" if "sub" in form or "target" in form else "import"
+            base = {"endpoint": "migration", "direction": direction, "label": None}
+            authorization = self.headers.get("Authorization", "")
+            token = authorization[len("Bearer "):] if authorization.startswith("Bearer ") else None
+            with standin.lock:
+                grant = standin.access_tokens.get(token)
+                if grant is not None:
+                    grant["uses"] += 1
+            if grant is None or time.time() >= grant["expires"] or \
+                    (standin.args.access_token_uses and grant["uses"] > standin.args.access_token_uses):
+                standin.log({**base, "answer": "invalid_grant", "problem": "bearer"})
+                return self.answer(400, {"error": "invalid_grant"})
+            team = secret_team(form)
+            problem = standin.client_problem({**form, "grant_type": "refresh_token"}, team_id=team)
+            if problem is None and grant["team"] != team:
+                problem = "token_team"
+            if problem is not None:
+                standin.log({**base, "answer": "invalid_client", "problem": problem})
+                return self.answer(400, {"error": "invalid_client"})
+            if direction == "export":
+                fields_ok = set(form) == {"sub", "target", "client_id", "client_secret"} and \
+                    team == standin.args.team_id and form["target"] == standin.args.recipient_team_id
+                entry = standin.migration["export"].get(form.get("sub"))
+            else:
+                fields_ok = set(form) == {"transfer_sub", "client_id", "client_secret"} and \
+                    team == standin.args.recipient_team_id
+                entry = standin.migration["import"].get(form.get("transfer_sub"))
+            if not fields_ok:
+                standin.log({**base, "answer": "invalid_request", "problem": "form"})
+                return self.answer(400, {"error": "invalid_request"})
+            entry = entry or {"label": "unlisted", "answer": "invalid_request"}
+            label, answer = entry["label"], entry["answer"]
+            with standin.lock:
+                key = direction + ":" + label
+                standin.seen[key] = standin.seen.get(key, 0) + 1
+                first = standin.seen[key] == 1
+            if answer.endswith("_once"):
+                answer = answer[:-len("_once")] if first else "ok"
+            standin.log({**base, "label": label, "answer": answer})
+            if answer == "stall":
+                time.sleep(standin.args.stall_seconds)  # 30 by default: longer than any client timeout
+                return self.answer(500, {"error": "server_error"})
+            if answer == "error429":
+                return self.answer(429, {"error": "too_many_requests"})
+            if answer == "error500":
+                return self.answer(500, {"error": "server_error"})
+            if answer != "ok":
+                return self.answer(400, {"error": answer})
+            if direction == "export":
+                return self.answer(200, {"transfer_sub": entry["transfer_sub"]})
+            body = {"sub": entry["sub"]}
+            for name in ("email", "is_private_email"):
+                if name in entry:
+                    body[name] = entry[name]
+            return self.answer(200, body)
+
+    def secret_team(form: dict):
+        """The team the client secret claims (its iss), checked against that team's key after."""
+        try:
+            claims = json.loads(b64url_decode(form.get("client_secret", "").split(".")[1]))
+            return claims.get("iss") if isinstance(claims, dict) else None
+        except (ValueError, IndexError, binascii.Error):
+            return None
+
     return Handler
 
 
@@ -217,6 +340,13 @@ def main() -> int:
     parser.add_argument("--client-ids", required=True)
     parser.add_argument("--tokens", required=True)
     parser.add_argument("--log", required=True)
+    parser.add_argument("--migration", help="the user migration answers (JSON, see above)")
+    parser.add_argument("--recipient-team-id")
+    parser.add_argument("--recipient-key-id")
+    parser.add_argument("--recipient-public-key")
+    parser.add_argument("--access-token-seconds", type=int, default=3600)
+    parser.add_argument("--stall-seconds", type=int, default=30, help="how long stall_once waits (migration)")
+    parser.add_argument("--access-token-uses", type=int, default=0, help="uses before invalid_grant (0: no limit)")
     args = parser.parse_args()
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), make_handler(Standin(args)))

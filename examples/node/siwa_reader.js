@@ -1,10 +1,13 @@
 #!/usr/bin/env node
 // Reads the state siwa-endpoint writes to Redis, with node-redis (the `redis` client, v4;
 // Debian: apt-get install node-redis). Only the Redis contract is used (docs/contract.md, "The
-// Redis contract"). As a module: sessionIsValid, userState, drainDeletions, subscribeToRevocations.
+// Redis contract"). As a module: sessionIsValid, userState, drainDeletions, subscribeToRevocations,
+// and after an app transfer resolveSub; isAppleRelay for private relay addresses.
 //
 //   node siwa_reader.js state --redis-url redis://127.0.0.1:6379/0 --client-id com.example.app \
 //       --sub 001234.abc.0123 --session-started-at 1796000000000
+//   node siwa_reader.js resolve --redis-url URL --client-id com.example.app --id TRANSFER_SUB_OR_OLD_SUB
+//   node siwa_reader.js relay --emails abc@private.icloud.com,someone@example.com
 //   node siwa_reader.js deletions --redis-url URL [--group account-cleanup]
 //   node siwa_reader.js subscribe --redis-url URL [--count N]
 //
@@ -32,9 +35,33 @@ const notificationsChannel = (prefix = "siwa") => `${prefix}:notifications`;
 
 // A session is invalid if it began at or before the latest consent-revoked or
 // account-deleted event for this user in this app (times in Unix milliseconds).
+// After an app transfer, an old sub linked to its new one (transferred_to) counts the new
+// sub's events too.
 async function sessionIsValid(redis, clientId, sub, sessionStartedAtMs, prefix = "siwa") {
-  const revokedAt = await redis.hGet(userKey(clientId, sub, prefix), "sessions_revoked_at");
-  return revokedAt == null || sessionStartedAtMs > Number(revokedAt);
+  const [revokedAt, movedTo] = await redis.hmGet(userKey(clientId, sub, prefix), ["sessions_revoked_at", "transferred_to"]);
+  const times = [revokedAt];
+  if (movedTo != null) times.push(await redis.hGet(userKey(clientId, movedTo, prefix), "sessions_revoked_at"));
+  const known = times.filter((time) => time != null).map(Number);
+  return known.length === 0 || sessionStartedAtMs > Math.max(...known);
+}
+
+// Apple's private relay (Hide My Email) domains: new addresses use private.icloud.com, the
+// older privaterelay.appleid.com ones keep working.
+const appleRelayDomains = ["privaterelay.appleid.com", "private.icloud.com"];
+
+// Whether an email address is one of Apple's private relay addresses (either domain).
+function isAppleRelay(address) {
+  const at = address.trim().lastIndexOf("@");
+  return at > 0 && appleRelayDomains.includes(address.trim().slice(at + 1).toLowerCase());
+}
+
+// After an app transfer: the sub a user's notifications arrive under now, for a transfer
+// identifier `transfer import` exchanged or an old sub linked to its new one; null otherwise
+// (keep the identifier you have).
+const transferKey = (clientId, transferSub, prefix = "siwa") => `${prefix}:transfer-id:{${clientId}:${transferSub}}`;
+async function resolveSub(redis, clientId, identifier, prefix = "siwa") {
+  return (await redis.hGet(transferKey(clientId, identifier, prefix), "sub"))
+    ?? (await redis.hGet(userKey(clientId, identifier, prefix), "transferred_to"));
 }
 
 async function userState(redis, clientId, sub, prefix = "siwa") {
@@ -88,7 +115,7 @@ async function subscribeToRevocations(subscriber, onRevocation, prefix = "siwa")
 }
 
 module.exports = { userKey, eventsStream, deletionsStream, notificationsChannel, sessionIsValid, userState, drainDeletions,
-  subscribeToRevocations };
+  subscribeToRevocations, isAppleRelay, transferKey, resolveSub };
 
 function options(words) {
   const parsed = {};
@@ -122,6 +149,11 @@ function connections(args, prefix) {
 }
 
 async function main([command, ...words]) {
+  if (command === "relay") {
+    const addresses = words[words.indexOf("--emails") + 1].split(",");
+    console.log(JSON.stringify(Object.fromEntries(addresses.map((address) => [address, isAppleRelay(address)]))));
+    return;
+  }
   const args = options(words);
   const prefix = args.prefix ?? "siwa";
   const { redis, newSubscriber } = connections(args, prefix);
@@ -132,6 +164,8 @@ async function main([command, ...words]) {
       state.session_valid = await sessionIsValid(redis, args["client-id"], args.sub,
         Number(args["session-started-at"]), prefix);
       console.log(JSON.stringify(state));
+    } else if (command === "resolve") {
+      console.log(JSON.stringify({ sub: await resolveSub(redis, args["client-id"], args.id, prefix) }));
     } else if (command === "deletions") {
       await drainDeletions(redis, (clientId, sub, eventTime) => {
         // Your deletion duty goes here: delete what you hold for (clientId, sub).
@@ -150,7 +184,7 @@ async function main([command, ...words]) {
       await finished;
       await subscriber.quit();
     } else {
-      throw new Error("the command is state, deletions or subscribe");
+      throw new Error("the command is state, resolve, relay, deletions or subscribe");
     }
   } finally {
     await redis.quit();

@@ -5,6 +5,9 @@ Only the Redis contract is used (see docs/contract.md, "The Redis contract"):
 
     <prefix>:user:{<client_id>:<sub>}   hash, the user's state (times in Unix ms)
 
+After an app transfer, see siwa_transfer.py (a transfer identifier or an old sub to the
+new sub, and whether an address is Apple's private relay).
+
     python3 siwa_state.py --redis-url redis://127.0.0.1:6379/0 \
         --client-id com.example.app --sub 001234.abc.0123 --session-started-at 1796000000000
 
@@ -29,9 +32,14 @@ def user_key(client_id: str, sub: str, prefix: str = "siwa") -> str:
 def session_is_valid(r: redis.Redis, client_id: str, sub: str, session_started_at_ms: int,
                      prefix: str = "siwa") -> bool:
     """A session is invalid if it began at or before the latest consent-revoked or
-    account-deleted event for this user in this app."""
-    revoked_at = r.hget(user_key(client_id, sub, prefix), "sessions_revoked_at")
-    return revoked_at is None or session_started_at_ms > int(revoked_at)
+    account-deleted event for this user in this app. After an app transfer, an old sub
+    linked to its new one (transferred_to) counts the new sub's events too."""
+    revoked_at, moved_to = r.hmget(user_key(client_id, sub, prefix), "sessions_revoked_at", "transferred_to")
+    times = [revoked_at]
+    if moved_to is not None:
+        times.append(r.hget(user_key(client_id, moved_to.decode(), prefix), "sessions_revoked_at"))
+    known = [int(time) for time in times if time is not None]
+    return not known or session_started_at_ms > max(known)
 
 
 def user_state(r: redis.Redis, client_id: str, sub: str, prefix: str = "siwa") -> dict:

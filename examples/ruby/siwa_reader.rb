@@ -3,10 +3,13 @@
 
 # Reads the state siwa-endpoint writes to Redis, with redis-rb (Debian: apt-get install
 # ruby-redis). Only the Redis contract is used (docs/contract.md, "The Redis contract"). As a
-# library: SIWAReader.session_valid?, user_state, drain_deletions, subscribe_to_revocations.
+# library: SIWAReader.session_valid?, user_state, drain_deletions, subscribe_to_revocations,
+# and after an app transfer resolve_sub; apple_relay? for private relay addresses.
 #
 #   ruby siwa_reader.rb state --redis-url redis://127.0.0.1:6379/0 --client-id com.example.app \
 #       --sub 001234.abc.0123 --session-started-at 1796000000000
+#   ruby siwa_reader.rb resolve --redis-url URL --client-id com.example.app --id TRANSFER_SUB_OR_OLD_SUB
+#   ruby siwa_reader.rb relay --emails abc@private.icloud.com,someone@example.com
 #   ruby siwa_reader.rb deletions --redis-url URL [--group account-cleanup]
 #   ruby siwa_reader.rb subscribe --redis-url URL [--count N]
 #
@@ -38,9 +41,34 @@ module SIWAReader
 
   # A session is invalid if it began at or before the latest consent-revoked or
   # account-deleted event for this user in this app (times in Unix milliseconds).
+  # After an app transfer, an old sub linked to its new one (transferred_to) counts the new
+  # sub's events too.
   def session_valid?(redis, client_id, sub, session_started_at_ms, prefix = "siwa")
-    revoked_at = redis.hget(user_key(client_id, sub, prefix), "sessions_revoked_at")
-    revoked_at.nil? || session_started_at_ms > Integer(revoked_at)
+    revoked_at, moved_to = redis.hmget(user_key(client_id, sub, prefix), "sessions_revoked_at", "transferred_to")
+    times = [revoked_at]
+    times << redis.hget(user_key(client_id, moved_to, prefix), "sessions_revoked_at") if moved_to
+    known = times.compact.map { |time| Integer(time) }
+    known.empty? || session_started_at_ms > known.max
+  end
+
+  # Apple's private relay (Hide My Email) domains: new addresses use private.icloud.com, the
+  # older privaterelay.appleid.com ones keep working.
+  APPLE_RELAY_DOMAINS = %w[privaterelay.appleid.com private.icloud.com].freeze
+
+  # Whether an email address is one of Apple's private relay addresses (either domain).
+  def apple_relay?(address)
+    local, _, domain = address.strip.rpartition("@")
+    !local.empty? && APPLE_RELAY_DOMAINS.include?(domain.downcase)
+  end
+
+  # After an app transfer: the sub a user's notifications arrive under now, for a transfer
+  # identifier `transfer import` exchanged or an old sub linked to its new one; nil otherwise
+  # (keep the identifier you have).
+  def transfer_key(client_id, transfer_sub, prefix = "siwa") = "#{prefix}:transfer-id:{#{client_id}:#{transfer_sub}}"
+
+  def resolve_sub(redis, client_id, identifier, prefix = "siwa")
+    redis.hget(transfer_key(client_id, identifier, prefix), "sub") ||
+      redis.hget(user_key(client_id, identifier, prefix), "transferred_to")
   end
 
   def user_state(redis, client_id, sub, prefix = "siwa")
@@ -119,6 +147,11 @@ def connect(args, prefix)
 end
 
 def main(command, words)
+  if command == "relay"
+    addresses = words[words.index("--emails") + 1].split(",")
+    puts JSON.generate(addresses.to_h { |address| [address, SIWAReader.apple_relay?(address)] })
+    return
+  end
   args = options(words)
   prefix = args.fetch("prefix", "siwa")
   redis = connect(args, prefix)
@@ -128,6 +161,8 @@ def main(command, words)
     state["session_valid"] = SIWAReader.session_valid?(redis, args["client-id"], args["sub"],
                                                         Integer(args["session-started-at"]), prefix)
     puts JSON.generate(state)
+  when "resolve"
+    puts JSON.generate({ "sub" => SIWAReader.resolve_sub(redis, args["client-id"], args.fetch("id"), prefix) })
   when "deletions"
     SIWAReader.drain_deletions(redis, group: args.fetch("group", "account-cleanup"),
                                       consumer: args.fetch("consumer", "worker-1"), prefix: prefix) do |client_id, sub, event_time|
@@ -143,7 +178,7 @@ def main(command, words)
       throw :stop if left.zero?
     end
   else
-    raise ArgumentError, "the command is state, deletions or subscribe"
+    raise ArgumentError, "the command is state, resolve, relay, deletions or subscribe"
   end
 ensure
   redis&.close

@@ -17,14 +17,20 @@ public final class DeletionDutyMonitor: Service {
     private let task = PeriodicTask()
     private let latest = Mutex<(reading: DeletionDutyReading, readAt: Int64)?>(nil)
     private let failing = Mutex(false)
+    /// The app transfer windows are read on the same tick and connection (see
+    /// `TransferWindowReading`): the key layout and the client IDs served.
+    private let transfers: (keys: RedisKeyLayout, clientIDs: [String])?
+    private let transferReading = Mutex<TransferWindowReading?>(nil)
 
     public init(
-        connection: sending RedisConnection, key: String, interval: Duration = .seconds(15), clock: EndpointClock
+        connection: sending RedisConnection, key: String, interval: Duration = .seconds(15), clock: EndpointClock,
+        transfers: (keys: RedisKeyLayout, clientIDs: [String])? = nil
     ) {
         self.connection = Mutex(connection)
         self.key = key
         self.interval = interval
         self.clock = clock
+        self.transfers = transfers
     }
 
     /// The last reading and its wall time (ms), or nil before the first.
@@ -33,11 +39,19 @@ public final class DeletionDutyMonitor: Service {
     /// Reads the stream once; a failure keeps the previous reading (logged once per outage).
     public func readOnce() {
         do {
-            let reading = try connection.withLock { connection throws(RedisError) in
-                try DeletionDutyReading.read(connection, key: key)
+            let transfers = self.transfers
+            let (reading, windows) = try connection.withLock {
+                connection throws(RedisError) -> (DeletionDutyReading, TransferWindowReading?) in
+                (
+                    try DeletionDutyReading.read(connection, key: key),
+                    try transfers.map { transfers throws(RedisError) in
+                        try TransferWindowReading.read(connection, keys: transfers.keys, clientIDs: transfers.clientIDs)
+                    }
+                )
             }
             let now = clock.wallMilliseconds()
             latest.withLock { $0 = (reading, now) }
+            transferReading.withLock { $0 = windows }
             if failing.withLock({ state in
                 defer { state = false }; return state
             }) {
@@ -69,5 +83,6 @@ public final class DeletionDutyMonitor: Service {
     /// The deletion-duty lines of `/metrics`, from the last reading; ages against `now` (ms).
     public func metricsText(now: Int64) -> String {
         ServerMetrics.renderDeletionDuty(lastReading, now: now)
+            + (transferReading.withLock { $0 }?.metricsText(now: now) ?? "")
     }
 }

@@ -35,6 +35,10 @@ public struct ReconcileConfiguration: Sendable {
             .appleRevokeURL, default: AppleTokenRevocation.defaultRevokeURL,
             "revoke only: Apple's token revocation endpoint; https only (http only to loopback)",
             ServerConfiguration.httpsURL),
+        .parsed(
+            .appleMigrationURL, default: AppleUserMigration.defaultMigrationURL,
+            "transfer only: Apple's user migration endpoint; https only (http only to loopback)",
+            ServerConfiguration.httpsURL),
         .optional(
             .appleCAFile, shown: "(system trust store)", "reconcile only: CA bundle for the token endpoint",
             { text throws(SettingProblem) in text }),
@@ -70,6 +74,8 @@ public struct ReconcileConfiguration: Sendable {
     public var tokenURL: String
     /// `revoke`'s endpoint; every other Apple setting is shared with reconcile.
     public var revokeURL: String
+    /// `transfer`'s user migration endpoint.
+    public var migrationURL: String
     public var caFile: String?
     public var timeoutSeconds: Int
     public var attempts: Int
@@ -109,6 +115,7 @@ public struct ReconcileConfiguration: Sendable {
         }
         tokenURL = try parsed[.appleTokenURL]
         revokeURL = try parsed[.appleRevokeURL]
+        migrationURL = try parsed[.appleMigrationURL]
         caFile = try parsed[.appleCAFile]
         if let caFile, !FileManager.default.isReadableFile(atPath: caFile) {
             throw ConfigurationError(setting: "SIWA_APPLE_CA_FILE", "cannot read \(caFile)")
@@ -123,11 +130,14 @@ public struct ReconcileConfiguration: Sendable {
 
     /// Apple's team and key IDs: 10 characters, upper-case letters and digits.
     @Sendable static func appleIdentifier(_ value: String, what: String) throws(SettingProblem) -> String {
-        guard value.utf8.count == 10,
-            value.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) })
-        else {
+        guard isAppleIdentifier(value) else {
             throw SettingProblem("must be 10 upper-case letters and digits, as Apple shows the \(what)")
         }
         return value
+    }
+
+    /// Whether `value` has the form of an Apple team or key ID.
+    public static func isAppleIdentifier(_ value: String) -> Bool {
+        value.utf8.count == 10 && value.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) })
     }
 }

@@ -31,6 +31,33 @@ public struct RedisKeyLayout: Sendable, Equatable {
             as: UTF8.self)
     }
 
+    /// `P:transfer:{<client_id>}`: the app transfer's window (`transfer_date`, `closes_at`).
+    public func transferWindow(clientID: String) -> String {
+        prefix + ":transfer:{" + clientID + "}"
+    }
+
+    /// `P:transfer-pending:{<client_id>}:<direction>`: the identifiers a transfer run was given
+    /// and has not exchanged yet (`export`: the sending team's `sub`s; `import`: transfer
+    /// identifiers).
+    public func transferPending(clientID: String, direction: String) -> String {
+        prefix + ":transfer-pending:{" + clientID + "}:" + direction
+    }
+
+    /// `P:transfer-from:{<client_id>:<sub>}`: the sending team's record of one exported user.
+    public func transferFrom(clientID: String, subject: String) -> String {
+        String(
+            decoding: keyBytes("transfer-from", clientID: Array(clientID.utf8), subject: Array(subject.utf8)),
+            as: UTF8.self)
+    }
+
+    /// `P:transfer-id:{<client_id>:<transfer_sub>}`: one transfer identifier, resolved to the
+    /// recipient team's new `sub` once exchanged.
+    public func transferID(clientID: String, transferSubject: String) -> String {
+        String(
+            decoding: keyBytes("transfer-id", clientID: Array(clientID.utf8), subject: Array(transferSubject.utf8)),
+            as: UTF8.self)
+    }
+
     /// `P:events`: the stream of accepted notifications.
     public var events: String { prefix + ":events" }
 

@@ -23,6 +23,7 @@ extension SettingKey where Value == String {
     public static var notificationPath: Self { Self("SIWA_NOTIFICATION_PATH") }
     public static var appleTokenURL: Self { Self("SIWA_APPLE_TOKEN_URL") }
     public static var appleRevokeURL: Self { Self("SIWA_APPLE_REVOKE_URL") }
+    public static var appleMigrationURL: Self { Self("SIWA_APPLE_MIGRATION_URL") }
 }
 
 extension SettingKey where Value == String? {

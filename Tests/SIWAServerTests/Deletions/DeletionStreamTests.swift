@@ -205,6 +205,34 @@ struct DeletionStreamTests {
         #expect(text.contains("siwa_deletions_oldest_entry_age_seconds 200.0\n"))
     }
 
+    @Test(
+        "the monitor reads the app transfer windows of the served client IDs: time left and users pending in /metrics")
+    func monitorReadsTransferWindows() throws {
+        let fixture = try Store.Fixture()
+        defer { fixture.close() }
+        let store = TransferStore(connection: fixture.connection, keyPrefix: "siwa", clientID: "com.example.app")
+        // A transfer ten days ago (its records expire a year after it).
+        let date = Int64(Date().timeIntervalSince1970 * 1000) - 10 * 86_400_000
+        let expiry = date + 365 * 86_400_000
+        _ = try store.transferDate(recording: date)
+        for sub in ["000080.a", "000080.b", "000080.c"] {
+            _ = try store.markPending(sub, direction: .export, expiresAt: expiry)
+        }
+        try store.recordExport(
+            subject: "000080.a", transferSubject: "tr.80.a", error: nil, at: date + 1000, expiresAt: expiry)
+        let monitor = DeletionDutyMonitor(
+            connection: RedisConnection(endpoint: try RedisEndpoint(parsing: fixture.server.url())),
+            key: "siwa:deletions", clock: .system,
+            transfers: (RedisKeyLayout(), ["com.example.app", "com.example.other"]))
+        monitor.readOnce()
+        // 10 days before the window closes (60 days after the transfer date).
+        let text = monitor.metricsText(now: date + 50 * 86_400_000)
+        #expect(text.contains("siwa_transfer_window_seconds_left{client_id=\"com.example.app\"} 864000.0\n"))
+        #expect(text.contains("siwa_transfer_users_pending{client_id=\"com.example.app\",direction=\"export\"} 2\n"))
+        #expect(text.contains("siwa_transfer_users_pending{client_id=\"com.example.app\",direction=\"import\"} 0\n"))
+        #expect(!text.contains("com.example.other"), "no series for a client ID without a transfer")
+    }
+
     @Test("a nudge reads again at once, long before the next tick; a stop ends the service")
     func nudgeReadsAtOnce() throws {
         let fixture = try Store.Fixture()

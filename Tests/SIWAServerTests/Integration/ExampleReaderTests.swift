@@ -19,6 +19,9 @@ struct ExampleReaderTests {
         func commandLine(_ command: String) -> (executable: String, arguments: [String]) {
             switch self {
             case .python:
+                if command == "resolve" || command == "relay" {
+                    return (ExampleFiles.python, [ExampleFiles.path("examples/python/siwa_transfer.py"), command])
+                }
                 let file =
                     ["state": "siwa_state.py", "deletions": "siwa_deletions.py"][command] ?? "siwa_notifications.py"
                 return (ExampleFiles.python, [ExampleFiles.path("examples/python/\(file)")])

@@ -143,6 +143,10 @@ struct OperatorSettingsTests {
         (["user", "com.example.app", "000001.a.0001"], "SIWA_REDIS_TIMEOUT_MS", "0"),
         (["reconcile", "-"], "SIWA_REDIS_TIMEOUT_MS", "0"),
         (["revoke", "-"], "SIWA_REDIS_TIMEOUT_MS", "0"),
+        (
+            ["transfer", "import", "--client-id", "com.example.app", "--out", "transfer-out", "-"],
+            "SIWA_REDIS_TIMEOUT_MS", "0"
+        ),
         (["deletions"], "SIWA_REDIS_TIMEOUT_MS", "0"),
         (["deletions", "--json"], "SIWA_KEY_PREFIX", "bad prefix"),
     ]

@@ -42,11 +42,13 @@ final class ReconcileStack {
     private var tokens: [String: (label: String, answer: Answer)] = [:]
     private var standin: Process?
     private(set) var tokenURL = ""
+    /// More arguments for the stand-in (the app transfer's second team and answers).
+    var standinArguments: [String] = []
 
-    init() throws {
+    init(appendOnlyRedis: Bool = false) throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("siwa-reconcile-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        redis = try RedisServerProcess()
+        redis = try RedisServerProcess(appendOnly: appendOnlyRedis)
         authority = try TestCertificateAuthority(in: directory)
         keyPath = directory.appendingPathComponent("AuthKey_TEST.p8").path
         wrongKeyPath = directory.appendingPathComponent("AuthKey_OTHER.p8").path
@@ -76,11 +78,12 @@ final class ReconcileStack {
         try document.write(toFile: tokensPath, atomically: true, encoding: .utf8)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: ExampleFiles.python)
-        process.arguments = [
-            Self.standinScript, "--cert", authority.serverCertificatePath, "--key", authority.serverKeyPath,
-            "--public-key", directory.appendingPathComponent("public.pem").path, "--team-id", Self.teamID,
-            "--key-id", Self.keyID, "--client-ids", Self.clientID, "--tokens", tokensPath, "--log", standinLogPath,
-        ]
+        process.arguments =
+            [
+                Self.standinScript, "--cert", authority.serverCertificatePath, "--key", authority.serverKeyPath,
+                "--public-key", directory.appendingPathComponent("public.pem").path, "--team-id", Self.teamID,
+                "--key-id", Self.keyID, "--client-ids", Self.clientID, "--tokens", tokensPath, "--log", standinLogPath,
+            ] + standinArguments
         let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
@@ -203,7 +206,7 @@ final class ReconcileStack {
         try? FileManager.default.removeItem(at: directory)
     }
 
-    private static func openssl(_ arguments: [String]) throws {
+    static func openssl(_ arguments: [String]) throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
         process.arguments = arguments

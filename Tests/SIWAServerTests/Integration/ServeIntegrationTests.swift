@@ -15,7 +15,7 @@ struct ServeIntegrationTests {
         let stack = try ServeStack()
         defer { stack.shutdown() }
         let before = Int64(Date().timeIntervalSince1970 * 1000)
-        let email = "relay-1@privaterelay.appleid.com"
+        let email = "relay-1@private.icloud.com"
         let posts: [(String, String, String?)] = [
             ("email-disabled", "000001.a.0001", email), ("email-enabled", "000001.a.0002", email),
             ("consent-revoked", "000001.a.0003", nil), ("account-deleted", "000001.a.0004", nil),

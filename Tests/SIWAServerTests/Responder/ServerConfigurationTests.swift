@@ -128,6 +128,7 @@ struct ReconcileSettingsTests {
                 ("SIWA_APPLE_PRIVATE_KEY_FILE", "/etc/siwa-endpoint/AuthKey_KEY1234567.p8"),
                 ("SIWA_APPLE_TOKEN_URL", "https://appleid.apple.com/auth/token"),
                 ("SIWA_APPLE_REVOKE_URL", "https://appleid.apple.com/auth/revoke"),
+                ("SIWA_APPLE_MIGRATION_URL", "https://appleid.apple.com/auth/usermigrationinfo"),
                 ("SIWA_APPLE_CA_FILE", "/etc/ssl/certs/ca-certificates.crt"), ("SIWA_APPLE_TIMEOUT_SECONDS", "10"),
                 ("SIWA_APPLE_ATTEMPTS", "3"), ("SIWA_APPLE_RETRY_DELAY_MS", "2000"),
                 ("SIWA_CLIENT_IDS", "com.example.app"), ("SIWA_APPLE_TEM_ID", "x"),
@@ -137,7 +138,8 @@ struct ReconcileSettingsTests {
         #expect(
             ReconcileConfiguration.appleSettings.map(\.name) == [
                 "SIWA_APPLE_TEAM_ID", "SIWA_APPLE_KEY_ID", "SIWA_APPLE_PRIVATE_KEY_FILE", "SIWA_APPLE_TOKEN_URL",
-                "SIWA_APPLE_REVOKE_URL", "SIWA_APPLE_CA_FILE", "SIWA_APPLE_TIMEOUT_SECONDS", "SIWA_APPLE_ATTEMPTS",
+                "SIWA_APPLE_REVOKE_URL", "SIWA_APPLE_MIGRATION_URL", "SIWA_APPLE_CA_FILE", "SIWA_APPLE_TIMEOUT_SECONDS",
+                "SIWA_APPLE_ATTEMPTS",
                 "SIWA_APPLE_RETRY_DELAY_MS",
             ])
     }

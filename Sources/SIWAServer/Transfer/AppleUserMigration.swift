@@ -1,0 +1,180 @@
+import Foundation
+import SIWAHTTPS
+import SIWAJSON
+import SIWAVerification
+
+/// Apple's user migration for an app transfer (TN3159), with the team's client secret and
+/// the client, pacing and retry rules of `AppleTokenCheck`.
+///
+/// An access token comes from `/auth/token` with `grant_type=client_credentials` and
+/// `scope=user.migration`; it is reused until shortly before its `expires_in` (an hour) runs
+/// out, then renewed. Each user is one `POST` to `/auth/usermigrationinfo` with
+/// `Authorization: Bearer` and the form Apple defines: the sending team sends `sub` and
+/// `target` and gets `transfer_sub`; the recipient sends `transfer_sub` and gets the new
+/// `sub` (with `email` and `is_private_email` where the user has one).
+///
+/// `400 invalid_grant`: the token is no longer honoured: renewed once and the user asked
+/// again; refused again, the run must stop (`tokenRefused`). `400 invalid_client` or
+/// `unauthorized_client`: our configuration. Another `400` code: that user's refusal
+/// (`invalid_request`: a user who cannot be migrated). `429`: `slowDown` is called (the
+/// run's pace halves) and the user retried; `5xx` and timeouts retried; then unknown.
+/// Nothing here logs; nothing returned holds the token or the secret.
+public final class AppleUserMigration {
+    public static let defaultMigrationURL = "https://appleid.apple.com/auth/usermigrationinfo"
+    public static let scope = "user.migration"
+
+    public enum Verdict: Sendable, Equatable {
+        /// Apple's answer: `transfer_sub` (export), or `sub` with `email` and
+        /// `is_private_email` when given (import).
+        case exchanged([String: String])
+        /// Apple refused this user; `code` is Apple's error code.
+        case refused(code: String)
+        /// Apple refused the client itself (or the token request): stop the run.
+        case configurationError(code: String)
+        /// A freshly renewed access token was refused too: stop the run.
+        case tokenRefused
+        /// No decision after every attempt; `reason` is a short code.
+        case unknown(reason: String)
+    }
+
+    public let migrationURL: String
+    public let clientID: String
+    public let client: AppleTokenCheck
+    /// Called on each `429`: the caller slows its pace.
+    public let slowDown: () -> Void
+    /// Access tokens obtained so far (the first and each renewal).
+    public private(set) var tokensObtained = 0
+    private var token: (value: String, renewAt: ContinuousClock.Instant)?
+
+    public init(migrationURL: String, clientID: String, client: AppleTokenCheck, slowDown: @escaping () -> Void) {
+        self.migrationURL = migrationURL
+        self.clientID = clientID
+        self.client = client
+        self.slowDown = slowDown
+    }
+
+    /// The sending team's exchange: `sub` for the transfer identifier of `target`'s team.
+    public func export(subject: String, target: String) -> Verdict {
+        ask(form: [("sub", subject), ("target", target)], answer: "transfer_sub")
+    }
+
+    /// The recipient's exchange: a transfer identifier for the new `sub`.
+    public func importUser(transferSubject: String) -> Verdict {
+        ask(form: [("transfer_sub", transferSubject)], answer: "sub")
+    }
+
+    /// Gets an access token now when none is held or the held one is due for renewal;
+    /// nil when one is ready, else the verdict that stops the run.
+    public func prepareToken() -> Verdict? {
+        if let token, ContinuousClock.now < token.renewAt { return nil }
+        token = nil
+        return client.retrying { tokenAttempt() }
+    }
+
+    private func tokenAttempt() -> (Verdict?, retryable: Bool) {
+        let secret: String
+        do {
+            secret = try client.secret.make(clientID: clientID, issuedAt: client.nowSeconds())
+        } catch {
+            return (.configurationError(code: "client_secret_signing_failed"), false)
+        }
+        client.beforeRequest()
+        let response: HTTPSResponse
+        do {
+            response = try client.fetcher.post(
+                client.tokenURL,
+                form: [
+                    ("grant_type", "client_credentials"), ("scope", Self.scope), ("client_id", clientID),
+                    ("client_secret", secret),
+                ])
+        } catch {
+            return (.unknown(reason: "token_" + error.code.rawValue), true)
+        }
+        switch response.status {
+        case 200:
+            guard case .object(let members)? = try? StrictJSONParser.parse(response.body),
+                case .string(let value)? = members["access_token"], !value.isEmpty
+            else { return (.unknown(reason: "token_answer_invalid"), false) }
+            var lifetime: Int64 = 3600
+            if case .integer(let seconds)? = members["expires_in"], seconds > 0 { lifetime = min(seconds, 3600) }
+            // Renewed before its end: five minutes early, or a fifth of a short lifetime.
+            let marginMilliseconds = min(300_000, lifetime * 1000 / 5)
+            token = (value, ContinuousClock.now + .milliseconds(lifetime * 1000 - marginMilliseconds))
+            tokensObtained += 1
+            return (nil, false)
+        case 400, 401:
+            let code = AppleTokenCheck.errorCode(response.body) ?? "no_error_code"
+            return (.configurationError(code: code), false)
+        case 429:
+            slowDown()
+            return (.unknown(reason: "token_http_429"), true)
+        case 500...599:
+            return (.unknown(reason: "token_http_\(response.status)"), true)
+        default:
+            return (.unknown(reason: "token_http_\(response.status)"), false)
+        }
+    }
+
+    private func ask(form: [(String, String)], answer: String) -> Verdict {
+        var renewed = false
+        while true {
+            if let stop = prepareToken() { return stop }
+            let verdict = client.retrying { attemptOnce(form: form, answer: answer) }
+            guard verdict == .tokenRefused else { return verdict }
+            // invalid_grant: the token ended early (or expired); renew it once for this user.
+            if renewed { return .tokenRefused }
+            renewed = true
+            token = nil
+        }
+    }
+
+    private func attemptOnce(form: [(String, String)], answer: String) -> (Verdict, retryable: Bool) {
+        guard let bearer = token?.value else { return (.tokenRefused, false) }
+        let secret: String
+        do {
+            secret = try client.secret.make(clientID: clientID, issuedAt: client.nowSeconds())
+        } catch {
+            return (.configurationError(code: "client_secret_signing_failed"), false)
+        }
+        client.beforeRequest()
+        let response: HTTPSResponse
+        do {
+            response = try client.fetcher.post(
+                migrationURL, form: form + [("client_id", clientID), ("client_secret", secret)], bearerToken: bearer)
+        } catch {
+            return (.unknown(reason: error.code.rawValue), true)
+        }
+        switch response.status {
+        case 200:
+            guard case .object(let members)? = try? StrictJSONParser.parse(response.body),
+                case .string(let value)? = members[answer], UserKeyPart.isValidSubject(value)
+            else { return (.unknown(reason: "answer_invalid"), false) }
+            var fields = [answer: value]
+            if case .string(let email)? = members["email"], !email.isEmpty { fields["email"] = email }
+            switch members["is_private_email"] {
+            case .bool(let flag)?: fields["is_private_email"] = flag ? "true" : "false"
+            case .string(let text)? where text == "true" || text == "false": fields["is_private_email"] = text
+            default: break
+            }
+            return (.exchanged(fields), false)
+        case 400, 401:
+            switch AppleTokenCheck.errorCode(response.body) {
+            case "invalid_grant"?, "invalid_token"?:
+                return (.tokenRefused, false)
+            case let code? where code == "invalid_client" || code == "unauthorized_client":
+                return (.configurationError(code: code), false)
+            case let code?:
+                return (.refused(code: code), false)
+            case nil:
+                return (.unknown(reason: "http_\(response.status)_no_error_code"), false)
+            }
+        case 429:
+            slowDown()
+            return (.unknown(reason: "http_429"), true)
+        case 500...599:
+            return (.unknown(reason: "http_\(response.status)"), true)
+        default:
+            return (.unknown(reason: "http_\(response.status)"), false)
+        }
+    }
+}
