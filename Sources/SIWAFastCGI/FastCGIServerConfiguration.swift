@@ -11,7 +11,10 @@ public struct FastCGIServerConfiguration: Sendable, Equatable {
     public static let workerCountRange = 1...256
     /// Apple's notifications are a few KiB; 64 KiB leaves room without inviting abuse.
     public static let defaultMaximumBodyBytes = 64 * 1024
-    public static let maximumBodyBytesRange = 1024...(1024 * 1024)
+    /// At most 128 KiB: a request waits unread in the kernel until it is whole (the acceptor
+    /// peeks), and a unix socket holds about 200 KiB unread from a sender with Linux's
+    /// default buffer (`net.core.wmem_default`), the parameters and records included.
+    public static let maximumBodyBytesRange = 1024...(128 * 1024)
     public static let defaultBacklog = 1024
     public static let backlogRange = 16...65_535
     public static let defaultShutdownTimeout: Duration = .seconds(10)
