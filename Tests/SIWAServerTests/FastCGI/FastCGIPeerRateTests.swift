@@ -128,14 +128,15 @@ struct FastCGIPeerRateTests {
         defer { server.stop(timeout: .seconds(10)) }
         let capacity = try #require(server.acceptorBounds?.capacity)
         #expect(capacity == 16)
-        // Each declares 10 MB and sends 1,000 bytes, is answered 413 at once, then sends
-        // nothing and never closes: drained for 2 s. Before, they counted against the 16
-        // and could not be closed to make room: 8 a second left the acceptor, 25 came.
+        // Each declares 10 MB and sends 66,000 bytes (the old 64 KiB window's worth), is
+        // answered 413 at once, then sends nothing and never closes: drained for 2 s.
+        // Before, they counted against the 16 and could not be closed to make room: 8 a
+        // second left the acceptor, 25 came.
         let flood = Kit.BackgroundCall { () -> [Peer] in
             var peers: [Peer] = []
             let request =
                 Hostile.requestHead(Hostile.postParams(declaring: 10_000_000))
-                + Hostile.bodyRecords([UInt8](repeating: 0x61, count: 1000))
+                + Hostile.bodyRecords([UInt8](repeating: 0x61, count: 66_000))
             let start = ContinuousClock.now
             for index in 0..<100 {
                 // At 40 ms intervals from the start, whatever each connect cost.
