@@ -220,4 +220,25 @@ struct FastCGIPeerRateTests {
         let open = peers.indices.filter { Self.isOpen(peers[$0]) }
         #expect(open == Array(10..<50), "open: \(open)")
     }
+
+    @Test("serve: more than the largest allowed request is closed unanswered, one fastcgi_request_refused line")
+    func serveLogsTheRefusalOnce() throws {
+        let stack = try ServeStack()
+        defer { stack.shutdown() }
+        guard let serve = stack.serve else { throw ServeProcess.StartFailure(description: "no serve") }
+        // Parameters that never end, 195,000 bytes of them: past the 128 KiB window.
+        let peer = try Peer(stack.socketPath)
+        var head: [UInt8] = []
+        FastCGIClient.appendRecord(&head, type: 1, requestID: 1, content: [0, 1, 0, 0, 0, 0, 0, 0])
+        let filler = [UInt8](repeating: 0x61, count: 65_000)
+        for _ in 0..<3 { FastCGIClient.appendRecord(&head, type: 4, requestID: 1, content: filler) }
+        _ = peer.write(head)
+        #expect(peer.readUntilEnd(seconds: 20) == [], "closed unanswered")
+        #expect(stack.waitUntil(timeout: 10) { !serve.logLines(event: "fastcgi_request_refused").isEmpty })
+        #expect(try stack.request("GET", "/healthz").status == 200)
+        let lines = serve.logLines(event: "fastcgi_request_refused")
+        #expect(lines.count == 1, "\(lines)")
+        #expect(lines.first?.contains(#""reason":"request_over_buffer""#) == true, "\(lines)")
+        #expect(lines.first?.contains(#""level":"warning""#) == true, "\(lines)")
+    }
 }
