@@ -136,6 +136,8 @@ final class FastCGIAcceptor: Sendable {
     static let descriptorCeiling = 1024
     /// The longest wait between two looks at a connection whose unread bytes sit in the socket.
     static let longestLookInterval: Duration = .milliseconds(320)
+    /// The shortest wait for the next look: looks due within it are made together.
+    static let lookBatch: Duration = .milliseconds(10)
 
     /// POLLRDHUP (Linux): the peer shut its writing side. Glibc hides the name behind _GNU_SOURCE.
     private static let pollReadHangUp: Int16 = 0x2000
@@ -300,9 +302,12 @@ final class FastCGIAcceptor: Sendable {
             // schedule (its unread bytes would make poll return at once, for ever).
             var soonest: ContinuousClock.Instant? = soonestRead
             func due(_ instant: ContinuousClock.Instant) { soonest = min(soonest ?? instant, instant) }
+            // Looks are gathered: the poll waits at least `lookBatch` for the next one, so
+            // hundreds of peers on their own schedules wake it at most 100 times a second.
+            var soonestLook: ContinuousClock.Instant?
             for entry in watched {
                 let peekedBefore = entry.peeked > 0
-                if peekedBefore { due(entry.nextLook) }
+                if peekedBefore { soonestLook = min(soonestLook ?? entry.nextLook, entry.nextLook) }
                 due(entry.deadline)
                 fds.append(pollfd(fd: entry.fd, events: peekedBefore ? Self.pollReadHangUp : Int16(POLLIN), revents: 0))
             }
@@ -310,6 +315,7 @@ final class FastCGIAcceptor: Sendable {
                 due(entry.deadline)
                 fds.append(pollfd(fd: entry.fd, events: Int16(POLLIN), revents: 0))
             }
+            if let soonestLook { due(max(soonestLook, now.advanced(by: Self.lookBatch))) }
             if pausedForDescriptors { due(acceptingFrom) }
             // Full, with connections too young to be closed to make room: look again when
             // the oldest of them may go.
@@ -472,7 +478,10 @@ final class FastCGIAcceptor: Sendable {
         var refused = 0
         for var entry in watched {
             let revents = events[entry.fd] ?? 0
-            guard revents != 0 || !entry.examined || entry.nextLook <= now || entry.deadline <= now else {
+            guard
+                revents != 0 || !entry.examined || entry.nextLook <= now.advanced(by: Self.lookBatch)
+                    || entry.deadline <= now
+            else {
                 kept.append(entry)
                 continue
             }
