@@ -27,7 +27,8 @@ public struct FastCGIServerConfiguration: Sendable, Equatable {
     /// one place the body limit is enforced.
     public var maximumBodyBytes: Int
     /// listen(2) backlog: connections nginx may queue while every worker is busy (the
-    /// responder itself holds at most four per worker, at least 16, beyond those served).
+    /// responder itself holds at most four whole requests per worker, at least 16, beyond
+    /// those served; connections still sending theirs are held up to the descriptor limit).
     public var backlog: Int32
     /// The one deadline of a request, from its connection's accept (or the first byte of a
     /// kept connection's next request), for its parameters and body together; also how
