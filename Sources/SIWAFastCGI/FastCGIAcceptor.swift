@@ -2,63 +2,93 @@ import Foundation
 import Glibc
 import Synchronization
 
+/// Why the acceptor closed a connection that had begun a request, without a worker: the
+/// server's owner logs it (one line per connection).
+public enum FastCGIRefusal: String, Sendable {
+    /// More bytes than the largest allowed request (the body limit, plus
+    /// `FastCGIAcceptor.requestAllowance` for the parameters and every record's header and
+    /// padding) arrived without making a request a worker can answer without waiting.
+    case requestOverBuffer = "request_over_buffer"
+}
+
 /// Accepts connections on one thread and hands a connection to a worker only once its
-/// request is waiting in the socket, so that no peer allowed on the socket can take a
-/// worker away from Apple and `/healthz`.
+/// request is waiting in the socket, whole, so that no peer allowed on the socket can take
+/// a worker away from Apple and `/healthz`.
 ///
 /// Why: libfcgi's `FCGX_Accept_r` reads the begin record and the parameters itself, with
 /// no timeout, and reads the body with only a per-read timeout, so a peer that sent one
-/// byte and then nothing, or trickled its body a byte at a time, held a worker for as
-/// long as it liked. Here:
+/// byte and then nothing, or trickled its body a byte at a time, or sent all but the end
+/// of its body, held a worker for as long as it liked (or until the request's deadline).
+/// Here:
 /// - a new connection, and a kept connection that a worker hands back, is watched with
 ///   poll(2) and peeked at (`MSG_PEEK`, nothing is consumed) until its whole request is
 ///   there: a BEGIN_REQUEST, its PARAMS up to the empty record, and its STDIN up to the
 ///   empty record, all of the same request id. Anything else in that place (a PARAMS
 ///   record without a BEGIN_REQUEST, another request id, another record type) closes
-///   the connection without a worker. A body larger than the peek window (64 KiB) is
-///   handed on once the parameters are complete and the window is full; the worker then
-///   reads the rest, within the same deadline.
+///   the connection without a worker. The peek window holds the largest allowed request:
+///   the body limit plus `requestAllowance` (64 KiB) for the parameters and the records'
+///   headers and padding. Besides a whole request, a worker is handed only one it can
+///   answer 413 without waiting for a byte: parameters complete and declaring a body over
+///   the limit, or more body bytes already there than the limit. A window filled by
+///   anything else is refused here (closed, and reported once as `requestOverBuffer`).
 /// - one deadline per request (`requestTimeout` from the connection's accept, or from
-///   the first byte of a kept connection's next request) bounds the parameters and the
-///   body together, here and in the worker: at the deadline a connection still watched
-///   is closed, and the reading side of one a worker is reading is shut down, which
-///   ends that read at once.
+///   the first byte of a kept connection's next request): at the deadline a connection
+///   still watched is closed unanswered (a worker never waited for it), and the reading
+///   side of one a worker is reading is shut down, which ends that read at once.
 /// - a kept connection (`FCGI_KEEP_CONN`) waits idle for its next request at most
 ///   `requestTimeout` too.
 /// - a connection answered with input left unread is drained here (at most
-///   `drainBytes` or `drainTime`), then closed: no worker lingers on it.
-/// - watched and waiting connections together are bounded (`capacity`, four per
-///   worker and at least 16): beyond it new connections wait in the kernel's listen
-///   backlog; when the watched ones fill it, the one watched longest is closed to make
-///   room (once it has waited `roomGrace`: a peer still writing the request it has
-///   just connected for is never closed; nor is one whose request has come in whole,
-///   which is handed on first), so idle or silent peers never take the listener away.
-///   A worker taking a connection while the listener is set aside wakes the poll
-///   thread at once, so accepting resumes as soon as there is room, not at the next
-///   poll timeout.
-/// - accept(2) failing for want of descriptors (EMFILE, ENFILE) pauses accepting for a
-///   moment instead of retrying at once.
+///   `drainBytes` or `drainTime`), then closed: no worker lingers on it. Draining
+///   connections have a budget of their own (`drainLimit`, the oldest closed first when it
+///   is full): they never take room from new connections.
+/// - connections whose request is whole and waits for a worker are bounded (`capacity`,
+///   four per worker and at least 16): beyond it new connections wait in the kernel's
+///   listen backlog, which holds genuine work at no descriptor's cost.
+/// - connections still sending (or silent) cost a descriptor each and may be many:
+///   `watchLimit`, from the process's descriptor limit (kept below 1024, the most
+///   libfcgi's `select` can watch) less a reserve for the rest of the process. When they
+///   fill it, the one watched longest is closed to make room (once it has waited
+///   `roomGrace`: a peer still writing the request it has just connected for is never
+///   closed; nor is one whose request has come in whole, which is handed on first);
+///   accept(2) failing for want of descriptors (EMFILE, ENFILE) closes the oldest of them
+///   too, or, with none to close, pauses accepting for a moment instead of retrying at once.
+///   A worker taking a connection while the listener is set aside wakes the poll thread at
+///   once, so accepting resumes as soon as there is room, not at the next poll timeout.
 final class FastCGIAcceptor: Sendable {
-    /// A connection waiting here: for its request, or being drained before it is closed.
+    /// A connection waiting here for its request (or, kept, for its next one).
     private struct Watched {
         let fd: Int32
-        var draining: Bool
         /// When it began waiting here: the one waiting longest makes room first.
         let since: ContinuousClock.Instant
         var deadline: ContinuousClock.Instant
         /// A kept connection without a byte of its next request yet.
         var idle: Bool
+        /// Bytes seen at the last peek (-1: none yet).
         var peeked = -1
         /// Peeked at least once: a connection not yet looked at is never closed to make room.
         var examined = false
-        var drainLeft = 0
+        /// Its parameters have arrived whole: at a stop, it is watched on until its body ends.
+        var parametersComplete = false
+        /// When an incomplete connection whose bytes sit unread is peeked at again (its unread
+        /// bytes keep poll(2) from telling when more arrive), and how long it waits after a
+        /// look that found nothing new: from 20 ms, doubling to 320 ms, so that hundreds of
+        /// silent peers cost a few thousand peeks a second, not a core.
+        var nextLook: ContinuousClock.Instant
+        var lookInterval: Duration = .milliseconds(20)
 
         /// Closed to make room only once looked at and waiting here since `cutoff` or
         /// before (`roomGrace` ago): never a connection whose peer is still writing the
         /// request it has just connected for.
         func mayMakeRoom(waitingSince cutoff: ContinuousClock.Instant) -> Bool {
-            examined && !draining && since <= cutoff
+            examined && since <= cutoff
         }
+    }
+
+    /// A connection answered with input left unread, drained here before it is closed.
+    private struct Draining {
+        let fd: Int32
+        let deadline: ContinuousClock.Instant
+        var left: Int
     }
 
     /// A connection handed to the workers: its request, and the request's deadline.
@@ -76,12 +106,21 @@ final class FastCGIAcceptor: Sendable {
     private let idlePollTimeout: Duration
     /// How long a connection waits here at least before it may be closed to make room.
     private let roomGrace: Duration
-    /// Peeked bytes that let a request through once its parameters are complete even
-    /// before its body ends (nginx's parameters are a few KiB; a body beyond this is read
-    /// by the worker, within the request's deadline).
-    private let enoughBytes: Int
-    /// Watched connections plus those waiting for a worker, at most.
+    /// The body limit: a request declaring more, or with more already there, is handed on
+    /// to be answered 413 without waiting.
+    private let maximumBodyBytes: Int
+    /// The peek window: the largest allowed request, records and parameters included.
+    let window: Int
+    /// Connections whose request is whole and waits for a worker, at most.
     let capacity: Int
+    /// Connections watched for their request (or kept, for their next one), at most.
+    let watchLimit: Int
+    /// Connections being drained before they are closed, at most.
+    let drainLimit: Int
+    private let onRefusal: @Sendable (FastCGIRefusal) -> Void
+    /// Room in the peek window beyond the body limit: the parameters (nginx's are a few KiB)
+    /// and every record's header and padding.
+    static let requestAllowance = 64 * 1024
     /// Unread input a closing connection may still send, and for how long, before it is closed.
     static let drainBytes = 64 * 1024
     static let drainTime: Duration = .seconds(2)
@@ -91,8 +130,14 @@ final class FastCGIAcceptor: Sendable {
     /// nginx writes its request as soon as it has connected (microseconds; milliseconds on
     /// a loaded machine), an idle or silent peer waits far longer.
     static let defaultRoomGrace: Duration = .milliseconds(250)
-    /// How long accepting pauses after accept(2) found no descriptor left.
+    /// How long accepting pauses after accept(2) found no descriptor left and none to close.
     static let descriptorShortagePause: Duration = .milliseconds(250)
+    /// The most descriptors libfcgi can use (`select`'s FD_SETSIZE): the unit's LimitNOFILE.
+    static let descriptorCeiling = 1024
+    /// The longest wait between two looks at a connection whose unread bytes sit in the socket.
+    static let longestLookInterval: Duration = .milliseconds(320)
+    /// The shortest wait for the next look: looks due within it are made together.
+    static let lookBatch: Duration = .milliseconds(10)
 
     /// POLLRDHUP (Linux): the peer shut its writing side. Glibc hides the name behind _GNU_SOURCE.
     private static let pollReadHangUp: Int16 = 0x2000
@@ -118,17 +163,30 @@ final class FastCGIAcceptor: Sendable {
     private let available = DispatchSemaphore(value: 0)
     private let wake: (read: Int32, write: Int32)
 
+    /// `watchLimit`, unless given: the descriptors the process may open (at most
+    /// `descriptorCeiling`), less a reserve for everything else it holds: 128, four per
+    /// worker, and the connections waiting for a worker or being drained. At least `capacity`.
     init(
-        listenFD: Int32, stopFD: Int32, requestTimeout: Duration, workerCount: Int,
-        idlePollTimeout: Duration = defaultIdlePollTimeout, roomGrace: Duration = defaultRoomGrace
+        listenFD: Int32, stopFD: Int32, requestTimeout: Duration, workerCount: Int, maximumBodyBytes: Int,
+        idlePollTimeout: Duration = defaultIdlePollTimeout, roomGrace: Duration = defaultRoomGrace,
+        watchLimit: Int? = nil, onRefusal: @escaping @Sendable (FastCGIRefusal) -> Void = { _ in }
     ) throws(FastCGIError) {
         self.listenFD = listenFD
         self.stopFD = stopFD
         self.requestTimeout = requestTimeout
         self.idlePollTimeout = idlePollTimeout
         self.roomGrace = roomGrace
-        self.enoughBytes = 64 * 1024
-        self.capacity = max(16, 4 * workerCount)
+        self.maximumBodyBytes = maximumBodyBytes
+        self.window = maximumBodyBytes + Self.requestAllowance
+        self.onRefusal = onRefusal
+        let capacity = max(16, 4 * workerCount)
+        self.capacity = capacity
+        self.drainLimit = capacity
+        var limit = rlimit()
+        let descriptors =
+            getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0
+            ? min(Self.descriptorCeiling, Int(clamping: limit.rlim_cur)) : Self.descriptorCeiling
+        self.watchLimit = watchLimit ?? max(capacity, descriptors - 128 - 4 * workerCount - 2 * capacity)
         wake = try FastCGILibrary.makePipe()
         _ = fcntl(listenFD, F_SETFL, fcntl(listenFD, F_GETFL) | O_NONBLOCK)
         for end in [wake.read, wake.write] { _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK) }
@@ -210,15 +268,21 @@ final class FastCGIAcceptor: Sendable {
         _ = write(wake.write, &byte, 1)
     }
 
-    /// The poll loop; returns once `stopFD` is readable. Connections still incomplete are
-    /// closed; those already complete stay queued for the workers, which finish them.
+    /// The poll loop, until `stopFD` is readable. Then accepting ends, connections without
+    /// a request's parameters (silent, idle kept, draining) are closed, and those part way
+    /// through a request's body are watched on until it is whole (handed on, and finished by a
+    /// worker) or its deadline; then it returns. Those already complete stay queued for
+    /// the workers, which finish them.
     func run() {
-        // The connections waiting for their request: the poll thread's own list.
+        // The connections waiting for their request, and those being drained: the poll
+        // thread's own lists.
         var watched: [Watched] = []
-        // Where peeks land: made once (64 KiB zeroed on every pass was a visible cost).
-        var peekBuffer = [UInt8](repeating: 0, count: enoughBytes)
+        var draining: [Draining] = []
+        // Where peeks land: made once (zeroing the window on every pass was a visible cost).
+        var peekBuffer = [UInt8](repeating: 0, count: window)
         var acceptingFrom = ContinuousClock.now
-        while true {
+        var stopping = false
+        while !stopping || !watched.isEmpty {
             let now = ContinuousClock.now
             let pausedForDescriptors = now < acceptingFrom
             let (soonestRead, listening) = state.withLock { state in
@@ -226,46 +290,69 @@ final class FastCGIAcceptor: Sendable {
                 // Set under the same lock as the count it was judged on: a worker taking a
                 // connection after this wakes the poll below.
                 state.listenerSetAside = !room
-                return (state.reading.values.min(), room && !pausedForDescriptors)
+                return (state.reading.values.min(), room && !pausedForDescriptors && !stopping)
             }
             var fds: [pollfd] = [
-                pollfd(fd: stopFD, events: Int16(POLLIN), revents: 0),
+                pollfd(fd: stopping ? -1 : stopFD, events: Int16(POLLIN), revents: 0),
                 pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0),
                 pollfd(fd: listening ? listenFD : -1, events: Int16(POLLIN), revents: 0),
             ]
-            // A connection already peeked and still incomplete is re-peeked on a short tick
-            // (its unread bytes would make poll return at once, for ever).
-            var tick = false
+            fds.reserveCapacity(3 + watched.count + draining.count)
+            // A connection already peeked and still incomplete is looked at again on its own
+            // schedule (its unread bytes would make poll return at once, for ever).
+            var soonest: ContinuousClock.Instant? = soonestRead
+            func due(_ instant: ContinuousClock.Instant) { soonest = min(soonest ?? instant, instant) }
+            // Looks are gathered: the poll waits at least `lookBatch` for the next one, so
+            // hundreds of peers on their own schedules wake it at most 100 times a second.
+            var soonestLook: ContinuousClock.Instant?
             for entry in watched {
-                let peekedBefore = !entry.draining && entry.peeked > 0
-                tick = tick || peekedBefore
+                let peekedBefore = entry.peeked > 0
+                if peekedBefore { soonestLook = min(soonestLook ?? entry.nextLook, entry.nextLook) }
+                due(entry.deadline)
                 fds.append(pollfd(fd: entry.fd, events: peekedBefore ? Self.pollReadHangUp : Int16(POLLIN), revents: 0))
             }
-            var soonest = watched.map(\.deadline).min()
-            if let soonestRead { soonest = min(soonest ?? soonestRead, soonestRead) }
-            if now < acceptingFrom { soonest = min(soonest ?? acceptingFrom, acceptingFrom) }
+            for entry in draining {
+                due(entry.deadline)
+                fds.append(pollfd(fd: entry.fd, events: Int16(POLLIN), revents: 0))
+            }
+            if let soonestLook { due(max(soonestLook, now.advanced(by: Self.lookBatch))) }
+            if pausedForDescriptors { due(acceptingFrom) }
             // Full, with connections too young to be closed to make room: look again when
             // the oldest of them may go.
             if !listening, let roomAt = watched.filter(\.examined).map(\.since).min()?.advanced(by: roomGrace),
                 roomAt > now
             {
-                soonest = min(soonest ?? roomAt, roomAt)
+                due(roomAt)
             }
             let idleMilliseconds = Int32(clamping: Int((idlePollTimeout / .milliseconds(1)).rounded(.up)))
-            var timeout: Int32 = tick ? 20 : idleMilliseconds
+            var timeout = idleMilliseconds
             if let soonest {
                 let milliseconds = (now.duration(to: soonest) / .milliseconds(1)).rounded(.up)
                 timeout = min(timeout, Int32(max(0, min(Double(idleMilliseconds), milliseconds))))
             }
             let count = poll(&fds, nfds_t(fds.count), timeout)
             if count < 0 && errno != EINTR { break }
-            if fds[0].revents != 0 { break }
-            if fds[1].revents != 0 { takeReturned(into: &watched) }
+            if fds[0].revents != 0 {
+                stopping = true
+                let (begun, rest) = (
+                    watched.filter { $0.parametersComplete && !$0.idle },
+                    watched.filter { !$0.parametersComplete || $0.idle }
+                )
+                for fd in rest.map(\.fd) + draining.map(\.fd) {
+                    shutdown(fd, Int32(SHUT_RDWR))
+                    close(fd)
+                }
+                watched = begun
+                draining = []
+                continue
+            }
+            if fds[1].revents != 0 { takeReturned(into: &watched, draining: &draining, stopping: stopping) }
             // Examined before accepting: a request that has just come in whole is handed on,
             // never closed to make room for a newer connection.
             var events: [Int32: Int16] = [:]
             for entry in fds.dropFirst(3) where entry.revents != 0 { events[entry.fd] = entry.revents }
             examine(&watched, events: events, buffer: &peekBuffer)
+            drain(&draining, events: events, buffer: &peekBuffer)
             if fds[2].revents != 0 {
                 // Counted again: examining handed connections on to the workers.
                 let waitingNow = state.withLock { $0.ready.count }
@@ -275,17 +362,18 @@ final class FastCGIAcceptor: Sendable {
             }
             endExpiredReads()
         }
-        shutDown(closing: watched)
+        shutDown(closing: watched.map(\.fd) + draining.map(\.fd))
     }
 
-    /// Room for one more connection: below capacity, or the watched ones (not those
-    /// waiting for a worker, which the backlog stands in for) fill it and one can go.
+    /// Room for one more connection: fewer whole requests waiting for a worker than
+    /// `capacity` (beyond it the backlog holds them), and fewer watched connections than
+    /// `watchLimit` or one of them may go.
     private func mayAccept(watched: [Watched], waiting: Int, now: ContinuousClock.Instant) -> Bool {
-        watched.count + waiting < capacity
-            || (waiting < capacity / 2 && watched.contains { $0.mayMakeRoom(waitingSince: now - roomGrace) })
+        waiting < capacity
+            && (watched.count < watchLimit || watched.contains { $0.mayMakeRoom(waitingSince: now - roomGrace) })
     }
 
-    private func takeReturned(into watched: inout [Watched]) {
+    private func takeReturned(into watched: inout [Watched], draining: inout [Draining], stopping: Bool) {
         var byte = [UInt8](repeating: 0, count: 64)
         while read(wake.read, &byte, byte.count) > 0 {}
         let returned = state.withLock { state in
@@ -293,75 +381,108 @@ final class FastCGIAcceptor: Sendable {
             return state.returned
         }
         let now = ContinuousClock.now
-        for (fd, draining) in returned {
-            if draining {
-                watched.append(
-                    Watched(
-                        fd: fd, draining: true, since: now, deadline: now.advanced(by: Self.drainTime), idle: false,
-                        drainLeft: Self.drainBytes))
+        for (fd, drains) in returned {
+            if stopping {
+                // No next request is taken once stopping; an answer is already written.
+                shutdown(fd, Int32(SHUT_RDWR))
+                close(fd)
+            } else if drains {
+                // Its own budget: when it is full, the one drained longest is closed (its
+                // answer is written already).
+                if draining.count >= drainLimit {
+                    close(draining.removeFirst().fd)
+                }
+                draining.append(Draining(fd: fd, deadline: now.advanced(by: Self.drainTime), left: Self.drainBytes))
             } else {
                 watched.append(
-                    Watched(fd: fd, draining: false, since: now, deadline: now.advanced(by: requestTimeout), idle: true)
-                )
+                    Watched(fd: fd, since: now, deadline: now.advanced(by: requestTimeout), idle: true, nextLook: now))
             }
         }
     }
 
-    /// Accepts what the listen backlog holds, within capacity (closing the connection
-    /// watched longest to make room when the watched ones fill it). False when accept(2)
-    /// found no descriptor left: accepting pauses, the backlog keeps the connections.
+    /// Accepts what the listen backlog holds, within the bounds: at most as many as the
+    /// workers' queue has room for (`capacity` less those waiting), so that whole requests
+    /// beyond it stay in the backlog, not in descriptors; the next pass looks at these, keeps
+    /// the silent ones watched, and accepts again. When the watched ones fill `watchLimit`,
+    /// or accept(2) finds no descriptor left, the connection watched longest is closed to
+    /// make room. False when accept(2) found no descriptor left and none could be freed:
+    /// accepting pauses, the backlog keeps the connections.
     private func acceptWaiting(into watched: inout [Watched], waiting: Int) -> Bool {
-        while true {
-            if watched.count + waiting >= capacity {
-                guard waiting < capacity / 2, let oldest = Self.longestWatched(watched, waitingSince: .now - roomGrace)
-                else { return true }
-                let fd = accept(listenFD, nil, nil)
-                guard fd >= 0 else { return !Self.isDescriptorShortage(errno) }
+        var accepted = 0
+        var freedForShortage = false
+        while waiting + accepted < capacity {
+            let fd = accept(listenFD, nil, nil)
+            if fd < 0 {
+                let code = errno
+                guard Self.isDescriptorShortage(code) else { return true }  // EAGAIN: none left
+                // At the descriptor limit: the silent connection waiting longest goes (under
+                // the same grace as above), once per pass.
+                guard !freedForShortage,
+                    let oldest = Self.longestWatched(watched, waitingSince: .now - roomGrace)
+                else {
+                    return false
+                }
+                freedForShortage = true
                 shutdown(watched[oldest].fd, Int32(SHUT_RDWR))
                 close(watched[oldest].fd)
                 watched.remove(at: oldest)
+                continue
+            }
+            if watched.count >= watchLimit {
+                // Full: the one watched longest goes, if one may (else this one waits in
+                // the acceptor beyond the limit until the next pass, which accepts no more).
+                if let oldest = Self.longestWatched(watched, waitingSince: .now - roomGrace) {
+                    shutdown(watched[oldest].fd, Int32(SHUT_RDWR))
+                    close(watched[oldest].fd)
+                    watched.remove(at: oldest)
+                }
                 add(fd, to: &watched)
-                // One at a time: the next pass looks at this one before anything else goes.
                 return true
             }
-            let fd = accept(listenFD, nil, nil)
-            guard fd >= 0 else { return !Self.isDescriptorShortage(errno) }  // EAGAIN: none left
             add(fd, to: &watched)
+            accepted += 1
         }
+        return true
     }
 
     private func add(_ fd: Int32, to watched: inout [Watched]) {
         _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
         let now = ContinuousClock.now
         watched.append(
-            Watched(fd: fd, draining: false, since: now, deadline: now.advanced(by: requestTimeout), idle: false))
+            Watched(fd: fd, since: now, deadline: now.advanced(by: requestTimeout), idle: false, nextLook: now))
     }
 
     /// The connection waiting here longest of those that may be closed to make room, if any.
     private static func longestWatched(_ watched: [Watched], waitingSince cutoff: ContinuousClock.Instant) -> Int? {
-        watched.indices.filter { watched[$0].mayMakeRoom(waitingSince: cutoff) }.min {
-            watched[$0].since < watched[$1].since
+        // In order of arrival, but for kept connections given back: the first that may go is
+        // nearly always at the front.
+        var best: Int?
+        for index in watched.indices where watched[index].mayMakeRoom(waitingSince: cutoff) {
+            if best == nil || watched[index].since < watched[best!].since { best = index }
         }
+        return best
     }
 
     static func isDescriptorShortage(_ code: Int32) -> Bool {
         code == EMFILE || code == ENFILE || code == ENOBUFS || code == ENOMEM
     }
 
-    /// Peeks at each watched connection: hands on the complete ones, closes the dead, the
-    /// malformed and the expired, drains those being closed.
+    /// Peeks at the watched connections that have news (an event, their next look, their
+    /// deadline, or never looked at): hands on the ones a worker can answer without
+    /// waiting, closes the dead, the malformed, the over-large and the expired.
     private func examine(_ watched: inout [Watched], events: [Int32: Int16], buffer: inout [UInt8]) {
         let now = ContinuousClock.now
         var kept: [Watched] = []
+        kept.reserveCapacity(watched.count)
         var handed: [Handed] = []
+        var refused = 0
         for var entry in watched {
             let revents = events[entry.fd] ?? 0
-            if entry.draining {
-                if drain(&entry, buffer: &buffer), entry.deadline > now {
-                    kept.append(entry)
-                } else {
-                    close(entry.fd)
-                }
+            guard
+                revents != 0 || !entry.examined || entry.nextLook <= now.advanced(by: Self.lookBatch)
+                    || entry.deadline <= now
+            else {
+                kept.append(entry)
                 continue
             }
             entry.examined = true
@@ -373,24 +494,39 @@ final class FastCGIAcceptor: Sendable {
                     entry.deadline = now.advanced(by: requestTimeout)
                 }
                 let hungUp = revents & (Self.pollReadHangUp | Int16(POLLHUP)) != 0
-                switch Self.requestState(buffer[0..<peeked]) {
+                let inspection = Self.inspect(buffer[0..<peeked])
+                switch inspection.state {
                 case .complete:
                     handed.append(Handed(fd: entry.fd, deadline: entry.deadline))
                     continue
                 case .garbage:
                     close(entry.fd)
                     continue
-                case .parametersComplete where peeked >= enoughBytes || hungUp:
-                    // A body larger than the window, or a peer that has said all it will:
-                    // the worker reads the rest within the request's deadline.
+                case .parametersComplete
+                where (inspection.declaredLength ?? 0) > maximumBodyBytes || inspection.bodyBytes > maximumBodyBytes
+                    || hungUp:
+                    // Over the limit (the worker reads nothing it must wait for: at most
+                    // the limit and one byte, already here), or a peer that has said all it
+                    // will (the worker reads to the end at once): answered without waiting.
                     handed.append(Handed(fd: entry.fd, deadline: entry.deadline))
                     continue
-                case .partial where peeked >= enoughBytes || hungUp:
-                    // Parameters larger than the window, or cut short: never a request.
+                case .partial where hungUp:
+                    close(entry.fd)  // cut short: never a request
+                    continue
+                case _ where peeked >= window:
+                    // More than the largest allowed request, and none a worker can answer at once.
                     close(entry.fd)
+                    refused += 1
                     continue
                 case .partial, .parametersComplete:
+                    entry.parametersComplete = inspection.state == .parametersComplete
+                    if peeked != entry.peeked {
+                        entry.lookInterval = .milliseconds(20)
+                    } else {
+                        entry.lookInterval = min(entry.lookInterval * 2, Self.longestLookInterval)
+                    }
                     entry.peeked = peeked
+                    entry.nextLook = now.advanced(by: entry.lookInterval)
                 }
             } else if peeked == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
                 close(entry.fd)  // the peer left before sending a request
@@ -403,20 +539,31 @@ final class FastCGIAcceptor: Sendable {
             kept.append(entry)
         }
         watched = kept
+        for _ in 0..<refused { onRefusal(.requestOverBuffer) }
         guard !handed.isEmpty else { return }
         state.withLock { $0.ready += handed }
         for _ in handed { available.signal() }
     }
 
-    /// Reads and discards what a closing connection sends; false once it is to be closed
-    /// (the peer closed, an error, or its allowance is used up).
-    private func drain(_ entry: inout Watched, buffer: inout [UInt8]) -> Bool {
-        let count = recv(entry.fd, &buffer, min(buffer.count, entry.drainLeft), Int32(MSG_DONTWAIT))
-        if count > 0 {
-            entry.drainLeft -= count
-            return entry.drainLeft > 0
+    /// Reads and discards what closing connections send; closes each once the peer closed,
+    /// on an error, or once its allowance (bytes or time) is used up.
+    private func drain(_ draining: inout [Draining], events: [Int32: Int16], buffer: inout [UInt8]) {
+        let now = ContinuousClock.now
+        var kept: [Draining] = []
+        for var entry in draining {
+            var done = entry.deadline <= now
+            if !done, events[entry.fd] != nil {
+                let count = recv(entry.fd, &buffer, min(buffer.count, entry.left), Int32(MSG_DONTWAIT))
+                if count > 0 {
+                    entry.left -= count
+                    done = entry.left <= 0
+                } else {
+                    done = !(count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+                }
+            }
+            if done { close(entry.fd) } else { kept.append(entry) }
         }
-        return count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+        draining = kept
     }
 
     /// Shuts the reading side of each connection a worker reads past its request's
@@ -434,49 +581,106 @@ final class FastCGIAcceptor: Sendable {
 
     enum RequestState: Equatable { case complete, parametersComplete, partial, garbage }
 
+    /// What the peeked bytes of a connection hold: how far its request has come, the
+    /// length its parameters declare (once they are complete), and how many body bytes
+    /// are there already.
+    struct Inspection: Equatable {
+        var state: RequestState
+        var declaredLength: Int?
+        var bodyBytes = 0
+    }
+
+    static func requestState(_ bytes: ArraySlice<UInt8>) -> RequestState { inspect(bytes).state }
+
     /// Walks FastCGI record headers (version 1; type; request id; content length;
     /// padding). A request is a BEGIN_REQUEST (responder role), its PARAMS up to the empty
     /// record, then its STDIN up to the empty record, all with the request's id; any other
     /// record in their place is garbage (nginx sends nothing else).
-    static func requestState(_ bytes: ArraySlice<UInt8>) -> RequestState {
+    static func inspect(_ bytes: ArraySlice<UInt8>) -> Inspection {
         let beginRequest: UInt8 = 1
         let params: UInt8 = 4
         let stdin: UInt8 = 5
         var requestID: Int?
         var parametersEnded = false
+        var parameterBytes: [UInt8] = []
+        var inspection = Inspection(state: .partial)
         var offset = bytes.startIndex
         while bytes.endIndex - offset >= 8 {
-            guard bytes[offset] == 1 else { return .garbage }
+            guard bytes[offset] == 1 else { return Inspection(state: .garbage) }
             let type = bytes[offset + 1]
             let id = Int(bytes[offset + 2]) << 8 | Int(bytes[offset + 3])
             let length = Int(bytes[offset + 4]) << 8 | Int(bytes[offset + 5])
             let padding = Int(bytes[offset + 6])
+            let contentEnd = min(bytes.endIndex, offset + 8 + length)
             switch type {
             case beginRequest:
-                guard requestID == nil, id != 0, length == 8 else { return .garbage }
+                guard requestID == nil, id != 0, length == 8 else { return Inspection(state: .garbage) }
                 // The role (two bytes) is checked once the body is there: 1, responder.
                 if bytes.endIndex - offset >= 10, bytes[offset + 8] != 0 || bytes[offset + 9] != 1 {
-                    return .garbage
+                    return Inspection(state: .garbage)
                 }
                 requestID = id
             case params:
-                guard id == requestID, !parametersEnded else { return .garbage }
-                if length == 0 { parametersEnded = true }
+                guard id == requestID, !parametersEnded else { return Inspection(state: .garbage) }
+                if length == 0 {
+                    parametersEnded = true
+                    inspection.declaredLength = declaredContentLength(parameterBytes)
+                } else if contentEnd == offset + 8 + length {
+                    parameterBytes += bytes[(offset + 8)..<contentEnd]
+                }
             case stdin:
-                guard id == requestID, parametersEnded else { return .garbage }
-                if length == 0 { return .complete }
+                guard id == requestID, parametersEnded else { return Inspection(state: .garbage) }
+                if length == 0 {
+                    inspection.state = .complete
+                    return inspection
+                }
+                inspection.bodyBytes += contentEnd - (offset + 8)
             default:
-                return .garbage
+                return Inspection(state: .garbage)
             }
             offset += 8 + length + padding
         }
-        return parametersEnded ? .parametersComplete : .partial
+        inspection.state = parametersEnded ? .parametersComplete : .partial
+        return inspection
     }
 
-    private func shutDown(closing watched: [Watched]) {
-        for entry in watched {
-            shutdown(entry.fd, Int32(SHUT_RDWR))
-            close(entry.fd)
+    /// `CONTENT_LENGTH` among FastCGI name-value pairs (lengths of one byte, or four with
+    /// the high bit set); nil when absent or not a plain decimal number.
+    static func declaredContentLength(_ pairs: [UInt8]) -> Int? {
+        var offset = 0
+        func length() -> Int? {
+            guard offset < pairs.count else { return nil }
+            if pairs[offset] & 0x80 == 0 {
+                offset += 1
+                return Int(pairs[offset - 1])
+            }
+            guard pairs.count - offset >= 4 else { return nil }
+            let value =
+                Int(pairs[offset] & 0x7f) << 24 | Int(pairs[offset + 1]) << 16 | Int(pairs[offset + 2]) << 8
+                | Int(pairs[offset + 3])
+            offset += 4
+            return value
+        }
+        let name = Array("CONTENT_LENGTH".utf8)
+        while let nameLength = length(), let valueLength = length() {
+            guard pairs.count - offset >= nameLength + valueLength else { return nil }
+            let valueStart = offset + nameLength
+            if pairs[offset..<valueStart].elementsEqual(name) {
+                let value = pairs[valueStart..<(valueStart + valueLength)]
+                guard !value.isEmpty, value.count <= 18, value.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
+                    return nil
+                }
+                return value.reduce(0) { $0 * 10 + Int($1 - 0x30) }
+            }
+            offset = valueStart + valueLength
+        }
+        return nil
+    }
+
+    private func shutDown(closing descriptors: [Int32]) {
+        for fd in descriptors {
+            shutdown(fd, Int32(SHUT_RDWR))
+            close(fd)
         }
         let leftovers = state.withLock { state in
             state.stopping = true

@@ -11,7 +11,10 @@ final class FastCGIListener: Sendable {
     private let socketPath: String?
     private let socketIdentity: (device: UInt64, inode: UInt64)?
 
-    init(address: FastCGIListenAddress, backlog: Int32) throws(FastCGIError) {
+    /// `receiveBuffer`: the bytes a TCP connection's receive buffer must hold unread (set on
+    /// the listening socket, so every accepted connection has it; a unix socket's unread
+    /// bytes are bounded by the sender's buffer instead).
+    init(address: FastCGIListenAddress, backlog: Int32, receiveBuffer: Int = 0) throws(FastCGIError) {
         switch address {
         case .unixSocket(let path, let mode, let group):
             let groupID = try group.map { name throws(FastCGIError) in try Self.groupID(named: name) }
@@ -43,16 +46,17 @@ final class FastCGIListener: Sendable {
             guard FastCGIListenAddress.isLoopback(host) else {
                 throw FastCGIError(.nonLoopbackHost, "TCP listen host must be in 127.0.0.0/8 or ::1")
             }
-            (fileDescriptor, boundPort) = try Self.bindLoopback(host: host, port: port, backlog: backlog)
+            (fileDescriptor, boundPort) = try Self.bindLoopback(
+                host: host, port: port, backlog: backlog, receiveBuffer: receiveBuffer)
             socketPath = nil
             socketIdentity = nil
         }
     }
 
     /// A TCP socket bound to exactly `host` (never the wildcard address), listening.
-    private static func bindLoopback(host: String, port: UInt16, backlog: Int32) throws(FastCGIError) -> (
-        Int32, UInt16
-    ) {
+    private static func bindLoopback(
+        host: String, port: UInt16, backlog: Int32, receiveBuffer: Int
+    ) throws(FastCGIError) -> (Int32, UInt16) {
         let address: SocketAddress
         do throws(SocketAddress.Invalid) {
             address = try SocketAddress.internet(host: host, port: port)
@@ -64,6 +68,10 @@ final class FastCGIListener: Sendable {
         do throws(FastCGIError) {
             var on: Int32 = 1
             setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
+            // Before listen(2), so the window scale offered covers it. The kernel doubles the
+            // value for its own bookkeeping; a value above net.core.rmem_max is capped there.
+            var size = Int32(clamping: receiveBuffer)
+            if size > 0 { setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size)) }
             if address.family == AF_INET6 {
                 setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &on, socklen_t(MemoryLayout<Int32>.size))
             }

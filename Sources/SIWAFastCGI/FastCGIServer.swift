@@ -22,6 +22,10 @@ public final class FastCGIServer: Service {
     private let idlePollTimeout: Duration
     /// How long a connection waits in the acceptor before it may be closed to make room.
     private let roomGrace: Duration
+    /// Connections the acceptor watches at most (nil: from the descriptor limit).
+    private let watchLimit: Int?
+    /// Told of each connection the acceptor refused after it began a request.
+    private let onRefusal: @Sendable (FastCGIRefusal) -> Void
 
     private struct State {
         var started = false
@@ -39,22 +43,29 @@ public final class FastCGIServer: Service {
     private let cleanedUp = Latch()
 
     /// Validates the configuration; nothing is opened until `start()` or `run()`.
-    public convenience init(configuration: FastCGIServerConfiguration, handler: @escaping Handler)
-        throws(FastCGIError)
-    {
+    /// `onRefusal` is told (on the acceptor's thread, once per connection) of each peer
+    /// closed without a worker after sending more than the largest allowed request.
+    public convenience init(
+        configuration: FastCGIServerConfiguration,
+        onRefusal: @escaping @Sendable (FastCGIRefusal) -> Void = { _ in },
+        handler: @escaping Handler
+    ) throws(FastCGIError) {
         try self.init(
             configuration: configuration, idlePollTimeout: FastCGIAcceptor.defaultIdlePollTimeout,
-            roomGrace: FastCGIAcceptor.defaultRoomGrace, handler: handler)
+            roomGrace: FastCGIAcceptor.defaultRoomGrace, onRefusal: onRefusal, handler: handler)
     }
 
     init(
         configuration: FastCGIServerConfiguration, idlePollTimeout: Duration,
-        roomGrace: Duration = FastCGIAcceptor.defaultRoomGrace, handler: @escaping Handler
+        roomGrace: Duration = FastCGIAcceptor.defaultRoomGrace, watchLimit: Int? = nil,
+        onRefusal: @escaping @Sendable (FastCGIRefusal) -> Void = { _ in }, handler: @escaping Handler
     ) throws(FastCGIError) {
         try configuration.validate()
         self.configuration = configuration
         self.idlePollTimeout = idlePollTimeout
         self.roomGrace = roomGrace
+        self.watchLimit = watchLimit
+        self.onRefusal = onRefusal
         self.handler = handler
     }
 
@@ -65,6 +76,14 @@ public final class FastCGIServer: Service {
     /// (its capacity is full of connections waiting for a worker).
     var acceptorIsFull: Bool { state.withLock { $0.acceptor?.listenerIsSetAside ?? false } }
 
+    /// The acceptor's bounds once started: whole requests waiting for a worker, watched
+    /// connections, draining ones, and its peek window.
+    var acceptorBounds: (capacity: Int, watchLimit: Int, drainLimit: Int, window: Int)? {
+        state.withLock { state in
+            state.acceptor.map { ($0.capacity, $0.watchLimit, $0.drainLimit, $0.window) }
+        }
+    }
+
     /// Opens the socket and starts the workers, then returns. Pair with `stop(timeout:)`.
     /// The workers (and so this server) stay alive until they have exited.
     public func start() throws(FastCGIError) {
@@ -73,7 +92,11 @@ public final class FastCGIServer: Service {
                 throw FastCGIError(.alreadyStarted, "a FastCGIServer starts once")
             }
             try FastCGILibrary.initialize()
-            let listener = try FastCGIListener(address: configuration.address, backlog: configuration.backlog)
+            // A TCP socket's receive buffer holds the acceptor's whole peek window: the request
+            // waits in the kernel, unread, until it is whole.
+            let listener = try FastCGIListener(
+                address: configuration.address, backlog: configuration.backlog,
+                receiveBuffer: configuration.maximumBodyBytes + FastCGIAcceptor.requestAllowance)
             let ends: (read: Int32, write: Int32)
             do throws(FastCGIError) {
                 ends = try FastCGILibrary.makePipe()
@@ -86,8 +109,9 @@ public final class FastCGIServer: Service {
             do throws(FastCGIError) {
                 acceptor = try FastCGIAcceptor(
                     listenFD: listener.fileDescriptor, stopFD: ends.read, requestTimeout: configuration.ioTimeout,
-                    workerCount: configuration.workerCount, idlePollTimeout: idlePollTimeout,
-                    roomGrace: roomGrace)
+                    workerCount: configuration.workerCount, maximumBodyBytes: configuration.maximumBodyBytes,
+                    idlePollTimeout: idlePollTimeout, roomGrace: roomGrace, watchLimit: watchLimit,
+                    onRefusal: onRefusal)
                 for _ in 0..<configuration.workerCount {
                     workers.append(
                         try FastCGIWorker(

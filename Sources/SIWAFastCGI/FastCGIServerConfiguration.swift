@@ -11,7 +11,10 @@ public struct FastCGIServerConfiguration: Sendable, Equatable {
     public static let workerCountRange = 1...256
     /// Apple's notifications are a few KiB; 64 KiB leaves room without inviting abuse.
     public static let defaultMaximumBodyBytes = 64 * 1024
-    public static let maximumBodyBytesRange = 1024...(1024 * 1024)
+    /// At most 128 KiB: a request waits unread in the kernel until it is whole (the acceptor
+    /// peeks), and a unix socket holds about 200 KiB unread from a sender with Linux's
+    /// default buffer (`net.core.wmem_default`), the parameters and records included.
+    public static let maximumBodyBytesRange = 1024...(128 * 1024)
     public static let defaultBacklog = 1024
     public static let backlogRange = 16...65_535
     public static let defaultShutdownTimeout: Duration = .seconds(10)
@@ -24,7 +27,8 @@ public struct FastCGIServerConfiguration: Sendable, Equatable {
     /// one place the body limit is enforced.
     public var maximumBodyBytes: Int
     /// listen(2) backlog: connections nginx may queue while every worker is busy (the
-    /// responder itself holds at most four per worker, at least 16, beyond those served).
+    /// responder itself holds at most four whole requests per worker, at least 16, beyond
+    /// those served; connections still sending theirs are held up to the descriptor limit).
     public var backlog: Int32
     /// The one deadline of a request, from its connection's accept (or the first byte of a
     /// kept connection's next request), for its parameters and body together; also how

@@ -94,7 +94,13 @@ struct ServeAssembly {
         let serverConfiguration = try fastCGIServerConfiguration(configuration)
         let server: FastCGIServer
         do throws(FastCGIError) {
-            server = try FastCGIServer(configuration: serverConfiguration, handler: { responder.handle($0) })
+            server = try FastCGIServer(
+                configuration: serverConfiguration,
+                // A local peer sent more than the largest allowed request: closed unanswered.
+                onRefusal: {
+                    EventLog.event("fastcgi_request_refused", level: "warning", [("reason", .string($0.rawValue))])
+                },
+                handler: { responder.handle($0) })
         } catch {
             throw servedRefusal(error)
         }

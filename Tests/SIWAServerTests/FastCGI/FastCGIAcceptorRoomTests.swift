@@ -93,7 +93,7 @@ struct FastCGIAcceptorRoomTests {
         // without it, while its peer was still writing.
         let server = try FastCGIServer(
             configuration: .init(address: .unixSocket(path: path), workerCount: 1, ioTimeout: .seconds(60)),
-            idlePollTimeout: .seconds(1), roomGrace: .seconds(60)
+            idlePollTimeout: .seconds(1), roomGrace: .seconds(60), watchLimit: 16
         ) { request in
             firstHandled.open()
             gate.wait()
@@ -116,7 +116,7 @@ struct FastCGIAcceptorRoomTests {
         let first = try Peer(path)
         #expect(first.write(begun + stdinEnd))
         #expect(firstHandled.wait(until: .now + .seconds(20)))
-        // 16 peers (the capacity) send all but the body's end record, as a writer part way
+        // 16 peers (the watch limit here) send all but the body's end record, as a writer part way
         // through its request: watched, looked at, incomplete.
         var writing: [Peer] = []
         for _ in 0..<16 {

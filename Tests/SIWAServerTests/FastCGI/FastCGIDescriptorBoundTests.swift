@@ -66,29 +66,36 @@ struct FastCGIDescriptorBoundTests {
     @Test("both workers held, 300 requests waiting: descriptors stay bounded, no spin at the limit, all answered")
     func waitingRequestsStayInTheBacklog() throws {
         ServeBacklogTests.raiseDescriptorLimit()
-        let stack = try ServeStack(extraEnvironment: ["SIWA_WORKERS": "2"])
+        // Redis' command timeout far beyond the test: a worker waiting on a stopped Redis
+        // stays held until it is continued.
+        let stack = try ServeStack(extraEnvironment: ["SIWA_WORKERS": "2", "SIWA_REDIS_TIMEOUT_MS": "60000"])
         defer { stack.shutdown() }
         guard let serve = stack.serve else { throw ServeProcess.StartFailure(description: "no serve") }
         let pid = serve.process.processIdentifier
         #expect(try stack.request("GET", "/healthz").status == 200)
         let baseline = Self.openDescriptors(pid)
         #expect(baseline > 0)
-        // Two peers take the two workers: parameters and 65,300 body bytes of the 65,536
-        // declared (more than the acceptor's window, so a worker reads the rest), then
-        // silence: each worker waits for the rest until the request's deadline (30 s).
-        let params =
-            FastCGIClient.params(method: "POST", uri: "/apple/notifications", contentType: "application/json")
-            .filter { $0.0 != "CONTENT_LENGTH" } + [("CONTENT_LENGTH", "65536")]
+        // Two whole notifications take the two workers while Redis is stopped (SIGSTOP):
+        // each worker waits on its Redis command. (A peer cannot hold a worker: only a
+        // request that arrived whole reaches one.)
+        stack.redis.send(SIGSTOP)
+        var redisContinued = false
+        defer { if !redisContinued { stack.redis.send(SIGCONT) } }
         var holders: [FastCGIClient.Connection] = []
-        for _ in 0..<2 {
-            let holder = try FastCGIClient(.unixSocket(stack.socketPath), timeout: .seconds(60)).connect()
-            try holder.writeAll(
-                FastCGIHostilePeerTests.requestHead(params)
-                    + FastCGIHostilePeerTests.bodyRecords([UInt8](repeating: 0x61, count: 65_300)))
+        for index in 0..<2 {
+            let body = try stack.body(type: "consent-revoked", sub: "000\(index).held.0001")
+            var whole = FastCGIHostilePeerTests.requestHead(
+                FastCGIClient.params(
+                    method: "POST", uri: "/apple/notifications", body: body, contentType: "application/json"))
+            whole += FastCGIHostilePeerTests.bodyRecords(body)
+            FastCGIClient.appendRecord(&whole, type: 5, requestID: 1, content: [UInt8]())
+            let holder = try FastCGIClient(.unixSocket(stack.socketPath), timeout: .seconds(90)).connect()
+            try holder.writeAll(whole)
             holders.append(holder)
         }
         defer { holders.forEach { $0.close() } }
-        // Held once a worker has read what they sent (bounded wait for that event).
+        // Held once a worker has read what they sent (bounded wait for that event; the
+        // acceptor only peeks).
         let held = stack.waitUntil(timeout: 20) { holders.allSatisfy { $0.unreadByPeer == 0 } }
         #expect(held, "the workers took the holders' requests")
 
@@ -116,8 +123,8 @@ struct FastCGIDescriptorBoundTests {
         #expect(starved.runnable < 1.5, "runnable \(starved.runnable) s of 3 s at the descriptor limit")
 
         // Then descriptors to spare (64 above serve's own): the acceptor takes at most 16
-        // (four per worker, at least 16) beside the two held; the rest wait in the backlog.
-        // Before, all 300 were accepted until the limit was reached.
+        // whole requests (four per worker, at least 16) beside the two held; the rest wait in
+        // the backlog. Before, all 300 were accepted until the limit was reached.
         try Self.setDescriptorLimit(pid, baseline + 64)
         let bounded = Self.watch(pid, seconds: 3)
         #expect(
@@ -125,10 +132,11 @@ struct FastCGIDescriptorBoundTests {
         #expect(bounded.cpu < 0.6, "\(bounded.cpu) s of CPU in 3 s while waiting")
         #expect(bounded.runnable < 1.5, "runnable \(bounded.runnable) s of 3 s while waiting")
 
-        // Descriptors back, workers freed (their holders leave): every waiting request is
+        // Descriptors back, workers freed (Redis continues): every waiting request is
         // answered, none lost from the backlog.
         try Self.setDescriptorLimit(pid, 1024)
-        holders.forEach { $0.close() }
+        stack.redis.send(SIGCONT)
+        redisContinued = true
         var answered = 0
         for connection in waiting {
             let text = String(decoding: (try? connection.readToEnd()) ?? [], as: UTF8.self)

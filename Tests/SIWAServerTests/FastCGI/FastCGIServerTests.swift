@@ -15,7 +15,7 @@ struct FastCGIServerTests {
     func requestAndResponseRoundTrip() throws {
         let seen = Kit.LockedBox<FastCGIRequest?>(nil)
         let responseBody: [UInt8] = Array(0...255) + Array("done".utf8)
-        try Kit.withServer(maximumBodyBytes: 200_000) { request in
+        try Kit.withServer(maximumBodyBytes: 128 * 1024) { request in
             seen.withValue { $0 = request }
             return FastCGIResponse(
                 status: 202,
