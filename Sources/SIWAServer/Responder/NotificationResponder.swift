@@ -28,6 +28,8 @@ public final class NotificationResponder: Sendable {
     public let breaker: RedisCircuitBreaker
     /// The last reading of the deletions stream, for /metrics (nil: no deletion figures).
     let deletionDuty: DeletionDutyMonitor?
+    /// Per client ID: genuine notifications, the last one's time, refusals by reason.
+    public let clientTraffic: ClientTraffic
 
     /// The parts come built and wired (see serve's `ServeAssembly`): the responder starts
     /// nothing and builds nothing.
@@ -50,6 +52,9 @@ public final class NotificationResponder: Sendable {
         self.primaryLocator = primaryLocator
         self.clusterLocator = clusterLocator
         self.deletionDuty = deletionDuty
+        self.clientTraffic = ClientTraffic(
+            silenceAlertSeconds: configuration.silence.alertSeconds(clientIDs: configuration.clientIDs),
+            startedAt: clock.wallMilliseconds())
     }
 
     /// What one request came to, for the response, the metrics and the log line.
@@ -69,6 +74,11 @@ public final class NotificationResponder: Sendable {
     public func handle(_ request: FastCGIRequest) -> FastCGIResponse {
         let started = clock.monotonic()
         let result = route(request)
+        if result.status == 200, request.path == configuration.requests.notificationPath,
+            let clientID = result.clientID
+        {
+            recordGenuine(clientID: clientID, stored: result.outcome != "spooled")
+        }
         let elapsed = clock.monotonic() - started
         let seconds = elapsed.inSeconds
         metrics.recordRequest(
@@ -105,9 +115,11 @@ public final class NotificationResponder: Sendable {
         switch body {
         case .complete(let complete): bytes = complete
         case .tooLarge:
+            clientTraffic.recordRefusal(label: ClientTraffic.noneLabel, reason: .malformed)
             return refusal(VerificationError(.bodyTooLarge, "the body is over the limit"))
         case .incomplete:
             // The peer went away mid-body: nothing to decide, nothing stored.
+            clientTraffic.recordRefusal(label: ClientTraffic.noneLabel, reason: .malformed)
             return Self.status(400, "refused", errorCode: "body_incomplete")
         }
 
@@ -115,6 +127,9 @@ public final class NotificationResponder: Sendable {
         do {
             notification = try verifier.verify(body: bytes, keys: keys, now: clock.wallSeconds())
         } catch {
+            clientTraffic.recordRefusal(
+                label: clientTraffic.label(ofAudience: verifier.unverifiedAudience(of: bytes)),
+                reason: ClientTraffic.RefusalReason(error.code))
             return refusal(error)
         }
 
@@ -188,11 +203,49 @@ public final class NotificationResponder: Sendable {
         return result
     }
 
+    /// A genuine notification answered 200: counted; written to `P:clients` at most once a
+    /// minute per client ID when it reached Redis (best effort: the figures are about
+    /// delivery, a failed write loses nothing a user needs).
+    func recordGenuine(clientID: String, stored: Bool) {
+        let now = clock.wallMilliseconds()
+        guard clientTraffic.recordGenuine(clientID: clientID, at: now), stored, !breaker.isOpen else { return }
+        loadClientActivity()
+        do {
+            try stores.withStore { store throws(RedisError) in
+                try store.recordClientNotification(clientID: clientID, at: now)
+            }
+        } catch {
+            EventLog.event(
+                "client_activity_not_recorded", level: "warning",
+                [("error", .string(error.code.rawValue)), ("client_id", .string(clientID))])
+        }
+    }
+
+    /// Reads `P:clients` once (when Redis answers), so a silence that began before this
+    /// process started, or on another node, is not forgotten.
+    func loadClientActivity() {
+        guard clientTraffic.needsLoading, !breaker.isOpen else { return }
+        do {
+            let activity = try stores.withStore { store throws(RedisError) in
+                try store.clientActivity(clientIDs: clientTraffic.clientIDs, now: clock.wallMilliseconds())
+            }
+            clientTraffic.load(activity)
+        } catch {
+            // A refusal (an ACL without HSETNX or HGETALL) would come back at every scrape:
+            // said once, and this process's own figures are used.
+            if !error.isConnectionError { clientTraffic.load([:]) }
+            EventLog.event(
+                "client_activity_not_read", level: "warning",
+                [("error", .string(error.code.rawValue)), ("reason", .string(error.operatorMessage))])
+        }
+    }
+
     func health() -> Reply {
         let keyCount = keys.usableKeyCount
         let redis = breaker.health(within: Self.healthPingBound)
         let redisAnswers = redis.answers
         let depth = spool.depth
+        if redisAnswers { loadClientActivity() }
         var reasons: [String] = []
         if keyCount == 0 { reasons.append("no Apple signing keys loaded") }
         if !redisAnswers { reasons.append("Redis does not answer") }
@@ -207,6 +260,7 @@ public final class NotificationResponder: Sendable {
             status: reasons.isEmpty ? 200 : 503, outcome: reasons.isEmpty ? "healthy" : "unhealthy",
             body: JSONWriter.object(
                 members + Self.circuitMembers(redis) + redisPrimaryMembers()
+                    + clientTraffic.healthMembers(now: clock.wallMilliseconds())
                     + (reasons.isEmpty ? [] : [("reason", .string(reasons.joined(separator: "; ")))])))
     }
 
@@ -214,6 +268,7 @@ public final class NotificationResponder: Sendable {
     static let healthPingBound: Duration = .milliseconds(80)
 
     func metricsText() -> Reply {
+        loadClientActivity()
         let jwks = keys.metrics(now: clock.wallSeconds())
         let text = metrics.render(
             spoolDepth: spool.depth, jwksAgeSeconds: jwks.ageSeconds.map(Double.init),
@@ -222,7 +277,8 @@ public final class NotificationResponder: Sendable {
             status: 200, outcome: "metrics",
             body: text + keys.metricsText() + (primaryLocator?.metricsText() ?? "")
                 + (clusterLocator?.metricsText() ?? "")
-                + (deletionDuty?.metricsText(now: clock.wallMilliseconds()) ?? ""),
+                + (deletionDuty?.metricsText(now: clock.wallMilliseconds()) ?? "")
+                + ServerMetrics.renderClients(clientTraffic, now: clock.wallMilliseconds()),
             contentType: "text/plain; version=0.0.4")
     }
 
