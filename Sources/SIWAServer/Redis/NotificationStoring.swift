@@ -21,7 +21,8 @@ public protocol NotificationStoring: AnyObject {
     func recordClientNotification(clientID: String, at: Int64) throws(RedisError)
 
     /// Marks the client IDs served and reads `P:clients`.
-    func clientActivity(clientIDs: [String], now: Int64) throws(RedisError) -> [String: NotificationStore.ClientActivity]
+    func clientActivity(clientIDs: [String], now: Int64) throws(RedisError) -> [String: NotificationStore
+        .ClientActivity]
 }
 
 extension NotificationStoring {

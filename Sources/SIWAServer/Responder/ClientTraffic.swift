@@ -1,4 +1,3 @@
-import SIWAJSON
 import SIWAVerification
 import Synchronization
 
@@ -128,7 +127,7 @@ public final class ClientTraffic: Sendable {
         }
     }
 
-    /// One client ID's figures, for `/healthz` and the metrics.
+    /// One client ID's figures, for the metrics.
     public struct Figures: Sendable, Equatable {
         public let clientID: String
         public let genuine: Int
@@ -155,31 +154,5 @@ public final class ClientTraffic: Sendable {
                 silenceAlertSeconds: silenceAlertSeconds[id] ?? 0)
         }
         return (clients, snapshot.refusals[Self.unlistedLabel] ?? [:], snapshot.refusals[Self.noneLabel] ?? [:])
-    }
-
-    /// The `clients` member of `/healthz`: per client ID, the genuine count, the last one's
-    /// time (ms, null when none), the silence in seconds, the alert threshold and the
-    /// refusals by reason; and the refusals of unlisted and unreadable `aud`s.
-    public func healthMembers(now: Int64) -> [(String, JSONValue)] {
-        let (clients, unlisted, none) = figures()
-        func refusals(_ counts: [RefusalReason: Int]) -> JSONValue {
-            var members: [String: JSONValue] = [:]
-            for reason in RefusalReason.allCases { members[reason.rawValue] = .integer(Int64(counts[reason] ?? 0)) }
-            return .object(members)
-        }
-        var members: [String: JSONValue] = [:]
-        for client in clients {
-            members[client.clientID] = .object([
-                "genuine": .integer(Int64(client.genuine)),
-                "last_genuine_at": client.lastGenuineAt.map { .integer($0) } ?? .null,
-                "silence_seconds": .integer(Int64(client.silenceSeconds(now: now))),
-                "silence_alert_seconds": .integer(Int64(client.silenceAlertSeconds)),
-                "refused": refusals(client.refusals),
-            ])
-        }
-        return [
-            ("clients", .object(members)), ("refused_unlisted_aud", refusals(unlisted)),
-            ("refused_unreadable_aud", refusals(none)),
-        ]
     }
 }

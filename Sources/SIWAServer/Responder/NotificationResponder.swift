@@ -127,10 +127,16 @@ public final class NotificationResponder: Sendable {
         do {
             notification = try verifier.verify(body: bytes, keys: keys, now: clock.wallSeconds())
         } catch {
+            let audience = verifier.unverifiedAudience(of: bytes)
             clientTraffic.recordRefusal(
-                label: clientTraffic.label(ofAudience: verifier.unverifiedAudience(of: bytes)),
-                reason: ClientTraffic.RefusalReason(error.code))
-            return refusal(error)
+                label: clientTraffic.label(ofAudience: audience), reason: ClientTraffic.RefusalReason(error.code))
+            var refused = refusal(error)
+            // The signature checked out before the audience: this `aud` is Apple's, the
+            // client ID missing from SIWA_CLIENT_IDS, and the operator needs its name.
+            if error.code == .audNotServed, let audience, audience.utf8.count <= 255 {
+                refused.logFields.append(("aud", .string(audience)))
+            }
+            return refused
         }
 
         var result = Reply(
@@ -245,7 +251,6 @@ public final class NotificationResponder: Sendable {
         let redis = breaker.health(within: Self.healthPingBound)
         let redisAnswers = redis.answers
         let depth = spool.depth
-        if redisAnswers { loadClientActivity() }
         var reasons: [String] = []
         if keyCount == 0 { reasons.append("no Apple signing keys loaded") }
         if !redisAnswers { reasons.append("Redis does not answer") }
@@ -260,7 +265,6 @@ public final class NotificationResponder: Sendable {
             status: reasons.isEmpty ? 200 : 503, outcome: reasons.isEmpty ? "healthy" : "unhealthy",
             body: JSONWriter.object(
                 members + Self.circuitMembers(redis) + redisPrimaryMembers()
-                    + clientTraffic.healthMembers(now: clock.wallMilliseconds())
                     + (reasons.isEmpty ? [] : [("reason", .string(reasons.joined(separator: "; ")))])))
     }
 

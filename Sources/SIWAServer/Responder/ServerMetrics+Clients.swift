@@ -10,7 +10,8 @@ extension ServerMetrics {
         )
         lines.append("# TYPE siwa_client_notifications_total counter")
         for client in clients {
-            lines.append("siwa_client_notifications_total{client_id=\"\(labelValue(client.clientID))\"} \(client.genuine)")
+            lines.append(
+                "siwa_client_notifications_total{client_id=\"\(labelValue(client.clientID))\"} \(client.genuine)")
         }
         lines.append(
             "# HELP siwa_client_last_notification_timestamp_seconds Unix time of the last genuine notification for the client ID (this process's, or the last any node recorded in Redis); no line before the first."
@@ -44,9 +45,10 @@ extension ServerMetrics {
             "# HELP siwa_client_refusals_total Notifications refused, by the client ID their aud names (configured; \"unlisted\": any other; \"none\": unreadable) and reason (aud, iss, expired, time, signature, key, malformed)."
         )
         lines.append("# TYPE siwa_client_refusals_total counter")
-        let rows = clients.map { ($0.clientID, $0.refusals) } + [
-            (ClientTraffic.unlistedLabel, unlisted), (ClientTraffic.noneLabel, none),
-        ]
+        let rows =
+            clients.map { ($0.clientID, $0.refusals) } + [
+                (ClientTraffic.unlistedLabel, unlisted), (ClientTraffic.noneLabel, none),
+            ]
         for (label, counts) in rows {
             for reason in ClientTraffic.RefusalReason.allCases {
                 lines.append(

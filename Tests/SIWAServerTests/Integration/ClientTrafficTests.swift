@@ -1,6 +1,5 @@
 import Foundation
 import SIWAFastCGIClient
-import SIWAJSON
 import SIWARedis
 import SIWATestKit
 import Testing
@@ -30,6 +29,11 @@ struct ClientTrafficTests {
         let unlisted = try stack.post(
             try stack.body(type: "consent-revoked", sub: "000028.a.0002", clientID: "com.other.secret-name"))
         #expect(unlisted.status == 403 && unlisted.jsonFields["error"] == "aud_not_served")
+        // Apple-signed, so its aud is named in the log line, for the operator to add.
+        #expect(
+            stack.serve?.logLines(event: "request").contains {
+                $0.contains(#""error":"aud_not_served""#) && $0.contains(#""aud":"com.other.secret-name""#)
+            } == true)
         // Forged under our kid, naming our client ID: a signature refusal, counted against it.
         let forger = try TestSigningKey.generate(keyID: stack.key.keyID)
         let forged = try stack.post(try stack.body(type: "consent-revoked", sub: "000028.a.0003", signedWith: forger))
@@ -58,10 +62,27 @@ struct ClientTrafficTests {
         let last = try #require(
             Self.value(lines, #"siwa_client_last_notification_timestamp_seconds{client_id="com.example.app"}"#))
         #expect(Double(before) / 1000 <= last && last <= Double(after) / 1000)
-        #expect(!lines.contains { $0.hasPrefix(#"siwa_client_last_notification_timestamp_seconds{client_id="com.example.watch"}"#) })
+        #expect(
+            !lines.contains {
+                $0.hasPrefix(#"siwa_client_last_notification_timestamp_seconds{client_id="com.example.watch"}"#)
+            })
         // The refused aud's text is nowhere in the metrics: labels stay bounded.
         #expect(!lines.contains { $0.contains("com.other.secret-name") })
         #expect(lines.filter { $0.hasPrefix("siwa_client_refusals_total{") }.count == 4 * 7)
+
+        // `status`: the refusals by reason, and the unlisted aud as a deployment problem.
+        let status = try CommandRun.endpoint(["status", "--socket", stack.socketPath])
+        let appRow = try #require(status.lines.first { $0.hasPrefix("client com.example.app ") })
+        #expect(appRow.hasSuffix("; alert after 7 d 0 h; refused: expired 1, signature 1"))
+        let watchRow = try #require(status.lines.first { $0.hasPrefix("client com.example.watch ") })
+        #expect(watchRow.hasSuffix("; alert after 24 h 0 min; refused: none"))
+        #expect(
+            status.lines.contains {
+                $0.hasPrefix("aud not listed ")
+                    && $0.hasSuffix(
+                        " 1 Apple-signed notifications REFUSED for a client ID not in SIWA_CLIENT_IDS (a Services ID missing there? the log's aud_not_served lines name it)"
+                    )
+            })
 
         // The last time went to Redis, and both client IDs are marked served.
         let recorded = try stack.redisConnection().command("HGETALL", "siwa:clients").fieldMap ?? [:]
@@ -87,19 +108,21 @@ struct ClientTrafficTests {
         #expect(864_000 <= app && app < 864_000 + 120)
         #expect(259_200 <= watch && watch < 259_200 + 120)
 
-        // /healthz carries the same figures (for `status`).
-        let health = try stack.request("GET", "/healthz")
-        guard case .object(let document)? = try? StrictJSONParser.parse(health.body),
-            case .object(let clients)? = document["clients"], case .object(let appFigures)? = clients["com.example.app"]
-        else {
-            Issue.record("no clients member in /healthz: \(health.bodyText)")
-            return
-        }
-        #expect(appFigures["last_genuine_at"] == .integer(now - 10 * 86_400_000))
-        #expect(appFigures["genuine"] == .integer(0))
+        // `status` shows the same figures, the silent client ID called so.
+        let status = try CommandRun.endpoint(["status", "--socket", stack.socketPath])
+        #expect(status.status == 0, "\(status.errors)")
+        let appRow = try #require(status.lines.first { $0.hasPrefix("client com.example.app ") })
+        #expect(appRow.contains("0 genuine since start; last ") && appRow.contains("(10 d 0 h ago)"))
+        #expect(appRow.hasSuffix("; SILENT longer than 7 d 0 h; refused: none"))
+        let watchRow = try #require(status.lines.first { $0.hasPrefix("client com.example.watch ") })
+        #expect(
+            watchRow.hasSuffix(
+                "0 genuine since start; none yet (served for 3 d 0 h); alert after 7 d 0 h; refused: none"))
 
         // A genuine one now: the silence starts again, and Redis keeps the later time.
-        #expect(try stack.post(try stack.body(type: "email-disabled", sub: "000028.b.0001", email: "x@example.com")).status == 200)
+        #expect(
+            try stack.post(try stack.body(type: "email-disabled", sub: "000028.b.0001", email: "x@example.com")).status
+                == 200)
         let again = try Self.metricLines(stack)
         #expect(try #require(Self.value(again, #"siwa_client_silence_seconds{client_id="com.example.app"}"#)) < 120)
         let stored = try stack.redisConnection().command("HGET", "siwa:clients", "last_notification:com.example.app")
