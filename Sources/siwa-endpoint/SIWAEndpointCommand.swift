@@ -16,6 +16,7 @@ enum SIWAEndpointCommand {
         ("reconcile", "ask Apple, once a day per user, which refresh tokens it refuses; end those sessions"),
         ("revoke", "revoke users' tokens at Apple (in-app account deletion); end their sessions"),
         ("deletions", "the deletion duty: deletions no consumer group acknowledged, per group, with ages"),
+        ("canary", "a real notification on demand: revoke a test user's token, wait for its consent-revoked"),
     ]
 
     static let usage = """
@@ -58,6 +59,7 @@ enum SIWAEndpointCommand {
             case "reconcile": status = try ReconcileCommand.run(arguments)
             case "revoke": status = try RevokeCommand.run(arguments)
             case "deletions": status = try DeletionsCommand.run(arguments)
+            case "canary": status = try CanaryCommand.run(arguments)
             default: throw UsageError("unknown subcommand \(subcommand)\n\n\(usage)")
             }
         } catch let error as UsageError {

@@ -188,6 +188,7 @@ enum ServeCommand {
         }
         services.start(parts.replayer)
         services.start(parts.deletionDuty)
+        services.start(parts.clientActivity)
         EventLog.event(
             "started",
             [

@@ -229,7 +229,7 @@ public final class NotificationResponder: Sendable {
 
     /// Reads `P:clients` once (when Redis answers), so a silence that began before this
     /// process started, or on another node, is not forgotten.
-    func loadClientActivity() {
+    public func loadClientActivity() {
         guard clientTraffic.needsLoading, !breaker.isOpen else { return }
         do {
             let activity = try stores.withStore { store throws(RedisError) in
@@ -272,7 +272,6 @@ public final class NotificationResponder: Sendable {
     static let healthPingBound: Duration = .milliseconds(80)
 
     func metricsText() -> Reply {
-        loadClientActivity()
         let jwks = keys.metrics(now: clock.wallSeconds())
         let text = metrics.render(
             spoolDepth: spool.depth, jwksAgeSeconds: jwks.ageSeconds.map(Double.init),

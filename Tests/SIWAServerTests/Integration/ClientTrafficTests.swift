@@ -102,7 +102,13 @@ struct ClientTrafficTests {
             "served_since:com.example.app", String(now - 30 * 86_400_000), "served_since:com.example.watch",
             String(now - 3 * 86_400_000))
         try stack.startServe()
-        let lines = try Self.metricLines(stack)
+        // The loader reads P:clients on its own thread once Redis answers: wait for it.
+        var lines: [String] = []
+        #expect(
+            try stack.waitUntil(timeout: 20) {
+                lines = try Self.metricLines(stack)
+                return (Self.value(lines, #"siwa_client_silence_seconds{client_id="com.example.app"}"#) ?? 0) >= 864_000
+            })
         let app = try #require(Self.value(lines, #"siwa_client_silence_seconds{client_id="com.example.app"}"#))
         let watch = try #require(Self.value(lines, #"siwa_client_silence_seconds{client_id="com.example.watch"}"#))
         #expect(864_000 <= app && app < 864_000 + 120)
