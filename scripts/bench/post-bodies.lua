@@ -1,7 +1,11 @@
 -- wrk script for scripts/bench-e2e: POSTs request bodies read from a file, one per
 -- line, each thread taking its own share (thread t of T sends lines t, t+T, ...).
 --
---   wrk -t T -c C -d SECONDS -s post-bodies.lua URL -- BODIES_FILE T PATH [DONE_DIR]
+--   wrk -t T -c C -d SECONDS -s post-bodies.lua URL -- BODIES_FILE T PATH [DONE_DIR [close]]
+--
+-- With "close", every request says "Connection: close": nginx closes the connection
+-- after its answer and wrk opens a new one (a new TCP connection and TLS handshake)
+-- for the next request.
 --
 -- With DONE_DIR, each thread stops once every line of its share is answered and
 -- writes DONE_DIR/done.<t>; wrk itself only returns after --duration or SIGINT, so
@@ -34,11 +38,13 @@ end
 function init(args)
   local file, thread_count, path = args[1], tonumber(args[2]), args[3]
   done_dir = args[4]
+  local headers = { ["Content-Type"] = "application/json" }
+  if args[5] == "close" then headers["Connection"] = "close" end
   requests_ = {}
   local line_number = 0
   for line in io.lines(file) do
     if line_number % thread_count == id - 1 then
-      requests_[#requests_ + 1] = wrk.format("POST", path, { ["Content-Type"] = "application/json" }, line)
+      requests_[#requests_ + 1] = wrk.format("POST", path, headers, line)
     end
     line_number = line_number + 1
   end
