@@ -127,9 +127,10 @@ public final class NotificationResponder: Sendable {
         do {
             notification = try verifier.verify(body: bytes, keys: keys, now: clock.wallSeconds())
         } catch {
-            let audience = verifier.unverifiedAudience(of: bytes)
-            clientTraffic.recordRefusal(
-                label: clientTraffic.label(ofAudience: audience), reason: ClientTraffic.RefusalReason(error.code))
+            let reason = ClientTraffic.RefusalReason(error.code)
+            // A body that is not a well-formed token (most internet noise) is not parsed again.
+            let audience = reason == .malformed ? nil : verifier.unverifiedAudience(of: bytes)
+            clientTraffic.recordRefusal(label: clientTraffic.label(ofAudience: audience), reason: reason)
             var refused = refusal(error)
             // The signature checked out before the audience: this `aud` is Apple's, the
             // client ID missing from SIWA_CLIENT_IDS, and the operator needs its name.
@@ -237,8 +238,8 @@ public final class NotificationResponder: Sendable {
             }
             clientTraffic.load(activity)
         } catch {
-            // A refusal (an ACL without HSETNX or HGETALL) would come back at every scrape:
-            // said once, and this process's own figures are used.
+            // A refusal (an ACL without HSETNX or HGETALL) would come back at every try:
+            // said once, and this process's own figures are used from then on.
             if !error.isConnectionError { clientTraffic.load([:]) }
             EventLog.event(
                 "client_activity_not_read", level: "warning",
