@@ -167,7 +167,7 @@ class NginxStack:
     FastCGI stand-in on the upstream socket. `site_edit` lets a test derive a
     deliberately broken variant from the shipped site file."""
 
-    def __init__(self, prefix, cert, key, site_edit=None, with_backend=True, backend_options=None):
+    def __init__(self, prefix, cert, key, site_edit=None, with_backend=True, backend_options=None, ec_pair=None):
         from fcgi_stub import FastCGIStub
 
         self.prefix = pathlib.Path(prefix)
@@ -184,8 +184,10 @@ class NginxStack:
         self.backend = FastCGIStub(str(self.socket_path), **(backend_options or {})) if with_backend else None
 
         # The shipped server name stays (its redirect is tested); IPv6 loopback too.
+        # ec_pair: (certificate, key) served beside `cert`, as the shipped site serves an ECDSA
+        # pair beside the RSA one; without it `cert` alone is served.
         local_stack("stack_render_site", REPO, self.conf_dir, self.log_dir, cert, key, self.https_port,
-                    self.http_port, self.socket_path, "yes")
+                    self.http_port, self.socket_path, "yes", "siwa.example.com", *(ec_pair or ("", "")))
         self.access_log_path = self.log_dir / "siwa-endpoint.access.log"
         site_file = self.conf_dir / "siwa-endpoint.conf"
         if site_edit is not None:

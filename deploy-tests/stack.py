@@ -156,10 +156,10 @@ class RealStack:
     def url(self):
         return f"https://localhost:{self.nginx.https_port}{NOTIFICATION_PATH}"
 
-    def sign(self, event_type, sub, email=None, private=None, event_time_ms=None, jti=None):
+    def sign(self, event_type, sub, email=None, private=None, event_time_ms=None, jti=None, client_id=CLIENT_ID):
         """A request body signed by the test kit, in the shape Apple sends."""
         args = [str(self.binary), "sign", "--key", str(self.signing_key), "--kid", KEY_ID, "--type", event_type,
-                "--sub", sub, "--client-id", CLIENT_ID]
+                "--sub", sub, "--client-id", client_id]
         if email is not None:
             args += ["--email", email, "--private", "true" if private else "false"]
         if event_time_ms is not None:

@@ -75,7 +75,9 @@ def test_expired_certificate_fails(stack_factory, pki):
     assert code == 1
     assert rows["cert-expiry"] == ("FAIL", "expired on Feb  1 00:00:00 2020 GMT"), output
     assert rows["cert-chain"][0] == "FAIL" and "expired" in rows["cert-chain"][1]
-    assert failures(rows) == {"cert-expiry", "cert-chain"}, output
+    # cert-offered checks each certificate offered: the one, expired.
+    assert rows["cert-offered"] == ("FAIL", "RSA expired on Feb  1 00:00:00 2020 GMT"), output
+    assert failures(rows) == {"cert-expiry", "cert-chain", "cert-offered"}, output
 
 
 def test_weak_rsa_key_fails(stack_factory, pki):
@@ -180,3 +182,17 @@ def test_sha1_signed_certificate_fails(stack_factory, pki):
     assert rows["cert-signature"] == ("FAIL", "sha1WithRSAEncryption: ATS wants SHA-256 or stronger"), output
     assert rows["cert-key"][0] == "PASS", output
     assert rows["cert-expiry"][0] == "PASS", output
+
+
+def test_each_offered_certificate_is_reported(stack_factory, rsa_cert, ecdsa_cert, pki):
+    dual = stack_factory(*rsa_cert, ec_pair=ecdsa_cert)
+    code, rows, output = check(dual.url, "--ca-file", str(pki.ca_cert))
+    assert code == 0, output
+    status, detail = rows["cert-offered"]
+    assert status == "PASS", output
+    assert detail.startswith("ECDSA 256 bits, valid until ") and "; RSA 2048 bits, valid until " in detail, detail
+    assert detail.endswith("(each client gets the one it can verify)")
+    rsa_only = stack_factory(*rsa_cert)
+    code, rows, output = check(rsa_only.url, "--ca-file", str(pki.ca_cert))
+    assert code == 0, output
+    assert rows["cert-offered"][0] == "WARN" and "RSA only" in rows["cert-offered"][1], output

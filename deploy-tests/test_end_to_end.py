@@ -151,6 +151,28 @@ def test_check_endpoint_passes_on_the_real_stack(real_stack):
     assert re.search(r"post-unsigned\s+PASS\s+400 in \d+ ms", result.stdout)
 
 
+def test_check_endpoint_summary_per_client_id(real_stack):
+    """--metrics: a row per client ID from the responder's figures; Apple-signed notifications
+    for an unlisted aud FAIL as a deployment fault."""
+    metrics = f"https://localhost:{real_stack.nginx.https_port}/metrics"
+    command = [str(CHECK_ENDPOINT), real_stack.url, "--ca-file", str(real_stack.ca_cert), "--metrics", metrics]
+    status, _, _ = real_stack.post(real_stack.sign("email-enabled", "000028.e2e.0001", email=DEMO_EMAIL, private=True))
+    assert status == 200
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"notifications:com\.example\.app\s+PASS\s+last genuine notification \d+ s ago; \d+ since start;"
+                     r" refused: ", result.stdout), result.stdout
+    assert re.search(r"aud-not-listed\s+PASS\s+", result.stdout), result.stdout
+
+    status, _, _ = real_stack.post(real_stack.sign("consent-revoked", "000028.e2e.0002", client_id="com.other.unlisted"))
+    assert status == 403
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert re.search(r"aud-not-listed\s+FAIL\s+1 Apple-signed notifications refused for a client ID not in "
+                     r"SIWA_CLIENT_IDS", result.stdout), result.stdout
+    assert "com.other.unlisted" not in result.stdout
+
+
 # ---------------------------------------------------------------- scripts/run-local
 
 

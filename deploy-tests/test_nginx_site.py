@@ -2,6 +2,7 @@
 
 import http.client
 import socket
+import subprocess
 import ssl
 import threading
 import time
@@ -298,3 +299,52 @@ def test_responder_down_gives_a_fast_502(stack_factory, rsa_cert):
     entry = next(line for line in stack.access_log() if line["request_id"] == headers["x-request-id"])
     assert entry["status"] == 502
     assert entry["request_time"] < 1.0, entry
+
+
+# ---------------------------------------------------------------- two certificates, resumption
+
+
+@pytest.fixture(scope="module")
+def dual_stack(stack_factory, rsa_cert, ecdsa_cert):
+    """The shipped site as shipped: the RSA pair and the ECDSA pair, both served."""
+    return stack_factory(*rsa_cert, ec_pair=ecdsa_cert)
+
+
+def s_client(stack, *options, stdin=b""):
+    return subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{stack.https_port}", "-servername",
+                           "localhost", *options], input=stdin, capture_output=True, timeout=30)
+
+
+def offered_key(stack, *options):
+    """The public-key kind of the certificate the server sends to a client with `options`."""
+    handshake = s_client(stack, *options)
+    assert handshake.returncode == 0, handshake.stderr.decode()
+    text = subprocess.run(["openssl", "x509", "-noout", "-text"], input=handshake.stdout, capture_output=True,
+                          timeout=30).stdout.decode()
+    return "EC" if "id-ecPublicKey" in text else "RSA" if "rsaEncryption" in text else text
+
+
+@pytest.mark.parametrize("options, expected", [
+    (("-tls1_3", "-sigalgs", "ecdsa_secp256r1_sha256"), "EC"),
+    (("-tls1_3", "-sigalgs", "rsa_pss_rsae_sha256:rsa_pkcs1_sha256"), "RSA"),
+    (("-tls1_2", "-sigalgs", "ECDSA+SHA256"), "EC"),
+    (("-tls1_2", "-sigalgs", "RSA+SHA256:RSA-PSS+SHA256"), "RSA"),
+    # A client that can verify both (every current one, Apple's too) gets the cheap one.
+    (("-tls1_3",), "EC"),
+    (("-tls1_2",), "EC"),
+])
+def test_each_client_gets_the_certificate_it_can_verify(dual_stack, options, expected):
+    assert offered_key(dual_stack, *options) == expected
+
+
+@pytest.mark.parametrize("version", ["-tls1_2", "-tls1_3"])
+def test_sessions_resume_from_the_shared_cache_with_tickets_off(dual_stack, workdir, version):
+    session = workdir / f"session{version}.pem"
+    # The request keeps the connection up until the server's session (TLS 1.3: its
+    # stateful ticket) has arrived.
+    request = b"GET /nothing HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    first = s_client(dual_stack, version, "-sess_out", str(session), "-ign_eof", stdin=request)
+    assert first.returncode == 0 and session.exists(), first.stderr.decode()
+    second = s_client(dual_stack, version, "-sess_in", str(session), "-ign_eof", stdin=request)
+    assert second.returncode == 0, second.stderr.decode()
+    assert b"\nReused, TLSv1." in second.stdout, second.stdout.decode(errors="replace")[:2000]

@@ -177,6 +177,9 @@ def configure(deployment):
     machine = deployment.machine
     machine.put("/etc/ssl/siwa-endpoint/fullchain.pem", deployment.cert.read_text())
     machine.put("/etc/ssl/siwa-endpoint/privkey.pem", deployment.key.read_text(), mode="0600")
+    ecdsa_cert, ecdsa_key = deployment.pki.leaf("systemd-ecdsa-leaf", key="ec")
+    machine.put("/etc/ssl/siwa-endpoint/ecdsa-fullchain.pem", ecdsa_cert.read_text())
+    machine.put("/etc/ssl/siwa-endpoint/ecdsa-privkey.pem", ecdsa_key.read_text(), mode="0600")
     machine.put("/etc/siwa-endpoint/test-ca.pem", deployment.pki.ca_cert.read_text())
     machine.put("/srv/apple-standin/jwks.json", deployment.jwks)
     machine.put("/etc/nginx/conf.d/apple-jwks-standin.conf", """

@@ -563,7 +563,7 @@ def test_install_lays_out_files_with_tight_modes_and_twice_is_the_same(install_r
     assert "upgrade it with scripts/rollout" in second.stdout
 
 
-def test_install_keeps_the_operators_files_and_starts_once_configured(install_root, binary, rsa_cert):
+def test_install_keeps_the_operators_files_and_starts_once_configured(install_root, binary, rsa_cert, ecdsa_cert):
     install(install_root, binary)
     env = install_root / "etc/siwa-endpoint/env"
     env.write_text("SIWA_CLIENT_IDS=com.example.app\nSIWA_REDIS_URL=redis://127.0.0.1:6380/0\n")
@@ -576,6 +576,8 @@ def test_install_keeps_the_operators_files_and_starts_once_configured(install_ro
     (install_root / "etc/ssl/siwa-endpoint").mkdir(parents=True)
     shutil.copy(certificate, install_root / "etc/ssl/siwa-endpoint/fullchain.pem")
     shutil.copy(key, install_root / "etc/ssl/siwa-endpoint/privkey.pem")
+    shutil.copy(ecdsa_cert[0], install_root / "etc/ssl/siwa-endpoint/ecdsa-fullchain.pem")
+    shutil.copy(ecdsa_cert[1], install_root / "etc/ssl/siwa-endpoint/ecdsa-privkey.pem")
     # A slot is deployed: the binary is not even looked at (upgrades are rollouts).
     result = install(install_root, install_root / "no-such-binary")
     assert env.read_text() == "SIWA_CLIENT_IDS=com.example.app\nSIWA_REDIS_URL=redis://127.0.0.1:6380/0\n"
@@ -594,7 +596,7 @@ def test_install_keeps_the_operators_files_and_starts_once_configured(install_ro
     assert "would run: systemctl reload nginx" in result.stdout
 
 
-def test_install_run_again_on_the_nodes_layout_starts_no_slot(install_root, binary, rsa_cert):
+def test_install_run_again_on_the_nodes_layout_starts_no_slot(install_root, binary, rsa_cert, ecdsa_cert):
     install(install_root, binary)
     (install_root / "etc/siwa-endpoint/env").write_text("SIWA_CLIENT_IDS=com.example.app\n")
     site = install_root / "etc/nginx/sites-available/siwa-endpoint.conf"
@@ -603,6 +605,8 @@ def test_install_run_again_on_the_nodes_layout_starts_no_slot(install_root, bina
     (install_root / "etc/ssl/siwa-endpoint").mkdir(parents=True)
     shutil.copy(certificate, install_root / "etc/ssl/siwa-endpoint/fullchain.pem")
     shutil.copy(key, install_root / "etc/ssl/siwa-endpoint/privkey.pem")
+    shutil.copy(ecdsa_cert[0], install_root / "etc/ssl/siwa-endpoint/ecdsa-fullchain.pem")
+    shutil.copy(ecdsa_cert[1], install_root / "etc/ssl/siwa-endpoint/ecdsa-privkey.pem")
     # The README's nodes layout: the nodes' upstream file in place of the slots'.
     shutil.copy(REPO / "nginx/siwa-endpoint-upstream-nodes.conf", install_root / "etc/nginx/siwa-endpoint-upstream.conf")
     result = install(install_root, binary)

@@ -54,6 +54,24 @@ enum RevokeCommand {
     }
 }
 
+extension RevokeCommand {
+    /// Apple's `/auth/revoke` with the configured client secret, paced to `rate` per second
+    /// (`revoke` and `canary` alike).
+    static func revocation(_ configuration: ReconcileConfiguration, rate: Double) -> AppleTokenRevocation {
+        let pacer = Pacer(interval: .seconds(1 / rate))
+        return AppleTokenRevocation(
+            revokeURL: configuration.revokeURL,
+            client: AppleTokenCheck(
+                tokenURL: configuration.tokenURL,
+                secret: AppleClientSecret(
+                    teamID: configuration.teamID, keyID: configuration.keyID, key: configuration.privateKey),
+                fetcher: HTTPSFetcher(
+                    caFilePath: configuration.caFile, timeoutSeconds: Double(configuration.timeoutSeconds)),
+                attempts: configuration.attempts, retryDelayMilliseconds: configuration.retryDelayMilliseconds,
+                beforeRequest: { pacer.wait() }))
+    }
+}
+
 /// One revoke run: reads lines, revokes tokens, records what Apple accepted.
 private final class RevokeRun {
     var counts: [String: Int] = ["revoked": 0, "refused": 0, "unknown": 0, "malformed": 0]
@@ -66,17 +84,7 @@ private final class RevokeRun {
         store = ReconcileStore(
             connection: OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.keyPrefix),
             keyPrefix: configuration.keyPrefix, streamMaximumLength: configuration.streamMaximumLength)
-        let pacer = Pacer(interval: .seconds(1 / rate))
-        revocation = AppleTokenRevocation(
-            revokeURL: configuration.revokeURL,
-            client: AppleTokenCheck(
-                tokenURL: configuration.tokenURL,
-                secret: AppleClientSecret(
-                    teamID: configuration.teamID, keyID: configuration.keyID, key: configuration.privateKey),
-                fetcher: HTTPSFetcher(
-                    caFilePath: configuration.caFile, timeoutSeconds: Double(configuration.timeoutSeconds)),
-                attempts: configuration.attempts, retryDelayMilliseconds: configuration.retryDelayMilliseconds,
-                beforeRequest: { pacer.wait() }))
+        revocation = RevokeCommand.revocation(configuration, rate: rate)
     }
 
     func revoke(_ file: UnsafeMutablePointer<FILE>) -> Int32 {

@@ -17,6 +17,7 @@ enum SIWAEndpointCommand {
         ("revoke", "revoke users' tokens at Apple (in-app account deletion); end their sessions"),
         ("deletions", "the deletion duty: deletions no consumer group acknowledged, per group, with ages"),
         ("transfer", "app transfer between teams: transfer export (sending team), transfer import (recipient)"),
+        ("canary", "a real notification on demand: revoke a test user's token, wait for its consent-revoked"),
     ]
 
     static let usage = """
@@ -60,6 +61,7 @@ enum SIWAEndpointCommand {
             case "revoke": status = try RevokeCommand.run(arguments)
             case "deletions": status = try DeletionsCommand.run(arguments)
             case "transfer": status = try TransferCommand.run(arguments)
+            case "canary": status = try CanaryCommand.run(arguments)
             default: throw UsageError("unknown subcommand \(subcommand)\n\n\(usage)")
             }
         } catch let error as UsageError {

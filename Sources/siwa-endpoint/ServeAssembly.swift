@@ -17,7 +17,8 @@ import SIWAVerification
 /// 4. the FastCGI server (its start listens: requests arrive from here on),
 /// 5. the spool replayer (its first pass after the socket listens: a long spool must not
 ///    keep nginx answering 502 after a restart),
-/// 6. the deletion-duty reader (the /metrics figures of the deletions stream).
+/// 6. the deletion-duty reader (the /metrics figures of the deletions stream),
+/// 7. the client-activity loader (reads `P:clients` once Redis answers: the silence figures).
 /// A stop (SIGTERM, SIGINT, or a service returning on its own) asks them all at once, last
 /// started first, and waits for each until one shutdown deadline.
 struct ServeAssembly {
@@ -28,6 +29,7 @@ struct ServeAssembly {
     let server: FastCGIServer
     let replayer: SpoolReplayer
     let deletionDuty: DeletionDutyMonitor
+    let clientActivity: ClientActivityLoader
     let responder: NotificationResponder
     let spool: NotificationSpool
 
@@ -109,7 +111,8 @@ struct ServeAssembly {
             // With Sentinel: every connection leaves an old primary as soon as a sentinel
             // announces a failover.
             sentinelWatchers: ServeCommand.sentinelWatchers(locator), breaker: breaker, server: server,
-            replayer: replayer, deletionDuty: deletionDuty, responder: responder, spool: spool)
+            replayer: replayer, deletionDuty: deletionDuty,
+            clientActivity: ClientActivityLoader(responder: responder), responder: responder, spool: spool)
     }
 
     /// The FastCGI server's configuration from the settings, validated as the server's

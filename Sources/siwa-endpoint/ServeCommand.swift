@@ -208,6 +208,7 @@ enum ServeCommand {
         }
         services.start(parts.replayer)
         services.start(parts.deletionDuty)
+        services.start(parts.clientActivity)
         EventLog.event(
             "started",
             [

@@ -12,8 +12,10 @@ enum StatusCommand {
 
         Asks a running `siwa-endpoint serve` for its health over its FastCGI socket
         (GET /healthz, the way nginx passes it): whether it is healthy, how many of
-        Apple's keys it holds, whether Redis answers, and how many notifications
-        wait in its spool. --socket defaults to serve's SIWA_FCGI_SOCKET (a unix socket
+        Apple's keys it holds, whether Redis answers, how many notifications
+        wait in its spool, and per client ID of SIWA_CLIENT_IDS the genuine
+        notifications, the last one and the refusals by reason (and refusals of
+        Apple-signed notifications for a client ID not listed). --socket defaults to serve's SIWA_FCGI_SOCKET (a unix socket
         path, or 127.0.0.1:PORT; from the environment and --env-file, the environment
         wins), else /run/siwa-endpoint/fcgi.sock. --json prints the responder's health
         document as it answered it. --timeout: default 5, at most 60.
@@ -74,12 +76,94 @@ enum StatusCommand {
                 ("spool depth", text(document["spool_depth"]) + " notifications waiting for Redis"),
             ]
             if let reason = document["reason"] { rows.append(("reason", text(reason))) }
-            let width = rows.map(\.0.count).max() ?? 0
-            for (name, value) in rows {
-                Output.line(name.padding(toLength: width, withPad: " ", startingAt: 0) + "  " + value)
+            printTable(rows)
+            // The per-client figures, from /metrics asked the same way, as a second table.
+            if let metrics = try? FastCGIClient(endpoint, timeout: .seconds(timeout)).send(
+                params: FastCGIClient.params(method: "GET", uri: "/metrics")), metrics.status == 200
+            {
+                Output.line("")
+                printTable(clientRows(metrics.bodyText))
             }
         }
         return healthy ? 0 : 1
+    }
+
+    static func printTable(_ rows: [(String, String)]) {
+        let width = rows.map(\.0.count).max() ?? 0
+        for (name, value) in rows {
+            Output.line(name.padding(toLength: width, withPad: " ", startingAt: 0) + "  " + value)
+        }
+    }
+
+    /// One row per configured client ID (genuine notifications, the last one, the silence
+    /// against its threshold, refusals by reason), and one for an `aud` we do not list: read
+    /// from the responder's `siwa_client_*` metrics.
+    static func clientRows(_ metrics: String) -> [(String, String)] {
+        var samples: [String: [String: Double]] = [:]
+        var refusals: [String: [String: Int]] = [:]
+        for line in metrics.split(separator: "\n") where line.hasPrefix("siwa_client_") {
+            guard let brace = line.firstIndex(of: "{"), let close = line.lastIndex(of: "}"),
+                let value = Double(line[line.index(after: close)...].trimmingCharacters(in: .whitespaces))
+            else { continue }
+            let name = String(line[..<brace])
+            var labels: [String: String] = [:]
+            for pair in line[line.index(after: brace)..<close].split(separator: ",") {
+                let parts = pair.split(separator: "=", maxSplits: 1)
+                guard parts.count == 2 else { continue }
+                labels[String(parts[0])] = String(parts[1].dropFirst().dropLast())
+            }
+            guard let client = labels["client_id"] else { continue }
+            if name == "siwa_client_refusals_total", let reason = labels["reason"] {
+                refusals[client, default: [:]][reason] = Int(value)
+            } else {
+                samples[client, default: [:]][name] = value
+            }
+        }
+        var rows: [(String, String)] = []
+        for (clientID, figures) in samples.sorted(by: { $0.key < $1.key }) {
+            let genuine = Int(figures["siwa_client_notifications_total"] ?? 0)
+            let silence = Int64(figures["siwa_client_silence_seconds"] ?? 0)
+            let threshold = Int64(figures["siwa_client_silence_alert_seconds"] ?? 0)
+            var detail = "\(genuine) genuine since start; "
+            if let last = figures["siwa_client_last_notification_timestamp_seconds"] {
+                detail += "last \(isoTime(last)) (\(duration(silence)) ago)"
+            } else {
+                detail += "none yet (served for \(duration(silence)))"
+            }
+            if threshold > 0 {
+                detail +=
+                    silence > threshold
+                    ? "; SILENT longer than \(duration(threshold))" : "; alert after \(duration(threshold))"
+            }
+            let refused = (refusals[clientID] ?? [:]).filter { $0.value > 0 }.sorted { $0.key < $1.key }
+            detail +=
+                "; refused: "
+                + (refused.isEmpty ? "none" : refused.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
+            rows.append(("client " + clientID, detail))
+        }
+        let unlisted = refusals["unlisted"]?["aud"] ?? 0
+        rows.append(
+            (
+                "aud not listed",
+                unlisted == 0
+                    ? "0 Apple-signed notifications refused for a client ID not in SIWA_CLIENT_IDS"
+                    : "\(unlisted) Apple-signed notifications REFUSED for a client ID not in SIWA_CLIENT_IDS (a Services ID missing there? the log's aud_not_served lines name it)"
+            ))
+        return rows
+    }
+
+    static func isoTime(_ seconds: Double) -> String {
+        ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: seconds.rounded(.down)))
+    }
+
+    /// `40 s`, `5 min`, `5 h 2 min`, `3 d 4 h`.
+    static func duration(_ seconds: Int64) -> String {
+        switch seconds {
+        case ..<120: "\(seconds) s"
+        case ..<7200: "\(seconds / 60) min"
+        case ..<172_800: "\(seconds / 3600) h \(seconds % 3600 / 60) min"
+        default: "\(seconds / 86_400) d \(seconds % 86_400 / 3600) h"
+        }
     }
 
     static func text(_ value: JSONValue?) -> String {

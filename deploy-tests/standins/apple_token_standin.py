@@ -17,7 +17,15 @@ ID is answered 400 invalid_client.
 /auth/revoke checks the client secret the same way, and the form exactly as Apple
 defines it (client_id, client_secret, token, token_type_hint refresh_token or
 access_token, nothing else: else 400 invalid_request); per token, "valid" is answered
-200 with an empty body (revoked), "refused" 400 invalid_grant, the others as above. Every request is logged to --log as one JSON
+200 with an empty body (revoked), "refused" 400 invalid_grant, the others as above.
+
+Like Apple after a revocation (TN3194), it can then post a signed consent-revoked for
+the token's user to the endpoint: a token entry with "notify_after": SECONDS and "sub"
+makes it, that long after answering 200, sign one with --sign-command (the test kit's
+`siwa-endpoint sign ...`, to which --type, --sub and --client-id are added) and POST it
+to --notify-url over HTTPS (trusting --notify-ca); without "notify_after" it stays
+silent, as Apple does when the registration is wrong. Each post is logged
+({"endpoint": "notify", "label", "status"}). Every request is logged to --log as one JSON
 line with the token's label (never the token), the answer, and for invalid_client
 the check that failed.
 
@@ -47,6 +55,7 @@ Standard library only (plus the openssl CLI), so it needs no extra package.
 import argparse
 import base64
 import binascii
+import http.client
 import http.server
 import json
 import os
@@ -117,6 +126,24 @@ class Standin:
         with self.lock:
             with open(self.args.log, "a") as f:
                 f.write(json.dumps(entry, sort_keys=True) + "\n")
+
+    def notify(self, entry: dict, client_id: str) -> None:
+        """Apple's consent-revoked after a revocation: signed, posted to the endpoint."""
+        time.sleep(float(entry["notify_after"]))
+        body = subprocess.run(json.loads(self.args.sign_command) + ["--type", "consent-revoked", "--sub", entry["sub"],
+                                                                    "--client-id", client_id],
+                              capture_output=True, check=True, timeout=30).stdout.strip()
+        url = urllib.parse.urlsplit(self.args.notify_url)
+        context = ssl.create_default_context(cafile=self.args.notify_ca)
+        connection = http.client.HTTPSConnection(url.hostname, url.port, context=context, timeout=10)
+        try:
+            connection.request("POST", url.path, body=body, headers={"Content-Type": "application/json"})
+            status = connection.getresponse().status
+        except OSError as error:
+            status = f"failed: {error}"
+        finally:
+            connection.close()
+        self.log({"label": entry["label"], "endpoint": "notify", "status": status})
 
     def client_problem(self, form: dict, revoke: bool = False, team_id: str = None):
         """The first way the request's client authentication differs from Apple's rules, or None.
@@ -234,6 +261,8 @@ def make_handler(standin: Standin):
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+                if "notify_after" in entry:
+                    threading.Thread(target=standin.notify, args=(entry, form["client_id"]), daemon=True).start()
                 return None
             if answer == "error500":
                 return self.answer(500, {"error": "server_error"})
@@ -347,6 +376,9 @@ def main() -> int:
     parser.add_argument("--access-token-seconds", type=int, default=3600)
     parser.add_argument("--stall-seconds", type=int, default=30, help="how long stall_once waits (migration)")
     parser.add_argument("--access-token-uses", type=int, default=0, help="uses before invalid_grant (0: no limit)")
+    parser.add_argument("--notify-url", help="the endpoint's notification URL, for tokens with notify_after")
+    parser.add_argument("--notify-ca", help="CA file the endpoint's certificate chains to")
+    parser.add_argument("--sign-command", help="JSON list: the command that prints a signed notification body")
     args = parser.parse_args()
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), make_handler(Standin(args)))

@@ -1,7 +1,11 @@
 -- wrk script for scripts/bench-e2e: POSTs request bodies read from a file, one per
 -- line, each thread taking its own share (thread t of T sends lines t, t+T, ...).
 --
---   wrk -t T -c C -d SECONDS -s post-bodies.lua URL -- BODIES_FILE T PATH [DONE_DIR] [EXPECTED]
+--   wrk -t T -c C -d SECONDS -s post-bodies.lua URL -- BODIES_FILE T PATH [DONE_DIR [EXPECTED [close]]]
+--
+-- With "close", every request says "Connection: close": nginx closes the connection
+-- after its answer and wrk opens a new one (a new TCP connection and TLS handshake)
+-- for the next request. DONE_DIR and EXPECTED may be empty strings.
 --
 -- With DONE_DIR, each thread stops once every line of its share is answered and
 -- writes DONE_DIR/done.<t>; wrk itself only returns after --duration or SIGINT, so
@@ -43,11 +47,13 @@ function init(args)
   -- only plain values between a thread and done()).
   unexpected_counts = {}
   unexpected_statuses = ""
+  local headers = { ["Content-Type"] = "application/json" }
+  if args[6] == "close" then headers["Connection"] = "close" end
   requests_ = {}
   local line_number = 0
   for line in io.lines(file) do
     if line_number % thread_count == id - 1 then
-      requests_[#requests_ + 1] = wrk.format("POST", path, { ["Content-Type"] = "application/json" }, line)
+      requests_[#requests_ + 1] = wrk.format("POST", path, headers, line)
     end
     line_number = line_number + 1
   end

@@ -154,12 +154,14 @@ stack_make_expired_leaf() {
   chmod 600 "$dir/$name.key"
 }
 
-# A development CA and a localhost certificate signed by it, both RSA 2048 and
-# SHA-256, with the names curl and check-endpoint verify: localhost, 127.0.0.1, ::1.
-# Writes DIR/ca.pem, DIR/ca.key, DIR/localhost.pem, DIR/localhost.key.
+# A development CA and two localhost certificates signed by it (SHA-256), as the
+# shipped site serves them: RSA 2048 and ECDSA P-256, with the names curl and
+# check-endpoint verify: localhost, 127.0.0.1, ::1. Writes DIR/ca.pem, DIR/ca.key,
+# DIR/localhost.pem, DIR/localhost.key, DIR/localhost-ecdsa.pem, DIR/localhost-ecdsa.key.
 stack_make_dev_pki() {
   stack_make_ca "$1" 30 "siwa-endpoint run-local development CA"
   stack_make_leaf "$1" localhost
+  stack_make_leaf "$1" localhost-ecdsa ec
 }
 
 # Replaces each occurrence of OLD in the variable named by $1 with NEW, after
@@ -181,22 +183,25 @@ stack_replace() {
 # (stack_render_nginx_conf) adds the test JWKS server.
 stack_render_nginx() {
   local repo=$1 conf=$2 logs=$3 temp=$4 cert=$5 key=$6 https_port=$7 http_port=$8
-  local socket=$9 jwks_port=${10} jwks_file=${11} ipv6=${12}
-  stack_render_site "$repo" "$conf" "$logs" "$cert" "$key" "$https_port" "$http_port" "$socket" "$ipv6" localhost
+  local socket=$9 jwks_port=${10} jwks_file=${11} ipv6=${12} ec_cert=${13:-} ec_key=${14:-}
+  stack_render_site "$repo" "$conf" "$logs" "$cert" "$key" "$https_port" "$http_port" "$socket" "$ipv6" localhost \
+    "$ec_cert" "$ec_key"
   stack_render_nginx_conf "$conf" "$logs" "$temp" "$jwks_port" "$jwks_file" "$cert" "$key"
 }
 
 # Renders the shipped site files into CONF_DIR: the one renderer of the site, which
 # scripts/run-local, scripts/bench-e2e and the deployment tests (deploy-tests) use.
 #   stack_render_site REPO CONF_DIR LOG_DIR CERT KEY HTTPS_PORT HTTP_PORT SOCKET
-#                     IPV6(yes|no) [SERVER_NAME]
+#                     IPV6(yes|no) [SERVER_NAME [EC_CERT EC_KEY]]
+# CERT/KEY take the place of the RSA pair, EC_CERT/EC_KEY of the ECDSA pair; without
+# EC_CERT the ECDSA pair is removed (CERT alone is served, whatever its kind).
 # The site file keeps every directive it ships with; only the listen addresses, the
 # certificate, the log paths (LOG_DIR/siwa-endpoint.access.log and .error.log), the
 # upstream socket and, when SERVER_NAME is given, the server name change (without
 # it the shipped name stays, so its redirect can be checked).
 stack_render_site() {
   local repo=$1 conf=$2 logs=$3 cert=$4 key=$5 https_port=$6 http_port=$7
-  local socket=$8 ipv6=$9 server_name=${10:-siwa.example.com}
+  local socket=$8 ipv6=$9 server_name=${10:-siwa.example.com} ec_cert=${11:-} ec_key=${12:-}
   mkdir -p "$conf" "$logs"
 
   local site
@@ -213,6 +218,13 @@ stack_render_site() {
   stack_replace site "server_name siwa.example.com;" "server_name $server_name;" 2
   stack_replace site "ssl_certificate /etc/ssl/siwa-endpoint/fullchain.pem;" "ssl_certificate $cert;" 1
   stack_replace site "ssl_certificate_key /etc/ssl/siwa-endpoint/privkey.pem;" "ssl_certificate_key $key;" 1
+  local ec_cert_line="" ec_key_line=""
+  if [ -n "$ec_cert" ]; then
+    ec_cert_line="ssl_certificate $ec_cert;"
+    ec_key_line="ssl_certificate_key $ec_key;"
+  fi
+  stack_replace site "ssl_certificate /etc/ssl/siwa-endpoint/ecdsa-fullchain.pem;" "$ec_cert_line" 1
+  stack_replace site "ssl_certificate_key /etc/ssl/siwa-endpoint/ecdsa-privkey.pem;" "$ec_key_line" 1
   stack_replace site "access_log /var/log/nginx/siwa-endpoint.access.log siwa_json;" \
     "access_log $logs/siwa-endpoint.access.log siwa_json;" 2
   stack_replace site "error_log /var/log/nginx/siwa-endpoint.error.log warn;" \

@@ -16,9 +16,24 @@ public protocol NotificationStoring: AnyObject {
     /// Whether an `account-deleted` of this user is stored (the user hash holds
     /// `account_deleted_at`).
     func isAccountDeleted(clientID: String, subject: String) throws(RedisError) -> Bool
+
+    /// Records a genuine notification for the client ID (see `NotificationStore`'s `P:clients`).
+    func recordClientNotification(clientID: String, at: Int64) throws(RedisError)
+
+    /// Marks the client IDs served and reads `P:clients`.
+    func clientActivity(clientIDs: [String], now: Int64) throws(RedisError) -> [String: NotificationStore
+        .ClientActivity]
 }
 
 extension NotificationStoring {
+    /// A store without `P:clients` (the in-process stand-ins) records nothing.
+    public func recordClientNotification(clientID: String, at: Int64) throws(RedisError) {}
+
+    /// A store without `P:clients` holds nothing.
+    public func clientActivity(clientIDs: [String], now: Int64) throws(RedisError) -> [String: NotificationStore
+        .ClientActivity]
+    { [:] }
+
     /// Whether the store answers now.
     public func ping() -> Bool { probe() == nil }
 }

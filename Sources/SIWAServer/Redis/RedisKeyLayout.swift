@@ -67,6 +67,10 @@ public struct RedisKeyLayout: Sendable, Equatable {
     /// `P:notifications`: the channel of accepted notifications.
     public var notifications: String { prefix + ":notifications" }
 
+    /// `P:clients`: per client ID, the last genuine notification and since when it is
+    /// served (the silence figures; not part of the contract).
+    public var clients: String { prefix + ":clients" }
+
     /// `P:replication-probe`: the channel of the probe `PUBLISH` that moves a connection's
     /// replication offset to now (nobody reads it).
     public var replicationProbe: String { prefix + ":replication-probe" }

@@ -28,6 +28,8 @@ public final class NotificationResponder: Sendable {
     public let breaker: RedisCircuitBreaker
     /// The last reading of the deletions stream, for /metrics (nil: no deletion figures).
     let deletionDuty: DeletionDutyMonitor?
+    /// Per client ID: genuine notifications, the last one's time, refusals by reason.
+    public let clientTraffic: ClientTraffic
 
     /// The parts come built and wired (see serve's `ServeAssembly`): the responder starts
     /// nothing and builds nothing.
@@ -50,6 +52,9 @@ public final class NotificationResponder: Sendable {
         self.primaryLocator = primaryLocator
         self.clusterLocator = clusterLocator
         self.deletionDuty = deletionDuty
+        self.clientTraffic = ClientTraffic(
+            silenceAlertSeconds: configuration.silence.alertSeconds(clientIDs: configuration.clientIDs),
+            startedAt: clock.wallMilliseconds())
     }
 
     /// What one request came to, for the response, the metrics and the log line.
@@ -69,6 +74,11 @@ public final class NotificationResponder: Sendable {
     public func handle(_ request: FastCGIRequest) -> FastCGIResponse {
         let started = clock.monotonic()
         let result = route(request)
+        if result.status == 200, request.path == configuration.requests.notificationPath,
+            let clientID = result.clientID
+        {
+            recordGenuine(clientID: clientID, stored: result.outcome != "spooled")
+        }
         let elapsed = clock.monotonic() - started
         let seconds = elapsed.inSeconds
         metrics.recordRequest(
@@ -105,9 +115,11 @@ public final class NotificationResponder: Sendable {
         switch body {
         case .complete(let complete): bytes = complete
         case .tooLarge:
+            clientTraffic.recordRefusal(label: ClientTraffic.noneLabel, reason: .malformed)
             return refusal(VerificationError(.bodyTooLarge, "the body is over the limit"))
         case .incomplete:
             // The peer went away mid-body: nothing to decide, nothing stored.
+            clientTraffic.recordRefusal(label: ClientTraffic.noneLabel, reason: .malformed)
             return Self.status(400, "refused", errorCode: "body_incomplete")
         }
 
@@ -115,7 +127,17 @@ public final class NotificationResponder: Sendable {
         do {
             notification = try verifier.verify(body: bytes, keys: keys, now: clock.wallSeconds())
         } catch {
-            return refusal(error)
+            let reason = ClientTraffic.RefusalReason(error.code)
+            // A body that is not a well-formed token (most internet noise) is not parsed again.
+            let audience = reason == .malformed ? nil : verifier.unverifiedAudience(of: bytes)
+            clientTraffic.recordRefusal(label: clientTraffic.label(ofAudience: audience), reason: reason)
+            var refused = refusal(error)
+            // The signature checked out before the audience: this `aud` is Apple's, the
+            // client ID missing from SIWA_CLIENT_IDS, and the operator needs its name.
+            if error.code == .audNotServed, let audience, audience.utf8.count <= 255 {
+                refused.logFields.append(("aud", .string(audience)))
+            }
+            return refused
         }
 
         var result = Reply(
@@ -188,6 +210,43 @@ public final class NotificationResponder: Sendable {
         return result
     }
 
+    /// A genuine notification answered 200: counted; written to `P:clients` at most once a
+    /// minute per client ID when it reached Redis (best effort: the figures are about
+    /// delivery, a failed write loses nothing a user needs).
+    func recordGenuine(clientID: String, stored: Bool) {
+        let now = clock.wallMilliseconds()
+        guard clientTraffic.recordGenuine(clientID: clientID, at: now), stored, !breaker.isOpen else { return }
+        loadClientActivity()
+        do {
+            try stores.withStore { store throws(RedisError) in
+                try store.recordClientNotification(clientID: clientID, at: now)
+            }
+        } catch {
+            EventLog.event(
+                "client_activity_not_recorded", level: "warning",
+                [("error", .string(error.code.rawValue)), ("client_id", .string(clientID))])
+        }
+    }
+
+    /// Reads `P:clients` once (when Redis answers), so a silence that began before this
+    /// process started, or on another node, is not forgotten.
+    public func loadClientActivity() {
+        guard clientTraffic.needsLoading, !breaker.isOpen else { return }
+        do {
+            let activity = try stores.withStore { store throws(RedisError) in
+                try store.clientActivity(clientIDs: clientTraffic.clientIDs, now: clock.wallMilliseconds())
+            }
+            clientTraffic.load(activity)
+        } catch {
+            // A refusal (an ACL without HSETNX or HGETALL) would come back at every try:
+            // said once, and this process's own figures are used from then on.
+            if !error.isConnectionError { clientTraffic.load([:]) }
+            EventLog.event(
+                "client_activity_not_read", level: "warning",
+                [("error", .string(error.code.rawValue)), ("reason", .string(error.operatorMessage))])
+        }
+    }
+
     func health() -> Reply {
         let keyCount = keys.usableKeyCount
         let redis = breaker.health(within: Self.healthPingBound)
@@ -226,7 +285,8 @@ public final class NotificationResponder: Sendable {
             status: 200, outcome: "metrics",
             body: text + keys.metricsText() + (primaryLocator?.metricsText() ?? "")
                 + (clusterLocator?.metricsText() ?? "")
-                + (deletionDuty?.metricsText(now: clock.wallMilliseconds()) ?? ""),
+                + (deletionDuty?.metricsText(now: clock.wallMilliseconds()) ?? "")
+                + ServerMetrics.renderClients(clientTraffic, now: clock.wallMilliseconds()),
             contentType: "text/plain; version=0.0.4")
     }
 

@@ -26,6 +26,8 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var spool: SpoolSettings
     /// What a request may be and how it is answered.
     public var requests: RequestSettings
+    /// How long each client ID may go without a genuine notification before the alert.
+    public var silence: SilenceSettings
     /// `SIWA_*` names that are not settings (misspelt?): logged as a warning at start.
     public var unknownSettings: [String]
 
@@ -147,6 +149,14 @@ public struct ServerConfiguration: Sendable, Equatable {
                 .redisSentinelTLS, default: "no",
                 "`yes`: the sentinels are reached over TLS too (the same CA, client certificate and server name)",
                 yesOrNo),
+            .integer(
+                .silenceAlertHours, default: SilenceSettings.defaultAlertHours, in: SilenceSettings.alertHoursRange,
+                "hours without a genuine notification for a client ID before `SIWANotificationsSilent` fires (0: never); exported as `siwa_client_silence_alert_seconds`"
+            ),
+            .optional(
+                .silenceAlertHoursByClient, shown: "(none)",
+                "`client_id=hours,...`: the same per client ID of `SIWA_CLIENT_IDS` (a small app hears rarely, a large one daily)",
+                silenceHoursByClient),
         ] + ReconcileConfiguration.appleSettings
 
     /// Reads the settings from `environment`, after the lines of `envFile` (`NAME=value`,
@@ -180,6 +190,18 @@ public struct ServerConfiguration: Sendable, Equatable {
         requests = RequestSettings(
             notificationPath: try parsed[.notificationPath], leeway: try parsed[.leeway],
             retryAfter: try parsed[.retryAfter])
+        silence = SilenceSettings(
+            defaultHours: try parsed[.silenceAlertHours], hoursByClient: try parsed[.silenceAlertHoursByClient] ?? [:])
+        if let stranger = silence.hoursByClient.keys.sorted().first(where: { !clientIDs.contains($0) }) {
+            throw ConfigurationError(
+                setting: SettingKey<[String: Int]?>.silenceAlertHoursByClient.name,
+                "names \(stranger), which is not in SIWA_CLIENT_IDS")
+        }
+        if let reserved = [ClientTraffic.unlistedLabel, ClientTraffic.noneLabel].first(where: clientIDs.contains) {
+            throw ConfigurationError(
+                setting: SettingKey<Set<String>>.clientIDs.name,
+                "holds \(reserved), the metrics' label for refusals of other client IDs")
+        }
     }
 
     /// The `SIWA_*` values of `environment`, after the lines of `envFile` (`NAME=value`,
@@ -403,9 +425,43 @@ public struct RequestSettings: Sendable, Equatable {
     public var retryAfter: Duration
 }
 
+/// The silence alert's threshold per client ID: `SIWA_SILENCE_ALERT_HOURS`, overridden per
+/// client ID by `SIWA_SILENCE_ALERT_HOURS_BY_CLIENT`.
+public struct SilenceSettings: Sendable, Equatable {
+    /// A week: a small app may see no consent revocation for days; a week of nothing is
+    /// worth a look at the registration (docs/operations.md says how to choose).
+    public static let defaultAlertHours = 168
+    public static let alertHoursRange = 0...8760
+    public var defaultHours: Int
+    public var hoursByClient: [String: Int]
+
+    /// Seconds per client ID (0: no silence alert).
+    public func alertSeconds(clientIDs: Set<String>) -> [String: Int] {
+        Dictionary(uniqueKeysWithValues: clientIDs.map { ($0, (hoursByClient[$0] ?? defaultHours) * 3600) })
+    }
+}
+
 // MARK: - The parsers of the table
 
 extension ServerConfiguration {
+    @Sendable static func silenceHoursByClient(_ text: String) throws(SettingProblem) -> [String: Int] {
+        var hours: [String: Int] = [:]
+        for item in text.split(separator: ",") {
+            let pair = item.trimmingCharacters(in: .whitespaces)
+            guard let equals = pair.lastIndex(of: "="),
+                UserKeyPart.isValidClientID(String(pair[..<equals])),
+                let value = Int(pair[pair.index(after: equals)...]),
+                SilenceSettings.alertHoursRange.contains(value), hours[String(pair[..<equals])] == nil
+            else {
+                throw SettingProblem(
+                    "must be `client_id=hours,...`, each client ID once, hours from \(SilenceSettings.alertHoursRange.lowerBound) to \(SilenceSettings.alertHoursRange.upperBound)"
+                )
+            }
+            hours[String(pair[..<equals])] = value
+        }
+        return hours
+    }
+
     @Sendable static func clientIDList(_ text: String) throws(SettingProblem) -> Set<String> {
         let list = text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
         guard !list.isEmpty, list.allSatisfy(UserKeyPart.isValidClientID) else {

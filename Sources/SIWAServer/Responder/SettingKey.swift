@@ -76,6 +76,11 @@ extension SettingKey where Value == Int {
     public static var appleTimeout: Self { Self("SIWA_APPLE_TIMEOUT_SECONDS") }
     public static var appleAttempts: Self { Self("SIWA_APPLE_ATTEMPTS") }
     public static var appleRetryDelay: Self { Self("SIWA_APPLE_RETRY_DELAY_MS") }
+    public static var silenceAlertHours: Self { Self("SIWA_SILENCE_ALERT_HOURS") }
+}
+
+extension SettingKey where Value == [String: Int]? {
+    public static var silenceAlertHoursByClient: Self { Self("SIWA_SILENCE_ALERT_HOURS_BY_CLIENT") }
 }
 
 extension SettingKey where Value == [RedisPrimaryLocator.Sentinel]? {

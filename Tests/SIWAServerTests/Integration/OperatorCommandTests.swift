@@ -162,12 +162,26 @@ struct StatusCommandTests {
     func healthy() throws {
         let stack = try ServeStack()
         defer { stack.shutdown() }
+        #expect(try stack.post(try stack.body(type: "consent-revoked", sub: "000021.s.0002")).status == 200)
         let table = try CommandRun.endpoint(["status", "--socket", stack.socketPath])
         #expect(table.status == 0, "\(table.errors)")
         #expect(
-            table.lines == [
+            Array(table.lines.prefix(6)) == [
                 "socket       \(stack.socketPath)", "health       ok", "keys         1 of Apple's signing keys loaded",
                 "redis        ok", "spool depth  0 notifications waiting for Redis", "",
+            ])
+        // Per client ID, from /metrics: the genuine one, the silent one, the unlisted aud.
+        let app = try #require(table.lines.first { $0.hasPrefix("client com.example.app  ") })
+        #expect(
+            app.contains("  1 genuine since start; last 20") && app.hasSuffix("; alert after 7 d 0 h; refused: none"))
+        let watch = try #require(table.lines.first { $0.hasPrefix("client com.example.watch  ") })
+        #expect(
+            watch.contains("  0 genuine since start; none yet (served for ")
+                && watch.hasSuffix("; alert after 7 d 0 h; refused: none"))
+        #expect(
+            table.lines.suffix(2) == [
+                "aud not listed            0 Apple-signed notifications refused for a client ID not in SIWA_CLIENT_IDS",
+                "",
             ])
         let json = try CommandRun.endpoint(["status", "--json"], environment: ["SIWA_FCGI_SOCKET": stack.socketPath])
         #expect(json.status == 0)

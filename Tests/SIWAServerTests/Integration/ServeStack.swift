@@ -108,10 +108,14 @@ final class ServeStack {
 
     func streamLength() throws -> Int64 { try redisConnection().command("XLEN", "siwa:events").integer ?? -1 }
 
-    /// Every key and its type: what "Redis untouched" is compared with.
+    /// Every key and its type: what "Redis untouched" is compared with. `siwa:clients` (the
+    /// silence figures' bookkeeping: since when each client ID is served, written once when
+    /// Redis first answers a scrape) holds no notification's state and is left out.
     func redisSnapshot() throws -> [String] {
         let connection = redisConnection()
-        let keys = (try connection.command("KEYS", "*").array ?? []).compactMap(\.string).sorted()
+        let keys = (try connection.command("KEYS", "*").array ?? []).compactMap(\.string).filter {
+            $0 != "siwa:clients"
+        }.sorted()
         return try keys.map { key in "\(key)=\(try connection.command("TYPE", key).string ?? "?")" }
     }
 
