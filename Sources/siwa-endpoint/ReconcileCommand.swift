@@ -58,6 +58,20 @@ enum ReconcileCommand {
     }
 
     /// `--rate` (reconcile's and revoke's): requests per second within `allowedRates`, 5 by default.
+    /// The client every command that calls Apple's token endpoints uses (reconcile, revoke,
+    /// canary, transfer): the team's client secret, the CA file and timeout, the retries, and
+    /// `pacer` before every request.
+    static func appleClient(_ configuration: ReconcileConfiguration, pacer: Pacer) -> AppleTokenCheck {
+        AppleTokenCheck(
+            tokenURL: configuration.tokenURL,
+            secret: AppleClientSecret(
+                teamID: configuration.teamID, keyID: configuration.keyID, key: configuration.privateKey),
+            fetcher: HTTPSFetcher(
+                caFilePath: configuration.caFile, timeoutSeconds: Double(configuration.timeoutSeconds)),
+            attempts: configuration.attempts, retryDelayMilliseconds: configuration.retryDelayMilliseconds,
+            beforeRequest: { pacer.wait() })
+    }
+
     static func rate(_ arguments: CommandLineArguments) throws -> Double {
         guard let text = arguments.value("--rate") else { return 5 }
         guard let value = Double(text), allowedRates.contains(value) else {
@@ -121,15 +135,7 @@ private final class Run {
         store = ReconcileStore(
             connection: OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.keyPrefix),
             keyPrefix: configuration.keyPrefix, streamMaximumLength: configuration.streamMaximumLength)
-        let pacer = Pacer(interval: .seconds(1 / rate))
-        check = AppleTokenCheck(
-            tokenURL: configuration.tokenURL,
-            secret: AppleClientSecret(
-                teamID: configuration.teamID, keyID: configuration.keyID, key: configuration.privateKey),
-            fetcher: HTTPSFetcher(
-                caFilePath: configuration.caFile, timeoutSeconds: Double(configuration.timeoutSeconds)),
-            attempts: configuration.attempts, retryDelayMilliseconds: configuration.retryDelayMilliseconds,
-            beforeRequest: { pacer.wait() })
+        check = ReconcileCommand.appleClient(configuration, pacer: Pacer(interval: .seconds(1 / rate)))
     }
 
     func reconcile(_ file: UnsafeMutablePointer<FILE>) -> Int32 {

@@ -58,17 +58,9 @@ extension RevokeCommand {
     /// Apple's `/auth/revoke` with the configured client secret, paced to `rate` per second
     /// (`revoke` and `canary` alike).
     static func revocation(_ configuration: ReconcileConfiguration, rate: Double) -> AppleTokenRevocation {
-        let pacer = Pacer(interval: .seconds(1 / rate))
-        return AppleTokenRevocation(
+        AppleTokenRevocation(
             revokeURL: configuration.revokeURL,
-            client: AppleTokenCheck(
-                tokenURL: configuration.tokenURL,
-                secret: AppleClientSecret(
-                    teamID: configuration.teamID, keyID: configuration.keyID, key: configuration.privateKey),
-                fetcher: HTTPSFetcher(
-                    caFilePath: configuration.caFile, timeoutSeconds: Double(configuration.timeoutSeconds)),
-                attempts: configuration.attempts, retryDelayMilliseconds: configuration.retryDelayMilliseconds,
-                beforeRequest: { pacer.wait() }))
+            client: ReconcileCommand.appleClient(configuration, pacer: Pacer(interval: .seconds(1 / rate))))
     }
 }
 

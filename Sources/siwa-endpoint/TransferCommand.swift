@@ -193,14 +193,7 @@ private final class TransferRun {
         self.pacer = pacer
         migration = AppleUserMigration(
             migrationURL: configuration.migrationURL, clientID: clientID,
-            client: AppleTokenCheck(
-                tokenURL: configuration.tokenURL,
-                secret: AppleClientSecret(
-                    teamID: configuration.teamID, keyID: configuration.keyID, key: configuration.privateKey),
-                fetcher: HTTPSFetcher(
-                    caFilePath: configuration.caFile, timeoutSeconds: Double(configuration.timeoutSeconds)),
-                attempts: configuration.attempts, retryDelayMilliseconds: configuration.retryDelayMilliseconds,
-                beforeRequest: { pacer.wait() }),
+            client: ReconcileCommand.appleClient(configuration, pacer: pacer),
             slowDown: { pacer.slowDown() })
     }
 

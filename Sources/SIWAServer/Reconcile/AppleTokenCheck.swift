@@ -63,24 +63,52 @@ public struct AppleTokenCheck: Sendable {
         }
     }
 
-    private func attemptOnce(clientID: String, refreshToken: String) -> (Verdict, retryable: Bool) {
+    /// How one signed request to Apple ended before its status was read.
+    enum SignedRequest {
+        case answered(HTTPSResponse)
+        /// The client secret could not be signed (the key): a configuration error.
+        case secretFailed
+        /// No answer: the fetcher's error code (`timed_out`, `connect_failed`, ...), worth a retry.
+        case unreachable(String)
+    }
+
+    /// The one way every call to Apple is made: a fresh client secret for `clientID`, the
+    /// pacer's wait, then a POST of the form `form` builds around that secret (with
+    /// `bearerToken` when given). The caller reads the status.
+    func postSigned(
+        _ url: String, clientID: String, bearerToken: String? = nil,
+        form: (_ clientSecret: String) -> [(String, String)]
+    ) -> SignedRequest {
         let clientSecret: String
         do {
             clientSecret = try secret.make(clientID: clientID, issuedAt: nowSeconds())
         } catch {
-            return (.configurationError(code: "client_secret_signing_failed"), false)
+            return .secretFailed
         }
         beforeRequest()
-        let response: HTTPSResponse
         do {
-            response = try fetcher.post(
-                tokenURL,
-                form: [
+            return .answered(
+                try fetcher.post(
+                    url, form: form(clientSecret).map { (name: $0.0, value: $0.1) }, bearerToken: bearerToken))
+        } catch {
+            return .unreachable(error.code.rawValue)
+        }
+    }
+
+    private func attemptOnce(clientID: String, refreshToken: String) -> (Verdict, retryable: Bool) {
+        let response: HTTPSResponse
+        switch postSigned(
+            tokenURL, clientID: clientID,
+            form: { clientSecret in
+                [
                     ("client_id", clientID), ("client_secret", clientSecret), ("grant_type", "refresh_token"),
                     ("refresh_token", refreshToken),
-                ])
-        } catch {
-            return (.unknown(reason: error.code.rawValue), true)
+                ]
+            })
+        {
+        case .answered(let answer): response = answer
+        case .secretFailed: return (.configurationError(code: "client_secret_signing_failed"), false)
+        case .unreachable(let code): return (.unknown(reason: code), true)
         }
         switch response.status {
         case 200:

@@ -42,23 +42,19 @@ public struct AppleTokenRevocation: Sendable {
     }
 
     private func attemptOnce(clientID: String, token: String, kind: TokenKind) -> (Verdict, retryable: Bool) {
-        let clientSecret: String
-        do {
-            clientSecret = try client.secret.make(clientID: clientID, issuedAt: client.nowSeconds())
-        } catch {
-            return (.configurationError(code: "client_secret_signing_failed"), false)
-        }
-        client.beforeRequest()
         let response: HTTPSResponse
-        do {
-            response = try client.fetcher.post(
-                revokeURL,
-                form: [
+        switch client.postSigned(
+            revokeURL, clientID: clientID,
+            form: { clientSecret in
+                [
                     ("client_id", clientID), ("client_secret", clientSecret), ("token", token),
                     ("token_type_hint", kind.rawValue),
-                ])
-        } catch {
-            return (.unknown(reason: error.code.rawValue), true)
+                ]
+            })
+        {
+        case .answered(let answer): response = answer
+        case .secretFailed: return (.configurationError(code: "client_secret_signing_failed"), false)
+        case .unreachable(let code): return (.unknown(reason: code), true)
         }
         switch response.status {
         case 200:

@@ -72,23 +72,19 @@ public final class AppleUserMigration {
     }
 
     private func tokenAttempt() -> (Verdict?, retryable: Bool) {
-        let secret: String
-        do {
-            secret = try client.secret.make(clientID: clientID, issuedAt: client.nowSeconds())
-        } catch {
-            return (.configurationError(code: "client_secret_signing_failed"), false)
-        }
-        client.beforeRequest()
         let response: HTTPSResponse
-        do {
-            response = try client.fetcher.post(
-                client.tokenURL,
-                form: [
+        switch client.postSigned(
+            client.tokenURL, clientID: clientID,
+            form: { clientSecret in
+                [
                     ("grant_type", "client_credentials"), ("scope", Self.scope), ("client_id", clientID),
-                    ("client_secret", secret),
-                ])
-        } catch {
-            return (.unknown(reason: "token_" + error.code.rawValue), true)
+                    ("client_secret", clientSecret),
+                ]
+            })
+        {
+        case .answered(let answer): response = answer
+        case .secretFailed: return (.configurationError(code: "client_secret_signing_failed"), false)
+        case .unreachable(let code): return (.unknown(reason: "token_" + code), true)
         }
         switch response.status {
         case 200:
@@ -130,19 +126,16 @@ public final class AppleUserMigration {
 
     private func attemptOnce(form: [(String, String)], answer: String) -> (Verdict, retryable: Bool) {
         guard let bearer = token?.value else { return (.tokenRefused, false) }
-        let secret: String
-        do {
-            secret = try client.secret.make(clientID: clientID, issuedAt: client.nowSeconds())
-        } catch {
-            return (.configurationError(code: "client_secret_signing_failed"), false)
-        }
-        client.beforeRequest()
         let response: HTTPSResponse
-        do {
-            response = try client.fetcher.post(
-                migrationURL, form: form + [("client_id", clientID), ("client_secret", secret)], bearerToken: bearer)
-        } catch {
-            return (.unknown(reason: error.code.rawValue), true)
+        switch client.postSigned(
+            migrationURL, clientID: clientID, bearerToken: bearer,
+            form: { clientSecret in
+                form + [("client_id", clientID), ("client_secret", clientSecret)]
+            })
+        {
+        case .answered(let answer): response = answer
+        case .secretFailed: return (.configurationError(code: "client_secret_signing_failed"), false)
+        case .unreachable(let code): return (.unknown(reason: code), true)
         }
         switch response.status {
         case 200:
