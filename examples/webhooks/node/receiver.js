@@ -20,6 +20,7 @@ const path = require('node:path');
 
 const TOLERANCE_SECONDS = 300;
 const MAX_BODY_BYTES = 65536;
+const DRAIN_LIMIT_BYTES = 1 << 20; // a larger body is read and dropped, so the client gets the 413, not a reset
 const REVOKING = ['consent-revoked', 'account-deleted'];
 const EMAIL = ['email-disabled', 'email-enabled'];
 
@@ -155,10 +156,15 @@ function main() {
     let size = 0;
     request.on('data', (chunk) => {
       size += chunk.length;
-      if (size > MAX_BODY_BYTES) { answer(413, 'body_too_large'); request.destroy(); } else chunks.push(chunk);
+      if (size <= MAX_BODY_BYTES) chunks.push(chunk);
+      else if (size > DRAIN_LIMIT_BYTES && !response.headersSent) {
+        response.on('finish', () => request.destroy());
+        answer(413, 'body_too_large');
+      }
     });
     request.on('end', () => {
-      if (size > MAX_BODY_BYTES) return;
+      if (response.headersSent) return;
+      if (size > MAX_BODY_BYTES) return answer(413, 'body_too_large');
       const body = Buffer.concat(chunks);
       try {
         const id = verify(keys, request.headers, body);

@@ -34,6 +34,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 TOLERANCE_SECONDS = 300  # the spec's 5 minutes, either way
 MAX_BODY_BYTES = 65536  # siwa-endpoint's bodies are well under 1 kB
+DRAIN_LIMIT_BYTES = 1 << 20  # a larger body is read and dropped, so the client gets the 413, not a reset
 REVOKING = ("consent-revoked", "account-deleted")
 EMAIL = ("email-disabled", "email-enabled")
 
@@ -159,6 +160,9 @@ def make_handler(keys: list, db: sqlite3.Connection):
             except ValueError:
                 return self.answer(411, "length_required")
             if not 0 <= length <= MAX_BODY_BYTES:
+                self.close_connection = True
+                if length <= DRAIN_LIMIT_BYTES:
+                    self.rfile.read(length)
                 return self.answer(413, "body_too_large")
             body = self.rfile.read(length)
             try:

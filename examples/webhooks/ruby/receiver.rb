@@ -24,6 +24,7 @@ require 'webrick'
 
 TOLERANCE_SECONDS = 300
 MAX_BODY_BYTES = 65_536
+DRAIN_LIMIT_BYTES = 1 << 20 # a larger body is read and dropped, so the client gets the 413, not a reset
 REVOKING = %w[consent-revoked account-deleted].freeze
 EMAIL = %w[email-disabled email-enabled].freeze
 # An ed25519 public key as DER (SubjectPublicKeyInfo): this prefix, then the 32 raw bytes.
@@ -165,7 +166,10 @@ server.mount_proc('/') do |request, response|
     warn(JSON.generate({ webhook_id: request['webhook-id'], status: status, outcome: outcome }))
   end
   next answer.call(405, 'method_not_allowed') unless request.request_method == 'POST'
-  next answer.call(413, 'body_too_large') if request.content_length > MAX_BODY_BYTES
+  if request.content_length > MAX_BODY_BYTES
+    request.body { |_chunk| } if request.content_length <= DRAIN_LIMIT_BYTES
+    next answer.call(413, 'body_too_large')
+  end
 
   body = (request.body || '').b
   begin
