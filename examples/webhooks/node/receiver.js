@@ -1,4 +1,3 @@
-#!/usr/bin/env node
 // A siwa-endpoint webhook receiver in Node.js, with node's own `crypto` and `http` only:
 // verify, dedupe on webhook-id, apply by event_time, then 2xx (docs/webhooks.md).
 //

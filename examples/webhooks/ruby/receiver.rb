@@ -1,4 +1,3 @@
-#!/usr/bin/env ruby
 # frozen_string_literal: true
 
 # A siwa-endpoint webhook receiver in Ruby, with the standard library only (openssl, json,
