@@ -171,9 +171,9 @@ public final class RedisClusterLocator: Sendable {
             do {
                 reply = try connection(to: node).command("CLUSTER", "SLOTS")
             } catch {
-                if error.code == .serverError && error.message.contains("cluster support disabled") {
+                if error.reply == .err && error.message.contains("cluster support disabled") {
                     notCluster.append(node.description)
-                } else if error.code == .connectionFailed && error.message.contains("AUTH") {
+                } else if error.isLoginRefused {
                     refusedLogin.append("\(node): \(error.message)")
                 } else {
                     if error.code == .tlsRefused { certificateRefusals.append(error) }

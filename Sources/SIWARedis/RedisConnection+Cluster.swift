@@ -7,7 +7,7 @@ extension RedisConnection {
     static let maximumRedirects = 3
 
     /// Replies that say this node is not, or no longer, where the slot can be written.
-    static let clusterTroublePrefixes = ["READONLY", "CLUSTERDOWN", "MASTERDOWN"]
+    static let clusterTrouble: Set<RedisError.ReplyKind> = [.readOnly, .clusterDown, .masterDown]
 
     /// Connects to the slot's primary (confirmed by ROLE), or stays on it. Twice at most: an
     /// address that fails or is not master is forgotten, so the second try asks the cluster.

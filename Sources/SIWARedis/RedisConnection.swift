@@ -222,10 +222,12 @@ public final class RedisConnection {
     // MARK: - Below: the exchanges
 
     private func login(_ transport: RedisTransport) throws(RedisError) {
+        var authenticated = endpoint.password == nil
         do {
             if let password = endpoint.password {
                 let arguments = ["AUTH"] + (endpoint.username.map { [$0] } ?? []) + [password]
                 _ = try send(arguments.map { Array($0.utf8) }, on: transport)
+                authenticated = true
             }
             if endpoint.database != 0 {
                 _ = try send([Array("SELECT".utf8), Array(String(endpoint.database).utf8)], on: transport)
@@ -235,8 +237,11 @@ public final class RedisConnection {
             // connection must not be used: drop it and start over next time.
             disconnect()
             let step = endpoint.password == nil ? "SELECT \(endpoint.database)" : "AUTH or SELECT"
+            // An error reply to AUTH is a refused login; anything else (SELECT, the socket) is not.
+            let refused = !authenticated && error.code == .serverError
             throw RedisError(
-                .connectionFailed, "\(step) failed on \(target): \(error.message)", cause: .underlying(error))
+                .connectionFailed, "\(step) failed on \(target): \(error.message)",
+                cause: refused ? .loginRefused(error) : .underlying(error))
         }
     }
 
@@ -254,13 +259,15 @@ public final class RedisConnection {
         }
         if case .error(let text) = reply {
             let shown = String(text.prefix(Self.maximumServerErrorLength))
-            if locator != nil, text.hasPrefix("READONLY") || text.contains("READONLY You can't write") {
+            let kind = RedisError.ReplyKind(reply: text)
+            // A script's error from Redis before 7 wraps the READONLY it met in an ERR.
+            if locator != nil, kind == .readOnly || text.contains("READONLY You can't write") {
                 // A demoted primary: a connection problem, so the caller retries on the new one.
                 forgetPrimary()
                 disconnect()
                 throw RedisError(.connectionLost, "\(shown) (the node is a replica now; asking the sentinels again)")
             }
-            if cluster != nil, Self.clusterTroublePrefixes.contains(where: { text.hasPrefix($0) }) {
+            if cluster != nil, let kind, Self.clusterTrouble.contains(kind) {
                 // The node lost the slot's primary role or the cluster is failing over: ask it again.
                 forgetNode()
                 disconnect()

@@ -441,7 +441,7 @@ public final class RedisPrimaryLocator: Sendable {
         let reply: RedisReply
         do {
             reply = try connection.command("SENTINEL", "MASTER", masterName)
-        } catch  where error.code == .serverError && error.message.contains("No such master") {
+        } catch  where error.reply == .err && error.message.contains("No such master") {
             return .unknownMaster
         } catch {
             return .failed(error)
@@ -468,7 +468,7 @@ public final class RedisPrimaryLocator: Sendable {
             case .failed(let error) where error.code == .tlsRefused:
                 refusedTLS.append("\(sentinel): \(error.message)")
                 certificateRefusal = certificateRefusal ?? error.certificateRefusal
-            case .failed(let error) where RedisPrimaryLocator.isLoginRefusal(error):
+            case .failed(let error) where error.isLoginRefused || error.reply == .noAuth:
                 refusedLogin.append("\(sentinel): \(error.message)")
             case .failed(let error): unreachable.append("\(sentinel): \(error.message)")
             }
@@ -496,12 +496,5 @@ public final class RedisPrimaryLocator: Sendable {
                 .sentinelUnreachable, "no sentinel answered (\(unreachable.joined(separator: "; ")))",
                 field: .sentinels)
         }
-    }
-
-    /// A sentinel that wants a password and got none or a wrong one, or got one it does not want.
-    static func isLoginRefusal(_ error: RedisError) -> Bool {
-        let text = error.message
-        return text.contains("NOAUTH") || text.contains("WRONGPASS") || text.contains("invalid password")
-            || text.contains("without any password configured")
     }
 }
