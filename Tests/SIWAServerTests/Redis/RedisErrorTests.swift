@@ -84,7 +84,9 @@ struct RedisErrorTests {
     func loginRefusal() {
         let reply = RedisError(.serverError, "WRONGPASS invalid username-password pair")
         #expect(RedisError(.connectionFailed, "AUTH or SELECT failed", cause: .loginRefused(reply)).isLoginRefused)
-        #expect(!RedisError(.connectionFailed, "AUTH or SELECT failed: WRONGPASS", cause: .underlying(reply)).isLoginRefused)
+        #expect(
+            !RedisError(.connectionFailed, "AUTH or SELECT failed: WRONGPASS", cause: .underlying(reply)).isLoginRefused
+        )
         #expect(!reply.isLoginRefused)
     }
 
