@@ -1,30 +1,50 @@
 import SIWARedis
 import SIWAServer
 
+/// A start that did not get far enough to serve: the exit status to return.
+struct StartRefused: Error {
+    let exitStatus: Int32
+}
+
 extension ServeCommand {
+    /// Builds the topology's locator once, with serve's log lines, and asks it once before
+    /// serving (`locatePrimaryAtStart`, `locateClusterAtStart`): the one value every part
+    /// that talks to Redis gets. A refusal names the setting to fix; a refused certificate is
+    /// returned (an outage, as at run time).
+    static func locateAtStart(
+        _ configuration: ServerConfiguration
+    ) -> Result<(RedisLocator, ServerCertificateRefusal?), StartRefused> {
+        let keyPrefix = configuration.store.keyPrefix
+        let slot = RedisClusterLocator.hashSlot(of: Array(RedisKeyLayout(prefix: keyPrefix).events.utf8))
+        let locator = configuration.redis.locator(
+            keyPrefix: keyPrefix,
+            observers: RedisTopology.Observers(sentinel: logSentinelEvent, cluster: { logClusterEvent($0, slot: slot) })
+        )
+        let found: Result<ServerCertificateRefusal?, StartRefused> =
+            switch locator {
+            case .single: .success(nil)
+            case .sentinel(let sentinels): locatePrimaryAtStart(configuration, sentinels)
+            case .cluster(let cluster): locateClusterAtStart(cluster)
+            }
+        return found.map { (locator, $0) }
+    }
+
     /// With `SIWA_REDIS_CLUSTER_NODES`: asks the cluster once for the slot's primary before
     /// serving. Nodes that do not answer are no reason to refuse to start (notifications
     /// are spooled meanwhile, and /healthz says 503), nor is a node certificate the endpoint
     /// refuses (an outage as at run time: it is returned, for `--check` to report); nodes
     /// that answer but are not a cluster, or refuse the login, and a TLS file of ours that
     /// cannot be used, are a setting to fix (exit status 2, naming it).
-    static func locateClusterAtStart(_ configuration: ServerConfiguration) -> Result<
-        (locator: RedisClusterLocator?, certificateRefusal: ServerCertificateRefusal?), StartRefused
+    static func locateClusterAtStart(_ cluster: RedisClusterLocator) -> Result<
+        ServerCertificateRefusal?, StartRefused
     > {
-        let slot = RedisClusterLocator.hashSlot(
-            of: Array(RedisKeyLayout(prefix: configuration.store.keyPrefix).events.utf8))
-        guard
-            let cluster = OperatorSettings.clusterLocator(
-                configuration.redis, keyPrefix: configuration.store.keyPrefix,
-                observer: { logClusterEvent($0, slot: slot) })
-        else { return .success((nil, nil)) }
         do {
             try cluster.discover()
         } catch  where error.code == .tlsRefused {
             guard let refusal = ServerCertificateRefusal(error) else {
                 return .failure(refuse(setting: (error.field ?? .tlsCAFile).setting, message: error.operatorMessage))
             }
-            return .success((cluster, refusal))
+            return .success(refusal)
         } catch  where error.code != .clusterRefused {
             EventLog.event(
                 "redis_primary_unknown", level: "warning",
@@ -32,7 +52,7 @@ extension ServeCommand {
         } catch {
             return .failure(refuse(setting: (error.field ?? .clusterNodes).setting, message: error.operatorMessage))
         }
-        return .success((cluster, nil))
+        return .success(nil)
     }
 
     /// What the cluster locator reports, as one JSON line each: which node named which owner,
