@@ -150,31 +150,19 @@ public final class RedisClusterLocator: Sendable {
             state.discoveries += 1
             return state.seeds + state.named.filter { !state.seeds.contains($0) }
         }
-        var unreachable: [String] = []
-        var notCluster: [String] = []
-        var uncovered: [String] = []
-        var refusedLogin: [String] = []
-        var stale: [String] = []
-        var certificateRefusals: [RedisError] = []
+        var round = Round(slot: slot)
         var verdicts: [Node: RedisError?] = [:]
         for node in order {
             let reply: RedisReply
             do {
                 reply = try connection(to: node).command("CLUSTER", "SLOTS")
             } catch {
-                if error.reply == .err && error.message.contains("cluster support disabled") {
-                    notCluster.append(node.description)
-                } else if error.isLoginRefused {
-                    refusedLogin.append("\(node): \(error.message)")
-                } else {
-                    if error.code == .tlsRefused { certificateRefusals.append(error) }
-                    unreachable.append("\(node): \(error.message)")
-                }
+                round.recordFailure(error, from: node)
                 continue
             }
             let ranges = Self.slotRanges(reply, askedHost: node.host)
             guard let owner = ranges.first(where: { $0.slots.contains(slot) })?.primary else {
-                uncovered.append(node.description)
+                round.recordUncovered(node)
                 continue
             }
             // One probe per owner in a discovery: nodes that share a stale view (all of them
@@ -182,8 +170,7 @@ public final class RedisClusterLocator: Sendable {
             let verdict = verdicts[owner] ?? unusable(owner)
             verdicts[owner] = verdict
             if let reason = verdict {
-                if reason.code == .tlsRefused { certificateRefusals.append(reason) }
-                stale.append("\(node) named \(owner): \(reason.message)")
+                round.recordStale(node, named: owner, reason)
                 state.withLock { state in
                     if let index = state.seeds.firstIndex(of: node) {
                         state.seeds.remove(at: index)
@@ -208,41 +195,7 @@ public final class RedisClusterLocator: Sendable {
             observer(.primaryFound(node: node, primary: owner, previous: previous))
             return owner
         }
-        if !notCluster.isEmpty {
-            throw RedisError(
-                .clusterRefused,
-                "\(notCluster.joined(separator: ", ")) is not in cluster mode "
-                    + "(cluster-enabled no)", field: .clusterNodes)
-        }
-        if !refusedLogin.isEmpty && unreachable.isEmpty && stale.isEmpty {
-            throw RedisError(
-                .clusterRefused,
-                "the cluster refused the login (\(refusedLogin.joined(separator: "; ")))", field: .url)
-        }
-        if let refused = certificateRefusals.first(where: { $0.certificateRefusal != nil }) ?? certificateRefusals.first
-        {
-            // No node usable, and TLS refused by one at least: the refusal is what to fix
-            // (a certificate or a TLS setting), not an outage that ends by itself.
-            throw RedisError(
-                .tlsRefused,
-                "no cluster node could be used: \((unreachable + stale).joined(separator: "; "))",
-                field: refused.field, certificateRefusal: refused.certificateRefusal)
-        }
-        if !stale.isEmpty {
-            throw RedisError(
-                .connectionFailed,
-                "no node named a slot owner that could be confirmed (\(stale.joined(separator: "; "))"
-                    + (unreachable.isEmpty ? "" : "; unreachable: \(unreachable.joined(separator: "; "))") + ")")
-        }
-        if !uncovered.isEmpty {
-            throw RedisError(
-                .connectionFailed,
-                "no node owns hash slot \(slot) (asked \(uncovered.joined(separator: ", "))); the cluster is down")
-        }
-        throw RedisError(
-            .connectionFailed,
-            "no node answered CLUSTER SLOTS (\(unreachable.joined(separator: "; ")))",
-            field: .clusterNodes)
+        throw round.error
     }
 
     /// A connection to `node` with the cluster's login and TLS (no cluster routing).

@@ -382,6 +382,12 @@ public final class RedisPrimaryLocator: Sendable {
         }
     }
 
+    /// How `sentinel` is reached: its password and TLS, database 0 (discovery and the watchers).
+    func endpoint(of sentinel: Sentinel) -> RedisEndpoint {
+        RedisEndpoint(
+            address: .tcp(host: sentinel.host, port: sentinel.port), password: sentinelPassword, tls: sentinelTLS)
+    }
+
     /// Asks each sentinel in `order`, one after the other.
     private func askEach(_ order: [Sentinel]) -> SentinelTally.Round {
         var round = SentinelTally.Round()
@@ -392,9 +398,7 @@ public final class RedisPrimaryLocator: Sendable {
     /// Asks one sentinel `SENTINEL MASTER <name>`, on a connection of its own.
     private func ask(_ sentinel: Sentinel) -> SentinelTally.Reply {
         let connection = RedisConnection(
-            endpoint: RedisEndpoint(
-                address: .tcp(host: sentinel.host, port: sentinel.port), password: sentinelPassword, tls: sentinelTLS),
-            connectTimeout: timeout, commandTimeout: timeout)
+            endpoint: endpoint(of: sentinel), connectTimeout: timeout, commandTimeout: timeout)
         defer { connection.disconnect() }
         do {
             return SentinelTally.Reply(
