@@ -74,15 +74,6 @@ public final class RedisClusterLocator: Sendable {
         state = Mutex(State(seeds: seeds))
     }
 
-    /// Parses `host:port,host:port,...` (IPv6 hosts in brackets); the error says what is wrong.
-    public static func parseNodes(_ text: String) -> Result<[Node], RedisError> {
-        switch RedisPrimaryLocator.parseSentinels(text) {
-        case .success(let found): .success(found)
-        case .failure(let error):
-            .failure(RedisError(.invalidEndpoint, error.message, field: .clusterNodes))
-        }
-    }
-
     /// Redis Cluster's slot of a key: CRC16 (XMODEM) of the hash tag (the text between
     /// the first `{` and the next `}`, when not empty), else of the whole key, modulo 16384.
     public static func hashSlot(of key: [UInt8]) -> Int {
@@ -159,31 +150,19 @@ public final class RedisClusterLocator: Sendable {
             state.discoveries += 1
             return state.seeds + state.named.filter { !state.seeds.contains($0) }
         }
-        var unreachable: [String] = []
-        var notCluster: [String] = []
-        var uncovered: [String] = []
-        var refusedLogin: [String] = []
-        var stale: [String] = []
-        var certificateRefusals: [RedisError] = []
+        var round = Round(slot: slot)
         var verdicts: [Node: RedisError?] = [:]
         for node in order {
             let reply: RedisReply
             do {
                 reply = try connection(to: node).command("CLUSTER", "SLOTS")
             } catch {
-                if error.code == .serverError && error.message.contains("cluster support disabled") {
-                    notCluster.append(node.description)
-                } else if error.code == .connectionFailed && error.message.contains("AUTH") {
-                    refusedLogin.append("\(node): \(error.message)")
-                } else {
-                    if error.code == .tlsRefused { certificateRefusals.append(error) }
-                    unreachable.append("\(node): \(error.message)")
-                }
+                round.recordFailure(error, from: node)
                 continue
             }
-            let ranges = Self.ranges(reply, askedHost: node.host)
+            let ranges = Self.slotRanges(reply, askedHost: node.host)
             guard let owner = ranges.first(where: { $0.slots.contains(slot) })?.primary else {
-                uncovered.append(node.description)
+                round.recordUncovered(node)
                 continue
             }
             // One probe per owner in a discovery: nodes that share a stale view (all of them
@@ -191,8 +170,7 @@ public final class RedisClusterLocator: Sendable {
             let verdict = verdicts[owner] ?? unusable(owner)
             verdicts[owner] = verdict
             if let reason = verdict {
-                if reason.code == .tlsRefused { certificateRefusals.append(reason) }
-                stale.append("\(node) named \(owner): \(reason.message)")
+                round.recordStale(node, named: owner, reason)
                 state.withLock { state in
                     if let index = state.seeds.firstIndex(of: node) {
                         state.seeds.remove(at: index)
@@ -217,50 +195,12 @@ public final class RedisClusterLocator: Sendable {
             observer(.primaryFound(node: node, primary: owner, previous: previous))
             return owner
         }
-        if !notCluster.isEmpty {
-            throw RedisError(
-                .clusterRefused,
-                "\(notCluster.joined(separator: ", ")) is not in cluster mode "
-                    + "(cluster-enabled no)", field: .clusterNodes)
-        }
-        if !refusedLogin.isEmpty && unreachable.isEmpty && stale.isEmpty {
-            throw RedisError(
-                .clusterRefused,
-                "the cluster refused the login (\(refusedLogin.joined(separator: "; ")))", field: .url)
-        }
-        if let refused = certificateRefusals.first(where: { $0.certificateRefusal != nil }) ?? certificateRefusals.first
-        {
-            // No node usable, and TLS refused by one at least: the refusal is what to fix
-            // (a certificate or a TLS setting), not an outage that ends by itself.
-            throw RedisError(
-                .tlsRefused,
-                "no cluster node could be used: \((unreachable + stale).joined(separator: "; "))",
-                field: refused.field, certificateRefusal: refused.certificateRefusal)
-        }
-        if !stale.isEmpty {
-            throw RedisError(
-                .connectionFailed,
-                "no node named a slot owner that could be confirmed (\(stale.joined(separator: "; "))"
-                    + (unreachable.isEmpty ? "" : "; unreachable: \(unreachable.joined(separator: "; "))") + ")")
-        }
-        if !uncovered.isEmpty {
-            throw RedisError(
-                .connectionFailed,
-                "no node owns hash slot \(slot) (asked \(uncovered.joined(separator: ", "))); the cluster is down")
-        }
-        throw RedisError(
-            .connectionFailed,
-            "no node answered CLUSTER SLOTS (\(unreachable.joined(separator: "; ")))",
-            field: .clusterNodes)
+        throw round.error
     }
 
     /// A connection to `node` with the cluster's login and TLS (no cluster routing).
     private func connection(to node: Node) -> RedisConnection {
-        RedisConnection(
-            endpoint: RedisEndpoint(
-                address: .tcp(host: node.host, port: node.port), username: endpoint.username,
-                password: endpoint.password, tls: endpoint.tls),
-            connectTimeout: timeout, commandTimeout: timeout)
+        RedisConnection(endpoint: endpoint.at(node, database: 0), connectTimeout: timeout, commandTimeout: timeout)
     }
 
     /// Why the owner a node named cannot be used (it does not answer, or its ROLE is not
@@ -273,70 +213,6 @@ public final class RedisClusterLocator: Sendable {
             return role == "master" ? nil : RedisError(.connectionFailed, "ROLE is \(role), not master")
         } catch {
             return error
-        }
-    }
-
-    private struct SlotRange {
-        let slots: ClosedRange<Int>
-        let primary: Node
-        let nodes: [Node]
-    }
-
-    /// `CLUSTER SLOTS`: `[[start, end, [host, port, id, ...], [replica...]...], ...]`. A
-    /// NULL host (`cluster-preferred-endpoint-type unknown-endpoint`) or an empty one (a
-    /// node that does not know its address) means the node asked; `?` (a hostname endpoint
-    /// type with no hostname announced) names no usable node, and is skipped.
-    private static func ranges(_ reply: RedisReply, askedHost: String) -> [SlotRange] {
-        guard let entries = reply.array else { return [] }
-        var ranges: [SlotRange] = []
-        for entry in entries {
-            guard let parts = entry.array, parts.count >= 3, let start = parts[0].integer, let end = parts[1].integer,
-                start <= end
-            else { continue }
-            let named: [Node?] = parts.dropFirst(2).map { part in
-                guard let fields = part.array, fields.count >= 2, let port = fields[1].integer,
-                    (1...65_535).contains(port)
-                else { return nil }
-                let host: String
-                switch fields[0] {
-                case .null: host = askedHost
-                case let field:
-                    guard let text = field.string, text != "?" else { return nil }
-                    host = text.isEmpty ? askedHost : text
-                }
-                return Node(host: host, port: Int(port))
-            }
-            // The first is the range's primary: when it names no usable node, no replica stands in.
-            guard let first = named.first, let primary = first else { continue }
-            ranges.append(SlotRange(slots: Int(start)...Int(end), primary: primary, nodes: named.compactMap { $0 }))
-        }
-        return ranges
-    }
-
-    /// `MOVED <slot> <host:port>` or `ASK <slot> <host:port>`, parsed. An empty host
-    /// (`MOVED 3999 :6381`, a node with no announced endpoint) means the host of the
-    /// connection that got the answer, `connectionHost`; a host of `?` names no usable
-    /// node: the slot moved, where to is unknown (`unknownNode`), and the cluster is asked
-    /// again.
-    public enum Redirect: Equatable {
-        case moved(Node)
-        case ask(Node)
-        case unknownNode
-
-        public init?(reply text: String, connectionHost: String) {
-            let words = text.split(separator: " ", omittingEmptySubsequences: false)
-            guard words.count == 3, words[0] == "MOVED" || words[0] == "ASK",
-                let colon = words[2].lastIndex(of: ":"), let port = Int(words[2][words[2].index(after: colon)...]),
-                (1...65_535).contains(port)
-            else { return nil }
-            var host = String(words[2][..<colon])
-            if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-            if host == "?" {
-                self = .unknownNode
-                return
-            }
-            let node = Node(host: host.isEmpty ? connectionHost : host, port: port)
-            self = words[0] == "MOVED" ? .moved(node) : .ask(node)
         }
     }
 }

@@ -22,25 +22,12 @@ public final class RedisConnection {
     /// Connected, timeout set, authenticated and on the right database.
     var ready = false
 
-    /// With Sentinel: where the primary is. `endpoint` then gives only the database, user
-    /// and password; its host and port are not used.
-    public let locator: RedisPrimaryLocator?
-    /// The primary this connection is on (with a locator).
-    private var connectedPrimary: RedisPrimaryLocator.Primary?
-    /// The locator's generation when this connection confirmed `connectedPrimary`.
-    private var connectedGeneration: UInt64 = 0
-    /// With Redis Cluster: which node owns the contract's slot. `endpoint` then gives only
-    /// the user, password and TLS; its host and port are not used.
-    public let cluster: RedisClusterLocator?
-    /// The cluster node this connection is on (with a cluster locator).
-    var connectedNode: RedisClusterLocator.Node?
-    /// In cluster mode, when the last command was answered through `ASK`: the connection to
-    /// the migration's target that ran it, where what concerns its write (`WAIT`) is asked.
-    var askedConnection: RedisConnection?
-    /// In cluster mode, while the slot moves: the connection to the migration's target, kept
-    /// for the next `ASK` to the same node (not one per redirected command); dropped at
-    /// `MOVED`, when this connection moves to another node, or when it fails.
-    var migrationTarget: (node: RedisClusterLocator.Node, connection: RedisConnection)?
+    /// Where the node is: one Redis at `endpoint`, or the process's Sentinel or Cluster
+    /// locator (then `endpoint` gives only the login, database and TLS; its host and port
+    /// are not used).
+    public let locator: RedisLocator
+    /// What this connection keeps about the node it is on, for its topology.
+    let routing: any RedisRouting
 
     /// The connect and command timeout when none is given (the settings table's default of
     /// the Redis timeout reads it from here).
@@ -50,13 +37,13 @@ public final class RedisConnection {
 
     public init(
         endpoint: RedisEndpoint, connectTimeout: Duration = defaultTimeout, commandTimeout: Duration = defaultTimeout,
-        locator: RedisPrimaryLocator? = nil, cluster: RedisClusterLocator? = nil
+        locator: RedisLocator = .single
     ) {
         self.endpoint = endpoint
         self.connectTimeout = connectTimeout
         self.commandTimeout = commandTimeout
         self.locator = locator
-        self.cluster = cluster
+        routing = locator.routing()
     }
 
     /// Refuses timeouts outside `timeoutRange`, before anything is opened.
@@ -70,75 +57,11 @@ public final class RedisConnection {
     /// Whether the last command left the connection usable (no I/O error since).
     public var isConnected: Bool { ready }
 
-    /// Connects now if not connected; commands call this themselves.
-    ///
-    /// With Sentinel, a connection whose primary changed since it confirmed it (another
-    /// connection found a new one, a sentinel announced `+switch-master`, or the address was
-    /// forgotten after a failure) is closed and the command refused with `connectionLost`:
-    /// nothing more goes to a node the sentinels may have demoted, and a caller that waits for
-    /// replicas (`WAIT`) never counts them on a different node than its write. The next
-    /// command connects to the primary the locator names now.
+    /// Connects now if not connected; commands call this themselves. With Sentinel or
+    /// Cluster, to the node the locator names, confirmed by `ROLE` (see `SentinelRouting`,
+    /// `ClusterRouting`).
     public func connect() throws(RedisError) {
-        if let cluster {
-            try connectToSlotOwner(cluster)
-            return
-        }
-        if ready {
-            guard let locator, locator.generation != connectedGeneration else { return }
-            let left = connectedPrimary.map(\.description) ?? "(unknown)"
-            disconnect()
-            throw RedisError(
-                .connectionLost,
-                "the Redis primary changed (this connection was on \(left), the sentinels name "
-                    + "\(locator.current.map(\.description) ?? "none yet")); reconnecting")
-        }
-        if let locator {
-            try connectToPrimary(locator)
-            return
-        }
-        try open(endpoint.address)
-        ready = true
-    }
-
-    /// Connects to the primary the locator names and confirms it with ROLE. Twice at most:
-    /// an address that fails is forgotten, so the second try asks the sentinels again (and a
-    /// discovery goes on to the next sentinel when an address is not a master).
-    private func connectToPrimary(_ locator: RedisPrimaryLocator) throws(RedisError) {
-        var lastError = RedisError(.connectionFailed, "no Redis primary")
-        for _ in 0..<2 {
-            do {
-                let (primary, generation) = try locator.primary { candidate throws(RedisError) in
-                    try self.openAndAskRole(candidate)
-                }
-                connectedPrimary = primary
-                connectedGeneration = generation
-                ready = true
-                return
-            } catch {
-                disconnect()
-                lastError = error
-                // The sentinels answered, but not about a usable primary: asking again now finds the same.
-                if !error.isConnectionError { break }
-            }
-        }
-        throw lastError
-    }
-
-    /// Opens a connection to `candidate` (closing any other) and asks its ROLE.
-    private func openAndAskRole(_ candidate: RedisPrimaryLocator.Primary) throws(RedisError)
-        -> RedisPrimaryLocator.Role
-    {
-        disconnect()
-        connectedPrimary = candidate
-        do {
-            try open(.tcp(host: candidate.host, port: candidate.port))
-            let role = try confirmPrimary()
-            if role != .master { disconnect() }
-            return role
-        } catch {
-            disconnect()
-            throw error
-        }
+        try routing.connect(self)
     }
 
     /// Sentinel's answer may be stale during a failover, or come from a sentinel that missed
@@ -169,11 +92,15 @@ public final class RedisConnection {
     }
 
     /// The primary this connection uses (with Sentinel), else nil.
-    public var primary: RedisPrimaryLocator.Primary? { ready ? connectedPrimary : nil }
+    public var primary: RedisNodeAddress? {
+        guard ready, case .sentinel = locator else { return nil }
+        return routing.node
+    }
 
-    /// The node failed or is no longer the primary: the next connection asks the sentinels.
-    private func forgetPrimary() {
-        if let locator, let connectedPrimary { locator.forget(connectedPrimary) }
+    /// The cluster node this connection uses (in cluster mode), else nil.
+    public var clusterNode: RedisNodeAddress? {
+        guard ready, case .cluster = locator else { return nil }
+        return routing.node
     }
 
     /// Sends one command; arguments are binary safe. A top-level error reply throws
@@ -182,18 +109,24 @@ public final class RedisConnection {
     /// With Sentinel, a reply that arrives after the primary changed is not trusted (the node
     /// may have run the command after the sentinels demoted it, as a node paused past a
     /// failover does when it resumes): the connection is closed and `connectionLost` thrown.
+    /// In a cluster, `MOVED` and `ASK` are followed.
     public func command(_ arguments: [[UInt8]]) throws(RedisError) -> RedisReply {
-        if let cluster { return try clusterCommand(arguments, cluster) }
+        try routing.command(arguments, on: self)
+    }
+
+    /// A keyless command about the write the previous command made (`WAIT`, which counts the
+    /// replicas holding what one connection wrote; the `PUBLISH` that moves its offset), sent
+    /// where that write ran (see `ClusterRouting.commandAboutLastWrite`). Outside cluster
+    /// mode, `command`.
+    public func commandAboutLastWrite(_ arguments: String...) throws(RedisError) -> RedisReply {
+        try routing.commandAboutLastWrite(arguments.map { Array($0.utf8) }, on: self)
+    }
+
+    /// Connects (or stays), then sends the command on this connection's socket.
+    func sendHere(_ arguments: [[UInt8]]) throws(RedisError) -> RedisReply {
         try connect()
         guard let transport else { throw RedisError(.connectionLost, "no Redis connection") }
-        let reply = try send(arguments, on: transport)
-        if let locator, locator.generation != connectedGeneration {
-            let left = connectedPrimary.map(\.description) ?? "(unknown)"
-            disconnect()
-            throw RedisError(
-                .connectionLost, "the Redis primary changed while \(left) ran the command; its answer is not used")
-        }
-        return reply
+        return try send(arguments, on: transport)
     }
 
     /// Sends one command whose arguments are text.
@@ -222,10 +155,12 @@ public final class RedisConnection {
     // MARK: - Below: the exchanges
 
     private func login(_ transport: RedisTransport) throws(RedisError) {
+        var authenticated = endpoint.password == nil
         do {
             if let password = endpoint.password {
                 let arguments = ["AUTH"] + (endpoint.username.map { [$0] } ?? []) + [password]
                 _ = try send(arguments.map { Array($0.utf8) }, on: transport)
+                authenticated = true
             }
             if endpoint.database != 0 {
                 _ = try send([Array("SELECT".utf8), Array(String(endpoint.database).utf8)], on: transport)
@@ -235,8 +170,11 @@ public final class RedisConnection {
             // connection must not be used: drop it and start over next time.
             disconnect()
             let step = endpoint.password == nil ? "SELECT \(endpoint.database)" : "AUTH or SELECT"
+            // An error reply to AUTH is a refused login; anything else (SELECT, the socket) is not.
+            let refused = !authenticated && error.code == .serverError
             throw RedisError(
-                .connectionFailed, "\(step) failed on \(target): \(error.message)", cause: .underlying(error))
+                .connectionFailed, "\(step) failed on \(target): \(error.message)",
+                cause: refused ? .loginRefused(error) : .underlying(error))
         }
     }
 
@@ -248,23 +186,16 @@ public final class RedisConnection {
             // The stream may hold half a reply: it is never used again.
             self.transport = nil
             ready = false
-            forgetPrimary()
-            forgetNode()
+            routing.connectionFailed()
             throw failure(.connectionLost, error)
         }
         if case .error(let text) = reply {
             let shown = String(text.prefix(Self.maximumServerErrorLength))
-            if locator != nil, text.hasPrefix("READONLY") || text.contains("READONLY You can't write") {
-                // A demoted primary: a connection problem, so the caller retries on the new one.
-                forgetPrimary()
+            // The node is no longer where to write (a demoted primary, a cluster in trouble):
+            // a connection problem, so the caller retries where the locator names next.
+            if let moved = routing.nodeTrouble(reply: text, shown: shown) {
                 disconnect()
-                throw RedisError(.connectionLost, "\(shown) (the node is a replica now; asking the sentinels again)")
-            }
-            if cluster != nil, Self.clusterTroublePrefixes.contains(where: { text.hasPrefix($0) }) {
-                // The node lost the slot's primary role or the cluster is failing over: ask it again.
-                forgetNode()
-                disconnect()
-                throw RedisError(.connectionLost, "\(shown) (on \(target); asking the cluster again)")
+                throw moved
             }
             throw RedisError(.serverError, shown)
         }
@@ -290,10 +221,6 @@ public final class RedisConnection {
             certificateRefusal: problem.certificateRefusal)
     }
 
-    /// What the messages name: the endpoint, or the primary the sentinels gave.
-    var target: String {
-        if cluster != nil { return "the cluster node \(connectedNode.map(\.description) ?? "(unknown)")" }
-        guard locator != nil else { return endpoint.description }
-        return "the Redis primary \(connectedPrimary.map(\.description) ?? "(unknown)") (from the sentinels)"
-    }
+    /// What the messages name: the endpoint, the primary the sentinels gave, or the cluster node.
+    var target: String { routing.target ?? endpoint.description }
 }

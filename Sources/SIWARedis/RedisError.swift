@@ -15,6 +15,8 @@ public struct RedisError: CodedError {
     /// When the server's certificate was refused: what it must chain to and which configured
     /// thing gave the name it must carry, for the application to word beside the message.
     public let certificateRefusal: CertificateRefusal?
+    /// The kind of Redis's error reply (its first word), for a `serverError`; nil otherwise.
+    public let reply: ReplyKind?
 
     public init(
         _ code: Code, _ message: String, cause: Cause? = nil, field: Field? = nil,
@@ -25,6 +27,7 @@ public struct RedisError: CodedError {
         self.cause = cause
         self.field = field
         self.certificateRefusal = certificateRefusal
+        reply = code == .serverError ? ReplyKind(reply: message) : nil
     }
 
     /// What a refused server certificate had to satisfy, as configured: the message keeps
@@ -72,8 +75,17 @@ public struct RedisError: CodedError {
     public indirect enum Cause: Sendable {
         /// hiredis' context error code (`REDIS_ERR_IO`, `REDIS_ERR_EOF`, `REDIS_ERR_PROTOCOL`...).
         case hiredis(code: Int32)
-        /// An earlier failure this one wraps (an AUTH or SELECT refused while logging in).
+        /// An earlier failure this one wraps (a SELECT refused while logging in).
         case underlying(RedisError)
+        /// The server's error reply to the AUTH sent while logging in: a wrong user or password,
+        /// or a password the server does not want.
+        case loginRefused(RedisError)
+    }
+
+    /// The server refused the AUTH this connection sent when it logged in.
+    public var isLoginRefused: Bool {
+        if case .loginRefused = cause { return true }
+        return false
     }
 
     /// True when the failure is about reaching Redis, not about what Redis answered:
@@ -86,41 +98,15 @@ public struct RedisError: CodedError {
             || code == .clusterRefused
     }
 
-    /// Server replies that say "not now" rather than "never": Redis loading its data after a
-    /// restart, a busy script, out of memory, a read-only replica, a cluster in trouble.
-    static let transientReplyPrefixes = [
-        "LOADING", "BUSY", "OOM", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS", "MISCONF",
-    ]
-
     /// True when the same command may succeed later: connection trouble or a transient reply.
     /// False for what would fail again the same way (a key of the wrong type, a script error).
     public var isTransient: Bool {
-        isConnectionError || code == .replicaShortfall
-            || (code == .serverError && Self.transientReplyPrefixes.contains { message.hasPrefix($0) })
+        isConnectionError || code == .replicaShortfall || reply?.isTransient == true
     }
-
-    /// True only for a refusal known to be about one record, which the same record would
-    /// meet again whatever is fixed in the deployment: the user's own hash of the wrong type
-    /// (written by another program: the apply script's `userKeyWrongTypeReply`), or a sub
-    /// that would break the key layout. Everything else is about the deployment: the spool
-    /// keeps the record, in order, and retries. That includes every other `WRONGTYPE`: a
-    /// shared key such as the events stream of the wrong type refuses every record alike, as
-    /// do NOPERM, NOAUTH, `ERR max number of clients reached`, a script error every call
-    /// hits and a reply of an unexpected shape.
-    public var isRecordSpecific: Bool {
-        code == .unsafeKey || (code == .serverError && message.hasPrefix(Self.userKeyWrongTypeReply))
-    }
-
-    /// The apply script's refusal when the user's own hash holds another type: the one
-    /// `WRONGTYPE` that is about one record.
-    public static let userKeyWrongTypeReply = "WRONGTYPE the user key does not hold a hash"
 
     /// The first word of Redis's reply (`NOPERM`, `NOAUTH`, `WRONGPASS`, `ERR`, ...), or the
     /// code for failures that are not a reply: what an operator searches for first.
-    public var replyKind: String {
-        guard code == .serverError, let word = message.split(separator: " ").first else { return code.rawValue }
-        return String(word)
-    }
+    public var replyKind: String { reply?.word ?? code.rawValue }
 
     /// A stable, machine-readable error code. New codes break no caller.
     public struct Code: ErrorCode {

@@ -29,17 +29,7 @@ public final class RedisPrimaryLocator: Sendable {
     public typealias Sentinel = RedisNodeAddress
 
     /// A primary's address as the sentinels gave it.
-    public struct Primary: Sendable, Hashable, CustomStringConvertible {
-        public let host: String
-        public let port: Int
-
-        public init(host: String, port: Int) {
-            self.host = host
-            self.port = port
-        }
-
-        public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
-    }
+    public typealias Primary = RedisNodeAddress
 
     /// What a node's `ROLE` said.
     public enum Role: Sendable, Equatable, CustomStringConvertible {
@@ -159,42 +149,6 @@ public final class RedisPrimaryLocator: Sendable {
         self.timeout = timeout
         self.observer = observer
         state = Mutex(State(sentinels: sentinels))
-    }
-
-    /// Parses `host:port,host:port,...` (IPv6 hosts in brackets); the error says what is wrong.
-    public static func parseSentinels(_ text: String) -> Result<[Sentinel], RedisError> {
-        var sentinels: [Sentinel] = []
-        for item in text.split(separator: ",") {
-            let entry = item.trimmingCharacters(in: .whitespaces)
-            let host: Substring
-            let portText: Substring
-            if entry.hasPrefix("["), let close = entry.firstIndex(of: "]") {
-                host = entry[entry.index(after: entry.startIndex)..<close]
-                let rest = entry[entry.index(after: close)...]
-                guard rest.hasPrefix(":") else { return .failure(invalid("'\(entry)' has no :port")) }
-                portText = rest.dropFirst()
-            } else if let colon = entry.lastIndex(of: ":") {
-                host = entry[..<colon]
-                portText = entry[entry.index(after: colon)...]
-            } else {
-                return .failure(invalid("'\(entry)' has no :port"))
-            }
-            guard !host.isEmpty, !host.contains(where: { $0 == " " || $0 == "/" || $0 == "@" }) else {
-                return .failure(invalid("'\(entry)' has no usable host"))
-            }
-            guard portText.allSatisfy({ $0.isASCII && $0.isNumber }), let port = Int(portText),
-                (1...65_535).contains(port)
-            else {
-                return .failure(invalid("'\(entry)' needs a port from 1 to 65535"))
-            }
-            sentinels.append(Sentinel(host: String(host), port: port))
-        }
-        guard !sentinels.isEmpty else { return .failure(invalid("names no sentinel")) }
-        return .success(sentinels)
-    }
-
-    private static func invalid(_ message: String) -> RedisError {
-        RedisError(.invalidEndpoint, "\(message) (expected host:port,host:port,...)", field: .sentinels)
     }
 
     /// The sentinels, in the order they will be asked next.
@@ -317,90 +271,95 @@ public final class RedisPrimaryLocator: Sendable {
             state.discoveries += 1
             return (state.sentinels, state.suspicions)
         }
-        var asked = SentinelRound()
-        for sentinel in order { asked.record(ask(sentinel), from: sentinel) }
-        if asked.answers.isEmpty { throw asked.noAnswerError(masterName: masterName) }
         let tally = SentinelTally(configured: order.count)
-        let highestEpoch = asked.answers.map(\.configEpoch).max() ?? 0
-        let candidates: [(sentinel: Sentinel, primary: Primary)]
-        switch tally.verdict(asked.answers) {
-        case .unsettled(let reason):
-            throw RedisError(.sentinelsUnsettled, "no primary is used yet: \(reason)")
-        case .candidates(let found, let behind):
-            candidates = found
-            for answer in behind {
-                state.withLock { state in
-                    state.staleAnswers += 1
-                    state.moveToBack(answer.sentinel)
-                }
-                observer?(
-                    .sentinelBehind(
-                        sentinel: answer.sentinel, primary: answer.primary, configEpoch: answer.configEpoch,
-                        highest: asked.answers.map(\.configEpoch).max() ?? answer.configEpoch))
+        let settled = try tally.settle(askEach(order), masterName: masterName)
+        for answer in settled.behind {
+            state.withLock { state in
+                state.staleAnswers += 1
+                state.moveToBack(answer.sentinel)
             }
+            observer?(
+                .sentinelBehind(
+                    sentinel: answer.sentinel, primary: answer.primary, configEpoch: answer.configEpoch,
+                    highest: settled.highestEpoch))
         }
-        var unusable: [String] = []
-        var staleSentinels: [Sentinel] = []
-        for (sentinel, found) in candidates {
-            state.withLock { $0.lastNamed = found }
-            if state.withLock({ $0.isDemoted(found, at: now()) }) {
-                unusable.append("sentinel \(sentinel) named \(found) (announced as the old primary by +switch-master)")
-                state.withLock { state in
-                    state.staleAnswers += 1
-                    state.moveToBack(sentinel)
-                }
-                observer?(.sentinelNamedDemoted(sentinel: sentinel, primary: found))
-                continue
-            }
-            let role: Role
-            do {
-                role = try confirm(found)
-            } catch {
-                unusable.append("sentinel \(sentinel) named \(found) (not confirmed: \(error.message))")
-                staleSentinels.append(sentinel)
-                observer?(.sentinelNamedUnreachable(sentinel: sentinel, primary: found, message: error.message))
-                continue
-            }
-            guard role == .master else {
-                unusable.append("sentinel \(sentinel) named \(found) (ROLE: \(role))")
-                staleSentinels.append(sentinel)
-                state.withLock { state in
-                    state.staleAnswers += 1
-                    state.moveToBack(sentinel)
-                }
-                observer?(.sentinelNamedNonPrimary(sentinel: sentinel, primary: found, role: role))
+        var unconfirmed = SentinelTally.Unconfirmed()
+        for (sentinel, found) in settled.candidates {
+            if let reason = unusable(found, namedBy: sentinel, confirm) {
+                unconfirmed.record(reason)
                 continue
             }
             // The sentinels again, now that the node answered: a ROLE that waited for a paused
             // node to resume may come back after a failover began (its verdict is then stale).
-            try confirmStillSettled(found, epoch: highestEpoch, order: order, tally: tally)
-            let installed = state.withLock { state -> (previous: Primary?, generation: UInt64)? in
-                // A +switch-master announced while this node was being confirmed wins over the
-                // sentinel's older answer (the node said master: it had not been demoted yet).
-                if state.isDemoted(found, at: now()) { return nil }
-                // So does a sentinel's +sdown/+odown/+try-failover: a failover may have begun.
-                if state.suspicions != suspicionsBefore { return nil }
-                let previous = state.primary
-                // Sentinels that named another address are stale: behind the ones that agree.
-                for stale in staleSentinels { state.moveToBack(stale) }
-                state.moveToFront(sentinel)
-                state.use(found)
-                return (previous, state.generation)
-            }
-            guard let (previous, generation) = installed else {
-                throw RedisError(
-                    .connectionLost,
-                    "sentinel \(sentinel) named \(found), which a +switch-master announced as the old primary, "
-                        + "or a sentinel announced a failover may begin, while its ROLE was asked; asking again")
-            }
-            if previous != found || !unusable.isEmpty {
-                observer?(.primaryFound(sentinel: sentinel, primary: found, previous: previous))
-            }
-            return (found, generation)
+            try confirmStillSettled(found, epoch: settled.highestEpoch, order: order, tally: tally)
+            return try use(found, namedBy: sentinel, after: unconfirmed, suspicionsBefore: suspicionsBefore)
         }
-        throw RedisError(
-            .connectionFailed,
-            "no sentinel named a Redis primary that could be confirmed (\(unusable.joined(separator: "; ")))")
+        throw unconfirmed.error
+    }
+
+    /// Why the address `sentinel` named cannot be used (announced as the old primary,
+    /// unreachable, or its ROLE not master), told to the observer; nil when it is a master.
+    private func unusable(
+        _ found: Primary, namedBy sentinel: Sentinel, _ confirm: Confirmation
+    ) -> SentinelTally.Unusable? {
+        state.withLock { $0.lastNamed = found }
+        if state.withLock({ $0.isDemoted(found, at: now()) }) {
+            state.withLock { state in
+                state.staleAnswers += 1
+                state.moveToBack(sentinel)
+            }
+            observer?(.sentinelNamedDemoted(sentinel: sentinel, primary: found))
+            return SentinelTally.Unusable(
+                "sentinel \(sentinel) named \(found) (announced as the old primary by +switch-master)", stale: nil)
+        }
+        let role: Role
+        do {
+            role = try confirm(found)
+        } catch {
+            observer?(.sentinelNamedUnreachable(sentinel: sentinel, primary: found, message: error.message))
+            return SentinelTally.Unusable(
+                "sentinel \(sentinel) named \(found) (not confirmed: \(error.message))", stale: sentinel)
+        }
+        guard role == .master else {
+            state.withLock { state in
+                state.staleAnswers += 1
+                state.moveToBack(sentinel)
+            }
+            observer?(.sentinelNamedNonPrimary(sentinel: sentinel, primary: found, role: role))
+            return SentinelTally.Unusable("sentinel \(sentinel) named \(found) (ROLE: \(role))", stale: sentinel)
+        }
+        return nil
+    }
+
+    /// Makes the confirmed `found` the primary in use, unless a `+switch-master` or a
+    /// suspected failover came while it was confirmed; `sentinel` goes to the front.
+    private func use(
+        _ found: Primary, namedBy sentinel: Sentinel, after unconfirmed: SentinelTally.Unconfirmed,
+        suspicionsBefore: UInt64
+    ) throws(RedisError) -> (primary: Primary, generation: UInt64) {
+        let installed = state.withLock { state -> (previous: Primary?, generation: UInt64)? in
+            // A +switch-master announced while this node was being confirmed wins over the
+            // sentinel's older answer (the node said master: it had not been demoted yet).
+            if state.isDemoted(found, at: now()) { return nil }
+            // So does a sentinel's +sdown/+odown/+try-failover: a failover may have begun.
+            if state.suspicions != suspicionsBefore { return nil }
+            let previous = state.primary
+            // Sentinels that named another address are stale: behind the ones that agree.
+            for stale in unconfirmed.staleSentinels { state.moveToBack(stale) }
+            state.moveToFront(sentinel)
+            state.use(found)
+            return (previous, state.generation)
+        }
+        guard let (previous, generation) = installed else {
+            throw RedisError(
+                .connectionLost,
+                "sentinel \(sentinel) named \(found), which a +switch-master announced as the old primary, "
+                    + "or a sentinel announced a failover may begin, while its ROLE was asked; asking again")
+        }
+        if previous != found || !unconfirmed.reasons.isEmpty {
+            observer?(.primaryFound(sentinel: sentinel, primary: found, previous: previous))
+        }
+        return (found, generation)
     }
 
     /// Asks the sentinels a second time, after `found` confirmed master: they must still be
@@ -408,8 +367,7 @@ public final class RedisPrimaryLocator: Sendable {
     private func confirmStillSettled(
         _ found: Primary, epoch: UInt64, order: [Sentinel], tally: SentinelTally
     ) throws(RedisError) {
-        var again = SentinelRound()
-        for sentinel in order { again.record(ask(sentinel), from: sentinel) }
+        let again = askEach(order)
         switch tally.verdict(again.answers) {
         case .unsettled(let reason):
             throw RedisError(.sentinelsUnsettled, "no primary is used yet: \(reason) (while \(found) was confirmed)")
@@ -424,84 +382,29 @@ public final class RedisPrimaryLocator: Sendable {
         }
     }
 
-    /// One sentinel's answer about the master, or why there is none.
-    enum SentinelReply {
-        case answered(SentinelTally.Answer)
-        case unknownMaster
-        case failed(RedisError)
+    /// How `sentinel` is reached: its password and TLS, database 0 (discovery and the watchers).
+    func endpoint(of sentinel: Sentinel) -> RedisEndpoint {
+        RedisEndpoint(
+            address: .tcp(host: sentinel.host, port: sentinel.port), password: sentinelPassword, tls: sentinelTLS)
     }
 
-    /// Asks `sentinel` for `SENTINEL MASTER <name>` on a connection of its own.
-    private func ask(_ sentinel: Sentinel) -> SentinelReply {
+    /// Asks each sentinel in `order`, one after the other.
+    private func askEach(_ order: [Sentinel]) -> SentinelTally.Round {
+        var round = SentinelTally.Round()
+        for sentinel in order { round.record(ask(sentinel), from: sentinel) }
+        return round
+    }
+
+    /// Asks one sentinel `SENTINEL MASTER <name>`, on a connection of its own.
+    private func ask(_ sentinel: Sentinel) -> SentinelTally.Reply {
         let connection = RedisConnection(
-            endpoint: RedisEndpoint(
-                address: .tcp(host: sentinel.host, port: sentinel.port), password: sentinelPassword, tls: sentinelTLS),
-            connectTimeout: timeout, commandTimeout: timeout)
+            endpoint: endpoint(of: sentinel), connectTimeout: timeout, commandTimeout: timeout)
         defer { connection.disconnect() }
-        let reply: RedisReply
         do {
-            reply = try connection.command("SENTINEL", "MASTER", masterName)
-        } catch  where error.code == .serverError && error.message.contains("No such master") {
-            return .unknownMaster
+            return SentinelTally.Reply(
+                .success(try connection.command("SENTINEL", "MASTER", masterName)), from: sentinel)
         } catch {
-            return .failed(error)
+            return SentinelTally.Reply(.failure(error), from: sentinel)
         }
-        guard let fields = reply.fieldMap, let answer = SentinelTally.Answer.parse(fields, from: sentinel) else {
-            return .unknownMaster
-        }
-        return .answered(answer)
-    }
-
-    /// What one discovery's sentinels answered, sorted by kind, for the tally and the error.
-    struct SentinelRound {
-        var answers: [SentinelTally.Answer] = []
-        var unreachable: [String] = []
-        var unknownMaster: [Sentinel] = []
-        var refusedLogin: [String] = []
-        var refusedTLS: [String] = []
-        var certificateRefusal: RedisError.CertificateRefusal?
-
-        mutating func record(_ reply: SentinelReply, from sentinel: Sentinel) {
-            switch reply {
-            case .answered(let answer): answers.append(answer)
-            case .unknownMaster: unknownMaster.append(sentinel)
-            case .failed(let error) where error.code == .tlsRefused:
-                refusedTLS.append("\(sentinel): \(error.message)")
-                certificateRefusal = certificateRefusal ?? error.certificateRefusal
-            case .failed(let error) where RedisPrimaryLocator.isLoginRefusal(error):
-                refusedLogin.append("\(sentinel): \(error.message)")
-            case .failed(let error): unreachable.append("\(sentinel): \(error.message)")
-            }
-        }
-
-        /// Why no sentinel answered about the master: TLS, the password, the name, or nobody home.
-        func noAnswerError(masterName: String) -> RedisError {
-            if !refusedTLS.isEmpty {
-                return RedisError(
-                    .tlsRefused, "TLS to the sentinels was refused (\(refusedTLS.joined(separator: "; ")))",
-                    field: .sentinelTLS, certificateRefusal: certificateRefusal)
-            }
-            if !refusedLogin.isEmpty {
-                return RedisError(
-                    .sentinelLoginRefused, "the sentinels refused it (\(refusedLogin.joined(separator: "; ")))",
-                    field: .sentinelPassword)
-            }
-            if !unknownMaster.isEmpty {
-                return RedisError(
-                    .sentinelUnknownMaster,
-                    "no sentinel monitors a master named '\(masterName)' (asked "
-                        + "\(unknownMaster.map(\.description).joined(separator: ", ")))", field: .sentinelMasterName)
-            }
-            return RedisError(
-                .sentinelUnreachable, "no sentinel answered (\(unreachable.joined(separator: "; ")))",
-                field: .sentinels)
-        }
-    }
-
-    /// A sentinel that wants a password and got none or a wrong one, or got one it does not want.
-    static func isLoginRefusal(_ error: RedisError) -> Bool {
-        let text = error.message
-        return text.contains("NOAUTH") || text.contains("WRONGPASS") || text.contains("invalid password")
-            || text.contains("without any password configured")
     }
 }

@@ -34,10 +34,8 @@ public final class RedisSentinelWatcher: Service {
         var failing = false
         while !stopped.hasOpened {
             let connection = RedisConnection(
-                endpoint: RedisEndpoint(
-                    address: .tcp(host: sentinel.host, port: sentinel.port), password: locator.sentinelPassword,
-                    tls: locator.sentinelTLS),
-                connectTimeout: locator.timeout, commandTimeout: readInterval)
+                endpoint: locator.endpoint(of: sentinel), connectTimeout: locator.timeout,
+                commandTimeout: readInterval)
             var subscribed = false
             do {
                 _ = try connection.command("SUBSCRIBE", "+switch-master", "+sdown", "+odown", "+try-failover")

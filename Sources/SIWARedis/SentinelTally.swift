@@ -22,7 +22,7 @@ public struct SentinelTally: Sendable {
     /// What one sentinel answered to `SENTINEL MASTER <name>`.
     public struct Answer: Sendable, Equatable {
         public let sentinel: RedisNodeAddress
-        public let primary: RedisPrimaryLocator.Primary
+        public let primary: RedisNodeAddress
         public let configEpoch: UInt64
         /// `flags`, split at commas: `master`, `s_down`, `o_down`, `failover_in_progress`, ...
         public let flags: Set<String>
@@ -30,7 +30,7 @@ public struct SentinelTally: Sendable {
         public let quorum: Int
 
         public init(
-            sentinel: RedisNodeAddress, primary: RedisPrimaryLocator.Primary, configEpoch: UInt64,
+            sentinel: RedisNodeAddress, primary: RedisNodeAddress, configEpoch: UInt64,
             flags: Set<String>, quorum: Int
         ) {
             self.sentinel = sentinel
@@ -49,7 +49,7 @@ public struct SentinelTally: Sendable {
             else { return nil }
             let quorum = fields["quorum"].flatMap { Int($0) } ?? 1
             return Answer(
-                sentinel: sentinel, primary: RedisPrimaryLocator.Primary(host: host, port: port), configEpoch: epoch,
+                sentinel: sentinel, primary: RedisNodeAddress(host: host, port: port), configEpoch: epoch,
                 flags: Set(flagsText.split(separator: ",").map(String.init)), quorum: max(1, quorum))
         }
     }
@@ -58,7 +58,7 @@ public struct SentinelTally: Sendable {
     public enum Verdict: Sendable, Equatable {
         /// Try these addresses, in order (each confirmed with `ROLE` by the caller). `behind`:
         /// sentinels whose epoch is lower than the highest, to move to the back of the list.
-        case candidates([(sentinel: RedisNodeAddress, primary: RedisPrimaryLocator.Primary)], behind: [Answer])
+        case candidates([(sentinel: RedisNodeAddress, primary: RedisNodeAddress)], behind: [Answer])
         /// No address may be used yet; the message says why, naming the sentinels.
         case unsettled(String)
 
@@ -109,10 +109,137 @@ public struct SentinelTally: Sendable {
                 "\(subjectivelyDown.count) sentinels (a quorum: \(quorum)) report the master at "
                     + "\(subjectivelyDown[0].primary) s_down: a failover may start")
         }
-        var candidates: [(sentinel: RedisNodeAddress, primary: RedisPrimaryLocator.Primary)] = []
+        var candidates: [(sentinel: RedisNodeAddress, primary: RedisNodeAddress)] = []
         for answer in current where !candidates.contains(where: { $0.primary == answer.primary }) {
             candidates.append((answer.sentinel, answer.primary))
         }
         return .candidates(candidates, behind: behind)
+    }
+
+    /// What the tally lets a discovery try: the candidates, the sentinels behind the highest
+    /// epoch, and that epoch.
+    public struct Settled: Sendable {
+        public let candidates: [(sentinel: RedisNodeAddress, primary: RedisNodeAddress)]
+        public let behind: [Answer]
+        public let highestEpoch: UInt64
+    }
+
+    /// Weighs one round of answers: the candidates to confirm, or the error that says why
+    /// there are none (no answer at all: `Round.noAnswerError`; `sentinelsUnsettled`).
+    public func settle(_ round: Round, masterName: String) throws(RedisError) -> Settled {
+        if round.answers.isEmpty { throw round.noAnswerError(masterName: masterName) }
+        switch verdict(round.answers) {
+        case .unsettled(let reason):
+            throw RedisError(.sentinelsUnsettled, "no primary is used yet: \(reason)")
+        case .candidates(let found, let behind):
+            return Settled(
+                candidates: found, behind: behind, highestEpoch: round.answers.map(\.configEpoch).max() ?? 0)
+        }
+    }
+
+    /// One sentinel's reply to `SENTINEL MASTER <name>`, read: an answer the rule can weigh,
+    /// "no such master", or a failure.
+    public enum Reply: Sendable {
+        case answered(Answer)
+        case unknownMaster
+        case failed(RedisError)
+
+        /// Reads what `sentinel` replied (or how asking it failed). A reply without the fields
+        /// the rule needs counts as not knowing the master.
+        public init(_ reply: Result<RedisReply, RedisError>, from sentinel: RedisNodeAddress) {
+            switch reply {
+            case .success(let reply):
+                guard let fields = reply.fieldMap, let answer = Answer.parse(fields, from: sentinel) else {
+                    self = .unknownMaster
+                    return
+                }
+                self = .answered(answer)
+            case .failure(let error) where error.reply == .err && error.message.contains("No such master"):
+                self = .unknownMaster
+            case .failure(let error):
+                self = .failed(error)
+            }
+        }
+    }
+
+    /// What one discovery's sentinels replied, sorted by kind, for the tally and the error.
+    public struct Round: Sendable {
+        public private(set) var answers: [Answer] = []
+        var unreachable: [String] = []
+        var unknownMaster: [RedisNodeAddress] = []
+        var refusedLogin: [String] = []
+        var refusedTLS: [String] = []
+        var certificateRefusal: RedisError.CertificateRefusal?
+
+        public init() {}
+
+        public mutating func record(_ reply: Reply, from sentinel: RedisNodeAddress) {
+            switch reply {
+            case .answered(let answer): answers.append(answer)
+            case .unknownMaster: unknownMaster.append(sentinel)
+            case .failed(let error) where error.code == .tlsRefused:
+                refusedTLS.append("\(sentinel): \(error.message)")
+                certificateRefusal = certificateRefusal ?? error.certificateRefusal
+            // A sentinel that wants a password and got none or a wrong one, or got one it does not want.
+            case .failed(let error) where error.isLoginRefused || error.reply == .noAuth:
+                refusedLogin.append("\(sentinel): \(error.message)")
+            case .failed(let error): unreachable.append("\(sentinel): \(error.message)")
+            }
+        }
+
+        /// Why no sentinel answered about the master: TLS, the password, the name, or nobody home.
+        public func noAnswerError(masterName: String) -> RedisError {
+            if !refusedTLS.isEmpty {
+                return RedisError(
+                    .tlsRefused, "TLS to the sentinels was refused (\(refusedTLS.joined(separator: "; ")))",
+                    field: .sentinelTLS, certificateRefusal: certificateRefusal)
+            }
+            if !refusedLogin.isEmpty {
+                return RedisError(
+                    .sentinelLoginRefused, "the sentinels refused it (\(refusedLogin.joined(separator: "; ")))",
+                    field: .sentinelPassword)
+            }
+            if !unknownMaster.isEmpty {
+                return RedisError(
+                    .sentinelUnknownMaster,
+                    "no sentinel monitors a master named '\(masterName)' (asked "
+                        + "\(unknownMaster.map(\.description).joined(separator: ", ")))", field: .sentinelMasterName)
+            }
+            return RedisError(
+                .sentinelUnreachable, "no sentinel answered (\(unreachable.joined(separator: "; ")))",
+                field: .sentinels)
+        }
+    }
+
+    /// Why one candidate was not used, and the sentinel that named it when that sentinel is
+    /// to go behind the one whose candidate is confirmed.
+    public struct Unusable: Sendable {
+        public let reason: String
+        public let stale: RedisNodeAddress?
+
+        public init(_ reason: String, stale: RedisNodeAddress?) {
+            self.reason = reason
+            self.stale = stale
+        }
+    }
+
+    /// The candidates of one discovery that were not used, for the error when none is.
+    public struct Unconfirmed: Sendable {
+        public private(set) var reasons: [String] = []
+        public private(set) var staleSentinels: [RedisNodeAddress] = []
+
+        public init() {}
+
+        public mutating func record(_ unusable: Unusable) {
+            reasons.append(unusable.reason)
+            if let stale = unusable.stale { staleSentinels.append(stale) }
+        }
+
+        /// No candidate could be confirmed.
+        public var error: RedisError {
+            RedisError(
+                .connectionFailed,
+                "no sentinel named a Redis primary that could be confirmed (\(reasons.joined(separator: "; ")))")
+        }
     }
 }

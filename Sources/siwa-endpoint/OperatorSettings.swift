@@ -30,28 +30,9 @@ enum OperatorSettings {
         return configuration
     }
 
-    /// A connection to serve's Redis, with serve's timeouts; with Sentinel, to the primary
-    /// the sentinels name (confirmed by ROLE), as serve finds it.
+    /// A connection to serve's Redis, with serve's timeouts, found as serve finds it: the
+    /// one entry point of every command that talks to serve's Redis.
     static func redisConnection(_ redis: RedisSettings, keyPrefix: String) -> RedisConnection {
-        let locator = redis.sentinel.map {
-            RedisPrimaryLocator(
-                sentinels: $0.sentinels, masterName: $0.masterName, sentinelPassword: $0.password,
-                timeout: redis.timeout, sentinelTLS: $0.tls)
-        }
-        return RedisConnection(
-            endpoint: redis.endpoint, connectTimeout: redis.timeout, commandTimeout: redis.timeout, locator: locator,
-            cluster: clusterLocator(redis, keyPrefix: keyPrefix))
-    }
-
-    /// With `SIWA_REDIS_CLUSTER_NODES`: the locator of the slot of `keyPrefix`'s keys.
-    static func clusterLocator(
-        _ redis: RedisSettings, keyPrefix: String,
-        observer: @escaping @Sendable (RedisClusterLocator.Event) -> Void = { _ in }
-    ) -> RedisClusterLocator? {
-        redis.clusterNodes.map {
-            RedisClusterLocator(
-                seeds: $0, hashTagKey: RedisKeyLayout(prefix: keyPrefix).events, endpoint: redis.endpoint,
-                timeout: redis.timeout, observer: observer)
-        }
+        redis.connection(redis.locator(keyPrefix: keyPrefix))
     }
 }

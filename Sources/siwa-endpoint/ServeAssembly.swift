@@ -56,13 +56,8 @@ struct ServeAssembly {
 
         let redis = configuration.redis
         let store = configuration.store
-        let locator = redisAtStart.sentinel
-        let cluster = redisAtStart.cluster
-        let makeConnection: @Sendable () -> RedisConnection = {
-            RedisConnection(
-                endpoint: redis.endpoint, connectTimeout: redis.timeout, commandTimeout: redis.timeout,
-                locator: locator, cluster: cluster)
-        }
+        let locator = redisAtStart.locator
+        let makeConnection: @Sendable () -> RedisConnection = { redis.connection(locator) }
         let makeStore: @Sendable () -> NotificationStore = {
             NotificationStore(
                 connection: makeConnection(), keyPrefix: store.keyPrefix, seenMarkerTTL: store.seenMarkerTTL,
@@ -92,7 +87,7 @@ struct ServeAssembly {
                 // `.tooLarge`, unread): the verifier does not check it a second time.
                 maximumBodyBytes: .max),
             keys: keys, breaker: breaker, stores: stores, spool: spool, drain: replayer, metrics: metrics,
-            clock: clock, primaryLocator: locator, clusterLocator: cluster, deletionDuty: deletionDuty)
+            clock: clock, redisLocator: locator, deletionDuty: deletionDuty)
         let serverConfiguration = try fastCGIServerConfiguration(configuration)
         let server: FastCGIServer
         do throws(FastCGIError) {

@@ -8,23 +8,16 @@ extension ServeCommand {
     /// refuses (an outage as at run time: it is returned, for `--check` to report); nodes
     /// that answer but are not a cluster, or refuse the login, and a TLS file of ours that
     /// cannot be used, are a setting to fix (exit status 2, naming it).
-    static func locateClusterAtStart(_ configuration: ServerConfiguration) -> Result<
-        (locator: RedisClusterLocator?, certificateRefusal: ServerCertificateRefusal?), StartRefused
+    static func locateClusterAtStart(_ cluster: RedisClusterLocator) -> Result<
+        ServerCertificateRefusal?, StartRefused
     > {
-        let slot = RedisClusterLocator.hashSlot(
-            of: Array(RedisKeyLayout(prefix: configuration.store.keyPrefix).events.utf8))
-        guard
-            let cluster = OperatorSettings.clusterLocator(
-                configuration.redis, keyPrefix: configuration.store.keyPrefix,
-                observer: { logClusterEvent($0, slot: slot) })
-        else { return .success((nil, nil)) }
         do {
             try cluster.discover()
         } catch  where error.code == .tlsRefused {
             guard let refusal = ServerCertificateRefusal(error) else {
                 return .failure(refuse(setting: (error.field ?? .tlsCAFile).setting, message: error.operatorMessage))
             }
-            return .success((cluster, refusal))
+            return .success(refusal)
         } catch  where error.code != .clusterRefused {
             EventLog.event(
                 "redis_primary_unknown", level: "warning",
@@ -32,7 +25,7 @@ extension ServeCommand {
         } catch {
             return .failure(refuse(setting: (error.field ?? .clusterNodes).setting, message: error.operatorMessage))
         }
-        return .success((cluster, nil))
+        return .success(nil)
     }
 
     /// What the cluster locator reports, as one JSON line each: which node named which owner,

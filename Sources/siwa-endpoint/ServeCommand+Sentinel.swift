@@ -1,11 +1,6 @@
 import SIWARedis
 import SIWAServer
 
-/// A start that did not get far enough to serve: the exit status to return.
-struct StartRefused: Error {
-    let exitStatus: Int32
-}
-
 extension ServeCommand {
     /// With `SIWA_REDIS_SENTINELS`: asks the sentinels once before serving and confirms the
     /// address with `ROLE` on the data node (so the start-up check below runs against a
@@ -15,17 +10,10 @@ extension ServeCommand {
     /// data node's certificate the endpoint refuses (an outage as at run time, returned for
     /// `--check` to report); sentinels that answer "no such master" or refuse the password
     /// are a setting to fix, so serve stops with a message naming it (exit status 2).
-    static func locatePrimaryAtStart(_ configuration: ServerConfiguration) -> Result<
-        (RedisPrimaryLocator?, ServerCertificateRefusal?), StartRefused
-    > {
-        guard let sentinel = configuration.redis.sentinel else { return .success((nil, nil)) }
-        let master = sentinel.masterName
-        let locator = RedisPrimaryLocator(
-            sentinels: sentinel.sentinels, masterName: master, sentinelPassword: sentinel.password,
-            timeout: configuration.redis.timeout, sentinelTLS: sentinel.tls, observer: logSentinelEvent)
-        let confirming = RedisConnection(
-            endpoint: configuration.redis.endpoint, connectTimeout: configuration.redis.timeout,
-            commandTimeout: configuration.redis.timeout, locator: locator)
+    static func locatePrimaryAtStart(
+        _ configuration: ServerConfiguration, _ locator: RedisPrimaryLocator
+    ) -> Result<ServerCertificateRefusal?, StartRefused> {
+        let confirming = configuration.redis.connection(.sentinel(locator))
         defer { confirming.disconnect() }
         do {
             try confirming.connect()
@@ -34,13 +22,13 @@ extension ServeCommand {
             && !Self.isSentinelTLSFileRefusal(error)
         {
             // A refused certificate (a sentinel's or a data node's) is an outage, as at run time.
-            if let refusal = ServerCertificateRefusal(error) { return .success((locator, refusal)) }
+            if let refusal = ServerCertificateRefusal(error) { return .success(refusal) }
             // No address confirmed. One the sentinels named may still refuse the URL's user or
             // password (a setting to fix, not an outage): the start-up check tells which.
             if let named = locator.lastNamed {
-                switch checkRedis(configuration, primary: named) {
+                switch checkRedis(configuration, at: configuration.redis.endpoint.at(named)) {
                 case .refused(let refusal): return .failure(refuse(setting: "SIWA_REDIS_URL", message: refusal))
-                case .certificateRefused(let refusal): return .success((locator, refusal))
+                case .certificateRefused(let refusal): return .success(refusal)
                 case .usable: break
                 }
             }
@@ -50,7 +38,7 @@ extension ServeCommand {
         } catch {
             return .failure(refuse(setting: (error.field ?? .sentinels).setting, message: error.operatorMessage))
         }
-        return .success((locator, nil))
+        return .success(nil)
     }
 
     /// TLS to the sentinels cannot work as set on this side (a TLS file of ours that cannot
@@ -61,8 +49,8 @@ extension ServeCommand {
     }
 
     /// One `+switch-master` watcher per sentinel, for the service group to run and stop.
-    static func sentinelWatchers(_ locator: RedisPrimaryLocator?) -> [RedisSentinelWatcher] {
-        guard let locator else { return [] }
+    static func sentinelWatchers(_ locator: RedisLocator) -> [RedisSentinelWatcher] {
+        guard case .sentinel(let locator) = locator else { return [] }
         return locator.sentinels.map { RedisSentinelWatcher(sentinel: $0, locator: locator) }
     }
 

@@ -42,7 +42,7 @@ enum ServeCommand {
         guard let configuration = loadConfiguration(envFile: arguments.value("--env-file")) else { return 2 }
         let redis: RedisAtStart
         if offline {
-            redis = RedisAtStart(sentinel: nil, cluster: nil, certificateRefusal: nil)
+            redis = RedisAtStart(locator: .single, certificateRefusal: nil)
             if let refusal = readSpool(configuration) { return refusal.exitStatus }
         } else {
             switch startChecks(configuration, readingSpool: checkOnly) {
@@ -71,12 +71,11 @@ enum ServeCommand {
         return serve(configuration, redisAtStart: redis)
     }
 
-    /// Where serve's Redis was found at start: the sentinels' locator (with
-    /// `SIWA_REDIS_SENTINELS`) or the cluster's (with `SIWA_REDIS_CLUSTER_NODES`); neither
-    /// for one Redis at `SIWA_REDIS_URL`.
+    /// Where serve's Redis was found at start: the topology's locator, built once and asked
+    /// once (`.single` for one Redis at `SIWA_REDIS_URL`), handed to every part that talks to
+    /// Redis or reports on it.
     struct RedisAtStart {
-        let sentinel: RedisPrimaryLocator?
-        let cluster: RedisClusterLocator?
+        let locator: RedisLocator
         /// A server (or sentinel) certificate refused at start: serve starts anyway (an
         /// outage: it spools, /healthz says 503), `serve --check` exits
         /// `certificateRefusedStatus`.
@@ -89,7 +88,7 @@ enum ServeCommand {
     static let certificateRefusedStatus: Int32 = 3
 
     /// The start-up checks `serve` and `serve --check` both run, after the settings: the
-    /// sentinels (with `SIWA_REDIS_SENTINELS`), what Redis lets this user do, and the spool as
+    /// sentinels or cluster nodes (`locateAtStart`), what Redis lets this user do, and the spool as
     /// serve opens it (read only: `--check` creates and changes nothing there). A refusal
     /// is logged (one `configuration_invalid` line) and given as the exit status.
     /// `readingSpool` is false for serve, which opens the spool a moment later and refuses
@@ -97,27 +96,20 @@ enum ServeCommand {
     static func startChecks(
         _ configuration: ServerConfiguration, readingSpool: Bool
     ) -> Result<RedisAtStart, StartRefused> {
-        let locator: RedisPrimaryLocator?
+        let locator: RedisLocator
         var certificateRefusal: ServerCertificateRefusal?
-        switch locatePrimaryAtStart(configuration) {
+        switch locateAtStart(configuration) {
         case .success(let found): (locator, certificateRefusal) = found
         case .failure(let refused): return .failure(refused)
         }
-        let cluster: RedisClusterLocator?
-        switch locateClusterAtStart(configuration) {
-        case .success(let found):
-            cluster = found.locator
-            certificateRefusal = certificateRefusal ?? found.certificateRefusal
-        case .failure(let refused): return .failure(refused)
-        }
-        switch checkRedis(configuration, primary: locator?.current, clusterNode: cluster?.current) {
+        switch checkRedis(configuration, at: locator.dataEndpoint(configuration.redis.endpoint)) {
         case .usable: break
         case .refused(let refusal): return .failure(refuse(setting: "SIWA_REDIS_URL", message: refusal))
         case .certificateRefused(let refusal): certificateRefusal = certificateRefusal ?? refusal
         }
         // One line about it, from serve and --check alike: the reason and the setting to look at.
         certificateRefusal?.log(when: "start")
-        let found = RedisAtStart(sentinel: locator, cluster: cluster, certificateRefusal: certificateRefusal)
+        let found = RedisAtStart(locator: locator, certificateRefusal: certificateRefusal)
         guard readingSpool else { return .success(found) }
         if let refusal = readSpool(configuration) { return .failure(refusal) }
         return .success(found)
@@ -274,29 +266,13 @@ enum ServeCommand {
         case certificateRefused(ServerCertificateRefusal)
     }
 
-    /// Whether Redis can do the endpoint's work (see `RedisCapabilityCheck`): a refusal to
-    /// stop with, a refused certificate (start, as in an outage), or usable (a Redis that
-    /// is only unreachable is an outage: spool).
-    static func checkRedis(
-        _ configuration: ServerConfiguration, primary: RedisPrimaryLocator.Primary?,
-        clusterNode: RedisClusterLocator.Node? = nil
-    ) -> RedisCheck {
-        var endpoint = configuration.redis.endpoint
-        if let clusterNode {
-            // With Redis Cluster, the slot's primary, found from the cluster itself.
-            endpoint = RedisEndpoint(
-                address: .tcp(host: clusterNode.host, port: clusterNode.port), username: endpoint.username,
-                password: endpoint.password, tls: endpoint.tls)
-        } else if configuration.redis.clusterNodes != nil {
-            return .usable  // no node answered yet: an outage, reported by /healthz; serve spools
-        } else if let primary {
-            // With Sentinel, the URL gives the database and credentials; the primary its address.
-            endpoint = RedisEndpoint(
-                address: .tcp(host: primary.host, port: primary.port), database: endpoint.database,
-                username: endpoint.username, password: endpoint.password, tls: endpoint.tls)
-        } else if configuration.redis.sentinel != nil {
-            return .usable  // no primary known yet: an outage, reported by /healthz; serve spools
-        }
+    /// Whether Redis at `endpoint` can do the endpoint's work (see `RedisCapabilityCheck`): a
+    /// refusal to stop with, a refused certificate (start, as in an outage), or usable (a
+    /// Redis that is only unreachable is an outage: spool). `endpoint` is the data node
+    /// (`RedisLocator.dataEndpoint`); nil, no primary known yet: an outage, reported by
+    /// /healthz, and serve spools.
+    static func checkRedis(_ configuration: ServerConfiguration, at endpoint: RedisEndpoint?) -> RedisCheck {
+        guard let endpoint else { return .usable }
         let result = RedisCapabilityCheck.run(
             endpoint: endpoint, timeout: configuration.redis.timeout,
             keyPrefix: configuration.store.keyPrefix, streamMaximumLength: configuration.store.streamMaximumLength,

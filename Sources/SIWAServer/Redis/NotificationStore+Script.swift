@@ -167,3 +167,22 @@ extension NotificationStore {
         return outcome
         """
 }
+
+// The record policy, beside the script that writes the reply it reads.
+extension RedisError {
+    /// The apply script's refusal when the user's own hash holds another type: the one
+    /// `WRONGTYPE` that is about one record.
+    public static let userKeyWrongTypeReply = "WRONGTYPE the user key does not hold a hash"
+
+    /// True only for a refusal known to be about one record, which the same record would
+    /// meet again whatever is fixed in the deployment: the user's own hash of the wrong type
+    /// (written by another program: the apply script's `userKeyWrongTypeReply`), or a sub
+    /// that would break the key layout. Everything else is about the deployment: the spool
+    /// keeps the record, in order, and retries. That includes every other `WRONGTYPE`: a
+    /// shared key such as the events stream of the wrong type refuses every record alike, as
+    /// do NOPERM, NOAUTH, `ERR max number of clients reached`, a script error every call
+    /// hits and a reply of an unexpected shape.
+    public var isRecordSpecific: Bool {
+        code == .unsafeKey || (reply == .wrongType && message.hasPrefix(Self.userKeyWrongTypeReply))
+    }
+}

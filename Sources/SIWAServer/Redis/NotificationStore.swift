@@ -172,7 +172,7 @@ public final class NotificationStore {
         let reply: RedisReply
         do {
             reply = try connection.command([Array("EVALSHA".utf8), Array(sha.utf8), [UInt8(ascii: "4")]] + arguments)
-        } catch  where error.code == .serverError && error.message.hasPrefix("NOSCRIPT") {
+        } catch  where error.reply == .noScript {
             // Redis restarted, SCRIPT FLUSH ran, or (in a cluster) the node is new to this
             // connection: EVAL sends the script itself and leaves it cached there, once.
             reply = try connection.command(

@@ -120,7 +120,7 @@ public enum RedisCapabilityCheck {
         if error.isConnectionError { return .unavailable(error.operatorMessage) }
         let busy = error.isTransient || error.message.hasPrefix("ERR max number of clients")
         if busy { return .unavailable("\(step): \(error.operatorMessage)") }
-        let hint = error.replyKind == "NOAUTH" ? " (Redis requires a password: put it in the URL)" : ""
+        let hint = error.reply == .noAuth ? " (Redis requires a password: put it in the URL)" : ""
         return .refused("\(step) refused: \(error.operatorMessage)\(hint)")
     }
 }

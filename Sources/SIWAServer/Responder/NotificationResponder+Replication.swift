@@ -1,4 +1,5 @@
 import SIWAJSON
+import SIWARedis
 import SIWAVerification
 
 extension NotificationResponder {
@@ -58,10 +59,7 @@ extension NotificationResponder {
 
     /// `/healthz`'s member naming the primary in use, with Sentinel or Redis Cluster.
     func redisPrimaryMembers() -> [(String, JSONValue)] {
-        if let clusterLocator {
-            return [("redis_primary", clusterLocator.current.map { .string($0.description) } ?? .null)]
-        }
-        guard let primaryLocator else { return [] }
-        return [("redis_primary", primaryLocator.current.map { .string($0.description) } ?? .null)]
+        if case .single = redisLocator { return [] }
+        return [("redis_primary", redisLocator.current.map { .string($0.description) } ?? .null)]
     }
 }

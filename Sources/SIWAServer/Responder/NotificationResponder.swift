@@ -20,10 +20,9 @@ public final class NotificationResponder: Sendable {
     /// Wall time for token expiry, receive times and the JWKS age; monotonic time for
     /// request durations and the circuit breaker.
     private let clock: EndpointClock
-    /// With Sentinel: names the primary in /healthz, counts discoveries in /metrics.
-    let primaryLocator: RedisPrimaryLocator?
-    /// With Redis Cluster: names the slot's primary in /healthz, counts redirections in /metrics.
-    let clusterLocator: RedisClusterLocator?
+    /// The Redis topology, located: with Sentinel or Cluster, names the primary in /healthz
+    /// and counts discoveries (and redirections) in /metrics.
+    let redisLocator: RedisLocator
     /// Redis counts as down for a while after a call could not reach it: requests spool at once.
     public let breaker: RedisCircuitBreaker
     /// The last reading of the deletions stream, for /metrics (nil: no deletion figures).
@@ -37,8 +36,7 @@ public final class NotificationResponder: Sendable {
         configuration: ServerConfiguration, verifier: NotificationVerifier, keys: JWKSProvider,
         breaker: RedisCircuitBreaker, stores: NotificationStorePool, spool: NotificationSpool,
         drain: (any SpoolDraining)?, metrics: ServerMetrics, clock: EndpointClock = .system,
-        primaryLocator: RedisPrimaryLocator? = nil, clusterLocator: RedisClusterLocator? = nil,
-        deletionDuty: DeletionDutyMonitor? = nil
+        redisLocator: RedisLocator = .single, deletionDuty: DeletionDutyMonitor? = nil
     ) {
         self.configuration = configuration
         self.verifier = verifier
@@ -49,8 +47,7 @@ public final class NotificationResponder: Sendable {
         self.drain = drain
         self.metrics = metrics
         self.clock = clock
-        self.primaryLocator = primaryLocator
-        self.clusterLocator = clusterLocator
+        self.redisLocator = redisLocator
         self.deletionDuty = deletionDuty
         self.clientTraffic = ClientTraffic(
             silenceAlertSeconds: configuration.silence.alertSeconds(clientIDs: configuration.clientIDs),
@@ -283,8 +280,7 @@ public final class NotificationResponder: Sendable {
             jwksRefreshFailures: jwks.refreshFailures, jwksKeys: jwks.usableKeyCount)
         return Reply(
             status: 200, outcome: "metrics",
-            body: text + keys.metricsText() + (primaryLocator?.metricsText() ?? "")
-                + (clusterLocator?.metricsText() ?? "")
+            body: text + keys.metricsText() + redisLocator.metricsText()
                 + (deletionDuty?.metricsText(now: clock.wallMilliseconds()) ?? "")
                 + ServerMetrics.renderClients(clientTraffic, now: clock.wallMilliseconds()),
             contentType: "text/plain; version=0.0.4")

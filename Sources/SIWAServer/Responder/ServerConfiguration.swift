@@ -253,15 +253,15 @@ public struct ServerConfiguration: Sendable, Equatable {
             sentinelWithTLS?.tls = tls
         }
         if endpoint.tls != nil { endpoint.tls = tls }
-        let clusterNodes: [RedisClusterLocator.Node]? = try parsed[.redisClusterNodes]
-        try checkClusterSettings(
-            clusterNodes, sentinel: sentinel, endpoint: endpoint, keyPrefix: try parsed[.keyPrefix])
+        let topology = try redisTopology(
+            sentinel: sentinelWithTLS, clusterNodes: try parsed[.redisClusterNodes], endpoint: endpoint,
+            keyPrefix: try parsed[.keyPrefix])
         return RedisSettings(
             url: text(of: SettingKey.redisURL, in: values),
             endpoint: endpoint,
-            timeout: try parsed[.redisTimeout], sentinel: sentinelWithTLS,
+            timeout: try parsed[.redisTimeout], topology: topology,
             minimumReplicas: try parsed[.redisMinimumReplicas], replicaTimeout: try parsed[.redisReplicaTimeout],
-            circuitRetryInterval: try parsed[.redisRetry], clusterNodes: clusterNodes)
+            circuitRetryInterval: try parsed[.redisRetry])
     }
 
     /// The TLS files and name, when `rediss://` or `SIWA_REDIS_SENTINEL_TLS` asks for TLS; the
@@ -367,27 +367,16 @@ public struct RedisSettings: Sendable, Equatable {
     public var endpoint: RedisEndpoint
     /// Connect and command timeout.
     public var timeout: Duration
-    /// With Sentinel, where the primary is found (then `endpoint` gives only the database,
-    /// user and password); nil for one fixed address.
-    public var sentinel: SentinelSettings?
+    /// How the data node is found: one Redis at `endpoint`, Sentinel (then `endpoint` gives
+    /// only the database, user, password and TLS) or Cluster (then only the user, password
+    /// and TLS).
+    public var topology: RedisTopology
     /// Replicas that must acknowledge a write (`WAIT`); fewer, and a copy is spooled.
     public var minimumReplicas: Int
     public var replicaTimeout: Duration
     /// After a call could not reach Redis, requests spool without calling it, and one probe
     /// tries Redis this often until it answers (`SIWA_REDIS_RETRY_MS`).
     public var circuitRetryInterval: Duration = .milliseconds(1000)
-    /// With Redis Cluster (`SIWA_REDIS_CLUSTER_NODES`), the nodes asked for the slots (then
-    /// `endpoint` gives only the user, password and TLS); nil without a cluster.
-    public var clusterNodes: [RedisClusterLocator.Node]?
-}
-
-/// `SIWA_REDIS_SENTINELS`, `SIWA_REDIS_SENTINEL_MASTER`, `SIWA_REDIS_SENTINEL_PASSWORD`.
-public struct SentinelSettings: Sendable, Equatable {
-    public var sentinels: [RedisPrimaryLocator.Sentinel]
-    public var masterName: String
-    public var password: String?
-    /// TLS to the sentinels (`SIWA_REDIS_SENTINEL_TLS`); nil: plain TCP.
-    public var tls: RedisTLS?
 }
 
 /// Where the responder listens, with how many workers: the FastCGI server's own

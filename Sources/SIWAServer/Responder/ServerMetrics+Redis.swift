@@ -3,6 +3,17 @@ import SIWARedis
 // The Prometheus lines of the Sentinel and Cluster locators' counters: the metric names are
 // the application's, the wrapper over hiredis only counts.
 
+extension RedisLocator {
+    /// The Prometheus lines of the topology's counters (none with one Redis).
+    func metricsText() -> String {
+        switch self {
+        case .single: ""
+        case .sentinel(let locator): locator.metricsText()
+        case .cluster(let locator): locator.metricsText()
+        }
+    }
+}
+
 extension RedisPrimaryLocator {
     /// The Prometheus lines for the sentinel counters.
     func metricsText() -> String {

@@ -83,11 +83,8 @@ extension SettingKey where Value == [String: Int]? {
     public static var silenceAlertHoursByClient: Self { Self("SIWA_SILENCE_ALERT_HOURS_BY_CLIENT") }
 }
 
-extension SettingKey where Value == [RedisPrimaryLocator.Sentinel]? {
+extension SettingKey where Value == [RedisNodeAddress]? {
     public static var redisSentinels: Self { Self("SIWA_REDIS_SENTINELS") }
-}
-
-extension SettingKey where Value == [RedisClusterLocator.Node]? {
     public static var redisClusterNodes: Self { Self("SIWA_REDIS_CLUSTER_NODES") }
 }
 

@@ -330,7 +330,7 @@ public final class SpoolReplayer: Service {
     /// True when a pass stopped because the slot is being migrated (`TRYAGAIN`).
     static func stoppedBySlotMove(_ stop: Stop?) -> Bool {
         guard case .redis(let error)? = stop else { return false }
-        return error.code == .serverError && error.message.hasPrefix("TRYAGAIN")
+        return error.reply == .tryAgain
     }
 
     /// Runs until `requestStop()`: the first pass at once, then one a second (the poll

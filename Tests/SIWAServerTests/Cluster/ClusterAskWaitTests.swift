@@ -51,7 +51,7 @@ struct ClusterAskWaitTests {
         let store = NotificationStore(
             connection: RedisConnection(
                 endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 1)), connectTimeout: .seconds(1),
-                commandTimeout: .seconds(5), cluster: locator),
+                commandTimeout: .seconds(5), locator: .cluster(locator)),
             keyPrefix: RedisClusterNodes.keyPrefix, minimumReplicas: 1, replicaTimeout: Self.replicaTimeout)
         // An account deletion first: the deletions queue, the script's fourth key, exists.
         let deleted = Self.notification("001.ask.1", rawType: "account-deleted")
@@ -127,7 +127,7 @@ struct ClusterAskWaitTests {
         func connection() -> RedisConnection {
             RedisConnection(
                 endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 1)), connectTimeout: .seconds(1),
-                commandTimeout: .seconds(5), cluster: locator)
+                commandTimeout: .seconds(5), locator: .cluster(locator))
         }
         let writer = connection()
         #expect(try writer.command("SET", "{siwa}:probe", "1").string == "OK")
@@ -159,7 +159,7 @@ struct ClusterAskWaitTests {
             timeout: .seconds(2))
         let connection = RedisConnection(
             endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 1)), connectTimeout: .seconds(1),
-            commandTimeout: .seconds(5), cluster: locator)
+            commandTimeout: .seconds(5), locator: .cluster(locator))
         #expect(try connection.command("SET", "{siwa}:probe", "1").string == "OK")
 
         // The slot half-moved, the one key already on the target.
@@ -212,7 +212,7 @@ struct ClusterAskWaitTests {
             timeout: .seconds(2))
         let connection = RedisConnection(
             endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 1)), connectTimeout: .seconds(1),
-            commandTimeout: .seconds(5), cluster: locator)
+            commandTimeout: .seconds(5), locator: .cluster(locator))
         #expect(try connection.command("SET", "{siwa}:probe", "1").string == "OK")
         let slot = String(RedisClusterNodes.slot)
         let sourceConnection = cluster.connection(port: source)

@@ -23,7 +23,7 @@ struct ClusterDiscoveryTests {
     static func connection(_ locator: RedisClusterLocator) -> RedisConnection {
         RedisConnection(
             endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 1)), connectTimeout: .seconds(2),
-            commandTimeout: .seconds(2), cluster: locator)
+            commandTimeout: .seconds(2), locator: .cluster(locator))
     }
 
     @Test(

@@ -77,8 +77,9 @@ struct RedisConnectionTests {
             #expect(error.code == .connectionFailed)
             #expect(error.message.contains("AUTH"))
             #expect(!error.message.contains("wrong-password"))
-            // The server's refusal is kept as the cause, not only as text.
-            guard case .underlying(let refusal) = error.cause else {
+            // The server's refusal of AUTH is kept as the cause, not only as text.
+            #expect(error.isLoginRefused)
+            guard case .loginRefused(let refusal) = error.cause else {
                 Issue.record("the AUTH refusal is not kept as the cause: \(String(describing: error.cause))")
                 return
             }

@@ -19,13 +19,13 @@ struct RedisErrorFieldTests {
 
     @Test("a bad list of sentinels or cluster nodes is refused with its field, the message naming no setting")
     func listsCarryTheirField() throws {
-        guard case .failure(let sentinels) = RedisPrimaryLocator.parseSentinels("127.0.0.1") else {
+        guard case .failure(let sentinels) = RedisNodeAddress.list(parsing: "127.0.0.1", field: .sentinels) else {
             Issue.record("a sentinel without a port was accepted")
             return
         }
         #expect(sentinels.field == .sentinels)
         #expect(!sentinels.message.contains("SIWA_"), "\(sentinels.message)")
-        guard case .failure(let nodes) = RedisClusterLocator.parseNodes("127.0.0.1:0") else {
+        guard case .failure(let nodes) = RedisNodeAddress.list(parsing: "127.0.0.1:0", field: .clusterNodes) else {
             Issue.record("a cluster node with port 0 was accepted")
             return
         }

@@ -50,6 +50,46 @@ struct RedisErrorTests {
         ])
     func aboutTheDeployment(_ error: RedisError) { #expect(!error.isRecordSpecific) }
 
+    @Test(
+        "an error reply's first word is parsed once into its kind",
+        arguments: [
+            ("TRYAGAIN Multiple keys request during rehashing of slot", RedisError.ReplyKind.tryAgain),
+            ("READONLY You can't write against a read only replica.", .readOnly),
+            ("CLUSTERDOWN The cluster is down", .clusterDown), ("MASTERDOWN Link with MASTER is down", .masterDown),
+            ("MOVED 3999 127.0.0.1:6381", .moved), ("ASK 3999 127.0.0.1:6381", .ask),
+            ("NOAUTH Authentication required.", .noAuth),
+            ("WRONGPASS invalid username-password pair or user is disabled.", .wrongPassword),
+            ("NOPERM this user has no permissions", .noPermission), ("NOSCRIPT No matching script.", .noScript),
+            ("ERR invalid password", .err), ("WRONGTYPE Operation against a key", .wrongType),
+            ("SOMETHINGNEW from a later Redis", .other("SOMETHINGNEW")),
+            // A word is the whole word: a longer one is another kind.
+            ("TRYAGAINLATER not a word Redis sends", .other("TRYAGAINLATER")),
+        ])
+    func replyKind(_ reply: String, _ kind: RedisError.ReplyKind) {
+        let error = RedisError(.serverError, reply)
+        #expect(error.reply == kind)
+        #expect(error.replyKind == String(reply.prefix { $0 != " " }))
+    }
+
+    @Test("only a server error reply has a kind; the others name their code")
+    func replyKindOfOtherFailures() {
+        #expect(RedisError(.connectionLost, "TRYAGAIN in a message").reply == nil)
+        #expect(RedisError(.connectionLost, "TRYAGAIN in a message").replyKind == "redis_connection_lost")
+        #expect(RedisError(.serverError, "").reply == nil)
+        #expect(RedisError(.serverError, "TRYAGAIN keys moving").isTransient)
+        #expect(!RedisError(.serverError, "ERR TRYAGAIN quoted inside").isTransient)
+    }
+
+    @Test("a refused login is the cause, never read from the message")
+    func loginRefusal() {
+        let reply = RedisError(.serverError, "WRONGPASS invalid username-password pair")
+        #expect(RedisError(.connectionFailed, "AUTH or SELECT failed", cause: .loginRefused(reply)).isLoginRefused)
+        #expect(
+            !RedisError(.connectionFailed, "AUTH or SELECT failed: WRONGPASS", cause: .underlying(reply)).isLoginRefused
+        )
+        #expect(!reply.isLoginRefused)
+    }
+
     @Test("coded errors compare by code and describe themselves as code: message")
     func codedError() {
         #expect(RedisError(.serverError, "WRONGTYPE a") == RedisError(.serverError, "ERR b"))

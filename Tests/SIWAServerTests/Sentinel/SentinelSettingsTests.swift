@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import SIWARedis
 import SIWAServer
 import SIWATestKit
 import Testing
@@ -230,10 +231,11 @@ struct SentinelSettingsTests {
                 "SIWA_REDIS_SENTINELS": "127.0.0.1:26379, [::1]:26380", "SIWA_REDIS_SENTINEL_MASTER": "m",
             ]) { _, new in new })
         #expect(
-            configuration.redis.sentinel?.sentinels == [
-                .init(host: "127.0.0.1", port: 26379), .init(host: "::1", port: 26380),
-            ])
-        #expect(configuration.redis.sentinel?.masterName == "m")
+            configuration.redis.topology
+                == .sentinel(
+                    RedisTopology.Sentinel(
+                        sentinels: [.init(host: "127.0.0.1", port: 26379), .init(host: "::1", port: 26380)],
+                        masterName: "m", password: nil)))
         #expect(configuration.redis.minimumReplicas == 0)
         #expect(configuration.redis.replicaTimeout == .milliseconds(100))
     }

@@ -34,7 +34,7 @@ struct SentinelStaleTests {
         // The URL's host and port are not used with a locator: port 1 would refuse.
         let connection = RedisConnection(
             endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 1)), connectTimeout: .seconds(1),
-            commandTimeout: .seconds(2), locator: locator)
+            commandTimeout: .seconds(2), locator: .sentinel(locator))
 
         #expect(try connection.command("SET", "siwa-stale-test", "written").string == "OK")
         #expect(connection.primary == Self.primary(cluster.initialPrimary))
@@ -53,7 +53,7 @@ struct SentinelStaleTests {
         // Another connection of the process uses the confirmed primary: the sentinels are not asked again.
         let second = RedisConnection(
             endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 1)), connectTimeout: .seconds(1),
-            commandTimeout: .seconds(2), locator: locator)
+            commandTimeout: .seconds(2), locator: .sentinel(locator))
         #expect(try second.command("GET", "siwa-stale-test").string == "written")
         #expect(locator.discoveries == 1)
     }

@@ -40,7 +40,7 @@ struct SentinelSwitchTests {
         func connection() -> RedisConnection {
             RedisConnection(
                 endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 1)), connectTimeout: .seconds(1),
-                commandTimeout: .milliseconds(500), locator: locator)
+                commandTimeout: .milliseconds(500), locator: .sentinel(locator))
         }
         let idle = connection()
         let old = cluster.initialPrimary
