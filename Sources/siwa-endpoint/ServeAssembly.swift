@@ -19,8 +19,9 @@ import SIWAVerification
 ///    keep nginx answering 502 after a restart),
 /// 6. the deletion-duty reader (the /metrics figures of the deletions stream),
 /// 7. the client-activity loader (reads `P:clients` once Redis answers: the silence figures).
-/// A stop (SIGTERM, SIGINT, or a service returning on its own) asks them all at once, last
-/// started first, and waits for each until one shutdown deadline.
+/// A stop (SIGTERM, SIGINT, or a service returning on its own) stops them one by one, last
+/// started first, each asked once the one after it has returned, within one shutdown
+/// deadline (`ServiceGroup`): the FastCGI server drains while everything before it runs.
 struct ServeAssembly {
     let keys: JWKSProvider
     let jwksRefresher: JWKSRefresher
