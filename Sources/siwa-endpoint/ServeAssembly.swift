@@ -43,17 +43,8 @@ struct ServeAssembly {
         // The one clock every part reads (monotonic for intervals, wall time where one is
         // written or shown). The shutdown deadlines are waits, on the machine's clock.
         let clock = EndpointClock.system
-        let jwksSettings = configuration.jwks
         let keys = JWKSProvider(
-            settings: JWKSProvider.Settings(
-                url: jwksSettings.url, cacheFilePath: jwksSettings.cachePath,
-                refreshInterval: jwksSettings.refreshInterval,
-                unknownKeyIDRefreshInterval: jwksSettings.unknownKeyIDRefreshInterval,
-                // A lone worker never waits for a fetch: /healthz and known kids would wait with it.
-                unknownKeyIDWaiters: configuration.fastCGI.server.workerCount > 1 ? 1 : 0),
-            fetcher: HTTPSFetcher(
-                caFilePath: jwksSettings.caFile, timeoutSeconds: Double(jwksSettings.timeout.wholeSeconds)),
-            clock: clock)
+            settings: configuration.jwks.provider, fetcher: configuration.jwks.fetcher, clock: clock)
 
         let redis = configuration.redis
         let store = configuration.store
@@ -131,7 +122,7 @@ struct ServeAssembly {
     }
 
     static func servedRefusal(_ error: FastCGIError) -> ConfigurationError {
-        ConfigurationError(setting: "SIWA_FCGI_SOCKET", "cannot be served: \(error)")
+        ConfigurationError(SettingKey.fastCGISocket, "cannot be served: \(error)")
     }
 
     /// The spool and its set-aside store, opened as serve opens them (creating what is

@@ -49,13 +49,17 @@ public final class SpoolReplayer: Service {
         let subject: String
     }
     public let name = "spool-replayer"
+    /// Two weeks: time to look at a set-aside record before it goes.
+    public static let defaultRetentionDays = 14
+    /// The retention the settings accept: a day to ten years.
+    public static let retentionDaysRange = 1...3650
 
     /// `clock` gives the `updated_at` written for replayed notifications (its wall reading).
     /// `clientIDs` are the ones served now: a record for another is rejected (kept in `rejected/`), not applied.
     public init(
         spool: NotificationSpool, rejected: SpoolRejectedStore, store: any NotificationStoring,
         metrics: ServerMetrics,
-        clientIDs: Set<String>, retentionDays: Int = 14, clock: EndpointClock
+        clientIDs: Set<String>, retentionDays: Int = defaultRetentionDays, clock: EndpointClock
     ) {
         self.spool = spool
         self.rejected = rejected
