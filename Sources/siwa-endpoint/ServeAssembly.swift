@@ -43,8 +43,11 @@ struct ServeAssembly {
         // The one clock every part reads (monotonic for intervals, wall time where one is
         // written or shown). The shutdown deadlines are waits, on the machine's clock.
         let clock = EndpointClock.system
+        // An unknown kid's fetches: handed over by the provider, made by the refresher.
+        let fetchQueue = JWKSFetchQueue()
         let keys = JWKSProvider(
-            settings: configuration.jwks.provider, fetcher: configuration.jwks.fetcher, clock: clock)
+            settings: configuration.jwks.provider, fetcher: configuration.jwks.fetcher, fetchQueue: fetchQueue,
+            clock: clock)
 
         let redis = configuration.redis
         let store = configuration.store
@@ -99,7 +102,7 @@ struct ServeAssembly {
             throw servedRefusal(error)
         }
         return ServeAssembly(
-            keys: keys, jwksRefresher: JWKSRefresher(provider: keys, loadsKeysAtStart: true),
+            keys: keys, jwksRefresher: JWKSRefresher(provider: keys, fetchQueue: fetchQueue, loadsKeysAtStart: true),
             // With Sentinel: every connection leaves an old primary as soon as a sentinel
             // announces a failover.
             sentinelWatchers: ServeCommand.sentinelWatchers(locator), breaker: breaker, server: server,

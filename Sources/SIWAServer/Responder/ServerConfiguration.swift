@@ -9,7 +9,7 @@ import SIWAVerification
 /// program with a message that names the setting.
 ///
 /// One table (`settings`) holds each setting's name, default, parser and meaning; the
-/// README table, `deploy/env.example` and `serve --help` are checked against it by a test.
+/// table of docs/settings.md, `deploy/env.example` and `serve --help` are checked against it by a test.
 /// The parsed values are handed out in typed groups, one per part of the program.
 public struct ServerConfiguration: Sendable, Equatable {
     /// The client IDs (bundle IDs or Services IDs) whose notifications this endpoint accepts.
@@ -34,7 +34,7 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// What every setting's name begins with: such a name that is in no row is warned about.
     public static let namePrefix = "SIWA_"
 
-    /// The settings table: one row per setting, in the README's order.
+    /// The settings table: one row per setting, in the order of docs/settings.md.
     public static let settings: [Setting] =
         [
             .parsed(

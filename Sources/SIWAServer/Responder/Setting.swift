@@ -1,6 +1,6 @@
 import Foundation
 
-/// One row of the settings table: the name, the default as the README, `deploy/env.example`
+/// One row of the settings table: the name, the default as docs/settings.md, `deploy/env.example`
 /// and `serve --help` show it (nil when the setting is required), what it means, and how
 /// its text is read into a typed value. Adding a setting is adding a key (`SettingKey`), one
 /// row made from it to `ServerConfiguration.settings`, with its default read from the
