@@ -1,4 +1,4 @@
-"""The contract's rules (README "The Redis contract"), as a model the soak checks Redis
+"""The contract's rules (docs/contract.md, "The Redis contract"), as a model the soak checks Redis
 against: from the notifications a user's app accepted (answered 200), what the user's
 hash must hold. Kept apart from the soak's machinery so it can be read on its own.
 

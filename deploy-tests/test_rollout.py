@@ -607,7 +607,7 @@ def test_install_run_again_on_the_nodes_layout_starts_no_slot(install_root, bina
     shutil.copy(key, install_root / "etc/ssl/siwa-endpoint/privkey.pem")
     shutil.copy(ecdsa_cert[0], install_root / "etc/ssl/siwa-endpoint/ecdsa-fullchain.pem")
     shutil.copy(ecdsa_cert[1], install_root / "etc/ssl/siwa-endpoint/ecdsa-privkey.pem")
-    # The README's nodes layout: the nodes' upstream file in place of the slots'.
+    # The nodes layout of docs/deployment.md: the nodes' upstream file in place of the slots'.
     shutil.copy(REPO / "nginx/siwa-endpoint-upstream-nodes.conf", install_root / "etc/nginx/siwa-endpoint-upstream.conf")
     result = install(install_root, binary)
     assert "lists several nodes: no slot started" in result.stdout

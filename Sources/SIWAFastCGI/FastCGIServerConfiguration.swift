@@ -18,6 +18,9 @@ public struct FastCGIServerConfiguration: Sendable, Equatable {
     public static let defaultBacklog = 1024
     public static let backlogRange = 16...65_535
     public static let defaultShutdownTimeout: Duration = .seconds(10)
+    /// The shutdown timeouts the settings accept: a second to five minutes (`validate()`
+    /// asks only for a positive one: an embedding program may drain for less).
+    public static let shutdownTimeoutRange: ClosedRange<Duration> = .seconds(1) ... .seconds(300)
 
     /// Where to listen; see `FastCGIListenAddress` (loopback only for TCP).
     public var address: FastCGIListenAddress

@@ -130,6 +130,44 @@ public struct FastCGIClient: Sendable {
         }
 
         public func send(params: [(String, String)], body: [UInt8] = [], keepConnection: Bool) throws -> Response {
+            let (requestID, out) = records(params: params, body: body, keepConnection: keepConnection)
+            try writeAll(out)
+            return try readResponse(requestID: requestID)
+        }
+
+        /// Sends a request but the body after its first `sentBodyBytes` bytes (and the body's
+        /// end), so the responder holds it part way through its body; `finish` on the answer
+        /// sends the rest and reads the response. The body must be under 64 KiB.
+        public func sendHoldingBack(params: [(String, String)], body: [UInt8], sentBodyBytes: Int) throws
+            -> HeldRequest
+        {
+            let (requestID, whole) = records(params: params, body: [], keepConnection: false)
+            // `whole` ends with the body's end (an empty STDIN record, 8 bytes): the body goes before it.
+            var sent = Array(whole.dropLast(8))
+            let split = min(sentBodyBytes, body.count)
+            FastCGIClient.appendRecord(&sent, type: 5, requestID: requestID, content: body[..<split])
+            var rest: [UInt8] = []
+            FastCGIClient.appendRecord(&rest, type: 5, requestID: requestID, content: body[split...])
+            FastCGIClient.appendRecord(&rest, type: 5, requestID: requestID, content: [])
+            try writeAll(sent)
+            return HeldRequest(connection: self, requestID: requestID, rest: rest)
+        }
+
+        /// A request sent but for its last bytes (`sendHoldingBack`).
+        public struct HeldRequest {
+            let connection: Connection
+            let requestID: UInt16
+            let rest: [UInt8]
+
+            /// Sends the bytes held back and reads the response.
+            public func finish() throws -> Response {
+                try connection.writeAll(rest)
+                return try connection.readResponse(requestID: requestID)
+            }
+        }
+
+        /// The records of one request (BEGIN_REQUEST, PARAMS, STDIN) and its ID.
+        private func records(params: [(String, String)], body: [UInt8], keepConnection: Bool) -> (UInt16, [UInt8]) {
             let requestID = nextRequestID
             nextRequestID &+= 1
             var out: [UInt8] = []
@@ -142,8 +180,7 @@ public struct FastCGIClient: Sendable {
             }
             FastCGIClient.appendStream(&out, type: 4, requestID: requestID, content: encoded)
             FastCGIClient.appendStream(&out, type: 5, requestID: requestID, content: body)
-            try writeAll(out)
-            return try readResponse(requestID: requestID)
+            return (requestID, out)
         }
 
         /// Bytes written on this connection that the responder has not read yet (the

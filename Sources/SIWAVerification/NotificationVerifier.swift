@@ -14,6 +14,8 @@ public struct NotificationVerifier: Sendable {
     public static let appleIssuer = "https://appleid.apple.com"
     public static let defaultMaximumBodyBytes = 64 * 1024
     public static let defaultLeewaySeconds: Int64 = 60
+    /// The leeways the settings accept: none to ten minutes.
+    public static let leewaySecondsRange: ClosedRange<Int64> = 0...600
 
     /// The fixed key set `verify(body:now:)` uses; empty when the keys come from a source.
     public let keys: JSONWebKeySet

@@ -64,7 +64,7 @@ enum CanaryCommand {
                 "canary takes no positional arguments; the token comes from --token-file, never the command line")
         }
         guard let clientID = arguments.value("--client-id"), UserKeyPart.isValidClientID(clientID) else {
-            throw UsageError("--client-id is required (a client ID of SIWA_CLIENT_IDS)")
+            throw UsageError("--client-id is required (a client ID of \(SettingKey.clientIDs.name))")
         }
         guard let subject = arguments.value("--sub"), UserKeyPart.isValidSubject(subject) else {
             throw UsageError("--sub is required (the test user's sub)")
@@ -97,8 +97,8 @@ enum CanaryCommand {
             Output.line("revoked at Apple at \(isoTime(revokedAt)); waiting up to \(timeout) s for its consent-revoked")
         case .configurationError(let code):
             Output.error(
-                "siwa-endpoint canary: Apple refused our client (\(code)): check SIWA_APPLE_TEAM_ID, "
-                    + "SIWA_APPLE_KEY_ID, SIWA_APPLE_PRIVATE_KEY_FILE and that \(clientID) belongs to that team; "
+                "siwa-endpoint canary: Apple refused our client (\(code)): check \(SettingKey.appleTeamID.name), "
+                    + "\(SettingKey.appleKeyID.name), \(SettingKey.applePrivateKeyFile.name) and that \(clientID) belongs to that team; "
                     + "nothing was revoked")
             return Exit.appleRefused.rawValue
         case .refused(let code):

@@ -12,7 +12,7 @@ import Synchronization
 
 /// `reconcile FILE`: asks Apple's token endpoint, once a day per user, whether each
 /// user's refresh token is still honoured, and ends the sessions of users whose token
-/// is refused (a revocation no notification brought). See the README, "Reconcile".
+/// is refused (a revocation no notification brought). See docs/operations.md, "Reconcile: revocations no notification brought".
 enum ReconcileCommand {
     static let help = """
         usage: siwa-endpoint reconcile [--env-file FILE] [--rate N] FILE

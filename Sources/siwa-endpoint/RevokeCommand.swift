@@ -9,7 +9,7 @@ import SIWAServer
 
 /// `revoke FILE`: revokes users' tokens at Apple's `/auth/revoke`, for the app's own
 /// account-deletion flow (App Store Review Guideline 5.1.1(v)), and ends those users'
-/// sessions in Redis at the revoke time. See the README, "Revoke".
+/// sessions in Redis at the revoke time. See docs/operations.md, "Revoke: ending a user's tokens at Apple".
 enum RevokeCommand {
     static let help = """
         usage: siwa-endpoint revoke [--env-file FILE] [--rate N] FILE

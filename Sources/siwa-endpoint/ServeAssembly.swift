@@ -19,8 +19,9 @@ import SIWAVerification
 ///    keep nginx answering 502 after a restart),
 /// 6. the deletion-duty reader (the /metrics figures of the deletions stream),
 /// 7. the client-activity loader (reads `P:clients` once Redis answers: the silence figures).
-/// A stop (SIGTERM, SIGINT, or a service returning on its own) asks them all at once, last
-/// started first, and waits for each until one shutdown deadline.
+/// A stop (SIGTERM, SIGINT, or a service returning on its own) stops them one by one, last
+/// started first, each asked once the one after it has returned, within one shutdown
+/// deadline (`ServiceGroup`): the FastCGI server drains while everything before it runs.
 struct ServeAssembly {
     let keys: JWKSProvider
     let jwksRefresher: JWKSRefresher
@@ -42,16 +43,10 @@ struct ServeAssembly {
         // The one clock every part reads (monotonic for intervals, wall time where one is
         // written or shown). The shutdown deadlines are waits, on the machine's clock.
         let clock = EndpointClock.system
-        let jwksSettings = configuration.jwks
+        // An unknown kid's fetches: handed over by the provider, made by the refresher.
+        let fetchQueue = JWKSFetchQueue()
         let keys = JWKSProvider(
-            settings: JWKSProvider.Settings(
-                url: jwksSettings.url, cacheFilePath: jwksSettings.cachePath,
-                refreshInterval: jwksSettings.refreshInterval,
-                unknownKeyIDRefreshInterval: jwksSettings.unknownKeyIDRefreshInterval,
-                // A lone worker never waits for a fetch: /healthz and known kids would wait with it.
-                unknownKeyIDWaiters: configuration.fastCGI.server.workerCount > 1 ? 1 : 0),
-            fetcher: HTTPSFetcher(
-                caFilePath: jwksSettings.caFile, timeoutSeconds: Double(jwksSettings.timeout.wholeSeconds)),
+            settings: configuration.jwks.provider, fetcher: configuration.jwks.fetcher, fetchQueue: fetchQueue,
             clock: clock)
 
         let redis = configuration.redis
@@ -102,7 +97,7 @@ struct ServeAssembly {
             throw servedRefusal(error)
         }
         return ServeAssembly(
-            keys: keys, jwksRefresher: JWKSRefresher(provider: keys, loadsKeysAtStart: true),
+            keys: keys, jwksRefresher: JWKSRefresher(provider: keys, fetchQueue: fetchQueue, loadsKeysAtStart: true),
             // With Sentinel: every connection leaves an old primary as soon as a sentinel
             // announces a failover.
             sentinelWatchers: ServeCommand.sentinelWatchers(locator), breaker: breaker, server: server,
@@ -125,7 +120,7 @@ struct ServeAssembly {
     }
 
     static func servedRefusal(_ error: FastCGIError) -> ConfigurationError {
-        ConfigurationError(setting: "SIWA_FCGI_SOCKET", "cannot be served: \(error)")
+        ConfigurationError(SettingKey.fastCGISocket, "cannot be served: \(error)")
     }
 
     /// The spool and its set-aside store, opened as serve opens them (creating what is

@@ -104,7 +104,7 @@ enum ServeCommand {
         }
         switch checkRedis(configuration, at: locator.dataEndpoint(configuration.redis.endpoint)) {
         case .usable: break
-        case .refused(let refusal): return .failure(refuse(setting: "SIWA_REDIS_URL", message: refusal))
+        case .refused(let refusal): return .failure(refuse(setting: SettingKey.redisURL.name, message: refusal))
         case .certificateRefused(let refusal): certificateRefusal = certificateRefusal ?? refusal
         }
         // One line about it, from serve and --check alike: the reason and the setting to look at.
@@ -131,7 +131,7 @@ enum ServeCommand {
 
     /// The refusal of a spool that cannot be opened, the same from the check and the opening.
     static func spoolRefusal(_ error: SpoolError) -> ConfigurationError {
-        ConfigurationError(setting: "SIWA_SPOOL_DIR", "cannot be opened: \(error)")
+        ConfigurationError(SettingKey.spoolDirectory, "cannot be opened: \(error)")
     }
 
     /// The one validation path of `serve` and `serve --check`: the settings table, then the
@@ -195,7 +195,8 @@ enum ServeCommand {
         } catch {
             // The socket could not be made (in use, a permission, a group): named, before `started`.
             services.stop(until: ContinuousClock.now + fastCGI.server.shutdownTimeout)
-            let setting = error.code == .unknownGroup ? "SIWA_FCGI_SOCKET_GROUP" : "SIWA_FCGI_SOCKET"
+            let setting =
+                error.code == .unknownGroup ? SettingKey.fastCGISocketGroup.name : SettingKey.fastCGISocket.name
             return refuse(ConfigurationError(setting: setting, "cannot be listened on: \(error)")).exitStatus
         }
         services.start(parts.replayer)
@@ -251,7 +252,7 @@ enum ServeCommand {
         EventLog.event(
             "fcgi_backlog_capped", level: "warning",
             [
-                ("setting", .string("SIWA_FCGI_BACKLOG")), ("backlog", .integer(Int64(backlog))),
+                ("setting", .string(SettingKey.fastCGIBacklog.name)), ("backlog", .integer(Int64(backlog))),
                 ("somaxconn", .integer(Int64(limit))),
             ])
     }

@@ -80,7 +80,9 @@ enum SpoolCommand {
                 Output.line(
                     JSONWriter.object([
                         ("spool_dir", .string(directory)), ("depth", .integer(Int64(status.depth))),
-                        ("oldest_age_seconds", age), ("set_aside", .integer(Int64(status.setAside))),
+                        ("oldest_age_seconds", age), ("rejected", .integer(Int64(status.setAside))),
+                        // The former name of `rejected`, for one release.
+                        ("set_aside", .integer(Int64(status.setAside))),
                         ("torn_files", .integer(Int64(status.tornFiles))),
                         ("torn_bytes", .integer(Int64(status.tornBytes))),
                     ]))

@@ -140,8 +140,10 @@ package struct FuzzTarget: Sendable {
         }
         // Files named by the settings are checked for readability only: keep them out of
         // reach of the fuzzer's strings so no input makes it read a real file.
-        environment["SIWA_JWKS_CA_FILE"] = nil
-        for name in ["SIWA_REDIS_TLS_CA_FILE", "SIWA_REDIS_TLS_CERT_FILE", "SIWA_REDIS_TLS_KEY_FILE"] {
+        environment[SettingKey.jwksCAFile.name] = nil
+        for name in [
+            SettingKey.redisTLSCAFile.name, SettingKey.redisTLSCertificateFile.name, SettingKey.redisTLSKeyFile.name,
+        ] {
             environment[name] = nil
         }
         do {
@@ -159,7 +161,9 @@ package struct FuzzTarget: Sendable {
         var accepted: [String] = []
         if (try? RedisEndpoint(parsing: text)) != nil { accepted.append("redis") }
         if (try? FastCGIListenAddress.parse(text)) != nil { accepted.append("fcgi") }
-        if (try? ServerConfiguration(environment: ["SIWA_CLIENT_IDS": clientID, "SIWA_JWKS_URL": text])) != nil {
+        if (try? ServerConfiguration(environment: [SettingKey.clientIDs.name: clientID, SettingKey.jwksURL.name: text]))
+            != nil
+        {
             accepted.append("jwks")
         }
         return accepted.isEmpty ? .refused("no parser accepts it") : .accepted(accepted.joined(separator: ","))

@@ -1,8 +1,24 @@
+import SIWAHTTPS
+
 extension JWKSProvider {
     /// Where Apple's keys come from and how often they are fetched again.
-    public struct Settings: Sendable {
+    public struct Settings: Sendable, Equatable {
         /// Apple's published JWKS.
         public static let appleKeysURL = "https://appleid.apple.com/auth/keys"
+        /// An hour: Apple rotates rarely, and an unknown kid fetches sooner anyway.
+        public static let defaultRefreshInterval: Duration = .seconds(3600)
+        /// The scheduled refresh the settings accept: a minute to a day.
+        public static let refreshIntervalRange: ClosedRange<Duration> = .seconds(60) ... .seconds(86_400)
+        public static let defaultFailedRefreshRetryInterval: Duration = .seconds(60)
+        /// At most one unknown-kid fetch a minute.
+        public static let defaultUnknownKeyIDRefreshInterval: Duration = .seconds(60)
+        /// The unknown-kid interval the settings accept: a second to an hour.
+        public static let unknownKeyIDRefreshIntervalRange: ClosedRange<Duration> = .seconds(1) ... .seconds(3600)
+        public static let defaultUnknownKeyIDWaitLimit: Duration = .seconds(2)
+        /// The whole fetch's timeout (connect, TLS, request and body): the fetcher's own default.
+        public static let defaultFetchTimeout: Duration = .seconds(Int(HTTPSFetcher.defaultTimeoutSeconds))
+        /// The fetch timeouts the settings accept: a second to a minute.
+        public static let fetchTimeoutRange: ClosedRange<Duration> = .seconds(1) ... .seconds(60)
 
         /// The JWKS document's URL: https, or plain http to a loopback host.
         public var url: String
@@ -24,9 +40,11 @@ extension JWKSProvider {
         public var unknownKeyIDWaiters: Int
 
         public init(
-            url: String = appleKeysURL, cacheFilePath: String? = nil, refreshInterval: Duration = .seconds(3600),
-            failedRefreshRetryInterval: Duration = .seconds(60), unknownKeyIDRefreshInterval: Duration = .seconds(60),
-            unknownKeyIDWaitLimit: Duration = .seconds(2), unknownKeyIDWaiters: Int = 1
+            url: String = appleKeysURL, cacheFilePath: String? = nil,
+            refreshInterval: Duration = defaultRefreshInterval,
+            failedRefreshRetryInterval: Duration = defaultFailedRefreshRetryInterval,
+            unknownKeyIDRefreshInterval: Duration = defaultUnknownKeyIDRefreshInterval,
+            unknownKeyIDWaitLimit: Duration = defaultUnknownKeyIDWaitLimit, unknownKeyIDWaiters: Int = 1
         ) {
             self.url = url
             self.cacheFilePath = cacheFilePath

@@ -18,6 +18,8 @@ import Synchronization
 public final class JWKSProvider: Sendable {
     public let settings: Settings
     private let fetcher: any JWKSFetching
+    /// Where an unknown kid's fetch is handed to the refresher's thread (see `JWKSFetchQueue`).
+    public let fetchQueue: JWKSFetchQueue
     private let cacheFile: JWKSCacheFile?
     let clock: EndpointClock
 
@@ -37,11 +39,6 @@ public final class JWKSProvider: Sendable {
         var lastSucceeded = false
         /// The fetch running now, which any other caller joins.
         var flight: Flight?
-        /// Wakes the service that runs an unknown kid's fetch on its own thread (the JWKS
-        /// refresher, between its `start()` and the end of its `run()`); nil while none does.
-        var fetchRunner: (@Sendable () -> Void)?
-        /// An unknown kid's fetch handed to that service and not yet begun by it.
-        var handedFlight: Flight?
         var refreshFailures = 0
         /// Cache file reads or writes that failed: a reload names its own failure by it.
         var cacheFailures = 0
@@ -52,11 +49,17 @@ public final class JWKSProvider: Sendable {
     /// The generation of the key set last written to the cache file; held while writing.
     private let cacheWriting = Mutex(0)
 
+    /// - Parameter fetchQueue: where an unknown kid's fetch is handed over, the same queue
+    ///   the refresher is given (serve's assembly builds it); a provider of its own by default.
     /// - Parameter clock: intervals count on its monotonic reading, the keys' age on its
     ///   wall reading; tests pass their own.
-    public init(settings: Settings, fetcher: any JWKSFetching = HTTPSFetcher(), clock: EndpointClock = .system) {
+    public init(
+        settings: Settings, fetcher: any JWKSFetching = HTTPSFetcher(), fetchQueue: JWKSFetchQueue = JWKSFetchQueue(),
+        clock: EndpointClock = .system
+    ) {
         self.settings = settings
         self.fetcher = fetcher
+        self.fetchQueue = fetchQueue
         self.cacheFile = settings.cacheFilePath.map { JWKSCacheFile(path: $0) }
         self.clock = clock
     }
@@ -116,9 +119,9 @@ public final class JWKSProvider: Sendable {
     }
 
     /// Fetches because a token named a kid we do not hold, at most once per
-    /// `unknownKeyIDRefreshInterval` counted from the last fetch of any kind. The fetch runs
-    /// on the thread of the service that takes such fetches (`takeUnknownKeyFetches`, the
-    /// JWKS refresher), never on a thread of its own; without such a service (a bare
+    /// `unknownKeyIDRefreshInterval` counted from the last fetch of any kind. The fetch is
+    /// handed to `fetchQueue` and runs on the thread of the service that runs it (the JWKS
+    /// refresher), never on a thread of its own; while no service runs the queue (a bare
     /// provider) the caller fetches. The caller waits for it at most `unknownKeyIDWaitLimit`, and
     /// only `unknownKeyIDWaiters` callers wait at once (`stillRunning` otherwise): a worker
     /// is never held for a whole fetch timeout by a made-up kid.
@@ -175,8 +178,8 @@ public final class JWKSProvider: Sendable {
             /// A fetch runs and every waiting place is taken.
             case busy
             case fetch(Flight)
-            /// An unknown kid's fetch, handed to the service's thread (`runner` wakes it).
-            case handedOver(Flight, waiting: Bool, runner: @Sendable () -> Void)
+            /// An unknown kid's fetch, handed to the fetch queue's service.
+            case handedOver(Flight, waiting: Bool)
         }
         let decision = state.withLock { state -> Decision in
             let mayWait = waitLimit == nil || state.unknownKeyIDWaiting < waiters
@@ -189,13 +192,12 @@ public final class JWKSProvider: Sendable {
             let flight = Flight()
             state.flight = flight
             state.lastAttemptAt = now
-            guard waitLimit != nil, let runner = state.fetchRunner else {
-                // No service takes them (a bare provider, as tests and tools use): the caller fetches.
+            guard waitLimit != nil, fetchQueue.isOpen else {
+                // No service runs the queue (a bare provider, as tests and tools use): the caller fetches.
                 if waitLimit != nil && mayWait { state.unknownKeyIDWaiting -= 1 }
                 return .fetch(flight)
             }
-            state.handedFlight = flight
-            return .handedOver(flight, waiting: mayWait, runner: runner)
+            return .handedOver(flight, waiting: mayWait)
         }
         let flight: Flight
         switch decision {
@@ -203,8 +205,11 @@ public final class JWKSProvider: Sendable {
         case .busy: return .stillRunning
         case .fetch(let started): return fly(started)
         case .join(let running): flight = running
-        case .handedOver(let started, let waiting, let runner):
-            runner()
+        case .handedOver(let started, let waiting):
+            let fetch = JWKSFetchQueue.Fetch(run: { _ = self.fly(started) }, drop: { self.drop(started) })
+            // Closed since it was judged open (the service stopped): not made, as a fetch
+            // the service dropped.
+            if !fetchQueue.hand(fetch) { fetch.drop() }
             guard waiting else { return .stillRunning }
             flight = started
         }
@@ -213,36 +218,13 @@ public final class JWKSProvider: Sendable {
         return flight.wait(until: ContinuousClock.now + waitLimit)
     }
 
-    /// From now on an unknown kid's fetch is handed to the caller's service: `wake` asks its
-    /// thread to call `runHandedFetch()`. The JWKS refresher calls this at its start.
-    public func takeUnknownKeyFetches(wake: @escaping @Sendable () -> Void) {
-        state.withLock { $0.fetchRunner = wake }
-    }
-
-    /// Runs the unknown kid's fetch handed over, if any, on the caller's thread (the
-    /// service's); returns its outcome, or nil when none waited.
-    @discardableResult
-    public func runHandedFetch() -> JWKSRefreshOutcome? {
-        guard
-            let flight = state.withLock({ state -> Flight? in
-                defer { state.handedFlight = nil }
-                return state.handedFlight
-            })
-        else { return nil }
-        return fly(flight)
-    }
-
-    /// The service stops: no fetch is handed over any more; one handed over and not begun
-    /// is not made (its waiters are told `skipped`).
-    public func stopTakingUnknownKeyFetches() {
-        let dropped = state.withLock { state -> Flight? in
-            state.fetchRunner = nil
-            defer { state.handedFlight = nil }
-            guard let handed = state.handedFlight else { return nil }
-            if state.flight === handed { state.flight = nil }
-            return handed
+    /// A fetch handed over and never begun (the service stopped): it is no longer the
+    /// flight others join, and its waiters are told `skipped`.
+    private func drop(_ flight: Flight) {
+        state.withLock { state in
+            if state.flight === flight { state.flight = nil }
         }
-        dropped?.land(.skipped)
+        flight.land(.skipped)
     }
 
     /// Runs the fetch of `flight`, lands it for every caller waiting, then writes the cache

@@ -3,20 +3,30 @@ import SIWASupport
 /// The service that keeps the JWKS schedule without a request: it calls `refreshIfDue` on
 /// a short tick (hourly, or the retry interval after a failure, decided by the provider on
 /// its monotonic clock). It also runs the fetch an unknown kid asks for, on its own thread,
-/// woken at once (`JWKSProvider.takeUnknownKeyFetches`). Run it in a `ServiceGroup`.
+/// woken at once: it runs the provider's `JWKSFetchQueue` from its `start()` to the end of
+/// its `run()`. Run it in a `ServiceGroup`.
 public final class JWKSRefresher: Service {
     public let provider: JWKSProvider
     /// How often the service asks whether a refresh is due.
     public let checkInterval: Duration
     public let name = "jwks-refresher"
-    private let task = PeriodicTask()
+    /// The unknown kids' fetches it runs: the provider's queue (its loop is this service's).
+    public let fetchQueue: JWKSFetchQueue
+    private var task: PeriodicTask { fetchQueue.loop }
 
     /// Whether `start()` loads the keys (serve's refresher; a caller that started the
     /// provider itself passes false).
     public let loadsKeysAtStart: Bool
 
-    public init(provider: JWKSProvider, checkInterval: Duration = .seconds(15), loadsKeysAtStart: Bool = false) {
+    /// `fetchQueue` is the provider's (given to both where they are built; by default the
+    /// provider's own).
+    public init(
+        provider: JWKSProvider, fetchQueue: JWKSFetchQueue? = nil, checkInterval: Duration = .seconds(15),
+        loadsKeysAtStart: Bool = false
+    ) {
+        precondition(fetchQueue.map { $0 === provider.fetchQueue } ?? true, "the provider's own fetch queue")
         self.provider = provider
+        self.fetchQueue = fetchQueue ?? provider.fetchQueue
         self.checkInterval = checkInterval
         self.loadsKeysAtStart = loadsKeysAtStart
     }
@@ -25,7 +35,7 @@ public final class JWKSRefresher: Service {
     /// fetch (bounded by the fetcher's timeout), and one `jwks_loaded` line saying what is held.
     public func start() {
         // From here on an unknown kid's fetch runs on this service's thread (nudged).
-        provider.takeUnknownKeyFetches { [task] in task.nudge() }
+        fetchQueue.open()
         guard loadsKeysAtStart else { return }
         let outcome = provider.start()
         let held = provider.metrics(now: provider.clock.wallSeconds())
@@ -45,7 +55,7 @@ public final class JWKSRefresher: Service {
         let longestBackoff = max(.seconds(1), provider.settings.unknownKeyIDRefreshInterval)
         var backoff = Duration.seconds(1)
         task.run {
-            provider.runHandedFetch()
+            fetchQueue.runPending()
             if provider.usableKeyCount == 0 {
                 provider.refreshIfEmpty()
             } else {
@@ -58,7 +68,7 @@ public final class JWKSRefresher: Service {
             defer { backoff = min(backoff * 2, longestBackoff) }
             return backoff
         }
-        provider.stopTakingUnknownKeyFetches()
+        fetchQueue.close()
     }
 
     /// Ends `run()` after the fetch in progress, if any (bounded by the fetcher's timeout).

@@ -20,6 +20,16 @@ public struct AppleTokenCheck: Sendable {
         case unknown(reason: String)
     }
 
+    /// Three tries per call on a 5xx, a 429 or a timeout, and the bounds the settings accept.
+    public static let defaultAttempts = 3
+    public static let attemptsRange = 1...10
+    /// Two seconds before the first retry (doubled for each next one), and the bounds.
+    public static let defaultRetryDelayMilliseconds = 2000
+    public static let retryDelayMillisecondsRange = 10...60_000
+    /// The whole timeout of one request to Apple, and the bounds.
+    public static let defaultTimeoutSeconds = 10
+    public static let timeoutSecondsRange = 1...60
+
     public let tokenURL: String
     public let secret: AppleClientSecret
     public let fetcher: HTTPSFetcher

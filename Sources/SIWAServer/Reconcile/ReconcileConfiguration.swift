@@ -43,12 +43,14 @@ public struct ReconcileConfiguration: Sendable {
             .appleCAFile, shown: "(system trust store)", "reconcile only: CA bundle for the token endpoint",
             { text throws(SettingProblem) in text }),
         .integer(
-            .appleTimeout, default: 10, in: 1...60, "reconcile only: whole timeout of one token request"
-        ),
+            .appleTimeout, default: AppleTokenCheck.defaultTimeoutSeconds, in: AppleTokenCheck.timeoutSecondsRange,
+            "reconcile only: whole timeout of one token request"),
         .integer(
-            .appleAttempts, default: 3, in: 1...10, "reconcile only: tries per user on 5xx, 429 or a timeout"),
+            .appleAttempts, default: AppleTokenCheck.defaultAttempts, in: AppleTokenCheck.attemptsRange,
+            "reconcile only: tries per user on 5xx, 429 or a timeout"),
         .integer(
-            .appleRetryDelay, default: 2000, in: 10...60_000,
+            .appleRetryDelay, default: AppleTokenCheck.defaultRetryDelayMilliseconds,
+            in: AppleTokenCheck.retryDelayMillisecondsRange,
             "reconcile only: wait before the first retry, doubled for each next one"),
     ]
 
@@ -56,7 +58,7 @@ public struct ReconcileConfiguration: Sendable {
     /// (a Redis setting serve has and reconcile lacked would stop reconcile with a setting
     /// missing from its table).
     static var table: [Setting] {
-        let sharedNames: Set<String> = ["SIWA_KEY_PREFIX", "SIWA_STREAM_MAXLEN"]
+        let sharedNames: Set<String> = [SettingKey.keyPrefix.name, SettingKey.streamMaximumLength.name]
         return ServerConfiguration.settings.filter { $0.name.hasPrefix("SIWA_REDIS_") || sharedNames.contains($0.name) }
             + appleSettings
     }
@@ -93,32 +95,32 @@ public struct ReconcileConfiguration: Sendable {
         let parsed = try SettingValues(table: Self.table, text: values)
 
         guard let team: String = try parsed[.appleTeamID] else {
-            throw ConfigurationError(setting: "SIWA_APPLE_TEAM_ID", "is required: your Apple team ID")
+            throw ConfigurationError(SettingKey.appleTeamID, "is required: your Apple team ID")
         }
         teamID = team
         guard let key: String = try parsed[.appleKeyID] else {
-            throw ConfigurationError(setting: "SIWA_APPLE_KEY_ID", "is required: your Apple key ID")
+            throw ConfigurationError(SettingKey.appleKeyID, "is required: your Apple key ID")
         }
         keyID = key
         guard let keyFile: String = try parsed[.applePrivateKeyFile] else {
             throw ConfigurationError(
-                setting: "SIWA_APPLE_PRIVATE_KEY_FILE", "is required: the .p8 file of your Sign in with Apple key")
+                SettingKey.applePrivateKeyFile, "is required: the .p8 file of your Sign in with Apple key")
         }
         privateKeyFile = keyFile
         guard let pem = try? String(contentsOfFile: keyFile, encoding: .utf8) else {
-            throw ConfigurationError(setting: "SIWA_APPLE_PRIVATE_KEY_FILE", "cannot read \(keyFile)")
+            throw ConfigurationError(SettingKey.applePrivateKeyFile, "cannot read \(keyFile)")
         }
         do {
             privateKey = try ES256PrivateKey(pem: pem)
         } catch {
-            throw ConfigurationError(setting: "SIWA_APPLE_PRIVATE_KEY_FILE", "is unusable: \(error.description)")
+            throw ConfigurationError(SettingKey.applePrivateKeyFile, "is unusable: \(error.description)")
         }
         tokenURL = try parsed[.appleTokenURL]
         revokeURL = try parsed[.appleRevokeURL]
         migrationURL = try parsed[.appleMigrationURL]
         caFile = try parsed[.appleCAFile]
         if let caFile, !FileManager.default.isReadableFile(atPath: caFile) {
-            throw ConfigurationError(setting: "SIWA_APPLE_CA_FILE", "cannot read \(caFile)")
+            throw ConfigurationError(SettingKey.appleCAFile, "cannot read \(caFile)")
         }
         timeoutSeconds = try parsed[.appleTimeout]
         attempts = try parsed[.appleAttempts]

@@ -3,7 +3,9 @@ import SIWARedis
 import SIWASupport
 import SIWAVerification
 
-/// Writes verified notifications into Redis: the state contract app servers read.
+/// Writes verified notifications into Redis: the state contract app servers read, whose
+/// text for them is docs/contract.md (the summary below names the same keys and fields:
+/// `ContractCommentTests` checks it against that page).
 ///
 /// Not thread safe, like the `RedisConnection` it owns: one store per worker thread.
 ///

@@ -61,10 +61,16 @@ public final class RedisCircuitBreaker: Service {
         let error = Mutex<RedisError?>(nil)
     }
 
+    /// A probe a second while Redis does not answer.
+    public static let defaultRetryInterval: Duration = .milliseconds(1000)
+    /// The probe intervals the settings accept: 50 ms to a minute.
+    public static let retryIntervalRange: ClosedRange<Duration> = .milliseconds(50) ... .milliseconds(60_000)
+
     /// `ping` returns nil on `PONG`, else the error; it may take the full Redis timeout.
     /// `onClose` runs (on the service's thread) each time the probe finds Redis back.
     public init(
-        retryInterval: Duration, clock: EndpointClock = .system, ping: @escaping @Sendable () -> RedisError?,
+        retryInterval: Duration = defaultRetryInterval, clock: EndpointClock = .system,
+        ping: @escaping @Sendable () -> RedisError?,
         onClose: @escaping @Sendable () -> Void = {}
     ) {
         self.retryInterval = retryInterval

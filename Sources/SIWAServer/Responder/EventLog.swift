@@ -4,19 +4,63 @@ import SIWAJSON
 import SIWAVerification
 import Synchronization
 
-/// One JSON object per line on standard error: requests and lifecycle events.
+/// One JSON object per line: requests and lifecycle events, on standard error by default.
 ///
 /// Never a token, a request body or an email address: callers pass only the fields
 /// named here, and free text is limited to messages the program itself wrote.
+///
+/// The lines are made here and written by a `Sink`: the responder and the spool replayer
+/// are handed theirs (standard error in serve, a list in a test that reads what they
+/// log); the static `event`, `request` and `emit` write to standard error.
 public enum EventLog {
+    /// Where lines go: each call of `write` is one whole line, newline included.
+    public struct Sink: Sendable {
+        private let write: @Sendable ([UInt8]) -> Void
+
+        public init(_ write: @escaping @Sendable ([UInt8]) -> Void) { self.write = write }
+
+        /// Standard error, one write(2) per line (see `EventLog.event`).
+        public static let standardError = Sink { EventLog.write($0) }
+
+        /// A lifecycle line (see `EventLog.event`).
+        public func event(_ name: String, level: String = "info", _ fields: [(String, JSONValue)] = []) {
+            write(EventLog.eventLine(name, level: level, fields))
+        }
+
+        /// A request's line (see `EventLog.request`).
+        public func request(
+            requestID: String, method: String, path: String, status: Int, outcome: String, errorCode: String?,
+            type: String?, clientID: String?, durationMilliseconds: Double, extra: [(String, JSONValue)] = []
+        ) {
+            write(
+                EventLog.requestLine(
+                    requestID: requestID, method: method, path: path, status: status, outcome: outcome,
+                    errorCode: errorCode, type: type, clientID: clientID, durationMilliseconds: durationMilliseconds,
+                    extra: extra))
+        }
+    }
+
     /// Held for each line's write(2)s (one line may need more than one write).
     private static let writing = Mutex(())
 
-    /// One line per request. Written straight into bytes: it is on every request's path.
+    /// One line per request, on standard error.
     public static func request(
         requestID: String, method: String, path: String, status: Int, outcome: String, errorCode: String?,
         type: String?, clientID: String?, durationMilliseconds: Double, extra: [(String, JSONValue)] = []
     ) {
+        write(
+            requestLine(
+                requestID: requestID, method: method, path: path, status: status, outcome: outcome,
+                errorCode: errorCode, type: type, clientID: clientID, durationMilliseconds: durationMilliseconds,
+                extra: extra))
+    }
+
+    /// The text of a request's line, newline included. Written straight into bytes: it is on
+    /// every request's path.
+    static func requestLine(
+        requestID: String, method: String, path: String, status: Int, outcome: String, errorCode: String?,
+        type: String?, clientID: String?, durationMilliseconds: Double, extra: [(String, JSONValue)]
+    ) -> [UInt8] {
         var line: [UInt8] = []
         line.reserveCapacity(320)
         line.append(contentsOf: #"{"time":""#.utf8)
@@ -41,7 +85,7 @@ public enum EventLog {
         line.append(contentsOf: #","duration_ms":"#.utf8)
         JSONWriter.write(.number((durationMilliseconds * 1000).rounded() / 1000), to: &line)
         line.append(contentsOf: "}\n".utf8)
-        write(line)
+        return line
     }
 
     /// `,"name":"value"` (the name is one of ours and needs no escaping).
@@ -74,7 +118,7 @@ public enum EventLog {
     public static func emit(_ line: [UInt8]) { write(line) }
 
     /// One write(2) per line, so lines from several threads never interleave.
-    private static func write(_ line: [UInt8]) {
+    static func write(_ line: [UInt8]) {
         // write(2), errors ignored: a full disk or a closed pipe must cost a log line,
         // never the process (FileHandle.write traps on failure).
         guard journalPriorities else {

@@ -16,7 +16,7 @@ extension NotificationResponder {
         -> Reply?
     {
         if let refusal = acknowledged.replicaCheckRefusal {
-            EventLog.event(
+            log.event(
                 "redis_replica_check_refused", level: "error",
                 [
                     ("error", .string(refusal.code.rawValue)), ("reason", .string(refusal.operatorMessage)),
@@ -24,7 +24,7 @@ extension NotificationResponder {
                 ])
         } else {
             metrics.recordReplicaShortfall()
-            EventLog.event(
+            log.event(
                 "redis_replica_shortfall", level: "warning",
                 [
                     ("replicas", .integer(Int64(acknowledged.replicas ?? 0))),

@@ -24,6 +24,11 @@ extension NotificationResponder {
     /// The HTTP status of a refusal from verification.
     public static func httpStatus(for error: VerificationError) -> Int { httpStatus(for: error.failureClass) }
 
+    /// Half a minute: Apple retries anyway; this asks it (and a load balancer) to wait a little.
+    public static let defaultRetryAfter: Duration = .seconds(30)
+    /// The `Retry-After` times the settings accept: a second to an hour.
+    public static let retryAfterRange: ClosedRange<Duration> = .seconds(1) ... .seconds(3600)
+
     /// `Retry-After` goes on every 503, added in `handle`: Apple (and a load balancer) come
     /// back after it.
     var retryAfter: FastCGIResponse.Header {

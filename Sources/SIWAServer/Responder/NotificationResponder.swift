@@ -29,6 +29,8 @@ public final class NotificationResponder: Sendable {
     let deletionDuty: DeletionDutyMonitor?
     /// Per client ID: genuine notifications, the last one's time, refusals by reason.
     public let clientTraffic: ClientTraffic
+    /// Where its lines go: each request's, and what it sees happen.
+    let log: EventLog.Sink
 
     /// The parts come built and wired (see serve's `ServeAssembly`): the responder starts
     /// nothing and builds nothing.
@@ -36,8 +38,10 @@ public final class NotificationResponder: Sendable {
         configuration: ServerConfiguration, verifier: NotificationVerifier, keys: JWKSProvider,
         breaker: RedisCircuitBreaker, stores: NotificationStorePool, spool: NotificationSpool,
         drain: (any SpoolDraining)?, metrics: ServerMetrics, clock: EndpointClock = .system,
-        redisLocator: RedisLocator = .single, deletionDuty: DeletionDutyMonitor? = nil
+        redisLocator: RedisLocator = .single, deletionDuty: DeletionDutyMonitor? = nil,
+        log: EventLog.Sink = .standardError
     ) {
+        self.log = log
         self.configuration = configuration
         self.verifier = verifier
         self.keys = keys
@@ -82,7 +86,7 @@ public final class NotificationResponder: Sendable {
             status: result.status, outcome: result.outcome, type: result.type ?? "", code: result.errorCode ?? "",
             seconds: seconds)
         if request.path == configuration.requests.notificationPath || result.status >= 500 {
-            EventLog.request(
+            log.request(
                 requestID: request.requestID ?? "-", method: request.method, path: Self.loggablePath(request.path),
                 status: result.status, outcome: result.outcome, errorCode: result.errorCode, type: result.type,
                 clientID: result.clientID, durationMilliseconds: seconds * 1000, extra: result.logFields)
@@ -141,7 +145,7 @@ public final class NotificationResponder: Sendable {
             status: 200, outcome: "", type: notification.type.name, clientID: notification.clientID, body: "")
         if notification.type == .unknown {
             // Loud on purpose: a new type from Apple is news for the team.
-            EventLog.event(
+            log.event(
                 "unknown_notification_type", level: "warning",
                 [("raw_type", .string(notification.rawType)), ("client_id", .string(notification.clientID))])
         }
@@ -169,7 +173,7 @@ public final class NotificationResponder: Sendable {
         } catch {
             metrics.recordRedisError()
             if error.isRecordSpecific { return recordRefused(error, result) }
-            EventLog.event(
+            log.event(
                 "redis_error", level: "warning",
                 [("error", .string(error.code.rawValue)), ("reply", .string(error.replyKind))])
             breaker.recordFailure(error)
@@ -184,7 +188,7 @@ public final class NotificationResponder: Sendable {
     /// so it is not spooled and not answered 200: 503 `store_refused`, nothing written, and
     /// Apple's retries find it stored once an operator has removed the cause.
     func recordRefused(_ error: RedisError, _ result: Reply) -> Reply {
-        EventLog.event(
+        log.event(
             "redis_record_refused", level: "error",
             [
                 ("error", .string(error.code.rawValue)), ("reason", .string(error.operatorMessage)),
@@ -219,7 +223,7 @@ public final class NotificationResponder: Sendable {
                 try store.recordClientNotification(clientID: clientID, at: now)
             }
         } catch {
-            EventLog.event(
+            log.event(
                 "client_activity_not_recorded", level: "warning",
                 [("error", .string(error.code.rawValue)), ("client_id", .string(clientID))])
         }
@@ -238,7 +242,7 @@ public final class NotificationResponder: Sendable {
             // A refusal (an ACL without HSETNX or HGETALL) would come back at every try:
             // said once, and this process's own figures are used from then on.
             if !error.isConnectionError { clientTraffic.load([:]) }
-            EventLog.event(
+            log.event(
                 "client_activity_not_read", level: "warning",
                 [("error", .string(error.code.rawValue)), ("reason", .string(error.operatorMessage))])
         }

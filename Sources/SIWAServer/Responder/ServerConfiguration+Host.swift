@@ -8,8 +8,8 @@ extension ServerConfiguration {
     /// `serve --check` and `serve` both run it, before anything is started, so a refusal
     /// names its setting and comes before `started`.
     public func checkHost() throws(ConfigurationError) {
-        try Self.checkDirectory(spool.directory, setting: "SIWA_SPOOL_DIR")
-        try Self.checkDirectory(spool.rejectedDirectory, setting: "SIWA_SPOOL_DIR")
+        try Self.checkDirectory(spool.directory, setting: SettingKey.spoolDirectory.name)
+        try Self.checkDirectory(spool.rejectedDirectory, setting: SettingKey.spoolDirectory.name)
         if case .unixSocket(let path, _, let group) = fastCGI.server.address {
             try Self.checkSocketPath(path)
             if let group {
@@ -18,7 +18,7 @@ extension ServerConfiguration {
                 var buffer = [CChar](repeating: 0, count: 16 * 1024)
                 guard getgrnam_r(group, &entry, &buffer, buffer.count, &result) == 0, result != nil else {
                     throw ConfigurationError(
-                        setting: "SIWA_FCGI_SOCKET_GROUP", "names no group on this machine: \(group)")
+                        SettingKey.fastCGISocketGroup, "names no group on this machine: \(group)")
                 }
             }
         }
@@ -49,17 +49,17 @@ extension ServerConfiguration {
         var info = stat()
         if lstat(path, &info) == 0, info.st_mode & S_IFMT != S_IFSOCK {
             throw ConfigurationError(
-                setting: "SIWA_FCGI_SOCKET", "\(path) exists and is not a socket: it is never replaced")
+                SettingKey.fastCGISocket, "\(path) exists and is not a socket: it is never replaced")
         }
         let directory = (path as NSString).deletingLastPathComponent
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue
         else {
-            throw ConfigurationError(setting: "SIWA_FCGI_SOCKET", "the directory \(directory) does not exist")
+            throw ConfigurationError(SettingKey.fastCGISocket, "the directory \(directory) does not exist")
         }
         guard access(directory, W_OK | X_OK) == 0 else {
             throw ConfigurationError(
-                setting: "SIWA_FCGI_SOCKET",
+                SettingKey.fastCGISocket,
                 "cannot create the socket in \(directory): \(String(cString: strerror(errno)))")
         }
     }

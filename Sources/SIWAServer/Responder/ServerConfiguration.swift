@@ -9,7 +9,7 @@ import SIWAVerification
 /// program with a message that names the setting.
 ///
 /// One table (`settings`) holds each setting's name, default, parser and meaning; the
-/// README table, `deploy/env.example` and `serve --help` are checked against it by a test.
+/// table of docs/settings.md, `deploy/env.example` and `serve --help` are checked against it by a test.
 /// The parsed values are handed out in typed groups, one per part of the program.
 public struct ServerConfiguration: Sendable, Equatable {
     /// The client IDs (bundle IDs or Services IDs) whose notifications this endpoint accepts.
@@ -31,36 +31,42 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// `SIWA_*` names that are not settings (misspelt?): logged as a warning at start.
     public var unknownSettings: [String]
 
-    /// The settings table: one row per setting, in the README's order.
+    /// What every setting's name begins with: such a name that is in no row is warned about.
+    public static let namePrefix = "SIWA_"
+
+    /// The settings table: one row per setting, in the order of docs/settings.md.
     public static let settings: [Setting] =
         [
             .parsed(
                 .clientIDs, default: nil, "comma-separated client IDs served (`aud` must name one)", clientIDList
             ),
             .parsed(
-                .jwksURL, default: "https://appleid.apple.com/auth/keys",
+                .jwksURL, default: JWKSProvider.Settings.appleKeysURL,
                 "Apple's JWKS; https only (http only to loopback)", httpsURL),
             .optional(.jwksCAFile, shown: "(system trust store)", "CA bundle for the JWKS fetch", readableFile),
             .path(
                 .jwksCache, default: "/var/lib/siwa-endpoint/jwks.json",
                 "last good JWKS, written atomically, loaded at start"),
             .duration(
-                .jwksRefresh, default: 3600, in: 60...86_400, unit: .seconds, "scheduled JWKS refresh"),
+                .jwksRefresh, default: JWKSProvider.Settings.defaultRefreshInterval,
+                in: JWKSProvider.Settings.refreshIntervalRange, unit: .seconds, "scheduled JWKS refresh"),
             .duration(
-                .jwksUnknownKeyIDRefresh, default: 60, in: 1...3600, unit: .seconds,
+                .jwksUnknownKeyIDRefresh, default: JWKSProvider.Settings.defaultUnknownKeyIDRefreshInterval,
+                in: JWKSProvider.Settings.unknownKeyIDRefreshIntervalRange, unit: .seconds,
                 "at most one refresh per this many seconds on an unknown kid"),
-            .duration(.jwksTimeout, default: 5, in: 1...60, unit: .seconds, "whole JWKS fetch timeout"),
+            .duration(
+                .jwksTimeout, default: JWKSProvider.Settings.defaultFetchTimeout,
+                in: JWKSProvider.Settings.fetchTimeoutRange, unit: .seconds, "whole JWKS fetch timeout"),
             .parsed(
                 .redisURL, default: "redis://127.0.0.1:6379/0",
                 "`redis://[:password@]host:port/db`, the same over TLS as `rediss://...`, or `unix:///path[?db=N]`",
                 redisEndpoint),
             .duration(
-                .redisTimeout, default: milliseconds(RedisConnection.defaultTimeout),
-                in: milliseconds(RedisConnection.timeoutRange),
-                unit: .milliseconds,
-                "Redis connect and command timeout"),
+                .redisTimeout, default: RedisConnection.defaultTimeout, in: RedisConnection.timeoutRange,
+                unit: .milliseconds, "Redis connect and command timeout"),
             .duration(
-                .redisRetry, default: 1000, in: 50...60_000, unit: .milliseconds,
+                .redisRetry, default: RedisCircuitBreaker.defaultRetryInterval,
+                in: RedisCircuitBreaker.retryIntervalRange, unit: .milliseconds,
                 "after Redis did not answer: requests spool at once, one probe retries this often"),
             .parsed(
                 .fastCGISocket, default: "/run/siwa-endpoint/fcgi.sock", "unix socket path, or `127.0.0.1:PORT`",
@@ -84,28 +90,32 @@ public struct ServerConfiguration: Sendable, Equatable {
                 .maximumBodyBytes, default: FastCGIServerConfiguration.defaultMaximumBodyBytes,
                 in: FastCGIServerConfiguration.maximumBodyBytesRange, "request body limit (413 above it)"),
             .duration(
-                .leeway, default: 60, in: 0...600, unit: .seconds, "clock leeway for `exp` and `iat`"),
+                .leeway, default: .seconds(NotificationVerifier.defaultLeewaySeconds),
+                in: .seconds(NotificationVerifier.leewaySecondsRange.lowerBound)
+                    ... .seconds(
+                        NotificationVerifier.leewaySecondsRange.upperBound),
+                unit: .seconds, "clock leeway for `exp` and `iat`"),
             .duration(
-                .seenTTL, default: seconds(NotificationStore.defaultSeenMarkerTTL),
-                in: seconds(NotificationStore.seenMarkerTTLRange),
-                unit: .seconds,
-                "how long a `jti` is remembered for duplicates (30 days)"),
+                .seenTTL, default: NotificationStore.defaultSeenMarkerTTL, in: NotificationStore.seenMarkerTTLRange,
+                unit: .seconds, "how long a `jti` is remembered for duplicates (30 days)"),
             .integer(
                 .streamMaximumLength, default: NotificationStore.defaultStreamMaximumLength,
                 in: NotificationStore.streamMaximumLengthRange,
                 "approximate cap of the `events` stream"),
             .duration(
-                .shutdownTimeout, default: seconds(FastCGIServerConfiguration.defaultShutdownTimeout),
-                in: 1...300, unit: .seconds,
+                .shutdownTimeout, default: FastCGIServerConfiguration.defaultShutdownTimeout,
+                in: FastCGIServerConfiguration.shutdownTimeoutRange, unit: .seconds,
                 "one deadline after SIGTERM for requests in flight, the spool replay and the key refresher together"),
             .duration(
-                .retryAfter, default: 30, in: 1...3600, unit: .seconds, "the `Retry-After` of a 503"),
+                .retryAfter, default: NotificationResponder.defaultRetryAfter,
+                in: NotificationResponder.retryAfterRange,
+                unit: .seconds, "the `Retry-After` of a 503"),
             .integer(
                 .fastCGIBacklog, default: FastCGIServerConfiguration.defaultBacklog,
                 in: FastCGIServerConfiguration.backlogRange,
                 "connections queued on the socket while every worker is busy (`net.core.somaxconn` caps it)"),
             .integer(
-                .spoolRetentionDays, default: 14, in: 1...3650,
+                .spoolRetentionDays, default: SpoolReplayer.defaultRetentionDays, in: SpoolReplayer.retentionDaysRange,
                 "days set-aside and torn spool files are kept, then deleted (logged)"),
             .optional(
                 .redisSentinels, shown: "(none)",
@@ -123,8 +133,8 @@ public struct ServerConfiguration: Sendable, Equatable {
                 in: NotificationStore.minimumReplicasRange,
                 "replicas that must acknowledge a write (`WAIT`) before it counts as safe; fewer: a copy is spooled"),
             .duration(
-                .redisReplicaTimeout, default: milliseconds(NotificationStore.defaultReplicaTimeout),
-                in: milliseconds(NotificationStore.replicaTimeoutRange), unit: .milliseconds,
+                .redisReplicaTimeout, default: NotificationStore.defaultReplicaTimeout,
+                in: NotificationStore.replicaTimeoutRange, unit: .milliseconds,
                 "how long to `WAIT` for those replicas; shorter than `SIWA_REDIS_TIMEOUT_MS` when replicas are asked for"
             ),
             .optional(
@@ -167,11 +177,15 @@ public struct ServerConfiguration: Sendable, Equatable {
         let parsed = try SettingValues(table: Self.settings, text: values)
 
         clientIDs = try parsed[.clientIDs]
+        let workers: Int = try parsed[.workers]
         jwks = JWKSSettings(
-            url: try parsed[.jwksURL], caFile: try parsed[.jwksCAFile], cachePath: try parsed[.jwksCache],
-            refreshInterval: try parsed[.jwksRefresh],
-            unknownKeyIDRefreshInterval: try parsed[.jwksUnknownKeyIDRefresh],
-            timeout: try parsed[.jwksTimeout])
+            provider: JWKSProvider.Settings(
+                url: try parsed[.jwksURL], cacheFilePath: try parsed[.jwksCache],
+                refreshInterval: try parsed[.jwksRefresh],
+                unknownKeyIDRefreshInterval: try parsed[.jwksUnknownKeyIDRefresh],
+                // A lone worker never waits for a fetch: /healthz and known kids would wait with it.
+                unknownKeyIDWaiters: workers > 1 ? 1 : 0),
+            caFile: try parsed[.jwksCAFile], timeout: try parsed[.jwksTimeout])
         redis = try Self.redisSettings(parsed, text: values)
         let socket: FastCGIListenAddress = try parsed[.fastCGISocket]
         let mode: UInt32 = try parsed[.fastCGISocketMode]
@@ -186,6 +200,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         store = StoreSettings(
             keyPrefix: try parsed[.keyPrefix], seenMarkerTTL: try parsed[.seenTTL],
             streamMaximumLength: try parsed[.streamMaximumLength])
+        try Self.checkRedisComponents(redis: redis, store: store)
         spool = SpoolSettings(directory: try parsed[.spoolDirectory], retentionDays: try parsed[.spoolRetentionDays])
         requests = RequestSettings(
             notificationPath: try parsed[.notificationPath], leeway: try parsed[.leeway],
@@ -195,7 +210,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         if let stranger = silence.hoursByClient.keys.sorted().first(where: { !clientIDs.contains($0) }) {
             throw ConfigurationError(
                 setting: SettingKey<[String: Int]?>.silenceAlertHoursByClient.name,
-                "names \(stranger), which is not in SIWA_CLIENT_IDS")
+                "names \(stranger), which is not in \(SettingKey.clientIDs.name)")
         }
         if let reserved = [ClientTraffic.unlistedLabel, ClientTraffic.noneLabel].first(where: clientIDs.contains) {
             throw ConfigurationError(
@@ -211,7 +226,7 @@ public struct ServerConfiguration: Sendable, Equatable {
     {
         var values: [String: String] = [:]
         if let envFile { values = try readEnvFile(envFile) }
-        for (name, value) in environment where name.hasPrefix("SIWA_") { values[name] = value }
+        for (name, value) in environment where name.hasPrefix(namePrefix) { values[name] = value }
         return values
     }
 
@@ -219,7 +234,7 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// refused: other tools may share the prefix in a shell's environment.
     static func unknownNames(in values: [String: String]) -> [String] {
         let knownNames = Set(settings.map(\.name))
-        return values.keys.filter { $0.hasPrefix("SIWA_") && !knownNames.contains($0) }.sorted()
+        return values.keys.filter { $0.hasPrefix(namePrefix) && !knownNames.contains($0) }.sorted()
     }
 
     /// The Redis group, read the same way by every command that talks to serve's Redis.
@@ -236,9 +251,9 @@ public struct ServerConfiguration: Sendable, Equatable {
         // end by itself, and every write would count as a shortfall.
         if minimumReplicas > 0 && replicaTimeout >= timeout {
             throw ConfigurationError(
-                setting: "SIWA_REDIS_REPLICA_TIMEOUT_MS",
-                "must be shorter than SIWA_REDIS_TIMEOUT_MS (\(Int(timeout / .milliseconds(1))) ms) when "
-                    + "SIWA_REDIS_MIN_REPLICAS is above 0: WAIT runs within the command timeout")
+                SettingKey.redisReplicaTimeout,
+                "must be shorter than \(SettingKey.redisTimeout.name) (\(Int(timeout / .milliseconds(1))) ms) when "
+                    + "\(SettingKey.redisMinimumReplicas.name) is above 0: WAIT runs within the command timeout")
         }
         var endpoint: RedisEndpoint = try parsed[.redisURL]
         var sentinelWithTLS = sentinel
@@ -264,6 +279,42 @@ public struct ServerConfiguration: Sendable, Equatable {
             circuitRetryInterval: try parsed[.redisRetry])
     }
 
+    /// The Redis connection and the store check the values read for them with their own
+    /// `validate()` (the table's bounds are theirs, so this refuses only a table that
+    /// disagrees with its component); a refusal names the row. The store checks one value at
+    /// a time, the others at its defaults, so the refusal names the row that failed.
+    static func checkRedisComponents(redis: RedisSettings, store: StoreSettings) throws(ConfigurationError) {
+        let connection = RedisConnection(
+            endpoint: redis.endpoint, connectTimeout: redis.timeout, commandTimeout: redis.timeout)
+        do throws(RedisError) {
+            try connection.validate()
+        } catch {
+            throw ConfigurationError(SettingKey.redisTimeout, error.message)
+        }
+        let oneValueEach: [(setting: String, store: NotificationStore)] = [
+            (SettingKey.seenTTL.name, NotificationStore(connection: connection, seenMarkerTTL: store.seenMarkerTTL)),
+            (
+                SettingKey.streamMaximumLength.name,
+                NotificationStore(connection: connection, streamMaximumLength: store.streamMaximumLength)
+            ),
+            (
+                SettingKey.redisMinimumReplicas.name,
+                NotificationStore(connection: connection, minimumReplicas: redis.minimumReplicas)
+            ),
+            (
+                SettingKey.redisReplicaTimeout.name,
+                NotificationStore(connection: connection, replicaTimeout: redis.replicaTimeout)
+            ),
+        ]
+        for (setting, oneValue) in oneValueEach {
+            do throws(RedisError) {
+                try oneValue.validate()
+            } catch {
+                throw ConfigurationError(setting: setting, error.message)
+            }
+        }
+    }
+
     /// The TLS files and name, when `rediss://` or `SIWA_REDIS_SENTINEL_TLS` asks for TLS; the
     /// files are loaded now, so a CA file that holds no certificate or a key that does not
     /// match its certificate stops the start, naming the setting.
@@ -274,8 +325,10 @@ public struct ServerConfiguration: Sendable, Equatable {
             caFile: try parsed[.redisTLSCAFile], certificateFile: try parsed[.redisTLSCertificateFile],
             keyFile: try parsed[.redisTLSKeyFile], serverName: try parsed[.redisTLSServerName])
         let given: [(name: String, isSet: Bool)] = [
-            ("SIWA_REDIS_TLS_CA_FILE", tls.caFile != nil), ("SIWA_REDIS_TLS_CERT_FILE", tls.certificateFile != nil),
-            ("SIWA_REDIS_TLS_KEY_FILE", tls.keyFile != nil), ("SIWA_REDIS_TLS_SERVER_NAME", tls.serverName != nil),
+            (SettingKey.redisTLSCAFile.name, tls.caFile != nil),
+            (SettingKey.redisTLSCertificateFile.name, tls.certificateFile != nil),
+            (SettingKey.redisTLSKeyFile.name, tls.keyFile != nil),
+            (SettingKey.redisTLSServerName.name, tls.serverName != nil),
         ]
         guard urlUsesTLS || sentinelsUseTLS else {
             // A TLS setting that would be ignored: Redis would be reached in plain text.
@@ -287,9 +340,12 @@ public struct ServerConfiguration: Sendable, Equatable {
             return tls
         }
         if (tls.certificateFile == nil) != (tls.keyFile == nil) {
-            let missing = tls.certificateFile == nil ? "SIWA_REDIS_TLS_CERT_FILE" : "SIWA_REDIS_TLS_KEY_FILE"
+            let missing =
+                tls.certificateFile == nil ? SettingKey.redisTLSCertificateFile.name : SettingKey.redisTLSKeyFile.name
             throw ConfigurationError(
-                setting: missing, "is required with the other of SIWA_REDIS_TLS_CERT_FILE and SIWA_REDIS_TLS_KEY_FILE")
+                setting: missing,
+                "is required with the other of \(SettingKey.redisTLSCertificateFile.name) and \(SettingKey.redisTLSKeyFile.name)"
+            )
         }
         do throws(RedisError) {
             try tls.check()
@@ -299,17 +355,6 @@ public struct ServerConfiguration: Sendable, Equatable {
             throw ConfigurationError(setting: setting, "cannot be used for TLS to Redis: \(error.operatorMessage)")
         }
         return tls
-    }
-
-    /// A component's default time, as the table shows it.
-    private static func milliseconds(_ duration: Duration) -> Int { Int(duration / .milliseconds(1)) }
-    private static func seconds(_ duration: Duration) -> Int { Int(duration / .seconds(1)) }
-    /// A component's bounds of a time, in the table's unit.
-    private static func milliseconds(_ range: ClosedRange<Duration>) -> ClosedRange<Int> {
-        milliseconds(range.lowerBound)...milliseconds(range.upperBound)
-    }
-    private static func seconds(_ range: ClosedRange<Duration>) -> ClosedRange<Int> {
-        seconds(range.lowerBound)...seconds(range.upperBound)
     }
 
     /// A setting's text as given, else its documented default.
@@ -348,16 +393,21 @@ public struct ServerConfiguration: Sendable, Equatable {
 
 // MARK: - The typed groups
 
-/// Apple's keys: where from, how often, the cache file.
+/// Apple's keys: the provider's own settings (where from, how often, the cache file, how
+/// many requests wait for an unknown kid's fetch), and how its fetcher reaches the host.
 public struct JWKSSettings: Sendable, Equatable {
-    /// The JWKS URL, checked with libcurl's URL parser, the one the fetch uses.
-    public var url: String
+    /// Given to the provider as they are (its URL checked with libcurl's URL parser, the one
+    /// the fetch uses).
+    public var provider: JWKSProvider.Settings
     /// A CA bundle for the JWKS fetch (tests and private mirrors); nil means the system store.
     public var caFile: String?
-    public var cachePath: String
-    public var refreshInterval: Duration
-    public var unknownKeyIDRefreshInterval: Duration
+    /// The whole fetch's timeout.
     public var timeout: Duration
+
+    /// The fetcher these settings describe.
+    public var fetcher: HTTPSFetcher {
+        HTTPSFetcher(caFilePath: caFile, timeoutSeconds: Double(timeout.wholeSeconds))
+    }
 }
 
 /// Where Redis is and how long a call may take.
@@ -376,7 +426,7 @@ public struct RedisSettings: Sendable, Equatable {
     public var replicaTimeout: Duration
     /// After a call could not reach Redis, requests spool without calling it, and one probe
     /// tries Redis this often until it answers (`SIWA_REDIS_RETRY_MS`).
-    public var circuitRetryInterval: Duration = .milliseconds(1000)
+    public var circuitRetryInterval: Duration = RedisCircuitBreaker.defaultRetryInterval
 }
 
 /// Where the responder listens, with how many workers: the FastCGI server's own
@@ -579,6 +629,11 @@ public struct ConfigurationError: Error, Sendable, CustomStringConvertible {
     public init(setting: String, _ problem: String) {
         self.setting = setting
         self.problem = problem
+    }
+
+    /// A refusal of the setting `key` names.
+    public init<Value>(_ key: SettingKey<Value>, _ problem: String) {
+        self.init(setting: key.name, problem)
     }
 
     public var description: String { "\(setting) \(problem)" }

@@ -1,6 +1,6 @@
 import Foundation
 
-/// One row of the settings table: the name, the default as the README, `deploy/env.example`
+/// One row of the settings table: the name, the default as docs/settings.md, `deploy/env.example`
 /// and `serve --help` show it (nil when the setting is required), what it means, and how
 /// its text is read into a typed value. Adding a setting is adding a key (`SettingKey`), one
 /// row made from it to `ServerConfiguration.settings`, with its default read from the
@@ -62,19 +62,30 @@ public struct Setting: Sendable {
         }
     }
 
-    /// A time within `range` (in `unit`s), read as a `Duration`.
+    /// A time within `range`, written in whole `unit`s; the default and the bounds are the
+    /// component's own, shown in the unit.
     static func duration(
-        _ key: SettingKey<Duration>, default defaultValue: Int, in range: ClosedRange<Int>, unit: DurationUnit,
-        _ meaning: String
+        _ key: SettingKey<Duration>, default defaultValue: Duration, in range: ClosedRange<Duration>,
+        unit: DurationUnit, _ meaning: String
     ) -> Setting {
-        Setting(key.name, "\(defaultValue)", meaning) { text throws(SettingProblem) -> any Sendable in
-            let number =
-                try text.map { text throws(SettingProblem) in try wholeNumber(text, in: range) } ?? defaultValue
-            return unit == .seconds ? Duration.seconds(number) : Duration.milliseconds(number)
+        let bounds = unit.count(range.lowerBound)...unit.count(range.upperBound)
+        return Setting(key.name, "\(unit.count(defaultValue))", meaning) {
+            text throws(SettingProblem) -> any Sendable in
+            guard let text else { return defaultValue }
+            return unit.duration(try wholeNumber(text, in: bounds))
         }
     }
 
-    enum DurationUnit { case seconds, milliseconds }
+    enum DurationUnit {
+        case seconds, milliseconds
+
+        /// `duration` in whole units.
+        func count(_ duration: Duration) -> Int {
+            Int(duration / (self == .seconds ? .seconds(1) : .milliseconds(1)))
+        }
+
+        func duration(_ count: Int) -> Duration { self == .seconds ? .seconds(count) : .milliseconds(count) }
+    }
 
     /// An absolute path.
     static func path(_ key: SettingKey<String>, default defaultValue: String, _ meaning: String) -> Setting {

@@ -25,9 +25,10 @@ import Synchronization
 ///
 /// Two words, kept apart: a *torn* record is bytes that are not a whole, intact record
 /// (`SpoolTornRecord`, `.torn` files); a *rejected* record is a whole one Redis refused
-/// (`SpoolReplayStep.rejected`, `rejected/`). Older external names say "set aside" for
-/// either: the `spool_record_set_aside` log event (torn), `set_aside` in `spool status`,
-/// `spool list` and `spool_replayed` (rejected).
+/// (`SpoolReplayStep.rejected`, `rejected/`). The log and `spool status` say the same
+/// (`spool_record_torn`, `rejected`); their former names, which said "set aside" for
+/// either, are written beside them for one release (`SpoolRenamedEvent`). `spool list`'s
+/// `kind` (`set_aside`) and the error codes `spool_set_aside_*` keep their names.
 ///
 /// The writer's group commit is in `NotificationSpool+Writer.swift`, the replay in
 /// `NotificationSpool+Replay.swift`, the file names in `NotificationSpool+Layout.swift`.

@@ -10,7 +10,7 @@ public enum SpoolReplayStep: Sendable, Hashable {
     public var name: String {
         switch self {
         case .stored(let outcome): outcome.rawValue
-        case .rejected: "set_aside"
+        case .rejected: "rejected"
         }
     }
 }

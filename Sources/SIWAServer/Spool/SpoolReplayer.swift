@@ -49,14 +49,22 @@ public final class SpoolReplayer: Service {
         let subject: String
     }
     public let name = "spool-replayer"
+    /// Where its lines go (what each pass did, torn records, expired files, scrubs).
+    let log: EventLog.Sink
+    /// Two weeks: time to look at a set-aside record before it goes.
+    public static let defaultRetentionDays = 14
+    /// The retention the settings accept: a day to ten years.
+    public static let retentionDaysRange = 1...3650
 
     /// `clock` gives the `updated_at` written for replayed notifications (its wall reading).
     /// `clientIDs` are the ones served now: a record for another is rejected (kept in `rejected/`), not applied.
     public init(
         spool: NotificationSpool, rejected: SpoolRejectedStore, store: any NotificationStoring,
         metrics: ServerMetrics,
-        clientIDs: Set<String>, retentionDays: Int = 14, clock: EndpointClock
+        clientIDs: Set<String>, retentionDays: Int = defaultRetentionDays, clock: EndpointClock,
+        log: EventLog.Sink = .standardError
     ) {
+        self.log = log
         self.spool = spool
         self.rejected = rejected
         self.store = Mutex(UnsafeTransfer(store))
@@ -92,7 +100,7 @@ public final class SpoolReplayer: Service {
         let stored = report.taken - rejectedCount
         if stored > 0 { metrics.recordSpoolReplayed(stored) }
         if report.taken > 0 {
-            EventLog.event(
+            log.event(
                 "spool_replayed",
                 [
                     ("applied", .integer(Int64(report.count(.stored(.applied))))),
@@ -100,14 +108,17 @@ public final class SpoolReplayer: Service {
                     ("stored", .integer(Int64(report.count(.stored(.stored))))),
                     ("stale", .integer(Int64(report.count(.stored(.stale))))),
                     ("recorded", .integer(Int64(report.count(.stored(.recorded))))),
+                    ("rejected", .integer(Int64(rejectedCount))),
+                    // The former name of `rejected`, for one release.
                     ("set_aside", .integer(Int64(rejectedCount))),
                     ("remaining", .integer(Int64(report.remaining))),
                 ])
         }
         for torn in report.torn {
             metrics.recordTornSpoolRecords(1)
-            EventLog.event(
-                "spool_record_set_aside", level: "error",
+            SpoolRenamedEvent.recordTorn.log(
+                to: log,
+                level: "error",
                 [
                     ("reason", .string(torn.reason.rawValue)), ("segment", .string(torn.segmentFile)),
                     ("offset", .integer(Int64(torn.offset))), ("bytes", .integer(Int64(torn.byteCount))),
@@ -220,8 +231,8 @@ public final class SpoolReplayer: Service {
         do throws(SpoolError) {
             users = try rejected.usersWithEmail()
         } catch {
-            EventLog.event(
-                "spool_set_aside_email_not_removed", level: "error", [("error", .string(error.description))])
+            SpoolRenamedEvent.rejectedEmailNotRemoved.log(
+                to: log, level: "error", [("error", .string(error.description))])
             return
         }
         for user in users {
@@ -239,9 +250,9 @@ public final class SpoolReplayer: Service {
                 continue
             } catch {
                 // A refusal about the deployment (NOPERM for HEXISTS): said once, not retried.
-                EventLog.event(
-                    "spool_set_aside_email_not_removed", level: "error",
-                    [("error", .string("\(error.code.rawValue): \(error.message)"))])
+                SpoolRenamedEvent.rejectedEmailNotRemoved.log(
+                    to: log,
+                    level: "error", [("error", .string("\(error.code.rawValue): \(error.message)"))])
                 break
             }
             if deleted { scrubEmail(clientID: user.clientID, subject: user.subject) }
@@ -254,13 +265,13 @@ public final class SpoolReplayer: Service {
         do {
             let scrubbed = try rejected.forgetEmail(clientID: clientID, subject: subject)
             if scrubbed > 0 {
-                EventLog.event(
-                    "spool_set_aside_email_removed",
+                SpoolRenamedEvent.rejectedEmailRemoved.log(
+                    to: log,
                     [("client_id", .string(clientID)), ("records", .integer(Int64(scrubbed)))])
             }
         } catch {
-            EventLog.event(
-                "spool_set_aside_email_not_removed", level: "error", [("error", .string(error.description))])
+            SpoolRenamedEvent.rejectedEmailNotRemoved.log(
+                to: log, level: "error", [("error", .string(error.description))])
         }
     }
 
@@ -277,7 +288,7 @@ public final class SpoolReplayer: Service {
             throw .rejectedRecordNotKept(error)
         }
         metrics.recordSpoolRejected()
-        EventLog.event(
+        log.event(
             "spool_record_rejected", level: "error",
             [
                 ("error", .string(code)), ("reason", .string(reason)), ("client_id", .string(notification.clientID)),
@@ -293,9 +304,9 @@ public final class SpoolReplayer: Service {
         }
         guard changed else { return }
         if let reason {
-            EventLog.event("spool_replay_blocked", level: "error", [("reason", .string(reason))])
+            log.event("spool_replay_blocked", level: "error", [("reason", .string(reason))])
         } else {
-            EventLog.event("spool_replay_unblocked")
+            log.event("spool_replay_unblocked")
         }
     }
 
@@ -313,7 +324,7 @@ public final class SpoolReplayer: Service {
         let expired = SpoolInspector.expire(
             spoolDirectory: spool.directory, olderThanDays: retentionDays, now: clock.wallSeconds())
         for file in expired {
-            EventLog.event(
+            log.event(
                 "spool_file_expired",
                 [
                     ("kind", .string(file.kind)), ("file", .string(file.path)),

@@ -43,7 +43,7 @@ struct DeploymentRefusalTests {
         #expect(stack.serve?.logLines(event: "spool_record_rejected") == [])
         let status = try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)
         #expect(status["depth"] == "3")
-        #expect(status["set_aside"] == "0")
+        #expect(status["rejected"] == "0")
         #expect(try stack.redisSnapshot() == ["siwa:events=string"])
 
         // The operator removes the key: every record is applied, once, and /healthz is 200.
@@ -51,7 +51,7 @@ struct DeploymentRefusalTests {
         #expect(try stack.waitUntil(timeout: 15) { try stack.streamLength() == 3 })
         #expect(try stack.waitUntil(timeout: 10) { try stack.request("GET", "/healthz").status == 200 })
         for sub in subs { #expect(try stack.userHash(sub: sub)["last_event_type"] == "consent-revoked") }
-        #expect(try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)["set_aside"] == "0")
+        #expect(try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)["rejected"] == "0")
         #expect(stack.serve?.logLines(event: "spool_replay_unblocked").count == 1)
     }
 
@@ -101,7 +101,7 @@ struct DeploymentRefusalTests {
         #expect(try stack.redisSnapshot() == ["\(userKey)=string"])
         let status = try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)
         #expect(status["depth"] == "0")
-        #expect(status["set_aside"] == "0")
+        #expect(status["rejected"] == "0")
         let logged = stack.serve?.logLines(event: "redis_record_refused") ?? []
         #expect(logged.count == 1)
         #expect(logged.first?.contains(RedisError.userKeyWrongTypeReply) == true)

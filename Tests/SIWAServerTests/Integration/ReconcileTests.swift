@@ -32,7 +32,7 @@ struct ReconcileTests {
         }
     }
 
-    /// README's reader (examples/python/siwa_state.py): is a session that began at `startedAt` valid?
+    /// The contract's Python reader (examples/python/siwa_state.py, docs/contract.md): is a session that began at `startedAt` valid?
     func readerSaysValid(_ stack: ReconcileStack, sub: String, startedAt: Int64) throws -> Bool {
         let output = try ExampleReaderTests.Reader.python.run(
             "state",

@@ -257,7 +257,11 @@ struct ServeClaimTests {
             try stack.waitUntil(timeout: 10) {
                 try stack.request("GET", "/metrics").bodyText.contains("siwa_spool_torn_records_total 1\n")
             })
-        #expect(stack.serve?.logLines(event: "spool_record_set_aside").count == 1)
+        #expect(stack.serve?.logLines(event: "spool_record_torn").count == 1)
+        // Its former name beside it, for one release: a search for the old name still finds it.
+        #expect(
+            stack.serve?.logLines(event: "spool_record_torn").first?.contains(#""formerly":"spool_record_set_aside""#)
+                == true)
         #expect(try stack.streamLength() == 1)
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import SIWAFastCGIClient
 import SIWAServer
 import SIWATestKit
 import SIWAVerification
@@ -7,7 +8,9 @@ import Testing
 
 /// SIGTERM meets one shutdown deadline (SIWA_SHUTDOWN_TIMEOUT_SECONDS) for the drain, the
 /// replayer and the refresher together, even during a long replay and with a request
-/// stuck on a partial body; nothing spooled is lost or applied twice.
+/// stuck on a partial body; nothing spooled is lost or applied twice. The drain comes
+/// first: requests accepted before SIGTERM are answered while the services they need (the
+/// breaker, the JWKS refresher) still run.
 @Suite("serve: one shutdown deadline", .serialized)
 struct ServeShutdownDeadlineTests {
     static let recordCount = 8000
@@ -74,6 +77,52 @@ struct ServeShutdownDeadlineTests {
         let counts = replayCounts()
         #expect(counts.applied == Self.recordCount, "applied \(counts.applied)")
         #expect(counts.duplicate == 0)
+    }
+
+    @Test(
+        "requests accepted before SIGTERM are answered during the drain by running services: /healthz's PING, an unknown kid's fetch"
+    )
+    func drainKeepsWhatItNeeds() throws {
+        // An unknown kid may fetch a second after the start's fetch (not the default minute).
+        let stack = try ServeStack(extraEnvironment: ["SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS": "1"])
+        defer { stack.shutdown() }
+        guard let serve = stack.serve else { throw ServeProcess.StartFailure(description: "no serve") }
+        // serve listens after its start's fetch: the unknown kid's interval counts from before here.
+        let listening = ContinuousClock.now
+        // Apple rotates: the JWKS host publishes a key serve has not seen.
+        let rotated = try TestSigningKey.generate(keyID: "test-apple-key-rotated")
+        try stack.jwks.serve(Array(try TestSigningKey.jwksDocument([stack.key, rotated]).utf8))
+        let fetchesBefore = stack.jwks.keysRequestCount
+        // Two requests accepted before SIGTERM, each held part way through its body, so a
+        // worker takes them only once the stop is under way.
+        let client = FastCGIClient(.unixSocket(stack.socketPath))
+        let healthBody = Array(#"{"probe":"during the drain"}"#.utf8)
+        let health = try client.connect().sendHoldingBack(
+            params: FastCGIClient.params(method: "GET", uri: "/healthz", body: healthBody), body: healthBody,
+            sentBodyBytes: 5)
+        let notification = try stack.body(type: "consent-revoked", sub: "000041.drain.0001", signedWith: rotated)
+        let post = try client.connect().sendHoldingBack(
+            params: FastCGIClient.params(
+                method: "POST", uri: "/apple/notifications", body: notification, contentType: "application/json"),
+            body: notification, sentBodyBytes: notification.count / 2)
+        // Both are in: a /healthz sent after them is answered (the acceptor has read what it was sent).
+        #expect(try stack.request("GET", "/healthz").status == 200)
+
+        serve.terminate()
+        #expect(stack.waitUntil(timeout: 10) { !serve.logLines(event: "stopping").isEmpty })
+        // /healthz during the drain: the breaker still answers its PING.
+        let healthAnswer = try health.finish()
+        #expect(healthAnswer.status == 200, "\(healthAnswer.bodyText)")
+        #expect(!healthAnswer.bodyText.contains("ping_timeout"), "\(healthAnswer.bodyText)")
+        // The unknown kid's fetch, once its interval from the start's fetch has passed.
+        _ = stack.waitUntil(timeout: 5) { ContinuousClock.now - listening > .milliseconds(1200) }
+        let postAnswer = try post.finish()
+        #expect(postAnswer.status == 200 && postAnswer.bodyText == #"{"status":"applied"}"#, "\(postAnswer.bodyText)")
+        #expect(stack.jwks.keysRequestCount == fetchesBefore + 1, "one fetch, for the unknown kid")
+        #expect(try stack.userHash(sub: "000041.drain.0001")["consent_revoked_at"] != nil)
+
+        #expect(serve.waitForExit(timeout: 15) == 0)
+        #expect(serve.logLines(event: "stopped").first?.contains(#""drained":true"#) == true)
     }
 
     /// `"name":<digits>` in a JSON line.

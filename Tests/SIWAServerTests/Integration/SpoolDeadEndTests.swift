@@ -135,7 +135,7 @@ struct SpoolDeadEndTests {
         #expect(stack.serve?.logLines(event: "spool_replay_blocked").first?.contains("NOPERM") == true)
         let status = try Self.spoolStatus(stack.spoolDirectory)
         #expect(status["depth"] == "20")
-        #expect(status["set_aside"] == "0")
+        #expect(status["rejected"] == "0")
         #expect(status["torn_files"] == "0")
         #expect(Int(status["oldest_age_seconds"] ?? "") != nil)
         #expect(try stack.redisSnapshot() == [])
@@ -147,7 +147,7 @@ struct SpoolDeadEndTests {
         let replayed = stack.serve?.logLines(event: "spool_replayed") ?? []
         let appliedTotal = replayed.compactMap { Self.integerField("applied", in: $0) }.reduce(0, +)
         #expect(appliedTotal == 20)
-        #expect(replayed.allSatisfy { $0.contains(#""set_aside":0"#) })
+        #expect(replayed.allSatisfy { $0.contains(#""rejected":0"#) })
         #expect(try Self.spoolStatus(stack.spoolDirectory)["depth"] == "0")
         #expect(try stack.request("GET", "/metrics").bodyText.contains("siwa_spool_rejected_total 0\n"))
     }
@@ -181,7 +181,7 @@ struct SpoolDeadEndTests {
         #expect(health.jsonFields["spool_depth"] == "2")
         #expect(stack.serve?.logLines(event: "spool_replayed") == [])
         #expect(stack.serve?.logLines(event: "spool_record_rejected") == [])
-        #expect(try Self.spoolStatus(stack.spoolDirectory)["set_aside"] == "0")
+        #expect(try Self.spoolStatus(stack.spoolDirectory)["rejected"] == "0")
 
         _ = try holder.command("CONFIG", "SET", "maxclients", "10000")
         #expect(try stack.waitUntil(timeout: 15) { try stack.streamLength() == 2 })

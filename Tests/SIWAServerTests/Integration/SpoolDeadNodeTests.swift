@@ -55,7 +55,7 @@ struct SpoolDeadNodeTests {
         #expect(streamTokenIDs.sorted() == tokenIDs.sorted())
         let status = try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)
         #expect(status["depth"] == "0")
-        #expect(status["set_aside"] == "0")
+        #expect(status["rejected"] == "0")
         #expect(try stack.request("GET", "/healthz").jsonFields["spool_depth"] == "0")
         let replayed = stack.serve?.logLines(event: "spool_replayed") ?? []
         #expect(replayed.contains { $0.contains(#""applied":12"#) && $0.contains(#""duplicate":0"#) })

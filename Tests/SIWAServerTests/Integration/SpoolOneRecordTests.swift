@@ -80,7 +80,7 @@ struct SpoolOneRecordTests {
         #expect(try spool(stack, ["discard", consentID, "--reason", "again"]).status == 1)
         // Never applied: the user's key is still the foreign string.
         #expect(try restarted.command("TYPE", "siwa:user:{\(ServeStack.clientID):\(subs[1])}").string == "string")
-        #expect(try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)["set_aside"] == "0")
+        #expect(try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)["rejected"] == "0")
         #expect(try restarted.command("XLEN", "siwa:events").integer == 1)
     }
 
@@ -128,7 +128,7 @@ struct SpoolOneRecordTests {
         let requeued = try spool(stack, ["requeue", "record-0001700000000000-7-1-wrongtype"])
         #expect(requeued.status == 0, "\(requeued.errors)")
         #expect(try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)["depth"] == "1")
-        #expect(try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)["set_aside"] == "1")
+        #expect(try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)["rejected"] == "1")
         try stack.startServe()
         #expect(try stack.waitUntil(timeout: 15) { try stack.userHash(sub: "000061.t.0000")["last_event_type"] != nil })
         #expect(try stack.streamLength() == 1)

@@ -65,7 +65,7 @@ struct SpoolPlantedLinkTests {
                 #expect(discard.status == 1 && !discard.timedOut)
             }
             let status = try SpoolDeadEndTests.spoolStatus(directory)
-            #expect(status["torn_files"] == "1" && status["set_aside"] == "0")
+            #expect(status["torn_files"] == "1" && status["rejected"] == "0")
             let requeue = try spool(directory, ["requeue"])
             #expect(requeue.status == 0 && requeue.output.contains(#""files":0"#))
             // Nothing moved, nothing deleted, the key untouched.

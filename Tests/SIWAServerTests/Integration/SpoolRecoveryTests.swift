@@ -188,11 +188,14 @@ struct SpoolRecoveryTests {
         #expect(try stack.userHash(sub: "000033.g.0001")["last_event_type"] == "consent-revoked")
         #expect(try stack.userHash(sub: "000033.g.0004")["last_event_type"] == "consent-revoked")
         #expect(try stack.userHash(sub: "000033.g.0002", clientID: "com.not.served") == [:])
+        #expect(try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)["rejected"] == "2")
+        // The former name beside it, for one release.
         #expect(try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)["set_aside"] == "2")
         // The pass logs its counts once it has committed its last record.
         #expect(stack.waitUntil(timeout: 15) { stack.serve?.logLines(event: "spool_replayed").isEmpty == false })
         let replayed = stack.serve?.logLines(event: "spool_replayed") ?? []
         #expect(replayed.compactMap { SpoolDeadEndTests.integerField("applied", in: $0) }.reduce(0, +) == 2)
+        #expect(replayed.compactMap { SpoolDeadEndTests.integerField("rejected", in: $0) }.reduce(0, +) == 2)
         #expect(replayed.compactMap { SpoolDeadEndTests.integerField("set_aside", in: $0) }.reduce(0, +) == 2)
     }
 
@@ -263,7 +266,7 @@ struct SpoolRecoveryTests {
         let admin = stack.redisConnection()
         #expect(stack.waitUntil(timeout: 15) { stack.serve?.logLines(event: "spool_record_rejected").count == 2 })
         var status = try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)
-        #expect(status["set_aside"] == "2")
+        #expect(status["rejected"] == "2")
         #expect(status["depth"] == "0")
         // Rejected records are not counted as applied.
         #expect(try stack.request("GET", "/metrics").bodyText.contains("siwa_spool_replayed_total 0\n"))
@@ -278,7 +281,7 @@ struct SpoolRecoveryTests {
         // The second is refused again (its key is still wrong) and set aside again.
         #expect(stack.waitUntil(timeout: 15) { stack.serve?.logLines(event: "spool_record_rejected").count == 3 })
         status = try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)
-        #expect(status["set_aside"] == "1")
+        #expect(status["rejected"] == "1")
         #expect(status["depth"] == "0")
 
         // Requeued while serve is stopped: applied at its next start.
@@ -295,7 +298,7 @@ struct SpoolRecoveryTests {
         let entries = try #require(try admin.command("XRANGE", "siwa:events", "-", "+").array)
         #expect(entries.count == 2)
         status = try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)
-        #expect(status["set_aside"] == "0")
+        #expect(status["rejected"] == "0")
         #expect(status["depth"] == "0")
         #expect(
             try CommandRun.endpoint(
@@ -409,7 +412,7 @@ struct SpoolRecoveryTests {
                 .bodyText == #"{"status":"applied"}"#)
         // The replayer's thread scrubs, nudged by the request: awaited, with a bound for a loaded machine.
         #expect(
-            stack.waitUntil(timeout: 15) { stack.serve?.logLines(event: "spool_set_aside_email_removed").count == 1 })
+            stack.waitUntil(timeout: 15) { stack.serve?.logLines(event: "spool_rejected_email_removed").count == 1 })
         #expect(try !setAsideText().contains("@"))
         #expect(try setAsideText().contains(#""jti":"#))
         // Put back in line, the email event is stale: no address comes back.
@@ -459,7 +462,7 @@ struct SpoolRecoveryTests {
 
         try stack.startServe()
         #expect(
-            stack.waitUntil(timeout: 30) { stack.serve?.logLines(event: "spool_set_aside_email_removed").count == 1 })
+            stack.waitUntil(timeout: 30) { stack.serve?.logLines(event: "spool_rejected_email_removed").count == 1 })
         let deletedText = try String(contentsOfFile: deletedFile, encoding: .utf8)
         #expect(!deletedText.contains("@"))
         #expect(deletedText.contains(#""jti":"lost-1""#))

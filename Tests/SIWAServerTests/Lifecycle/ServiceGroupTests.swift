@@ -8,9 +8,13 @@ import Testing
 @Suite("Service group")
 struct ServiceGroupTests {
     final class Journal: Sendable {
-        private let entries = Mutex<[String]>([])
-        func append(_ entry: String) { entries.withLock { $0.append(entry) } }
-        var all: [String] { entries.withLock { $0 } }
+        private let entries = Mutex<[(entry: String, at: ContinuousClock.Instant)]>([])
+        func append(_ entry: String) { entries.withLock { $0.append((entry, .now)) } }
+        var all: [String] { entries.withLock { $0.map(\.entry) } }
+        /// When `entry` was written first.
+        func instant(of entry: String) -> ContinuousClock.Instant? {
+            entries.withLock { $0.first { $0.entry == entry }?.at }
+        }
     }
 
     /// Records what happens to it in a shared journal; runs until asked to stop, then
@@ -42,21 +46,70 @@ struct ServiceGroupTests {
         }
     }
 
-    @Test("a stop asks the services last started first, and waits until each has returned")
-    func stopsInReverseOrder() {
+    @Test("a stop asks each service only once the one started after it has returned, last started first")
+    func stopsOneByOneInReverseOrder() {
         let journal = Journal()
         let group = ServiceGroup()
-        let services = ["first", "second", "third"].map { Recorder($0, journal: journal) }
+        // Each lingers after it is asked (a drain that takes its time): asked all at once,
+        // the three would be asked before any returned.
+        let services = ["first", "second", "third"].map { Recorder($0, journal: journal, linger: .milliseconds(100)) }
         for service in services { group.start(service) }
         for service in services { #expect(service.running.wait(until: .now + .seconds(10))) }
         #expect(group.stop(until: .now + .seconds(10)))
-        // Once stop has returned, every service has: each asked (last started first) and each
-        // back after it was asked. A service may return before the next one is asked (its
-        // thread runs on while the group asks the others), so only those orders are fixed.
+        #expect(
+            journal.all == [
+                "asked third", "returned third", "asked second", "returned second", "asked first", "returned first",
+            ])
+    }
+
+    /// Runs until `release` opens, whatever it is asked: a drain stuck past any deadline.
+    final class Stuck: Service {
+        let name = "stuck"
+        let journal: Journal
+        let running = Latch()
+        let release = Latch()
+
+        init(journal: Journal) { self.journal = journal }
+
+        func run() {
+            running.open()
+            release.wait()
+        }
+
+        func requestStop() { journal.append("asked stuck") }
+    }
+
+    @Test(
+        "a service that never returns: the services started before it are asked at nine tenths of the deadline, and are back by it"
+    )
+    func stuckServiceDoesNotKeepTheOthersFromStopping() {
+        let journal = Journal()
+        let group = ServiceGroup()
+        let first = Recorder("first", journal: journal)
+        let second = Recorder("second", journal: journal)
+        let stuck = Stuck(journal: journal)
+        defer { stuck.release.open() }
+        group.start(first)
+        group.start(second)
+        group.start(stuck)
+        for latch in [first.running, second.running, stuck.running] { #expect(latch.wait(until: .now + .seconds(10))) }
+        let began = ContinuousClock.now
+        let deadline = began + .seconds(1)
+        #expect(!group.stop(until: deadline))
+        let took = ContinuousClock.now - began
+        // Back at the deadline, not later (the margin is for a loaded machine).
+        #expect(took >= .seconds(1) && took < .seconds(3), "took \(took)")
+        // The others were asked once nine tenths had passed, not before, and returned in the last tenth.
+        let asked = journal.instant(of: "asked second").map { $0 - began }
+        #expect(
+            asked.map { $0 >= .milliseconds(900) && $0 < .seconds(1) } == true,
+            "asked after \(String(describing: asked))")
+        // Asked last started first; each back after it was asked (the second may return before
+        // the first is asked: both are asked at once, the group does not wait in between).
         let entries = journal.all
-        #expect(entries.filter { $0.hasPrefix("asked") } == ["asked third", "asked second", "asked first"])
-        #expect(entries.count == 6)
-        for name in ["first", "second", "third"] {
+        #expect(entries.filter { $0.hasPrefix("asked") } == ["asked stuck", "asked second", "asked first"])
+        #expect(entries.count == 5, "\(entries)")
+        for name in ["first", "second"] {
             let asked = entries.firstIndex(of: "asked \(name)")
             let returned = entries.firstIndex(of: "returned \(name)")
             #expect(asked != nil && returned != nil && asked! < returned!, "\(entries)")

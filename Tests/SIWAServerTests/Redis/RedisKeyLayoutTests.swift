@@ -2,8 +2,8 @@ import SIWARedis
 import SIWAServer
 import Testing
 
-/// The contract's key names, spelled by `RedisKeyLayout` alone (the README's contract
-/// section and the readers in examples/ use these names).
+/// The contract's key names, spelled by `RedisKeyLayout` alone (docs/contract.md and the
+/// readers in examples/ use these names).
 @Suite("Redis key layout")
 struct RedisKeyLayoutTests {
     @Test("every key and channel of the contract, under the prefix")

@@ -27,6 +27,8 @@ final class ResponderStatusTableTests {
     let responder: NotificationResponder
     /// Runs the responder's circuit breaker (its probe and /healthz's PING), as serve does.
     let services = ServiceGroup()
+    /// What the responder logs (its log sink).
+    let logged = LoggedLines()
 
     init() throws {
         directory = try JWKSTestFixtures.temporaryDirectory()
@@ -59,7 +61,7 @@ final class ResponderStatusTableTests {
                 // As serve builds it: the FastCGI server enforces the body limit (`.tooLarge`).
                 maximumBodyBytes: .max),
             keys: keys, breaker: breaker, stores: stores, spool: spool, drain: nil, metrics: ServerMetrics(),
-            clock: clock.endpointClock)
+            clock: clock.endpointClock, log: logged.sink)
         services.start(breaker)
     }
 
@@ -69,10 +71,12 @@ final class ResponderStatusTableTests {
     }
 
     func request(
-        _ method: String = "POST", path: String = path, body: FastCGIRequest.Body = .complete([])
+        _ method: String = "POST", path: String = path, body: FastCGIRequest.Body = .complete([]),
+        params: [String: String] = [:]
     ) -> (status: Int, body: String, headers: [String: String]) {
         let response = responder.handle(
-            FastCGIRequest(params: ["REQUEST_METHOD": method, "DOCUMENT_URI": path], body: body))
+            FastCGIRequest(
+                params: ["REQUEST_METHOD": method, "DOCUMENT_URI": path].merging(params) { $1 }, body: body))
         var headers: [String: String] = [:]
         for header in response.headers { headers[header.name] = header.value }
         return (response.status, String(decoding: response.body, as: UTF8.self), headers)

@@ -1,6 +1,8 @@
 import Foundation
 import SIWAFastCGI
+import SIWAHTTPS
 import SIWARedis
+import SIWAVerification
 import Testing
 
 @testable import SIWAServer
@@ -168,5 +170,163 @@ struct SettingKeyTests {
         #expect(
             Set(ServerConfiguration.settings.map(\.name)).count == ServerConfiguration.settings.count,
             "one row per name")
+    }
+}
+
+/// Every row of the table: owned by a component (its default and bounds read from there,
+/// compared here with the component's own), or the table's own, with the reason.
+@Suite("Every setting's default and bounds have one owner")
+struct SettingOwnerTableTests {
+    /// A row a component owns: the default it shows (nil: computed at start, compared as
+    /// read), and its bounds in the table's unit (nil: the value is parsed, not counted).
+    struct Owned: Sendable {
+        let defaultText: String?
+        let bounds: ClosedRange<Int>?
+    }
+
+    static func seconds(_ duration: Duration) -> Int { Int(duration / .seconds(1)) }
+    static func milliseconds(_ duration: Duration) -> Int { Int(duration / .milliseconds(1)) }
+    static func seconds(_ range: ClosedRange<Duration>) -> ClosedRange<Int> {
+        seconds(range.lowerBound)...seconds(range.upperBound)
+    }
+    static func milliseconds(_ range: ClosedRange<Duration>) -> ClosedRange<Int> {
+        milliseconds(range.lowerBound)...milliseconds(range.upperBound)
+    }
+
+    static let owned: [String: Owned] = [
+        "SIWA_JWKS_URL": Owned(defaultText: JWKSProvider.Settings.appleKeysURL, bounds: nil),
+        "SIWA_JWKS_REFRESH_SECONDS": Owned(
+            defaultText: "\(seconds(JWKSProvider.Settings.defaultRefreshInterval))",
+            bounds: seconds(JWKSProvider.Settings.refreshIntervalRange)),
+        "SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS": Owned(
+            defaultText: "\(seconds(JWKSProvider.Settings.defaultUnknownKeyIDRefreshInterval))",
+            bounds: seconds(JWKSProvider.Settings.unknownKeyIDRefreshIntervalRange)),
+        "SIWA_JWKS_TIMEOUT_SECONDS": Owned(
+            defaultText: "\(Int(HTTPSFetcher.defaultTimeoutSeconds))",
+            bounds: seconds(JWKSProvider.Settings.fetchTimeoutRange)),
+        "SIWA_REDIS_TIMEOUT_MS": Owned(
+            defaultText: "\(milliseconds(RedisConnection.defaultTimeout))",
+            bounds: milliseconds(RedisConnection.timeoutRange)),
+        "SIWA_REDIS_RETRY_MS": Owned(
+            defaultText: "\(milliseconds(RedisCircuitBreaker.defaultRetryInterval))",
+            bounds: milliseconds(RedisCircuitBreaker.retryIntervalRange)),
+        "SIWA_KEY_PREFIX": Owned(defaultText: NotificationStore.defaultKeyPrefix, bounds: nil),
+        "SIWA_WORKERS": Owned(defaultText: nil, bounds: FastCGIServerConfiguration.workerCountRange),
+        "SIWA_MAX_BODY_BYTES": Owned(
+            defaultText: "\(FastCGIServerConfiguration.defaultMaximumBodyBytes)",
+            bounds: FastCGIServerConfiguration.maximumBodyBytesRange),
+        "SIWA_FCGI_BACKLOG": Owned(
+            defaultText: "\(FastCGIServerConfiguration.defaultBacklog)", bounds: FastCGIServerConfiguration.backlogRange
+        ),
+        "SIWA_SHUTDOWN_TIMEOUT_SECONDS": Owned(
+            defaultText: "\(seconds(FastCGIServerConfiguration.defaultShutdownTimeout))",
+            bounds: seconds(FastCGIServerConfiguration.shutdownTimeoutRange)),
+        "SIWA_LEEWAY_SECONDS": Owned(
+            defaultText: "\(NotificationVerifier.defaultLeewaySeconds)",
+            bounds: Int(
+                NotificationVerifier.leewaySecondsRange.lowerBound)...Int(
+                    NotificationVerifier.leewaySecondsRange.upperBound)),
+        "SIWA_SEEN_TTL_SECONDS": Owned(
+            defaultText: "\(seconds(NotificationStore.defaultSeenMarkerTTL))",
+            bounds: seconds(NotificationStore.seenMarkerTTLRange)),
+        "SIWA_STREAM_MAXLEN": Owned(
+            defaultText: "\(NotificationStore.defaultStreamMaximumLength)",
+            bounds: NotificationStore.streamMaximumLengthRange),
+        "SIWA_REDIS_MIN_REPLICAS": Owned(
+            defaultText: "\(NotificationStore.defaultMinimumReplicas)", bounds: NotificationStore.minimumReplicasRange),
+        "SIWA_REDIS_REPLICA_TIMEOUT_MS": Owned(
+            defaultText: "\(milliseconds(NotificationStore.defaultReplicaTimeout))",
+            bounds: milliseconds(NotificationStore.replicaTimeoutRange)),
+        "SIWA_RETRY_AFTER_SECONDS": Owned(
+            defaultText: "\(seconds(NotificationResponder.defaultRetryAfter))",
+            bounds: seconds(NotificationResponder.retryAfterRange)),
+        "SIWA_SPOOL_RETENTION_DAYS": Owned(
+            defaultText: "\(SpoolReplayer.defaultRetentionDays)", bounds: SpoolReplayer.retentionDaysRange),
+        "SIWA_SILENCE_ALERT_HOURS": Owned(
+            defaultText: "\(SilenceSettings.defaultAlertHours)", bounds: SilenceSettings.alertHoursRange),
+        "SIWA_APPLE_TOKEN_URL": Owned(defaultText: ReconcileConfiguration.defaultTokenURL, bounds: nil),
+        "SIWA_APPLE_REVOKE_URL": Owned(defaultText: AppleTokenRevocation.defaultRevokeURL, bounds: nil),
+        "SIWA_APPLE_MIGRATION_URL": Owned(defaultText: AppleUserMigration.defaultMigrationURL, bounds: nil),
+        "SIWA_APPLE_TIMEOUT_SECONDS": Owned(
+            defaultText: "\(AppleTokenCheck.defaultTimeoutSeconds)", bounds: AppleTokenCheck.timeoutSecondsRange),
+        "SIWA_APPLE_ATTEMPTS": Owned(
+            defaultText: "\(AppleTokenCheck.defaultAttempts)", bounds: AppleTokenCheck.attemptsRange),
+        "SIWA_APPLE_RETRY_DELAY_MS": Owned(
+            defaultText: "\(AppleTokenCheck.defaultRetryDelayMilliseconds)",
+            bounds: AppleTokenCheck.retryDelayMillisecondsRange),
+    ]
+
+    /// The rows no component has a default for, and why.
+    static let tableOwn: [String: String] = [
+        "SIWA_CLIENT_IDS": "required",
+        "SIWA_JWKS_CA_FILE": "unset: the system trust store",
+        "SIWA_JWKS_CACHE": "the package's file layout",
+        "SIWA_REDIS_URL": "the deployment's Redis, on this host by default",
+        "SIWA_FCGI_SOCKET": "the package's file layout",
+        "SIWA_FCGI_SOCKET_MODE": "the package's socket, which nginx's group reaches",
+        "SIWA_FCGI_SOCKET_GROUP": "unset: the process group",
+        "SIWA_SPOOL_DIR": "the package's file layout",
+        "SIWA_NOTIFICATION_PATH": "the site's path, the nginx site's too",
+        "SIWA_REDIS_SENTINELS": "unset: no Sentinel",
+        "SIWA_REDIS_SENTINEL_MASTER": "unset: no Sentinel",
+        "SIWA_REDIS_SENTINEL_PASSWORD": "unset: no password",
+        "SIWA_REDIS_SENTINEL_TLS": "no: plain TCP to the sentinels",
+        "SIWA_REDIS_CLUSTER_NODES": "unset: no cluster",
+        "SIWA_REDIS_TLS_CA_FILE": "unset: the system trust store",
+        "SIWA_REDIS_TLS_CERT_FILE": "unset: no client certificate",
+        "SIWA_REDIS_TLS_KEY_FILE": "unset: no client certificate",
+        "SIWA_REDIS_TLS_SERVER_NAME": "unset: the host connected to",
+        "SIWA_SILENCE_ALERT_HOURS_BY_CLIENT": "unset: no client ID's own",
+        "SIWA_APPLE_TEAM_ID": "required by reconcile",
+        "SIWA_APPLE_KEY_ID": "required by reconcile",
+        "SIWA_APPLE_PRIVATE_KEY_FILE": "required by reconcile",
+        "SIWA_APPLE_CA_FILE": "unset: the system trust store",
+    ]
+
+    static let minimal = ["SIWA_CLIENT_IDS": "com.example.app"]
+
+    @Test("every row is listed once: owned by a component, or the table's own")
+    func everyRowHasAnOwner() {
+        let names = Set(ServerConfiguration.settings.map(\.name))
+        #expect(Set(Self.owned.keys).isDisjoint(with: Self.tableOwn.keys))
+        #expect(names == Set(Self.owned.keys).union(Self.tableOwn.keys))
+        #expect(names.subtracting(Self.owned.keys).subtracting(Self.tableOwn.keys).sorted() == [])
+    }
+
+    @Test(
+        "an owned row's default is its component's, and its bounds are the component's: accepted at each end, refused just outside, naming the row"
+    )
+    func ownedRowsReadTheirComponent() throws {
+        for (name, owner) in Self.owned.sorted(by: { $0.key < $1.key }) {
+            let row = try #require(ServerConfiguration.settings.first { $0.name == name })
+            if let defaultText = owner.defaultText {
+                #expect(row.defaultValue == defaultText, "\(name)")
+            } else {
+                #expect(!row.isLiteralDefault, "\(name) shows a computed default")
+            }
+            guard let bounds = owner.bounds else { continue }
+            for value in [bounds.lowerBound, bounds.upperBound] {
+                #expect(throws: Never.self, "\(name)=\(value)") { try row.read("\(value)") }
+            }
+            for value in [bounds.lowerBound - 1, bounds.upperBound + 1] {
+                #expect("\(name)=\(value)") {
+                    try ServerConfiguration(environment: Self.minimal.merging([name: "\(value)"]) { $1 })
+                } throws: { error in
+                    (error as? ConfigurationError)?.setting == name
+                }
+            }
+        }
+    }
+
+    @Test("serve's JWKS provider gets its settings as read, and a lone worker never waits for an unknown kid's fetch")
+    func jwksProviderSettingsAsRead() throws {
+        let unset = try ServerConfiguration(environment: Self.minimal.merging(["SIWA_WORKERS": "4"]) { $1 })
+        #expect(
+            unset.jwks.provider
+                == JWKSProvider.Settings(
+                    cacheFilePath: "/var/lib/siwa-endpoint/jwks.json", unknownKeyIDWaiters: 1))
+        let lone = try ServerConfiguration(environment: Self.minimal.merging(["SIWA_WORKERS": "1"]) { $1 })
+        #expect(lone.jwks.provider.unknownKeyIDWaiters == 0)
+        #expect(lone.jwks.fetcher.timeoutSeconds == HTTPSFetcher.defaultTimeoutSeconds)
     }
 }

@@ -11,14 +11,15 @@ import Testing
 struct SpoolReplayerTests {
     static let clientIDs: Set<String> = ["com.example.app0", "com.example.app1"]
 
-    func replayer(_ directory: String, _ store: NotificationStoreDouble, metrics: ServerMetrics = ServerMetrics())
-        throws -> (SpoolReplayer, NotificationSpool, SpoolRejectedStore)
-    {
+    func replayer(
+        _ directory: String, _ store: NotificationStoreDouble, metrics: ServerMetrics = ServerMetrics(),
+        log: EventLog.Sink = .standardError
+    ) throws -> (SpoolReplayer, NotificationSpool, SpoolRejectedStore) {
         let spool = try NotificationSpool(directory: directory)
         let rejected = try SpoolRejectedStore(spoolDirectory: directory)
         let replayer = SpoolReplayer(
             spool: spool, rejected: rejected, store: store, metrics: metrics, clientIDs: Self.clientIDs,
-            clock: .system)
+            clock: .system, log: log)
         return (replayer, spool, rejected)
     }
 
@@ -39,6 +40,27 @@ struct SpoolReplayerTests {
             #expect(report.isComplete)
             #expect(spool.depth == 0)
             #expect(replayer.blockedReason == nil)
+        }
+    }
+
+    @Test(
+        "the pass's line, read in process from its log sink, counts a rejected record as `rejected`, and as `set_aside` for one release"
+    )
+    func passLineNamesRejectedRecords() throws {
+        try withSpoolDirectory { directory in
+            let store = NotificationStoreDouble()
+            store.answer(.refused(RedisError(.serverError, RedisError.userKeyWrongTypeReply)), forTokenID: "t2")
+            let logged = LoggedLines()
+            let (replayer, spool, _) = try replayer(directory, store, log: logged.sink)
+            for index in 1...3 { try spool.append(spoolNotification(index)) }
+
+            #expect(replayer.replayOnce().count(.rejected) == 1)
+            let passes = logged.lines(event: "spool_replayed")
+            #expect(passes.count == 1, "\(logged.all)")
+            let line = try #require(passes.first)
+            #expect(line.contains(#""applied":2"#) && line.contains(#""remaining":0"#), "\(line)")
+            #expect(line.contains(#""rejected":1,"set_aside":1"#), "\(line)")
+            #expect(logged.lines(event: "spool_record_rejected").count == 1, "\(logged.all)")
         }
     }
 
