@@ -19,6 +19,7 @@ import time
 import pytest
 
 from deploy_harness import REPO
+from fault_under_load import PacedLoad
 from rollout_stack import INSTALL, RedisGate, RolloutStack, find_binary, process_alive, wait_for
 
 DEPLOY = REPO / "deploy"
@@ -63,57 +64,20 @@ def test_rollout_under_traffic_answers_every_notification_and_loses_none(stack):
     # whatever the rollout takes on a loaded machine: the rollout begins once answers
     # flow (not after a fixed sleep), and each thread stops only once the rollout has
     # ended and it has had `after` more answers, and at least `minimum` were sent in all.
-    threads, interval, minimum, after, most = 3, 0.1, 300, 10, 3000
-    subs, bodies = stack.sign_count(f"000{int(time.time())}.rollout", most)
-    answers = [None] * most
-    answered_at = [None] * most
-    errors = []
-    lock = threading.Lock()
-    sent = []  # the indexes posted: the threads take them in turn
-    rollout_done = threading.Event()
-
-    def client(offset):
-        start = time.monotonic()
-        answered_after = 0
-        for number, index in enumerate(range(offset, most, threads)):
-            with lock:
-                if rollout_done.is_set() and answered_after >= after and len(sent) >= minimum:
-                    return
-                sent.append(index)
-            delay = start + number * interval - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)  # pacing: a steady stream, not a wait for an event
-            try:
-                answers[index] = stack.post(bodies[index])
-                answered_at[index] = time.monotonic()
-            except Exception as error:  # a dropped connection is a failure too
-                errors.append(f"{subs[index]}: {error!r}")
-            if rollout_done.is_set():
-                answered_after += 1
-
-    workers = [threading.Thread(target=client, args=(offset,)) for offset in range(threads)]
-    for worker in workers:
-        worker.start()
-    # The rollout starts while notifications flow: once 30 have been answered (a failure
-    # before that ends the wait at once and is reported below).
-    wait_for(lambda: errors or sum(moment is not None for moment in answered_at) >= 30, 60)
-    assert sum(moment is not None for moment in answered_at) >= 30, errors[:5]
-    rollout_started = time.monotonic()
-    result = stack.rollout(timeout=90)
-    rollout_finished = time.monotonic()
-    rollout_done.set()
-    for worker in workers:
-        worker.join(timeout=120)
-    assert not any(worker.is_alive() for worker in workers)
-    indexes = sorted(sent)
+    minimum = 300
+    subs, bodies = stack.sign_count(f"000{int(time.time())}.rollout", 3000)
+    load = PacedLoad(stack.post, bodies, threads=3, interval=0.1, minimum=minimum, after=10)
+    # The rollout starts while notifications flow: once 30 have been answered.
+    result = load.run(lambda _: stack.rollout(timeout=90), fault_after=30)
+    indexes = sorted(load.sent)
     count = len(indexes)
     assert count >= minimum
     subs = [subs[index] for index in indexes]
-    answers = [answers[index] for index in indexes]
-    answered_at = [answered_at[index] for index in indexes if answered_at[index] is not None]
+    answers = [load.answers[index] for index in indexes]
+    answered_at = [load.answered_at[index] for index in indexes if load.answered_at[index] is not None]
 
     assert result.returncode == 0, result.stdout + result.stderr
-    assert errors == []
+    assert load.errors == []
     non_2xx = [(subs[i], answer) for i, answer in enumerate(answers) if answer is None or not 200 <= answer[0] < 300]
     assert non_2xx == []
     assert [answer[1] for answer in answers] == [{"status": "applied"}] * count
@@ -124,8 +88,8 @@ def test_rollout_under_traffic_answers_every_notification_and_loses_none(stack):
 
     assert served(old_slot) > 0 and served(new_slot) > 0, (served(old_slot), served(new_slot))
     assert served(old_slot) + served(new_slot) == count
-    assert any(moment < rollout_started for moment in answered_at)
-    assert any(moment > rollout_finished for moment in answered_at)
+    assert any(moment < load.fault_started for moment in answered_at)
+    assert any(moment > load.fault_finished for moment in answered_at)
 
     # Every notification answered 2xx is in Redis.
     missing = [sub for sub in subs if not stack.user_exists(sub)]

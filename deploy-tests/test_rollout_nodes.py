@@ -18,6 +18,7 @@ import time
 import pytest
 
 from deploy_harness import NGINX_DIR
+from fault_under_load import PacedLoad
 from rollout_stack import RedisGate, RolloutStack, find_binary, process_alive, wait_for
 
 NODES_FILE = NGINX_DIR / "siwa-endpoint-upstream-nodes.conf"
@@ -74,59 +75,22 @@ def test_nodes_rollout_under_traffic_answers_every_notification_and_loses_none(s
 
     # A paced stream (3 threads, 10 a second each, a fresh TLS connection each) that
     # starts before the rollout and goes on until after it, as the slot rollout's test.
-    threads, interval, minimum, after, most = 3, 0.1, 300, 10, 3000
-    subs, bodies = stack.sign_count(f"000{int(time.time())}.nodesrollout", most)
-    answers = [None] * most
-    answered_at = [None] * most
-    errors = []
-    lock = threading.Lock()
-    sent = []
-    rollout_done = threading.Event()
-
-    def client(offset):
-        start = time.monotonic()
-        answered_after = 0
-        for number, index in enumerate(range(offset, most, threads)):
-            with lock:
-                if rollout_done.is_set() and answered_after >= after and len(sent) >= minimum:
-                    return
-                sent.append(index)
-            delay = start + number * interval - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)  # pacing: a steady stream, not a wait for an event
-            try:
-                answers[index] = stack.post(bodies[index])
-                answered_at[index] = time.monotonic()
-            except Exception as error:  # a dropped connection is a failure too
-                errors.append(f"{subs[index]}: {error!r}")
-            if rollout_done.is_set():
-                answered_after += 1
-
-    workers = [threading.Thread(target=client, args=(offset,)) for offset in range(threads)]
-    for worker in workers:
-        worker.start()
-    wait_for(lambda: errors or sum(moment is not None for moment in answered_at) >= 30, 60)
-    assert sum(moment is not None for moment in answered_at) >= 30, errors[:5]
-    rollout_started = time.monotonic()
-    result = stack.rollout(release_of(workdir, binary, "release-b"), timeout=180)
-    rollout_finished = time.monotonic()
-    rollout_done.set()
-    for worker in workers:
-        worker.join(timeout=120)
-    assert not any(worker.is_alive() for worker in workers)
-    indexes = sorted(sent)
+    subs, bodies = stack.sign_count(f"000{int(time.time())}.nodesrollout", 3000)
+    load = PacedLoad(stack.post, bodies, threads=3, interval=0.1, minimum=300, after=10)
+    result = load.run(lambda _: stack.rollout(release_of(workdir, binary, "release-b"), timeout=180), fault_after=30)
+    indexes = sorted(load.sent)
     count = len(indexes)
     subs = [subs[index] for index in indexes]
-    answers = [answers[index] for index in indexes]
-    moments = [answered_at[index] for index in indexes if answered_at[index] is not None]
+    answers = [load.answers[index] for index in indexes]
+    moments = [load.answered_at[index] for index in indexes if load.answered_at[index] is not None]
 
     assert result.returncode == 0, result.stdout + result.stderr
-    assert errors == []
+    assert load.errors == []
     non_2xx = [(subs[i], answer) for i, answer in enumerate(answers) if answer is None or not 200 <= answer[0] < 300]
     assert non_2xx == []
     assert [answer[1] for answer in answers] == [{"status": "applied"}] * count
-    assert any(moment < rollout_started for moment in moments)
-    assert any(moment > rollout_finished for moment in moments)
+    assert any(moment < load.fault_started for moment in moments)
+    assert any(moment > load.fault_finished for moment in moments)
 
     # Every notification answered is in Redis, once.
     assert [sub for sub in subs if not stack.user_exists(sub)] == []
