@@ -23,20 +23,6 @@ CLIENT_ID = "com.example.app"
 KEY_ID = "rollout-test-key"
 
 
-def find_binary():
-    """SIWA_ENDPOINT_BINARY, else a release build, else a debug build, else build one."""
-    configured = os.environ.get("SIWA_ENDPOINT_BINARY")
-    if configured:
-        return pathlib.Path(configured)
-    for flavour in ("release", "debug"):
-        candidate = REPO / ".build" / flavour / "siwa-endpoint"
-        if candidate.is_file():
-            return candidate
-    subprocess.run(["swift", "build", "-c", "release", "--product", "siwa-endpoint"], cwd=REPO, check=True,
-                   timeout=1800)
-    return REPO / ".build" / "release" / "siwa-endpoint"
-
-
 class RedisGate:
     """A TCP relay to Redis on its own loopback port that the test opens and shuts: shut,
     it closes every relayed connection and every new one at once (the responder sees a

@@ -20,14 +20,15 @@ import pytest
 
 from deploy_harness import REPO
 from fault_under_load import PacedLoad
-from rollout_stack import INSTALL, RedisGate, RolloutStack, find_binary, process_alive, wait_for
+from rollout_stack import INSTALL, RedisGate, RolloutStack, process_alive, wait_for
+from stack import build_binary, find_binary
 
 DEPLOY = REPO / "deploy"
 
 
 @pytest.fixture(scope="module")
 def binary():
-    return find_binary()
+    return find_binary() or build_binary()
 
 
 @pytest.fixture(scope="module")

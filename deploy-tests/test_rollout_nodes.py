@@ -19,7 +19,8 @@ import pytest
 
 from deploy_harness import NGINX_DIR
 from fault_under_load import PacedLoad
-from rollout_stack import RedisGate, RolloutStack, find_binary, process_alive, wait_for
+from rollout_stack import RedisGate, RolloutStack, process_alive, wait_for
+from stack import build_binary, find_binary
 
 NODES_FILE = NGINX_DIR / "siwa-endpoint-upstream-nodes.conf"
 NODE_HEALTH_FILE = NGINX_DIR / "siwa-endpoint-node-health.conf"
@@ -37,7 +38,7 @@ def release_of(directory, binary, name, prefix=""):
 
 @pytest.fixture(scope="module")
 def binary():
-    return find_binary()
+    return find_binary() or build_binary()
 
 
 @pytest.fixture(scope="module")
