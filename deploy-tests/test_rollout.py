@@ -8,12 +8,10 @@ import json
 import os
 import pathlib
 import pwd
-import queue
 import re
 import shutil
 import stat
 import subprocess
-import threading
 import time
 
 import pytest
@@ -120,9 +118,7 @@ def test_rollout_waits_for_the_old_slots_spool_to_drain(stack, workdir, binary):
     # finds its spool non-empty, and the gate opens only once the rollout says it waits.
     gate = RedisGate(stack.redis.port)
     try:
-        gated = workdir / "gated-serves"
-        gated.write_text(f"#!/bin/sh\nSIWA_REDIS_URL={gate.url} exec {binary} \"$@\"\n")
-        gated.chmod(0o755)
+        gated = gate.wrap(workdir / "gated-serves", binary)
         onto_gate = stack.rollout(gated)
         assert onto_gate.returncode == 0, onto_gate.stdout + onto_gate.stderr
         old_slot = stack.upstream_slot()
@@ -138,32 +134,15 @@ def test_rollout_waits_for_the_old_slots_spool_to_drain(stack, workdir, binary):
         assert stack.spool_status(old_slot)["depth"] == len(subs)
         assert not any(stack.user_exists(sub) for sub in subs)
 
-        rollout = subprocess.Popen(stack.rollout_args(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        lines = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(line) for line in rollout.stdout] + [lines.put(None)],
-                         daemon=True).start()
-        seen = []
-        waiting = f"slot {old_slot} holds {len(subs)} spooled notifications: waiting"
-        try:
-            # Bounded: the health check (30 s) and the old workers' exit (30 s) come first.
-            deadline = time.monotonic() + 90
-            while not any(waiting in line for line in seen):
-                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-                assert line is not None, "the rollout ended without waiting for the spool:\n" + "".join(seen)
-                seen.append(line)
+        def while_waiting():
             # The rollout waits; the old slot still runs and nothing has reached Redis yet.
             assert process_alive(old_pid)
             assert not any(stack.user_exists(sub) for sub in subs)
             gate.open()
-            rollout.wait(timeout=90)
-            while (line := lines.get(timeout=10)) is not None:
-                seen.append(line)
-        finally:
-            if rollout.poll() is None:
-                rollout.kill()
-                rollout.wait(timeout=10)
-        output = "".join(seen)
-        assert rollout.returncode == 0, output
+
+        returncode, output = stack.rollout_held(f"slot {old_slot} holds {len(subs)} spooled notifications: waiting",
+                                                while_waiting, timeout=90)
+        assert returncode == 0, output
 
         assert f"spool depth of slot {old_slot}: 0" in output
         assert not process_alive(old_pid)

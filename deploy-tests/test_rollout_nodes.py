@@ -8,11 +8,9 @@ import http.client
 import json
 import os
 import pathlib
-import queue
 import signal
 import ssl
 import subprocess
-import threading
 import time
 
 import pytest
@@ -277,11 +275,7 @@ def test_a_nodes_spool_is_drained_before_the_node_stops(stack, workdir, binary):
     # answers `200 spooled`; the gate opens only once the rollout says it waits.
     gate = RedisGate(stack.redis.port)
     try:
-        gated = workdir / "gated-node-1"
-        gated.write_text("#!/bin/sh\n"
-                         f"case \"$SIWA_FCGI_SOCKET\" in *node-1.sock) export SIWA_REDIS_URL={gate.url} ;; esac\n"
-                         f"exec {binary} \"$@\"\n")
-        gated.chmod(0o755)
+        gated = gate.wrap(workdir / "gated-node-1", binary, only_socket="node-1.sock")
         onto_gate = stack.rollout(gated, timeout=180)
         assert onto_gate.returncode == 0, onto_gate.stdout + onto_gate.stderr
         assert gate.relayed > 0
@@ -298,30 +292,14 @@ def test_a_nodes_spool_is_drained_before_the_node_stops(stack, workdir, binary):
         assert stack.spool_status("node-1")["depth"] == len(spooled)
         assert not any(stack.user_exists(sub) for sub in spooled)
 
-        rollout = subprocess.Popen(stack.rollout_args(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        lines = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(line) for line in rollout.stdout] + [lines.put(None)],
-                         daemon=True).start()
-        seen = []
-        waiting = f"node-1 holds {len(spooled)} spooled notifications: waiting"
-        try:
-            deadline = time.monotonic() + 90
-            while not any(waiting in line for line in seen):
-                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-                assert line is not None, "the rollout ended without waiting for the spool:\n" + "".join(seen)
-                seen.append(line)
+        def while_waiting():
             assert process_alive(node1)
             assert not any(stack.user_exists(sub) for sub in spooled)
             gate.open()
-            rollout.wait(timeout=120)
-            while (line := lines.get(timeout=10)) is not None:
-                seen.append(line)
-        finally:
-            if rollout.poll() is None:
-                rollout.kill()
-                rollout.wait(timeout=10)
-        output = "".join(seen)
-        assert rollout.returncode == 0, output
+
+        returncode, output = stack.rollout_held(f"node-1 holds {len(spooled)} spooled notifications: waiting",
+                                                while_waiting)
+        assert returncode == 0, output
         assert "spool depth of node-1: 0" in output
         assert not process_alive(node1)
         stream = stack.stream_subs()
@@ -343,11 +321,7 @@ def test_no_node_is_taken_out_while_no_other_node_is_healthy(stack, workdir, bin
     # first running node) must not be taken out, since nothing healthy would be left.
     gate = RedisGate(stack.redis.port)
     try:
-        gated = workdir / "gated-node-2"
-        gated.write_text("#!/bin/sh\n"
-                         f"case \"$SIWA_FCGI_SOCKET\" in *node-2.sock) export SIWA_REDIS_URL={gate.url} ;; esac\n"
-                         f"exec {binary} \"$@\"\n")
-        gated.chmod(0o755)
+        gated = gate.wrap(workdir / "gated-node-2", binary, only_socket="node-2.sock")
         onto_gate = stack.rollout(gated, timeout=180)
         assert onto_gate.returncode == 0, onto_gate.stdout + onto_gate.stderr
         gate.shut()
