@@ -7,6 +7,7 @@ import http.client
 import json
 import os
 import pathlib
+import queue
 import signal
 import socket
 import ssl
@@ -21,20 +22,6 @@ ROLLOUT = REPO / "scripts" / "rollout"
 INSTALL = REPO / "scripts" / "install"
 CLIENT_ID = "com.example.app"
 KEY_ID = "rollout-test-key"
-
-
-def find_binary():
-    """SIWA_ENDPOINT_BINARY, else a release build, else a debug build, else build one."""
-    configured = os.environ.get("SIWA_ENDPOINT_BINARY")
-    if configured:
-        return pathlib.Path(configured)
-    for flavour in ("release", "debug"):
-        candidate = REPO / ".build" / flavour / "siwa-endpoint"
-        if candidate.is_file():
-            return candidate
-    subprocess.run(["swift", "build", "-c", "release", "--product", "siwa-endpoint"], cwd=REPO, check=True,
-                   timeout=1800)
-    return REPO / ".build" / "release" / "siwa-endpoint"
 
 
 class RedisGate:
@@ -58,6 +45,19 @@ class RedisGate:
     @property
     def url(self):
         return f"redis://127.0.0.1:{self.port}/0"
+
+    def wrap(self, path, binary, only_socket=None):
+        """A release at `path` that runs `binary` with its Redis through this gate (the
+        environment wins over the env file): every instance, or only the one whose
+        socket's name ends in `only_socket`."""
+        if only_socket is None:
+            path.write_text(f"#!/bin/sh\nSIWA_REDIS_URL={self.url} exec {binary} \"$@\"\n")
+        else:
+            path.write_text("#!/bin/sh\n"
+                            f"case \"$SIWA_FCGI_SOCKET\" in *{only_socket}) export SIWA_REDIS_URL={self.url} ;; esac\n"
+                            f"exec {binary} \"$@\"\n")
+        path.chmod(0o755)
+        return path
 
     def _accept_loop(self):
         while self.running:
@@ -176,6 +176,31 @@ class RolloutStack:
 
     def rollout(self, binary=None, *extra, timeout=120):
         return subprocess.run(self.rollout_args(binary, *extra), capture_output=True, text=True, timeout=timeout)
+
+    def rollout_held(self, waiting, while_held, timeout=120):
+        """Runs scripts/rollout; once it says `waiting` (within 90 s: the health check and
+        the old workers' exit come first), calls `while_held()` while it waits there, then
+        waits up to `timeout` seconds for it to end. Returns (exit status, its output)."""
+        rollout = subprocess.Popen(self.rollout_args(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in rollout.stdout] + [lines.put(None)],
+                         daemon=True).start()
+        seen = []
+        try:
+            deadline = time.monotonic() + 90
+            while not any(waiting in line for line in seen):
+                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+                assert line is not None, f"the rollout ended without saying {waiting!r}:\n" + "".join(seen)
+                seen.append(line)
+            while_held()
+            rollout.wait(timeout=timeout)
+            while (line := lines.get(timeout=10)) is not None:
+                seen.append(line)
+        finally:
+            if rollout.poll() is None:
+                rollout.kill()
+                rollout.wait(timeout=10)
+        return rollout.returncode, "".join(seen)
 
     def socket(self, slot):
         return self.socket_dir / f"{slot}.sock"

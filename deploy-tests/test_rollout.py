@@ -8,25 +8,25 @@ import json
 import os
 import pathlib
 import pwd
-import queue
 import re
 import shutil
 import stat
 import subprocess
-import threading
 import time
 
 import pytest
 
 from deploy_harness import REPO
-from rollout_stack import INSTALL, RedisGate, RolloutStack, find_binary, process_alive, wait_for
+from fault_under_load import PacedLoad
+from rollout_stack import INSTALL, RedisGate, RolloutStack, process_alive, wait_for
+from stack import build_binary, find_binary
 
 DEPLOY = REPO / "deploy"
 
 
 @pytest.fixture(scope="module")
 def binary():
-    return find_binary()
+    return find_binary() or build_binary()
 
 
 @pytest.fixture(scope="module")
@@ -63,57 +63,20 @@ def test_rollout_under_traffic_answers_every_notification_and_loses_none(stack):
     # whatever the rollout takes on a loaded machine: the rollout begins once answers
     # flow (not after a fixed sleep), and each thread stops only once the rollout has
     # ended and it has had `after` more answers, and at least `minimum` were sent in all.
-    threads, interval, minimum, after, most = 3, 0.1, 300, 10, 3000
-    subs, bodies = stack.sign_count(f"000{int(time.time())}.rollout", most)
-    answers = [None] * most
-    answered_at = [None] * most
-    errors = []
-    lock = threading.Lock()
-    sent = []  # the indexes posted: the threads take them in turn
-    rollout_done = threading.Event()
-
-    def client(offset):
-        start = time.monotonic()
-        answered_after = 0
-        for number, index in enumerate(range(offset, most, threads)):
-            with lock:
-                if rollout_done.is_set() and answered_after >= after and len(sent) >= minimum:
-                    return
-                sent.append(index)
-            delay = start + number * interval - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)  # pacing: a steady stream, not a wait for an event
-            try:
-                answers[index] = stack.post(bodies[index])
-                answered_at[index] = time.monotonic()
-            except Exception as error:  # a dropped connection is a failure too
-                errors.append(f"{subs[index]}: {error!r}")
-            if rollout_done.is_set():
-                answered_after += 1
-
-    workers = [threading.Thread(target=client, args=(offset,)) for offset in range(threads)]
-    for worker in workers:
-        worker.start()
-    # The rollout starts while notifications flow: once 30 have been answered (a failure
-    # before that ends the wait at once and is reported below).
-    wait_for(lambda: errors or sum(moment is not None for moment in answered_at) >= 30, 60)
-    assert sum(moment is not None for moment in answered_at) >= 30, errors[:5]
-    rollout_started = time.monotonic()
-    result = stack.rollout(timeout=90)
-    rollout_finished = time.monotonic()
-    rollout_done.set()
-    for worker in workers:
-        worker.join(timeout=120)
-    assert not any(worker.is_alive() for worker in workers)
-    indexes = sorted(sent)
+    minimum = 300
+    subs, bodies = stack.sign_count(f"000{int(time.time())}.rollout", 3000)
+    load = PacedLoad(stack.post, bodies, threads=3, interval=0.1, minimum=minimum, after=10)
+    # The rollout starts while notifications flow: once 30 have been answered.
+    result = load.run(lambda _: stack.rollout(timeout=90), fault_after=30)
+    indexes = sorted(load.sent)
     count = len(indexes)
     assert count >= minimum
     subs = [subs[index] for index in indexes]
-    answers = [answers[index] for index in indexes]
-    answered_at = [answered_at[index] for index in indexes if answered_at[index] is not None]
+    answers = [load.answers[index] for index in indexes]
+    answered_at = [load.answered_at[index] for index in indexes if load.answered_at[index] is not None]
 
     assert result.returncode == 0, result.stdout + result.stderr
-    assert errors == []
+    assert load.errors == []
     non_2xx = [(subs[i], answer) for i, answer in enumerate(answers) if answer is None or not 200 <= answer[0] < 300]
     assert non_2xx == []
     assert [answer[1] for answer in answers] == [{"status": "applied"}] * count
@@ -124,8 +87,8 @@ def test_rollout_under_traffic_answers_every_notification_and_loses_none(stack):
 
     assert served(old_slot) > 0 and served(new_slot) > 0, (served(old_slot), served(new_slot))
     assert served(old_slot) + served(new_slot) == count
-    assert any(moment < rollout_started for moment in answered_at)
-    assert any(moment > rollout_finished for moment in answered_at)
+    assert any(moment < load.fault_started for moment in answered_at)
+    assert any(moment > load.fault_finished for moment in answered_at)
 
     # Every notification answered 2xx is in Redis.
     missing = [sub for sub in subs if not stack.user_exists(sub)]
@@ -155,9 +118,7 @@ def test_rollout_waits_for_the_old_slots_spool_to_drain(stack, workdir, binary):
     # finds its spool non-empty, and the gate opens only once the rollout says it waits.
     gate = RedisGate(stack.redis.port)
     try:
-        gated = workdir / "gated-serves"
-        gated.write_text(f"#!/bin/sh\nSIWA_REDIS_URL={gate.url} exec {binary} \"$@\"\n")
-        gated.chmod(0o755)
+        gated = gate.wrap(workdir / "gated-serves", binary)
         onto_gate = stack.rollout(gated)
         assert onto_gate.returncode == 0, onto_gate.stdout + onto_gate.stderr
         old_slot = stack.upstream_slot()
@@ -173,32 +134,15 @@ def test_rollout_waits_for_the_old_slots_spool_to_drain(stack, workdir, binary):
         assert stack.spool_status(old_slot)["depth"] == len(subs)
         assert not any(stack.user_exists(sub) for sub in subs)
 
-        rollout = subprocess.Popen(stack.rollout_args(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        lines = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(line) for line in rollout.stdout] + [lines.put(None)],
-                         daemon=True).start()
-        seen = []
-        waiting = f"slot {old_slot} holds {len(subs)} spooled notifications: waiting"
-        try:
-            # Bounded: the health check (30 s) and the old workers' exit (30 s) come first.
-            deadline = time.monotonic() + 90
-            while not any(waiting in line for line in seen):
-                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-                assert line is not None, "the rollout ended without waiting for the spool:\n" + "".join(seen)
-                seen.append(line)
+        def while_waiting():
             # The rollout waits; the old slot still runs and nothing has reached Redis yet.
             assert process_alive(old_pid)
             assert not any(stack.user_exists(sub) for sub in subs)
             gate.open()
-            rollout.wait(timeout=90)
-            while (line := lines.get(timeout=10)) is not None:
-                seen.append(line)
-        finally:
-            if rollout.poll() is None:
-                rollout.kill()
-                rollout.wait(timeout=10)
-        output = "".join(seen)
-        assert rollout.returncode == 0, output
+
+        returncode, output = stack.rollout_held(f"slot {old_slot} holds {len(subs)} spooled notifications: waiting",
+                                                while_waiting, timeout=90)
+        assert returncode == 0, output
 
         assert f"spool depth of slot {old_slot}: 0" in output
         assert not process_alive(old_pid)

@@ -8,17 +8,17 @@ import http.client
 import json
 import os
 import pathlib
-import queue
 import signal
 import ssl
 import subprocess
-import threading
 import time
 
 import pytest
 
 from deploy_harness import NGINX_DIR
-from rollout_stack import RedisGate, RolloutStack, find_binary, process_alive, wait_for
+from fault_under_load import PacedLoad
+from rollout_stack import RedisGate, RolloutStack, process_alive, wait_for
+from stack import build_binary, find_binary
 
 NODES_FILE = NGINX_DIR / "siwa-endpoint-upstream-nodes.conf"
 NODE_HEALTH_FILE = NGINX_DIR / "siwa-endpoint-node-health.conf"
@@ -36,7 +36,7 @@ def release_of(directory, binary, name, prefix=""):
 
 @pytest.fixture(scope="module")
 def binary():
-    return find_binary()
+    return find_binary() or build_binary()
 
 
 @pytest.fixture(scope="module")
@@ -74,59 +74,22 @@ def test_nodes_rollout_under_traffic_answers_every_notification_and_loses_none(s
 
     # A paced stream (3 threads, 10 a second each, a fresh TLS connection each) that
     # starts before the rollout and goes on until after it, as the slot rollout's test.
-    threads, interval, minimum, after, most = 3, 0.1, 300, 10, 3000
-    subs, bodies = stack.sign_count(f"000{int(time.time())}.nodesrollout", most)
-    answers = [None] * most
-    answered_at = [None] * most
-    errors = []
-    lock = threading.Lock()
-    sent = []
-    rollout_done = threading.Event()
-
-    def client(offset):
-        start = time.monotonic()
-        answered_after = 0
-        for number, index in enumerate(range(offset, most, threads)):
-            with lock:
-                if rollout_done.is_set() and answered_after >= after and len(sent) >= minimum:
-                    return
-                sent.append(index)
-            delay = start + number * interval - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)  # pacing: a steady stream, not a wait for an event
-            try:
-                answers[index] = stack.post(bodies[index])
-                answered_at[index] = time.monotonic()
-            except Exception as error:  # a dropped connection is a failure too
-                errors.append(f"{subs[index]}: {error!r}")
-            if rollout_done.is_set():
-                answered_after += 1
-
-    workers = [threading.Thread(target=client, args=(offset,)) for offset in range(threads)]
-    for worker in workers:
-        worker.start()
-    wait_for(lambda: errors or sum(moment is not None for moment in answered_at) >= 30, 60)
-    assert sum(moment is not None for moment in answered_at) >= 30, errors[:5]
-    rollout_started = time.monotonic()
-    result = stack.rollout(release_of(workdir, binary, "release-b"), timeout=180)
-    rollout_finished = time.monotonic()
-    rollout_done.set()
-    for worker in workers:
-        worker.join(timeout=120)
-    assert not any(worker.is_alive() for worker in workers)
-    indexes = sorted(sent)
+    subs, bodies = stack.sign_count(f"000{int(time.time())}.nodesrollout", 3000)
+    load = PacedLoad(stack.post, bodies, threads=3, interval=0.1, minimum=300, after=10)
+    result = load.run(lambda _: stack.rollout(release_of(workdir, binary, "release-b"), timeout=180), fault_after=30)
+    indexes = sorted(load.sent)
     count = len(indexes)
     subs = [subs[index] for index in indexes]
-    answers = [answers[index] for index in indexes]
-    moments = [answered_at[index] for index in indexes if answered_at[index] is not None]
+    answers = [load.answers[index] for index in indexes]
+    moments = [load.answered_at[index] for index in indexes if load.answered_at[index] is not None]
 
     assert result.returncode == 0, result.stdout + result.stderr
-    assert errors == []
+    assert load.errors == []
     non_2xx = [(subs[i], answer) for i, answer in enumerate(answers) if answer is None or not 200 <= answer[0] < 300]
     assert non_2xx == []
     assert [answer[1] for answer in answers] == [{"status": "applied"}] * count
-    assert any(moment < rollout_started for moment in moments)
-    assert any(moment > rollout_finished for moment in moments)
+    assert any(moment < load.fault_started for moment in moments)
+    assert any(moment > load.fault_finished for moment in moments)
 
     # Every notification answered is in Redis, once.
     assert [sub for sub in subs if not stack.user_exists(sub)] == []
@@ -312,11 +275,7 @@ def test_a_nodes_spool_is_drained_before_the_node_stops(stack, workdir, binary):
     # answers `200 spooled`; the gate opens only once the rollout says it waits.
     gate = RedisGate(stack.redis.port)
     try:
-        gated = workdir / "gated-node-1"
-        gated.write_text("#!/bin/sh\n"
-                         f"case \"$SIWA_FCGI_SOCKET\" in *node-1.sock) export SIWA_REDIS_URL={gate.url} ;; esac\n"
-                         f"exec {binary} \"$@\"\n")
-        gated.chmod(0o755)
+        gated = gate.wrap(workdir / "gated-node-1", binary, only_socket="node-1.sock")
         onto_gate = stack.rollout(gated, timeout=180)
         assert onto_gate.returncode == 0, onto_gate.stdout + onto_gate.stderr
         assert gate.relayed > 0
@@ -333,30 +292,14 @@ def test_a_nodes_spool_is_drained_before_the_node_stops(stack, workdir, binary):
         assert stack.spool_status("node-1")["depth"] == len(spooled)
         assert not any(stack.user_exists(sub) for sub in spooled)
 
-        rollout = subprocess.Popen(stack.rollout_args(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        lines = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(line) for line in rollout.stdout] + [lines.put(None)],
-                         daemon=True).start()
-        seen = []
-        waiting = f"node-1 holds {len(spooled)} spooled notifications: waiting"
-        try:
-            deadline = time.monotonic() + 90
-            while not any(waiting in line for line in seen):
-                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-                assert line is not None, "the rollout ended without waiting for the spool:\n" + "".join(seen)
-                seen.append(line)
+        def while_waiting():
             assert process_alive(node1)
             assert not any(stack.user_exists(sub) for sub in spooled)
             gate.open()
-            rollout.wait(timeout=120)
-            while (line := lines.get(timeout=10)) is not None:
-                seen.append(line)
-        finally:
-            if rollout.poll() is None:
-                rollout.kill()
-                rollout.wait(timeout=10)
-        output = "".join(seen)
-        assert rollout.returncode == 0, output
+
+        returncode, output = stack.rollout_held(f"node-1 holds {len(spooled)} spooled notifications: waiting",
+                                                while_waiting)
+        assert returncode == 0, output
         assert "spool depth of node-1: 0" in output
         assert not process_alive(node1)
         stream = stack.stream_subs()
@@ -378,11 +321,7 @@ def test_no_node_is_taken_out_while_no_other_node_is_healthy(stack, workdir, bin
     # first running node) must not be taken out, since nothing healthy would be left.
     gate = RedisGate(stack.redis.port)
     try:
-        gated = workdir / "gated-node-2"
-        gated.write_text("#!/bin/sh\n"
-                         f"case \"$SIWA_FCGI_SOCKET\" in *node-2.sock) export SIWA_REDIS_URL={gate.url} ;; esac\n"
-                         f"exec {binary} \"$@\"\n")
-        gated.chmod(0o755)
+        gated = gate.wrap(workdir / "gated-node-2", binary, only_socket="node-2.sock")
         onto_gate = stack.rollout(gated, timeout=180)
         assert onto_gate.returncode == 0, onto_gate.stdout + onto_gate.stderr
         gate.shut()

@@ -7,12 +7,12 @@ import concurrent.futures
 import http.client
 import json
 import ssl
-import threading
 import time
 
 import pytest
 
 from deploy_harness import NGINX_DIR
+from fault_under_load import PacedLoad
 from stack import (CLIENT_ID, KEY_ID, JWKSNginxStack, RedisServer, ServeProcess, build_binary, find_binary, run,
                    wait_until)
 
@@ -114,42 +114,27 @@ def test_a_node_killed_mid_load_loses_nothing_and_applies_each_notification_once
     subs = [f"000{index:03d}.nodes{run_id}.{index:04d}" for index in range(count)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
         bodies = list(pool.map(stack.sign, subs))
-    answers = [None] * count
-    attempts = [0] * count
 
-    def client(offset):
-        start = time.monotonic()
-        for number, index in enumerate(range(offset, count, threads)):
-            delay = start + number * seconds * threads / count - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)  # pacing: a steady stream, not a wait for an event
-            answers[index] = stack.post(bodies[index])
-            attempts[index] += 1
+    def kill_and_restart_node_1(load):
+        stack.kill_node(1)
+        killed_after = load.answered()
+        assert wait_until(lambda: load.answered() >= killed_after + 20, timeout=30)
+        stack.start_node(1)
+        return killed_after
 
-    workers = [threading.Thread(target=client, args=(offset,)) for offset in range(threads)]
-    for worker in workers:
-        worker.start()
-    assert wait_until(lambda: sum(answer is not None for answer in answers) >= count // 3, timeout=30)
-    stack.kill_node(1)
-    killed_after = sum(answer is not None for answer in answers)
-    assert wait_until(lambda: sum(answer is not None for answer in answers) >= killed_after + 20, timeout=30)
-    stack.start_node(1)
-    for worker in workers:
-        worker.join(timeout=60)
-    assert not any(worker.is_alive() for worker in workers)
-
+    # A steady stream over `seconds`; node 1 is SIGKILLed once a third is answered.
+    load = PacedLoad(stack.post, bodies, threads=threads, interval=seconds * threads / count)
+    killed_after = load.run(kill_and_restart_node_1, fault_after=count // 3, fault_wait=30, join_timeout=60)
+    assert load.errors == []
+    answers = load.answers
     # Apple retries any non-200; three more tries here, each after the previous answer.
-    first_non_200 = [index for index, answer in enumerate(answers) if answer[0] != 200]
-    for _ in range(3):
-        for index in [index for index, answer in enumerate(answers) if answer[0] != 200]:
-            answers[index] = stack.post(bodies[index])
-            attempts[index] += 1
+    first_non_200 = load.retry_non_200(rounds=3)
 
     print(f"several nodes: {count} notifications, node 1 SIGKILLed after {killed_after} answers and restarted; "
           f"non-200 at first: {len(first_non_200)} "
           f"({sorted({str(answers_status) for answers_status in (answers[i][0] for i in first_non_200)})}), "
-          f"after retries: {sum(answer[0] != 200 for answer in answers)}")
-    assert [index for index, answer in enumerate(answers) if answer[0] != 200] == []
+          f"after retries: {len(load.not_200())}")
+    assert load.not_200() == []
     assert {answer[1]["status"] for answer in answers} <= {"applied", "duplicate"}
 
     # Each notification applied exactly once: its user hash, and its jti once in the stream.

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 
 from deploy_harness import REPO
-from rollout_stack import find_binary
+from stack import build_binary, find_binary
 
 UNIT = REPO / "deploy" / "siwa-endpoint@.service"
 
@@ -38,7 +38,7 @@ def test_unit_restarts_on_any_exit_it_did_not_ask_for():
 def test_unit_with_reload_passes_systemd_analyze_verify(tmp_path):
     analyze = shutil.which("systemd-analyze")
     assert analyze is not None, "systemd-analyze is missing (scripts/install-deps installs the systemd package)"
-    binary = find_binary()
+    binary = find_binary() or build_binary()
     unit = UNIT.read_text().replace("/usr/local/lib/siwa-endpoint/current-%i/siwa-endpoint", str(binary))
     path = tmp_path / "siwa-endpoint@blue.service"
     path.write_text(unit)

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# Releases of siwa-endpoint, shared by scripts/install and scripts/rollout. Sourced,
-# not run. Under LIB_DIR:
+# Releases of siwa-endpoint, shared by scripts/install, scripts/rollout and
+# scripts/run-local. Sourced, not run. Under LIB_DIR:
 #   releases/<time>-<digest>/siwa-endpoint   one directory per binary (0755)
 #   current-<slot> -> releases/<id>          the release each slot (blue, green) runs
 
@@ -35,4 +35,15 @@ release_point_slot() {
   rm -f -- "$temp"
   ln -s -- "$3" "$temp" || return 1
   mv -Tf -- "$temp" "$link"
+}
+
+# Sets RELEASE_BINARY to BINARY; when BINARY is empty, builds siwa-endpoint in release
+# mode in REPO first (saying so through the command SAY) and sets it to that build:
+#   release_binary REPO BINARY SAY
+release_binary() {
+  RELEASE_BINARY=$2
+  [ -z "$RELEASE_BINARY" ] || return 0
+  "$3" "building a release binary"
+  (cd "$1" && swift build -c release --product siwa-endpoint) || return 1
+  RELEASE_BINARY="$1/.build/release/siwa-endpoint"
 }

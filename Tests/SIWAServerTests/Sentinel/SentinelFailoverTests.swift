@@ -1,9 +1,5 @@
 import Foundation
-import SIWAFastCGIClient
 import SIWAServer
-import SIWATestKit
-import SIWAVerification
-import Synchronization
 import Testing
 
 /// The primary's machine is lost under load: a primary, two replicas and three sentinels
@@ -18,24 +14,6 @@ struct SentinelFailoverTests {
     static let killAfterAnswers = 500
     /// 2,000 requests over about 8 s: the kill lands after about 2 s, the failover takes 2 to 3 s.
     static let spacing = Duration.milliseconds(4)
-
-    static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
-    }
-
-    /// One notification sent and what came back.
-    struct Sent: Sendable {
-        let sub: String
-        let jti: String
-        let body: [UInt8]
-    }
-
-    struct Answer: Sendable {
-        let index: Int
-        let status: Int?
-        let outcome: String?
-        let at: ContinuousClock.Instant
-    }
 
     /// What one run found; `lost` are notifications answered 200 and missing afterwards.
     struct Report {
@@ -52,11 +30,6 @@ struct SentinelFailoverTests {
         var runSeconds = 0.0
     }
 
-    static func metric(_ text: String, _ name: String) -> Int {
-        let line = text.split(separator: "\n").first { $0.hasPrefix(name + " ") } ?? ""
-        return Int(line.split(separator: " ").last ?? "") ?? -1
-    }
-
     static func run(minimumReplicas: Int) throws -> Report {
         let started = ContinuousClock.now
         let cluster = try RedisSentinelCluster(downAfterMilliseconds: 1000)
@@ -70,83 +43,30 @@ struct SentinelFailoverTests {
         ])
         defer { stack.shutdown() }
 
-        // Sign everything before the clock starts (RSA signing is the slow part).
-        let key = stack.key
-        let now = Int64(Date().timeIntervalSince1970)
-        let runID = UUID().uuidString.prefix(8)
-        let sent = Mutex<[Int: Sent]>([:])
-        DispatchQueue.concurrentPerform(iterations: clients) { thread in
-            for index in stride(from: thread, to: count, by: clients) {
-                let notification = TestNotification(
-                    type: index % 2 == 0 ? "consent-revoked" : "account-deleted", subject: "001.fo\(runID).\(index)",
-                    clientID: ServeStack.clientID, eventTimeMilliseconds: (now - 5) * 1000, issuedAt: now - 1)
-                let body = Array((try? notification.requestBody(signedWith: key))?.utf8 ?? "".utf8)
-                sent.withLock {
-                    $0[index] = Sent(sub: notification.subject, jti: notification.tokenID, body: body)
-                }
-            }
-        }
-        let notifications = sent.withLock { dictionary in (0..<count).map { dictionary[$0]! } }
-        try #require(notifications.allSatisfy { !$0.body.isEmpty })
-
-        let socketPath = stack.socketPath
-        let answers = Mutex<[Answer]>([])
-        let post: @Sendable (Int) -> Answer = { index in
-            let params = FastCGIClient.params(
-                method: "POST", uri: "/apple/notifications", body: notifications[index].body,
-                contentType: "application/json", extra: [("REQUEST_ID", "failover-\(index)")])
-            let response = try? FastCGIClient(.unixSocket(socketPath), timeout: .seconds(10))
-                .send(params: params, body: notifications[index].body)
-            return Answer(
-                index: index, status: response?.status, outcome: response?.jsonFields["status"], at: .now)
-        }
-        let group = DispatchGroup()
-        let loadStarted = ContinuousClock.now
-        for thread in 0..<clients {
-            group.enter()
-            Thread {
-                defer { group.leave() }
-                for index in stride(from: thread, to: count, by: clients) {
-                    // A paced load (one request per `spacing`), so the failover happens mid-load.
-                    let due = loadStarted + spacing * index
-                    if due > .now { Thread.sleep(forTimeInterval: Self.seconds(due - .now)) }
-                    let answer = post(index)
-                    answers.withLock { $0.append(answer) }
-                }
-            }.start()
-        }
+        let load = try FaultUnderLoad(
+            stack, count: count, clients: clients, spacing: spacing, subjectTag: "fo", requestLabel: "failover")
         let oldPrimary = cluster.initialPrimary
-        #expect(stack.waitUntil(timeout: 60) { answers.withLock { $0.count } >= killAfterAnswers })
-        oldPrimary.kill()
-        let killedAt = ContinuousClock.now
-        let newPrimary = cluster.waitForFailover(from: oldPrimary.port, timeout: 30)
-        let failedOverAt = ContinuousClock.now
-        #expect(group.wait(timeout: .now() + 60) == .success, "the load did not finish within 60 s")
-        let primary = try #require(newPrimary, "no replica was promoted within 30 s")
-
-        // Apple retries any non-200 answer: once, here, after the failover.
-        var report = Report()
-        var final = answers.withLock { $0 }
-        let failed = final.filter { $0.status != 200 }.map(\.index)
-        report.retried = failed.count
-        for index in failed {
-            let answer = post(index)
-            final.append(answer)
-            if answer.status != 200 { report.stillFailingAfterRetry += 1 }
+        var killedAt = ContinuousClock.now
+        var failedOverAt = ContinuousClock.now
+        var newPrimary: RedisSentinelCluster.Node?
+        let outcome = try load.run(faultAfter: killAfterAnswers, loadTimeout: 60) {
+            oldPrimary.kill()
+            killedAt = .now
+            newPrimary = cluster.waitForFailover(from: oldPrimary.port, timeout: 30)
+            failedOverAt = .now
         }
+        let primary = try #require(newPrimary, "no replica was promoted within 30 s")
+        var report = Report()
+        report.retried = outcome.retried
+        report.stillFailingAfterRetry = outcome.stillFailingAfterRetry
 
         // The spool drains into the new primary (each record confirmed by its replicas). On a
         // loaded machine the sentinels can fail over a second time (a promotion they did not
         // see finish in time is started again with the other replica), so the primary is the
         // one they name now, confirmed by its ROLE, not the first one they named.
-        var currentPrimary = primary.port
-        let drained = try stack.waitUntil(timeout: 90) {
-            guard let named = cluster.currentPrimaryFromSentinels() else { return false }
-            currentPrimary = named
-            let health = try stack.request("GET", "/healthz")
-            return health.status == 200 && health.jsonFields["spool_depth"] == "0"
-                && health.jsonFields["redis_primary"] == "127.0.0.1:\(named)"
-        }
+        let drain = try load.waitForDrain(timeout: 90) { cluster.currentPrimaryFromSentinels() }
+        let drained = drain.drained
+        let currentPrimary = drain.port ?? primary.port
         let health = try stack.request("GET", "/healthz").jsonFields
         #expect(
             drained,
@@ -155,41 +75,29 @@ struct SentinelFailoverTests {
             print("failover (SIWA_REDIS_MIN_REPLICAS=\(minimumReplicas)): the sentinels failed over a second time")
         }
 
-        let answeredOK = Set(final.filter { $0.status == 200 }.map(\.index))
+        let answeredOK = outcome.answeredOK
         report.answeredOK = answeredOK.count
-        report.spooledAnswers = final.filter { $0.outcome == "spooled" }.count
+        report.spooledAnswers = outcome.answers.filter { $0.outcome == "spooled" }.count
         let metrics = String(decoding: try stack.request("GET", "/metrics").body, as: UTF8.self)
-        report.shortfalls = metric(metrics, "siwa_redis_replica_shortfalls_total")
+        report.shortfalls = FaultUnderLoad.metric(metrics, "siwa_redis_replica_shortfalls_total")
 
-        let connection = cluster.connection(port: currentPrimary)
-        for index in answeredOK.sorted() {
-            let stored = try connection.command(
-                "HGET", "siwa:user:{\(ServeStack.clientID):\(notifications[index].sub)}", "last_jti"
-            ).string
-            if stored != notifications[index].jti { report.lost.append(notifications[index].sub) }
-        }
-        var seen: [String: Int] = [:]
-        for entry in try connection.command("XRANGE", "siwa:events", "-", "+").array ?? [] {
-            if let fields = entry.array?.last?.fieldMap, let jti = fields["jti"] { seen[jti, default: 0] += 1 }
-        }
-        let ours = Set(notifications.map(\.jti))
-        report.repeatedInStream = seen.filter { $0.value > 1 }.map(\.key)
-        report.unknownInStream = seen.keys.filter { !ours.contains($0) }.count
-        for index in answeredOK where seen[notifications[index].jti] == nil {
-            report.lost.append("stream:" + notifications[index].sub)
-        }
+        let contract = try load.contract(outcome, on: cluster.connection(port: currentPrimary))
+        report.lost = contract.notStored + contract.notInStream.map { "stream:" + $0 }
+        report.repeatedInStream = contract.repeatedInStream
+        report.unknownInStream = contract.unknownInStream
 
         // The longest stretch without an "applied" answer, from the kill on.
-        let applied = final.filter { $0.outcome == "applied" && $0.at >= loadStarted }.map(\.at).sorted()
+        let applied = outcome.answers.filter { $0.outcome == "applied" && $0.at >= outcome.loadStarted }.map(\.at)
+            .sorted()
         var previous = killedAt
         var longest = Duration.zero
         for instant in applied where instant > killedAt {
             longest = max(longest, instant - previous)
             previous = instant
         }
-        report.secondsWithoutApply = seconds(longest)
-        report.failoverSeconds = seconds(failedOverAt - killedAt)
-        report.runSeconds = seconds(.now - started)
+        report.secondsWithoutApply = FaultUnderLoad.seconds(longest)
+        report.failoverSeconds = FaultUnderLoad.seconds(failedOverAt - killedAt)
+        report.runSeconds = FaultUnderLoad.seconds(.now - started)
         print(
             "failover (SIWA_REDIS_MIN_REPLICAS=\(minimumReplicas)): \(count) notifications, \(clients) clients; "
                 + "answered 200: \(report.answeredOK); non-2xx retried once: \(report.retried) "

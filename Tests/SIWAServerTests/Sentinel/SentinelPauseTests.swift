@@ -1,9 +1,6 @@
 import Foundation
-import SIWAFastCGIClient
 import SIWAServer
-import SIWATestKit
 import SIWATestSupport
-import Synchronization
 import Testing
 
 /// The primary is paused (SIGSTOP: a VM pause, a long fork, a stalled disk) and continued after
@@ -83,22 +80,6 @@ struct SentinelPauseTests {
     static let spacing = Duration.milliseconds(10)
     static let pauseAfterAnswers = 150
 
-    struct Sent: Sendable {
-        let sub: String
-        let jti: String
-        let body: [UInt8]
-    }
-
-    struct Answer: Sendable {
-        let index: Int
-        let status: Int?
-        let outcome: String?
-    }
-
-    static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
-    }
-
     /// `SUBSCRIBE <channel>` on every sentinel through `redis-cli`, into files, until `stop()`.
     final class SentinelEvents {
         let processes: [Process]
@@ -146,7 +127,7 @@ struct SentinelPauseTests {
         // An event inside the failover comes within about 4 s here.
         let pause = Duration.milliseconds(sweepCase.pauseMilliseconds ?? 4000)
         // The load covers the pause and 4 s after it: writes and the replay meet the resumed node.
-        let count = Int((Self.seconds(pause) + 5.5) / Self.seconds(Self.spacing))
+        let count = Int((FaultUnderLoad.seconds(pause) + 5.5) / FaultUnderLoad.seconds(Self.spacing))
         let cluster = try RedisSentinelCluster(downAfterMilliseconds: 1000, failoverTimeoutMilliseconds: 5000)
         defer { cluster.shutdown() }
         let stack = try ServeStack(extraEnvironment: [
@@ -159,47 +140,8 @@ struct SentinelPauseTests {
         defer { stack.shutdown() }
         let serve = try #require(stack.serve)
 
-        let key = stack.key
-        let now = Int64(Date().timeIntervalSince1970)
-        let runID = String(UUID().uuidString.prefix(8))
-        let sent = Mutex<[Int: Sent]>([:])
-        DispatchQueue.concurrentPerform(iterations: Self.clients) { thread in
-            for index in stride(from: thread, to: count, by: Self.clients) {
-                let notification = TestNotification(
-                    type: index % 2 == 0 ? "consent-revoked" : "account-deleted", subject: "001.ps\(runID).\(index)",
-                    clientID: ServeStack.clientID, eventTimeMilliseconds: (now - 5) * 1000, issuedAt: now - 1)
-                let body = Array((try? notification.requestBody(signedWith: key))?.utf8 ?? "".utf8)
-                sent.withLock { $0[index] = Sent(sub: notification.subject, jti: notification.tokenID, body: body) }
-            }
-        }
-        let notifications = sent.withLock { dictionary in (0..<count).map { dictionary[$0]! } }
-        try #require(notifications.allSatisfy { !$0.body.isEmpty })
-
-        let socketPath = stack.socketPath
-        let answers = Mutex<[Answer]>([])
-        let post: @Sendable (Int) -> Answer = { index in
-            let params = FastCGIClient.params(
-                method: "POST", uri: "/apple/notifications", body: notifications[index].body,
-                contentType: "application/json", extra: [("REQUEST_ID", "pause-\(index)")])
-            let response = try? FastCGIClient(.unixSocket(socketPath), timeout: .seconds(10))
-                .send(params: params, body: notifications[index].body)
-            return Answer(index: index, status: response?.status, outcome: response?.jsonFields["status"])
-        }
-        let group = DispatchGroup()
-        let loadStarted = ContinuousClock.now
-        for thread in 0..<Self.clients {
-            group.enter()
-            Thread {
-                defer { group.leave() }
-                for index in stride(from: thread, to: count, by: Self.clients) {
-                    let due = loadStarted + Self.spacing * index
-                    if due > .now { Thread.sleep(forTimeInterval: Self.seconds(due - .now)) }
-                    let answer = post(index)
-                    answers.withLock { $0.append(answer) }
-                }
-            }.start()
-        }
-
+        let load = try FaultUnderLoad(
+            stack, count: count, clients: Self.clients, spacing: Self.spacing, subjectTag: "ps", requestLabel: "pause")
         let events = try sweepCase.resumeAtEvent.map {
             try SentinelEvents(channel: $0, sentinels: cluster.sentinels, directory: stack.directory)
         }
@@ -207,74 +149,48 @@ struct SentinelPauseTests {
         if let events {
             try #require(stack.waitUntil(timeout: 10) { events.subscribed }, "the event subscriptions did not start")
         }
-        #expect(stack.waitUntil(timeout: 60) { answers.withLock { $0.count } >= Self.pauseAfterAnswers })
         let oldPrimary = cluster.initialPrimary
-        oldPrimary.pause()
-        let pausedAt = ContinuousClock.now
-        if let events {
-            // Continued the moment a sentinel publishes the event (polled every few milliseconds).
-            let seen = waitUntil(timeout: 30, interval: .milliseconds(5)) { events.published }
-            oldPrimary.resume()
-            try #require(seen, "no sentinel published \(sweepCase.resumeAtEvent ?? "") within 30 s")
-        } else {
-            // Continued after exactly the pause, whatever serve or the sentinels know by then.
-            Thread.sleep(forTimeInterval: Self.seconds(pause))
-            oldPrimary.resume()
-        }
-        let pausedFor = ContinuousClock.now - pausedAt
-        #expect(group.wait(timeout: .now() + 120) == .success, "the load did not finish within 120 s")
-
-        var final = answers.withLock { $0 }
-        var stillFailing = 0
-        for index in final.filter({ $0.status != 200 }).map(\.index) {
-            let answer = post(index)
-            final.append(answer)
-            if answer.status != 200 { stillFailing += 1 }
+        var pausedFor = Duration.zero
+        let outcome = try load.run(faultAfter: Self.pauseAfterAnswers, loadTimeout: 120) {
+            oldPrimary.pause()
+            let pausedAt = ContinuousClock.now
+            if let events {
+                // Continued the moment a sentinel publishes the event (polled every few milliseconds).
+                let seen = waitUntil(timeout: 30, interval: .milliseconds(5)) { events.published }
+                oldPrimary.resume()
+                try #require(seen, "no sentinel published \(sweepCase.resumeAtEvent ?? "") within 30 s")
+            } else {
+                // Continued after exactly the pause, whatever serve or the sentinels know by then.
+                Thread.sleep(forTimeInterval: FaultUnderLoad.seconds(pause))
+                oldPrimary.resume()
+            }
+            pausedFor = ContinuousClock.now - pausedAt
         }
 
         // The sentinels settle (one address, one epoch, no failover under way, its ROLE master)
         // and the spool drains into the primary they name. The old primary, if demoted, has not
         // necessarily resynchronised yet: only the settled primary is read.
-        var settledPort = 0
-        let settled = try stack.waitUntil(timeout: 90) {
-            guard let port = cluster.settledPrimary() else { return false }
-            settledPort = port
-            let health = try stack.request("GET", "/healthz")
-            return health.status == 200 && health.jsonFields["spool_depth"] == "0"
-                && health.jsonFields["redis_primary"] == "127.0.0.1:\(port)"
-        }
+        let drain = try load.waitForDrain(timeout: 90) { cluster.settledPrimary() }
+        let settled = drain.drained
+        let settledPort = drain.port ?? 0
         try #require(settled, "the sentinels did not settle or the spool did not drain: \(serve.logText.suffix(3000))")
 
-        let answeredOK = Set(final.filter { $0.status == 200 }.map(\.index))
-        let connection = cluster.connection(port: settledPort)
-        var lost: [String] = []
-        for index in answeredOK.sorted() {
-            let stored = try connection.command(
-                "HGET", "siwa:user:{\(ServeStack.clientID):\(notifications[index].sub)}", "last_jti"
-            ).string
-            if stored != notifications[index].jti { lost.append(notifications[index].sub) }
-        }
-        var seen: [String: Int] = [:]
-        for entry in try connection.command("XRANGE", "siwa:events", "-", "+").array ?? [] {
-            if let fields = entry.array?.last?.fieldMap, let jti = fields["jti"] { seen[jti, default: 0] += 1 }
-        }
-        let ours = Set(notifications.map(\.jti))
-        for index in answeredOK where seen[notifications[index].jti] == nil {
-            lost.append("stream:" + notifications[index].sub)
-        }
-        let spooled = final.filter { $0.outcome == "spooled" }.count
+        let answeredOK = outcome.answeredOK
+        let contract = try load.contract(outcome, on: cluster.connection(port: settledPort))
+        let lost = contract.notStored + contract.notInStream.map { "stream:" + $0 }
+        let spooled = outcome.answers.filter { $0.outcome == "spooled" }.count
         let failedOver = settledPort != oldPrimary.port
         print(
             "paused primary (\(sweepCase.testDescription)): paused "
-                + String(format: "%.2f", Self.seconds(pausedFor))
+                + String(format: "%.2f", FaultUnderLoad.seconds(pausedFor))
                 + " s; \(count) notifications; failed over: \(failedOver); "
                 + "answered 200: \(answeredOK.count); answered spooled: \(spooled); "
                 + "unsettled discoveries logged: \(serve.logText.components(separatedBy: "redis_sentinels_unsettled").count - 1); "
                 + "acknowledged and lost: \(lost.count)")
         #expect(lost.count == 0, "acknowledged and lost: \(lost.count), for example \(lost.prefix(5))")
-        #expect(seen.filter { $0.value > 1 }.isEmpty, "a jti twice in the stream")
-        #expect(seen.keys.filter { !ours.contains($0) }.isEmpty)
-        #expect(stillFailing == 0)
+        #expect(contract.repeatedInStream.isEmpty, "a jti twice in the stream")
+        #expect(contract.unknownInStream == 0)
+        #expect(outcome.stillFailingAfterRetry == 0)
         #expect(answeredOK.count == count)
     }
 }
