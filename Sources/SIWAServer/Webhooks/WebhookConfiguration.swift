@@ -304,8 +304,8 @@ public struct WebhookConfiguration: Sendable {
     }
 
     @Sendable static func retryScale(_ text: String) throws(SettingProblem) -> Double {
-        guard let value = Double(text), value >= 0.0001, value <= 1 else {
-            throw SettingProblem("must be a number from 0.0001 to 1, got \"\(text)\"")
+        guard let value = Double(text), value >= 0.00001, value <= 1 else {
+            throw SettingProblem("must be a number from 0.00001 to 1, got \"\(text)\"")
         }
         return value
     }
