@@ -373,4 +373,50 @@ struct WebhookDeliveryTests {
         #expect(done.status == 0, "\(done.output)")
         #expect(done.output.contains(#""pending":0"#))
     }
+
+    @Test("a certificate the destination's CA (or the system store) does not trust: failed tls, nothing sent")
+    func untrustedCertificate() throws {
+        let stack = try WebhookStack()
+        defer { stack.shutdown() }
+        let receiver = try stack.receiver("tls")
+        let destination = stack.destination("tls", receiver)
+        guard case .object(var members) = destination else { return }
+        members["ca_file"] = nil
+        let environment = try stack.environment([.object(members)])
+        let run = try CommandRun.endpoint(["deliver", "test", "--destination", "tls"], environment: environment)
+        #expect(run.status == 1)
+        #expect(run.output.contains("failed: tls"), "\(run.output)")
+        #expect(receiver.ids().isEmpty)
+    }
+
+    @Test("deliver --check: a key file others can read, an unknown member, plain http: exit 2 naming the setting")
+    func checkRefusals() throws {
+        let stack = try WebhookStack()
+        defer { stack.shutdown() }
+        let good = try stack.environment([stack.destination("ok", nil)])
+        let valid = try CommandRun.endpoint(["deliver", "--check"], environment: good)
+        #expect(valid.status == 0, "\(valid.errors)")
+        #expect(valid.output.contains("1 destination(s) are valid: ok"))
+        chmod(stack.hmacKeyPath, 0o644)
+        let readable = try CommandRun.endpoint(["deliver", "--check"], environment: good)
+        chmod(stack.hmacKeyPath, 0o600)
+        #expect(readable.status == 2)
+        #expect(readable.errors.contains(#""setting":"SIWA_WEBHOOK_DESTINATIONS""#))
+        #expect(readable.errors.contains("has mode 644"), "\(readable.errors)")
+        #expect(!readable.errors.contains("whsec_"), "a key in the log")
+        for (extra, named) in [
+            ([("colour", JSONValue.string("red"))], "unknown member \\\"colour\\\""),
+            (
+                [("url", .string("http://example.com/hook")), ("allow_private_address", .bool(false))],
+                "must be an https URL"
+            ),
+            ([("types", .array([.string("password-changed")]))], "names password-changed"),
+        ] {
+            let run = try CommandRun.endpoint(
+                ["deliver", "--check"],
+                environment: try stack.environment([stack.destination("bad", nil, extra: extra)]))
+            #expect(run.status == 2)
+            #expect(run.errors.contains(named), "\(run.errors)")
+        }
+    }
 }
