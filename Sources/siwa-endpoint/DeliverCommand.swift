@@ -221,6 +221,12 @@ enum DeliverCommand {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let message = try WebhookMessage.test(now: now)
         let outcome = poster(destination, configuration).post(message, timestamp: now / 1000)
+        EventLog.event(
+            "webhook_test_sent",
+            [
+                ("destination", .string(destination.name)), ("webhook_id", .string(message.id)),
+                ("cause", outcome.cause.map(JSONValue.string) ?? .null),
+            ])
         switch outcome {
         case .delivered(let status):
             Output.line("\(destination.name): siwa.test \(message.id) delivered, HTTP \(status)")
