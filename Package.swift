@@ -92,7 +92,9 @@ let package = Package(
                 "SIWAServer", "SIWAVerification", "SIWATestKit", "SIWACrypto", "SIWAJSON", "SIWASupport",
                 "SIWAFastCGI", "SIWAFastCGIClient", "SIWARedis", "SIWAHTTPS", "SIWATestSupport",
                 "siwa-endpoint",
-            ]
+            ],
+            // The HTTPS webhook receiver the deliverer's tests run with python, read from its path.
+            exclude: ["Webhooks/webhook_receiver.py"]
         ),
     ]
 )

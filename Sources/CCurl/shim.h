@@ -54,4 +54,19 @@ static inline long siwa_curl_response_code(CURL *handle) {
     return status;
 }
 
+/// CURLOPT_OPENSOCKETFUNCTION: the callback that opens each socket, given the address
+/// libcurl is about to connect to (so an address can be refused before any packet).
+static inline CURLcode siwa_curl_setopt_opensocket_function(CURL *handle, curl_opensocket_callback callback) {
+    return curl_easy_setopt(handle, CURLOPT_OPENSOCKETFUNCTION, callback);
+}
+
+/// The value of the response header `name` of the last response, or NULL when it has none.
+static inline const char *siwa_curl_response_header(CURL *handle, const char *name) {
+    struct curl_header *header = NULL;
+    if (curl_easy_header(handle, name, 0, CURLH_HEADER, -1, &header) != CURLHE_OK || header == NULL) {
+        return NULL;
+    }
+    return header->value;
+}
+
 #endif

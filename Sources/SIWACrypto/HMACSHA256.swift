@@ -1,6 +1,7 @@
 import COpenSSL
 
-/// HMAC-SHA256, used only by tests that forge "HS256 with the public key as secret".
+/// HMAC-SHA256: the webhook signatures of Standard Webhooks' symmetric scheme (`v1`), and the
+/// tests that forge "HS256 with the public key as secret".
 public enum HMACSHA256 {
     public static func authenticationCode(key: [UInt8], message: [UInt8]) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: 32)

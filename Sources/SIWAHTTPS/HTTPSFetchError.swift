@@ -51,6 +51,9 @@ public struct HTTPSFetchError: CodedError {
         public static let responseTooLarge = Code("response_too_large")
         /// The server answered with a status other than 200 (redirects included).
         public static let httpStatusNotOK = Code("http_status_not_ok")
+        /// The host resolved to a loopback, private, link-local, CGNAT, multicast or
+        /// unspecified address and the destination does not allow one. Nothing was sent.
+        public static let addressRefused = Code("address_refused")
         /// Any other transfer failure.
         public static let transferFailed = Code("transfer_failed")
     }

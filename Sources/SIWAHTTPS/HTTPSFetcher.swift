@@ -1,4 +1,5 @@
 import CCurl
+import Glibc
 
 /// Fetches one small document (GET) or posts one small form (POST) over HTTPS with
 /// libcurl, or says exactly why not.
@@ -61,6 +62,22 @@ public struct HTTPSFetcher: Sendable {
         return try perform(url, postBody: body, bearerToken: bearerToken)
     }
 
+    /// POSTs `body` (JSON, no NUL byte) with `headers` (`Name: value` lines) to `url` and
+    /// returns the response, whatever its status. The connect phase has its own bound
+    /// (`connectTimeoutSeconds`; the fetcher's timeout bounds the whole transfer). Unless
+    /// `allowPrivateAddress`, every address libcurl is about to connect to is checked first
+    /// (`PrivateAddress`): a loopback, private, link-local, CGNAT, multicast or unspecified one
+    /// is refused before any packet is sent (`address_refused`), whatever name resolved to it.
+    public func postJSON(
+        _ url: String, body: String, headers: [String], userAgent: String, connectTimeoutSeconds: Double,
+        allowPrivateAddress: Bool
+    ) throws(HTTPSFetchError) -> HTTPSResponse {
+        let extras = RequestExtras(
+            headers: ["Content-Type: application/json", "Expect:"] + headers, userAgent: userAgent,
+            connectTimeoutSeconds: connectTimeoutSeconds, addressGuard: AddressGuard(allowPrivate: allowPrivateAddress))
+        return try perform(url, postBody: body, extras: extras)
+    }
+
     /// Percent-encodes everything but RFC 3986's unreserved characters.
     static func formEncode(_ text: String) -> String {
         var out = ""
@@ -82,7 +99,7 @@ public struct HTTPSFetcher: Sendable {
 
     /// One transfer: a GET, or a POST of `postBody` (already encoded, no NUL bytes).
     private func perform(
-        _ url: String, postBody: String?, bearerToken: String? = nil
+        _ url: String, postBody: String?, bearerToken: String? = nil, extras: RequestExtras? = nil
     ) throws(HTTPSFetchError) -> HTTPSResponse {
         guard Self.globalInit == CURLE_OK else {
             throw HTTPSFetchError(.clientUnavailable, "libcurl global initialisation failed")
@@ -95,9 +112,14 @@ public struct HTTPSFetcher: Sendable {
 
         let sink = ResponseSink(limit: maximumBytes)
         let sinkPointer = Unmanaged.passUnretained(sink).toOpaque()
+        let guardPointer = extras.map { Unmanaged.passUnretained($0.addressGuard).toOpaque() }
+        var headerList: UnsafeMutablePointer<curl_slist>?
+        for header in extras?.headers ?? [] { headerList = curl_slist_append(headerList, header) }
+        defer { curl_slist_free_all(headerList) }
+        var retryAfter: String?
         var errorBuffer = [CChar](repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
 
-        let (result, status): (CURLcode, Int) = withExtendedLifetime(sink) {
+        let (result, status): (CURLcode, Int) = withExtendedLifetime((sink, extras)) {
             errorBuffer.withUnsafeMutableBufferPointer { errorPointer in
                 var setup = siwa_curl_setopt_curlu(handle, target.handle)
                 func set(_ code: CURLcode) { if setup == CURLE_OK { setup = code } }
@@ -115,7 +137,10 @@ public struct HTTPSFetcher: Sendable {
                 set(siwa_curl_setopt_long(handle, CURLOPT_NOSIGNAL, 1))
                 let timeoutMilliseconds = max(1, Int(timeoutSeconds * 1000))
                 set(siwa_curl_setopt_long(handle, CURLOPT_TIMEOUT_MS, timeoutMilliseconds))
-                set(siwa_curl_setopt_long(handle, CURLOPT_CONNECTTIMEOUT_MS, timeoutMilliseconds))
+                set(
+                    siwa_curl_setopt_long(
+                        handle, CURLOPT_CONNECTTIMEOUT_MS,
+                        extras.map { max(1, Int($0.connectTimeoutSeconds * 1000)) } ?? timeoutMilliseconds))
                 // Refuses a declared length early; the sink caps chunked bodies.
                 set(siwa_curl_setopt_off_t(handle, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(maximumBytes)))
                 set(siwa_curl_setopt_string(handle, CURLOPT_USERAGENT, "siwa-endpoint"))
@@ -132,14 +157,26 @@ public struct HTTPSFetcher: Sendable {
                     set(siwa_curl_setopt_long(handle, CURLOPT_HTTPAUTH, Int(siwa_curl_auth_bearer)))
                     set(siwa_curl_setopt_string(handle, CURLOPT_XOAUTH2_BEARER, bearerToken))
                 }
+                if let extras {
+                    set(siwa_curl_setopt_string(handle, CURLOPT_USERAGENT, extras.userAgent))
+                    set(siwa_curl_setopt_pointer(handle, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(headerList)))
+                    set(siwa_curl_setopt_pointer(handle, CURLOPT_OPENSOCKETDATA, guardPointer))
+                    set(siwa_curl_setopt_opensocket_function(handle, openGuardedSocket))
+                }
                 guard setup == CURLE_OK else { return (setup, 0) }
                 let result = curl_easy_perform(handle)
+                if extras != nil, let value = siwa_curl_response_header(handle, "Retry-After") {
+                    retryAfter = String(cString: value)
+                }
                 return (result, siwa_curl_response_code(handle))
             }
         }
         let detail = String(decoding: errorBuffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        if let refused = extras?.addressGuard.refusedAddress {
+            throw HTTPSFetchError(.addressRefused, "the host resolved to \(refused), a private or special address")
+        }
         guard result == CURLE_OK else { throw Self.error(for: result, detail: detail, sink: sink) }
-        return HTTPSResponse(status: status, body: sink.bytes)
+        return HTTPSResponse(status: status, body: sink.bytes, retryAfter: retryAfter)
     }
 
     private static func error(for code: CURLcode, detail: String, sink: ResponseSink) -> HTTPSFetchError {
@@ -229,10 +266,13 @@ private final class ParsedURL {
 public struct HTTPSResponse: Sendable, Equatable {
     public let status: Int
     public let body: [UInt8]
+    /// The `Retry-After` header as the server wrote it (webhook posts only).
+    public let retryAfter: String?
 
-    public init(status: Int, body: [UInt8]) {
+    public init(status: Int, body: [UInt8], retryAfter: String? = nil) {
         self.status = status
         self.body = body
+        self.retryAfter = retryAfter
     }
 }
 
@@ -260,4 +300,49 @@ private func responseSinkWrite(
         sink.bytes.append(contentsOf: UnsafeRawBufferPointer(start: buffer, count: length))
     }
     return length
+}
+
+/// What a webhook post adds to a transfer: its headers, its connect bound, its address check.
+final class RequestExtras {
+    let headers: [String]
+    let userAgent: String
+    let connectTimeoutSeconds: Double
+    let addressGuard: AddressGuard
+
+    init(headers: [String], userAgent: String, connectTimeoutSeconds: Double, addressGuard: AddressGuard) {
+        self.headers = headers
+        self.userAgent = userAgent
+        self.connectTimeoutSeconds = connectTimeoutSeconds
+        self.addressGuard = addressGuard
+    }
+}
+
+/// Decides, for each address libcurl is about to connect to, whether it may; remembers a refusal.
+final class AddressGuard {
+    let allowPrivate: Bool
+    var refusedAddress: String?
+
+    init(allowPrivate: Bool) { self.allowPrivate = allowPrivate }
+}
+
+/// libcurl's open-socket callback: refuses (CURL_SOCKET_BAD, so libcurl never connects) an
+/// address `PrivateAddress` names, unless the destination allows it; otherwise opens the
+/// socket libcurl asked for.
+private func openGuardedSocket(
+    _ context: UnsafeMutableRawPointer?, _ purpose: curlsocktype, _ address: UnsafeMutablePointer<curl_sockaddr>?
+) -> curl_socket_t {
+    guard let context, let address else { return CURL_SOCKET_BAD }
+    let addressGuard = Unmanaged<AddressGuard>.fromOpaque(context).takeUnretainedValue()
+    let family = address.pointee.family
+    let length = Int(address.pointee.addrlen)
+    let special: String? = UnsafeMutableRawPointer(address.pointer(to: \.addr)!).withMemoryRebound(
+        to: UInt8.self, capacity: length
+    ) { bytes in
+        PrivateAddress.describeIfSpecial(family: family, sockaddr: UnsafeBufferPointer(start: bytes, count: length))
+    }
+    if let special, !addressGuard.allowPrivate {
+        addressGuard.refusedAddress = special
+        return CURL_SOCKET_BAD
+    }
+    return socket(family, address.pointee.socktype, address.pointee.protocol)
 }

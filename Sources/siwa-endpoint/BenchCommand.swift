@@ -9,6 +9,7 @@ enum BenchCommand {
     static let help = """
         usage: siwa-endpoint bench [--iterations N] [--rounds R]
                siwa-endpoint bench --replay --redis-url URL [--records N]  (see bench --replay --help)
+               siwa-endpoint bench --webhooks --redis-url URL --receiver-log FILE  (see bench --webhooks --help)
 
         Signs one notification with a fresh test key, then alternates R rounds of N
         full verifications (body -> payload -> JWS -> key by kid -> signature ->
@@ -19,6 +20,7 @@ enum BenchCommand {
 
     static func run(_ words: [String]) throws -> Int32 {
         if words.contains("--replay") { return try BenchReplayCommand.run(words) }
+        if words.contains("--webhooks") { return try BenchWebhooksCommand.run(words) }
         if words.contains("--help") {
             Output.line(help)
             return 0

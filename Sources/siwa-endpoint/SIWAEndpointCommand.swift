@@ -18,6 +18,7 @@ enum SIWAEndpointCommand {
         ("deletions", "the deletion duty: deletions no consumer group acknowledged, per group, with ages"),
         ("transfer", "app transfer between teams: transfer export (sending team), transfer import (recipient)"),
         ("canary", "a real notification on demand: revoke a test user's token, wait for its consent-revoked"),
+        ("deliver", "POST each event to configured webhook destinations (Standard Webhooks); status, replay, test"),
     ]
 
     static let usage = """
@@ -62,6 +63,7 @@ enum SIWAEndpointCommand {
             case "deletions": status = try DeletionsCommand.run(arguments)
             case "transfer": status = try TransferCommand.run(arguments)
             case "canary": status = try CanaryCommand.run(arguments)
+            case "deliver": status = try DeliverCommand.run(arguments)
             default: throw UsageError("unknown subcommand \(subcommand)\n\n\(usage)")
             }
         } catch let error as UsageError {

@@ -37,6 +37,12 @@ extension NotificationStore {
     /// `account-deleted` (stale ones too: each is a deletion duty), in the same call, so a
     /// consumer group's lag on it is exactly its deletions not yet handled. It is never
     /// trimmed here: a trimmed entry would be a deletion nobody is told about.
+    ///
+    /// The events stream is trimmed to `SIWA_STREAM_MAXLEN` (`XADD MAXLEN ~`), except below
+    /// what a webhook destination still needs: when delivery groups (`deliver:*`) exist, the
+    /// trim (`XTRIM MINID`) stops at the lowest of their oldest pending entries and
+    /// last-delivered IDs, so a destination that is down keeps its events (the stream then
+    /// grows past the maximum until it catches up; `siwa_webhook_pending` shows it).
     static let applyScript = """
         local user_key, seen_key, stream_key = KEYS[1], KEYS[2], KEYS[3]
         local deletions_key = KEYS[4]
@@ -47,6 +53,8 @@ extension NotificationStore {
             {'EXISTS', seen_key}, {'GET', seen_key}, {'TYPE', user_key}, {'TYPE', stream_key}, {'HGET', user_key, 'f'},
             {'HEXISTS', user_key, 'f'}, {'HSET', user_key, 'f', 'v'}, {'HDEL', user_key, 'f'},
             {'XADD', stream_key, 'MAXLEN', '~', ARGV[2], '*', 'f', 'v'}, {'PUBLISH', ARGV[1], 'm'},
+            {'XINFO', 'GROUPS', stream_key}, {'XPENDING', stream_key, 'g'}, {'XLEN', stream_key},
+            {'XRANGE', stream_key, '-', '+', 'COUNT', '1'}, {'XTRIM', stream_key, 'MINID', '0-1'},
             {'SET', seen_key, 'v', 'PX', '1'},
             {'TYPE', deletions_key}, {'XADD', deletions_key, '*', 'f', 'v'},
           }
@@ -158,7 +166,43 @@ extension NotificationStore {
         if outcome == 'applied' then applied = '1' end
         local fields = {'client_id', client_id, 'sub', sub, 'type', event_type, 'raw_type', raw_type,
           'event_time', event_time_text, 'jti', jti, 'applied', applied}
-        redis.call('XADD', stream_key, 'MAXLEN', '~', stream_maxlen, '*', unpack(fields))
+        -- Trimming never drops an entry a webhook destination has not had: below every
+        -- delivery group's (deliver:*) oldest pending entry and last-delivered ID, nothing goes.
+        local floor = nil
+        if stream_type == 'stream' then
+          local function id_less(a, b)
+            local am, as = string.match(a, '^(%d+)-(%d+)$')
+            local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+            am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
+            return am < bm or (am == bm and as < bs)
+          end
+          for _, group in ipairs(redis.call('XINFO', 'GROUPS', stream_key)) do
+            local info = {}
+            for i = 1, #group, 2 do info[group[i]] = group[i + 1] end
+            if type(info['name']) == 'string' and string.sub(info['name'], 1, 8) == 'deliver:' then
+              local need = info['last-delivered-id']
+              if tonumber(info['pending']) > 0 then
+                local oldest = redis.call('XPENDING', stream_key, info['name'])[2]
+                if oldest and id_less(oldest, need) then need = oldest end
+              end
+              if floor == nil or id_less(need, floor) then floor = need end
+            end
+          end
+          if floor ~= nil then
+            redis.call('XADD', stream_key, '*', unpack(fields))
+            local excess = redis.call('XLEN', stream_key) - tonumber(stream_maxlen)
+            local first = redis.call('XRANGE', stream_key, '-', '+', 'COUNT', 1)[1]
+            if excess > 0 and first and id_less(first[1], floor) then
+              -- The first entry MAXLEN would keep (at most 1000 in: a long backlog drains a
+              -- little with each notification), or the floor when that is lower.
+              local probe = redis.call('XRANGE', stream_key, '-', '+', 'COUNT', math.min(excess, 1000) + 1)
+              local boundary = probe[#probe][1]
+              if id_less(floor, boundary) then boundary = floor end
+              redis.call('XTRIM', stream_key, 'MINID', boundary)
+            end
+          end
+        end
+        if floor == nil then redis.call('XADD', stream_key, 'MAXLEN', '~', stream_maxlen, '*', unpack(fields)) end
         if event_type == 'account-deleted' then redis.call('XADD', deletions_key, '*', unpack(fields)) end
         local published = 'false'
         if outcome == 'applied' then published = 'true' end

@@ -167,7 +167,7 @@ public struct ServerConfiguration: Sendable, Equatable {
                 .silenceAlertHoursByClient, shown: "(none)",
                 "`client_id=hours,...`: the same per client ID of `SIWA_CLIENT_IDS` (a small app hears rarely, a large one daily)",
                 silenceHoursByClient),
-        ] + ReconcileConfiguration.appleSettings
+        ] + ReconcileConfiguration.appleSettings + WebhookConfiguration.webhookSettings
 
     /// Reads the settings from `environment`, after the lines of `envFile` (`NAME=value`,
     /// `#` comments); the process environment wins over the file.
