@@ -24,7 +24,6 @@ import pathlib
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -97,7 +96,9 @@ def images():
         version = subprocess.run(["dpkg-deb", "-f", str(package_path()), "Version"], capture_output=True, text=True,
                                  check=True, timeout=60).stdout.strip()
         assert reference == f"{workdir / 'oci'}/siwa-endpoint:{version}"
-        assert re.search(r"siwa-endpoint:\S+: \d+ MiB compressed \(\d+ bytes, one layer\), \d+ MiB unpacked", built.stderr)
+        for name in ("siwa-endpoint", "siwa-endpoint-nginx"):
+            assert re.search(rf"^image: {name}:{re.escape(version)}: \d+ MiB compressed \(\d+ bytes, one layer\), "
+                             rf"\d+ MiB unpacked \(\d+ bytes\)$", built.stderr, re.M), built.stderr
         responder = Image(reference, workdir / "responder")
         nginx = Image(f"{workdir / 'oci'}/siwa-endpoint-nginx:{version}", workdir / "nginx")
         yield workdir, responder, nginx
