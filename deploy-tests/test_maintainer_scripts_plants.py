@@ -12,7 +12,7 @@ import pytest
 
 from deploy_harness import REPO
 
-DEBIAN = REPO / "packaging" / "debian"
+DEBIAN = REPO / "debian"
 SERVICE_UID = 65534  # nobody, standing in for the siwa-endpoint user
 
 SETUP = r"""
@@ -54,7 +54,7 @@ def run_in_namespace(script, action):
     assert os.geteuid() == 0, "the maintainer scripts run as root"
     result = subprocess.run(
         [unshare, "--mount", "--propagation", "private", "sh", "-c",
-         SETUP.format(uid=SERVICE_UID, script=DEBIAN / script, action=action)],
+         SETUP.format(uid=SERVICE_UID, script=DEBIAN / f"siwa-endpoint.{script}", action=action)],
         capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     return dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line), result.stdout
