@@ -288,7 +288,7 @@ public final class NotificationResponder: Sendable {
             body: text + keys.metricsText() + (primaryLocator?.metricsText() ?? "")
                 + (clusterLocator?.metricsText() ?? "")
                 + (deletionDuty?.metricsText(now: clock.wallMilliseconds()) ?? "")
-                + ServerMetrics.renderClients(clientTraffic, now: clock.wallMilliseconds()),
+                + ServerMetrics.renderClients(clientTraffic, now: clock.wallMilliseconds()) + spoolAgeMetricsText(),
             contentType: "text/plain; version=0.0.4")
     }
 

@@ -138,6 +138,21 @@ extension NotificationResponder {
     }
 }
 
+extension NotificationResponder {
+    /// `siwa_spool_oldest_age_seconds`: how long the first waiting record has waited (0
+    /// when none waits), read from the spool only while records wait.
+    func spoolAgeMetricsText() -> String {
+        let spooledAt = spool.depth > 0 ? spool.oldestWaitingSpooledAt() : nil
+        let age = spooledAt.map { max(0, clock.wallMilliseconds() - $0) / 1000 } ?? 0
+        return """
+            # HELP siwa_spool_oldest_age_seconds Seconds the oldest record waiting in the spool has waited (0: none waits).
+            # TYPE siwa_spool_oldest_age_seconds gauge
+            siwa_spool_oldest_age_seconds \(age)
+
+            """
+    }
+}
+
 extension NotificationSpool {
     /// Whether a small file can be created, written and fsynced in the spool directory now
     /// (its own probe file, apart from the one `checkWritable` uses).

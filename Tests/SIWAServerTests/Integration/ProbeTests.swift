@@ -81,6 +81,7 @@ struct ProbeTests {
         let stack = try ServeStack(
             extraEnvironment: ["SIWA_READY_SPOOL_MAX_DEPTH": "1", "SIWA_READY_SPOOL_MAX_AGE_SECONDS": "1"])
         defer { stack.shutdown() }
+        #expect(try stack.request("GET", "/metrics").bodyText.contains("\nsiwa_spool_oldest_age_seconds 0\n"))
         stack.redis.stop()
         #expect(try stack.post(try stack.body(type: "consent-revoked", sub: "000090.a.0001")).status == 200)
         // One record waits (the depth limit is 1): ready until it is older than a second.
@@ -93,6 +94,9 @@ struct ProbeTests {
                 return aged != Self.ready
             })
         #expect(aged == Self.notReady(["spool_too_old"]))
+        let waited = try stack.request("GET", "/metrics").bodyText.split(separator: "\n")
+            .first { $0.hasPrefix("siwa_spool_oldest_age_seconds ") }
+        #expect((waited?.split(separator: " ").last).flatMap { Int($0) }.map { $0 >= 1 } == true)
 
         #expect(try stack.post(try stack.body(type: "consent-revoked", sub: "000090.a.0002")).status == 200)
         let deep = try stack.request("GET", "/healthz/ready")
