@@ -4,7 +4,7 @@ It speaks just enough of the FastCGI protocol (BEGIN_REQUEST, PARAMS, STDIN in;
 STDOUT, END_REQUEST out; GET_VALUES and unknown types answered as the spec
 asks) to let nginx pass requests through a real unix socket. It answers like
 the real responder does for what these tests send: an unsigned notification is
-refused with 400, /healthz and /metrics answer 200. It records the parameters
+refused with 400, /healthz, /healthz/live, /healthz/ready and /metrics answer 200. It records the parameters
 of every request so tests can check what nginx passed (REQUEST_ID, method).
 """
 
@@ -185,6 +185,8 @@ class FastCGIStub:
             return "400 Bad Request", {"error": "signature_invalid", "request_id": request_id}
         if path == "/healthz":
             return "200 OK", {"status": "ok", "request_id": request_id}
+        if path in ("/healthz/live", "/healthz/ready"):
+            return "200 OK", {"status": path.rsplit("/", 1)[1], "request_id": request_id}
         if path == "/metrics":
             return "200 OK", {"metrics": "stub", "request_id": request_id}
         return "404 Not Found", {"error": "not_found", "request_id": request_id}

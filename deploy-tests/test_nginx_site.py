@@ -192,7 +192,7 @@ def test_access_log_is_json_without_bodies_or_query_strings(rsa_stack):
 # ---------------------------------------------------------------- loopback-only paths
 
 
-@pytest.mark.parametrize("path", ["/healthz", "/metrics"])
+@pytest.mark.parametrize("path", ["/healthz", "/healthz/live", "/healthz/ready", "/metrics"])
 def test_health_and_metrics_answer_loopback(rsa_stack, path):
     status, _, body = request(rsa_stack, "GET", path)
     assert status == 200
@@ -209,7 +209,7 @@ def test_metrics_answer_ipv6_loopback(rsa_stack):
         connection.close()
 
 
-@pytest.mark.parametrize("path", ["/healthz", "/metrics"])
+@pytest.mark.parametrize("path", ["/healthz", "/healthz/live", "/healthz/ready", "/metrics"])
 def test_health_and_metrics_refuse_other_sources_whatever_the_headers(rsa_stack, path):
     # How "not loopback" is made honestly here: the shipped rule allows exactly
     # 127.0.0.1 and ::1, then denies all. 127.0.0.2 is another address on this

@@ -11,7 +11,7 @@ import SIWAVerification
 public final class NotificationResponder: Sendable {
     public let configuration: ServerConfiguration
     private let verifier: NotificationVerifier
-    private let keys: JWKSProvider
+    let keys: JWKSProvider
     private let stores: NotificationStorePool
     let spool: NotificationSpool
     /// The service that drains the spool into Redis (nil: nothing drains it, as in tests).
@@ -19,7 +19,7 @@ public final class NotificationResponder: Sendable {
     public let metrics: ServerMetrics
     /// Wall time for token expiry, receive times and the JWKS age; monotonic time for
     /// request durations and the circuit breaker.
-    private let clock: EndpointClock
+    let clock: EndpointClock
     /// The Redis topology, located: with Sentinel or Cluster, names the primary in /healthz
     /// and counts discoveries (and redirections) in /metrics.
     let redisLocator: RedisLocator
@@ -102,10 +102,12 @@ public final class NotificationResponder: Sendable {
         switch (request.path, request.method) {
         case (configuration.requests.notificationPath, "POST"): return receive(request.body)
         case ("/healthz", "GET"), ("/healthz", "HEAD"): return health()
+        case (Self.livenessPath, "GET"), (Self.livenessPath, "HEAD"): return liveness()
+        case (Self.readinessPath, "GET"), (Self.readinessPath, "HEAD"): return readiness()
         case ("/metrics", "GET"), ("/metrics", "HEAD"): return metricsText()
         case (configuration.requests.notificationPath, _):
             return Self.status(405, "method_not_allowed", headers: [.init("Allow", "POST")])
-        case ("/healthz", _), ("/metrics", _):
+        case ("/healthz", _), ("/metrics", _), (Self.livenessPath, _), (Self.readinessPath, _):
             return Self.status(405, "method_not_allowed", headers: [.init("Allow", "GET, HEAD")])
         default: return Self.status(404, "not_found")
         }
@@ -286,7 +288,7 @@ public final class NotificationResponder: Sendable {
             status: 200, outcome: "metrics",
             body: text + keys.metricsText() + redisLocator.metricsText()
                 + (deletionDuty?.metricsText(now: clock.wallMilliseconds()) ?? "")
-                + ServerMetrics.renderClients(clientTraffic, now: clock.wallMilliseconds()),
+                + ServerMetrics.renderClients(clientTraffic, now: clock.wallMilliseconds()) + spoolAgeMetricsText(),
             contentType: "text/plain; version=0.0.4")
     }
 

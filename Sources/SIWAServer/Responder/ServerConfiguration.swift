@@ -28,6 +28,8 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var requests: RequestSettings
     /// How long each client ID may go without a genuine notification before the alert.
     public var silence: SilenceSettings
+    /// When `/healthz/ready` says this instance is not ready.
+    public var readiness: ReadinessLimits
     /// `SIWA_*` names that are not settings (misspelt?): logged as a warning at start.
     public var unknownSettings: [String]
 
@@ -167,6 +169,15 @@ public struct ServerConfiguration: Sendable, Equatable {
                 .silenceAlertHoursByClient, shown: "(none)",
                 "`client_id=hours,...`: the same per client ID of `SIWA_CLIENT_IDS` (a small app hears rarely, a large one daily)",
                 silenceHoursByClient),
+            .integer(
+                .readySpoolMaximumDepth, default: ReadinessLimits.defaultSpoolMaximumDepth,
+                in: ReadinessLimits.spoolMaximumDepthRange,
+                "records waiting in the spool beyond which `/healthz/ready` answers 503 `spool_too_deep` (0: no limit)"),
+            .duration(
+                .readySpoolMaximumAge, default: ReadinessLimits.defaultSpoolMaximumAge,
+                in: ReadinessLimits.spoolMaximumAgeRange, unit: .seconds,
+                "age of the oldest waiting spool record beyond which `/healthz/ready` answers 503 `spool_too_old` (0: no limit)"
+            ),
         ] + ReconcileConfiguration.appleSettings + WebhookConfiguration.webhookSettings
 
     /// Reads the settings from `environment`, after the lines of `envFile` (`NAME=value`,
@@ -207,6 +218,8 @@ public struct ServerConfiguration: Sendable, Equatable {
             retryAfter: try parsed[.retryAfter])
         silence = SilenceSettings(
             defaultHours: try parsed[.silenceAlertHours], hoursByClient: try parsed[.silenceAlertHoursByClient] ?? [:])
+        readiness = ReadinessLimits(
+            spoolMaximumDepth: try parsed[.readySpoolMaximumDepth], spoolMaximumAge: try parsed[.readySpoolMaximumAge])
         if let stranger = silence.hoursByClient.keys.sorted().first(where: { !clientIDs.contains($0) }) {
             throw ConfigurationError(
                 setting: SettingKey<[String: Int]?>.silenceAlertHoursByClient.name,
@@ -603,9 +616,10 @@ extension ServerConfiguration {
     }
 
     @Sendable static func notificationPath(_ text: String) throws(SettingProblem) -> String {
-        guard text.hasPrefix("/"), !text.contains("?"), !text.contains(" "), text != "/healthz", text != "/metrics"
+        guard text.hasPrefix("/"), !text.contains("?"), !text.contains(" "), text != "/healthz",
+            !text.hasPrefix("/healthz/"), text != "/metrics"
         else {
-            throw SettingProblem("must be an absolute path other than /healthz and /metrics")
+            throw SettingProblem("must be an absolute path other than /healthz, /healthz/... and /metrics")
         }
         return text
     }

@@ -52,6 +52,7 @@ extension SettingKey where Value == Duration {
     public static var shutdownTimeout: Self { Self("SIWA_SHUTDOWN_TIMEOUT_SECONDS") }
     public static var retryAfter: Self { Self("SIWA_RETRY_AFTER_SECONDS") }
     public static var redisReplicaTimeout: Self { Self("SIWA_REDIS_REPLICA_TIMEOUT_MS") }
+    public static var readySpoolMaximumAge: Self { Self("SIWA_READY_SPOOL_MAX_AGE_SECONDS") }
 }
 
 extension SettingKey where Value == RedisEndpoint {
@@ -77,6 +78,7 @@ extension SettingKey where Value == Int {
     public static var appleAttempts: Self { Self("SIWA_APPLE_ATTEMPTS") }
     public static var appleRetryDelay: Self { Self("SIWA_APPLE_RETRY_DELAY_MS") }
     public static var silenceAlertHours: Self { Self("SIWA_SILENCE_ALERT_HOURS") }
+    public static var readySpoolMaximumDepth: Self { Self("SIWA_READY_SPOOL_MAX_DEPTH") }
 }
 
 extension SettingKey where Value == [String: Int]? {

@@ -406,8 +406,8 @@ enum SpoolFileSystem {
     }
 
     /// Whether a small file can be written and fsynced in `directory` now (then deleted).
-    static func canWrite(in directory: String) -> Bool {
-        let path = directory + "/.write-check"
+    static func canWrite(in directory: String, probeName: String = ".write-check") -> Bool {
+        let path = directory + "/" + probeName
         unlink(path)
         let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, privateFileMode)
         guard descriptor >= 0 else { return false }

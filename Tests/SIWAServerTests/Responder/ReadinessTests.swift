@@ -1,0 +1,92 @@
+import Foundation
+import Testing
+
+@testable import SIWAServer
+
+/// The readiness rule and its limits' settings, owned by `ReadinessLimits`.
+@Suite("Readiness rule and its settings")
+struct ReadinessTests {
+    static let minimal = ["SIWA_CLIENT_IDS": "com.example.app"]
+
+    static func observation(
+        keys: Int = 1, redis: Bool = true, spoolWritable: Bool? = nil, depth: Int = 0, age: Duration? = nil
+    ) -> Readiness.Observation {
+        .init(
+            signingKeys: keys, redisAnswers: redis, spoolWritable: spoolWritable, spoolDepth: depth,
+            oldestRecordAge: age)
+    }
+
+    @Test(
+        "each condition alone, as the rule names it",
+        arguments: [
+            (observation(), []),
+            (observation(redis: false, spoolWritable: true), []),
+            (observation(redis: true, spoolWritable: false), []),
+            (observation(redis: false, spoolWritable: false), ["redis_unreachable", "spool_unwritable"]),
+            (observation(keys: 0), ["no_signing_keys"]),
+            (observation(depth: 10), []),
+            (observation(depth: 11), ["spool_too_deep"]),
+            (observation(depth: 1, age: .seconds(60)), []),
+            (observation(depth: 1, age: .milliseconds(60_001)), ["spool_too_old"]),
+        ] as [(Readiness.Observation, [String])])
+    func rule(observed: Readiness.Observation, reasons: [String]) {
+        let readiness = Readiness(
+            observed, limits: ReadinessLimits(spoolMaximumDepth: 10, spoolMaximumAge: .seconds(60)))
+        #expect(readiness.reasons.map(\.rawValue) == reasons)
+        #expect(readiness.isReady == reasons.isEmpty)
+    }
+
+    @Test("a limit of 0 is no limit")
+    func zeroIsNoLimit() {
+        let readiness = Readiness(
+            Self.observation(depth: 1_000_000_000, age: .seconds(1_000_000)),
+            limits: ReadinessLimits(spoolMaximumDepth: 0, spoolMaximumAge: .zero))
+        #expect(readiness.isReady)
+    }
+
+    @Test("the table's defaults are the component's, and a configuration from no settings holds them")
+    func defaultsAreTheComponents() throws {
+        let rows = ServerConfiguration.settings
+        #expect(
+            rows.first { $0.name == "SIWA_READY_SPOOL_MAX_DEPTH" }?.defaultValue
+                == "\(ReadinessLimits().spoolMaximumDepth)")
+        #expect(
+            rows.first { $0.name == "SIWA_READY_SPOOL_MAX_AGE_SECONDS" }?.defaultValue
+                == "\(Int(ReadinessLimits().spoolMaximumAge / .seconds(1)))")
+        #expect(try ServerConfiguration(environment: Self.minimal).readiness == ReadinessLimits())
+    }
+
+    @Test(
+        "a value the table accepts the component accepts; the next one out is refused by both, naming it",
+        arguments: [("SIWA_READY_SPOOL_MAX_DEPTH", 0, 100_000_000), ("SIWA_READY_SPOOL_MAX_AGE_SECONDS", 0, 2_592_000)])
+    func boundsAreTheComponents(name: String, lowest: Int, highest: Int) throws {
+        for value in [lowest, highest] {
+            let configuration = try ServerConfiguration(environment: Self.minimal.merging([name: "\(value)"]) { $1 })
+            #expect(throws: Never.self) { try configuration.readiness.validate() }
+        }
+        for value in [lowest - 1, highest + 1] {
+            #expect {
+                try ServerConfiguration(environment: Self.minimal.merging([name: "\(value)"]) { $1 })
+            } throws: { error in
+                (error as? ConfigurationError)?.setting == name
+            }
+        }
+        var outside = ReadinessLimits()
+        if name == "SIWA_READY_SPOOL_MAX_DEPTH" {
+            outside.spoolMaximumDepth = highest + 1
+        } else {
+            outside.spoolMaximumAge = .seconds(highest + 1)
+        }
+        #expect(throws: ReadinessLimits.OutOfRange.self) { try outside.validate() }
+    }
+
+    @Test(
+        "the notification path may not be a probe's path", arguments: ["/healthz/live", "/healthz/ready", "/healthz/x"])
+    func notificationPathIsNotAProbe(path: String) {
+        #expect {
+            try ServerConfiguration(environment: Self.minimal.merging(["SIWA_NOTIFICATION_PATH": path]) { $1 })
+        } throws: { error in
+            (error as? ConfigurationError)?.setting == "SIWA_NOTIFICATION_PATH"
+        }
+    }
+}
