@@ -104,7 +104,8 @@ def test_the_layout_follows_debian(unpacked):
     assert sorted("/" + f for f in files if f.startswith("etc/")) == sorted(conffiles)
     assert not [f for f in files if f.startswith("usr/local")]
     assert "usr/bin/siwa-endpoint" in files
-    for unit in ("siwa-endpoint@.service", "siwa-endpoint-reconcile.service", "siwa-endpoint-reconcile.timer"):
+    for unit in ("siwa-endpoint@.service", "siwa-endpoint-reconcile.service", "siwa-endpoint-reconcile.timer",
+                 "siwa-endpoint-deliver.service"):
         assert f"lib/systemd/system/{unit}" in files
     # The users and directories, declared for systemd-sysusers and systemd-tmpfiles.
     assert "usr/lib/sysusers.d/siwa-endpoint.conf" in files and "usr/lib/tmpfiles.d/siwa-endpoint.conf" in files
@@ -112,6 +113,11 @@ def test_the_layout_follows_debian(unpacked):
                  "usr/share/siwa-endpoint/scripts/rollout", "usr/share/siwa-endpoint/scripts/lib/release.sh",
                  "usr/share/siwa-endpoint/examples/python/siwa_state.py",
                  "usr/share/siwa-endpoint/prometheus/siwa-endpoint-rules.yml",
+                 "usr/share/siwa-endpoint/scripts/lib/rollout-common.sh",
+                 "usr/share/siwa-endpoint/scripts/lib/rollout-slots.sh",
+                 "usr/share/siwa-endpoint/scripts/lib/rollout-nodes.sh",
+                 "usr/share/siwa-endpoint/webhooks.json.example",
+                 "usr/share/siwa-endpoint/siwa-webhook-v1.schema.json",
                  "usr/share/doc/siwa-endpoint/README.md.gz"):
         assert text in files
     # The README links to its pages in docs/: they ship beside it (dh_compress compresses
@@ -121,6 +127,9 @@ def test_the_layout_follows_debian(unpacked):
         assert shipped & set(files), page.name
     service = (unpacked / "lib/systemd/system/siwa-endpoint@.service").read_text()
     reconcile = (unpacked / "lib/systemd/system/siwa-endpoint-reconcile.service").read_text()
+    deliver = (unpacked / "lib/systemd/system/siwa-endpoint-deliver.service").read_text()
+    assert [line for line in deliver.splitlines() if line.startswith("ExecStart=")] == [
+        "ExecStart=/usr/bin/siwa-endpoint deliver --env-file /etc/siwa-endpoint/env"]
     assert [line for line in service.splitlines() if line.startswith("Exec")] == [
         "ExecStart=/usr/bin/siwa-endpoint serve --env-file /etc/siwa-endpoint/env",
         "ExecReload=/bin/kill -HUP $MAINPID"]

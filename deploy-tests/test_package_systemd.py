@@ -166,24 +166,28 @@ def test_install_starts_nothing_until_configured(deployment, installed):
         "root:siwa-endpoint 640"
     # The users (systemd-sysusers) and the directories (systemd-tmpfiles), as declared in
     # debian/siwa-endpoint.sysusers and .tmpfiles.
-    for user in ("siwa-endpoint", "siwa-endpoint-reconcile"):
+    for user in ("siwa-endpoint", "siwa-endpoint-reconcile", "siwa-endpoint-deliver"):
         entry = machine.run(["getent", "passwd", user]).stdout.strip().split(":")
         group = machine.run(["getent", "group", user]).stdout.strip().split(":")
         assert (entry[3], entry[5], entry[6]) == (group[2], "/nonexistent", "/usr/sbin/nologin"), entry
         assert int(entry[2]) < 1000, entry
     modes = {path: machine.run(["stat", "-c", "%U:%G %a", path]).stdout.strip()
              for path in ("/var/lib/siwa-endpoint", "/var/lib/siwa-endpoint-reconcile", "/etc/siwa-endpoint/reconcile",
-                          "/run/siwa-endpoint", "/etc/siwa-endpoint")}
+                          "/run/siwa-endpoint", "/etc/siwa-endpoint", "/etc/siwa-endpoint/webhook-keys")}
     assert modes == {"/var/lib/siwa-endpoint": "siwa-endpoint:siwa-endpoint 750",
                      "/var/lib/siwa-endpoint-reconcile": "siwa-endpoint-reconcile:siwa-endpoint-reconcile 700",
                      "/etc/siwa-endpoint/reconcile": "siwa-endpoint-reconcile:siwa-endpoint-reconcile 700",
                      "/run/siwa-endpoint": "siwa-endpoint:siwa-endpoint 755",
-                     "/etc/siwa-endpoint": "root:siwa-endpoint 750"}
+                     "/etc/siwa-endpoint": "root:siwa-endpoint 750",
+                     "/etc/siwa-endpoint/webhook-keys": "siwa-endpoint-deliver:siwa-endpoint-deliver 700"}
     # The reconcile timer is installed, not enabled: nothing of the package runs yet.
     assert machine.run(["systemctl", "is-enabled", "siwa-endpoint-reconcile.timer"],
                        check=False).stdout.strip() == "disabled"
     assert machine.run(["systemctl", "is-active", "siwa-endpoint-reconcile.timer"],
                        check=False).stdout.strip() == "inactive"
+    # The deliverer is installed, not enabled: it needs a destinations file and keys first.
+    assert machine.run(["systemctl", "is-enabled", "siwa-endpoint-deliver.service"],
+                       check=False).stdout.strip() == "disabled"
     # Runtime packages only: nothing of the build or test toolchain came with it.
     listed = machine.run(["dpkg-query", "-W", "-f", "${Package}\n"]).stdout.split()
     for tool in ("swift", "gcc", "libssl-dev", "prometheus", "wrk", "nodejs", "ruby", "python3"):
