@@ -194,6 +194,22 @@ struct SettingOwnerTableTests {
     }
 
     static let owned: [String: Owned] = [
+        "SIWA_READY_SPOOL_MAX_DEPTH": Owned(
+            defaultText: "\(ReadinessLimits.defaultSpoolMaximumDepth)", bounds: ReadinessLimits.spoolMaximumDepthRange),
+        "SIWA_READY_SPOOL_MAX_AGE_SECONDS": Owned(
+            defaultText: "\(seconds(ReadinessLimits.defaultSpoolMaximumAge))",
+            bounds: seconds(ReadinessLimits.spoolMaximumAgeRange)),
+        "SIWA_WEBHOOK_CONNECT_TIMEOUT_MS": Owned(
+            defaultText: "\(milliseconds(WebhookConfiguration.defaultConnectTimeout))",
+            bounds: milliseconds(WebhookConfiguration.connectTimeoutRange)),
+        "SIWA_WEBHOOK_TIMEOUT_MS": Owned(
+            defaultText: "\(milliseconds(WebhookConfiguration.defaultTimeout))",
+            bounds: milliseconds(WebhookConfiguration.timeoutRange)),
+        "SIWA_WEBHOOK_CLAIM_IDLE_MS": Owned(
+            defaultText: "\(milliseconds(WebhookConfiguration.defaultClaimIdle))",
+            bounds: milliseconds(WebhookConfiguration.claimIdleRange)),
+        "SIWA_WEBHOOK_DESTINATIONS": Owned(defaultText: WebhookConfiguration.defaultDestinationsPath, bounds: nil),
+        "SIWA_WEBHOOK_METRICS_LISTEN": Owned(defaultText: WebhookConfiguration.defaultMetricsListen, bounds: nil),
         "SIWA_JWKS_URL": Owned(defaultText: JWKSProvider.Settings.appleKeysURL, bounds: nil),
         "SIWA_JWKS_REFRESH_SECONDS": Owned(
             defaultText: "\(seconds(JWKSProvider.Settings.defaultRefreshInterval))",
@@ -258,6 +274,8 @@ struct SettingOwnerTableTests {
 
     /// The rows no component has a default for, and why.
     static let tableOwn: [String: String] = [
+        "SIWA_WEBHOOK_CONSUMER": "unset: the host name and the process ID",
+        "SIWA_WEBHOOK_RETRY_SCALE": "for tests only: 1, the documented schedule",
         "SIWA_CLIENT_IDS": "required",
         "SIWA_JWKS_CA_FILE": "unset: the system trust store",
         "SIWA_JWKS_CACHE": "the package's file layout",
