@@ -9,7 +9,7 @@ import subprocess
 import urllib.parse
 
 from deploy_harness import REPO
-from rollout_stack import find_binary
+from stack import build_binary, find_binary
 
 DEPLOY = REPO / "deploy"
 UNIT = DEPLOY / "siwa-endpoint-deliver.service"
@@ -34,7 +34,7 @@ def test_deliver_unit_passes_systemd_analyze_verify(tmp_path):
     assert unit.count(INSTALLED) == 1
     # verify checks that ExecStart's binary exists: the installed path becomes the binary under test.
     path = tmp_path / "siwa-endpoint-deliver.service"
-    path.write_text(unit.replace(INSTALLED, str(find_binary())))
+    path.write_text(unit.replace(INSTALLED, str(find_binary() or build_binary())))
     result = subprocess.run([analyze, "verify", str(path)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout + result.stderr == ""
