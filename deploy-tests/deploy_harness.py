@@ -34,6 +34,19 @@ HIGHEST_FREE_PORT = 55535
 _PORTS_HANDED_OUT = set()
 
 
+def unit_service_lines(path):
+    """The [Service] section's setting lines of a systemd unit file, stripped, comments
+    and blank lines left out."""
+    lines, inside = [], False
+    for raw in pathlib.Path(path).read_text().splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            inside = line == "[Service]"
+        elif inside and line and not line.startswith("#"):
+            lines.append(line)
+    return lines
+
+
 def free_port():
     """A loopback port nobody is bound to right now, at most HIGHEST_FREE_PORT, never one
     handed out before in this process."""

@@ -8,23 +8,12 @@ import shutil
 import subprocess
 import urllib.parse
 
-from deploy_harness import REPO
+from deploy_harness import REPO, unit_service_lines
 from stack import build_binary, find_binary
 
 DEPLOY = REPO / "deploy"
 UNIT = DEPLOY / "siwa-endpoint-deliver.service"
 INSTALLED = "/usr/local/lib/siwa-endpoint/current-live/siwa-endpoint"
-
-
-def service_lines(path):
-    lines, inside = [], False
-    for raw in path.read_text().splitlines():
-        line = raw.strip()
-        if line.startswith("["):
-            inside = line == "[Service]"
-        elif inside and line and not line.startswith("#"):
-            lines.append(line)
-    return lines
 
 
 def test_deliver_unit_passes_systemd_analyze_verify(tmp_path):
@@ -41,7 +30,7 @@ def test_deliver_unit_passes_systemd_analyze_verify(tmp_path):
 
 
 def test_deliver_unit_runs_as_its_own_user_in_reconciles_sandbox():
-    service = service_lines(UNIT)
+    service = unit_service_lines(UNIT)
     exec_start = next(line for line in service if line.startswith("ExecStart="))
     assert exec_start.split()[1:] == ["deliver", "--env-file", "/etc/siwa-endpoint/env"]
     for setting in ("Type=exec", "User=siwa-endpoint-deliver", "Group=siwa-endpoint-deliver",
@@ -54,14 +43,14 @@ def test_deliver_unit_runs_as_its_own_user_in_reconciles_sandbox():
     # user, its state directory and its run time).
     differs = ("Type=", "ExecStart=", "User=", "Group=", "SupplementaryGroups=", "StateDirectory",
                "TimeoutStartSec=")
-    sandbox = [line for line in service_lines(DEPLOY / "siwa-endpoint-reconcile.service") if not line.startswith(differs)]
+    sandbox = [line for line in unit_service_lines(DEPLOY / "siwa-endpoint-reconcile.service") if not line.startswith(differs)]
     assert len(sandbox) > 25
     assert [line for line in sandbox if line not in service] == []
     assert not [line for line in service if line.startswith(("StateDirectory", "ReadWritePaths", "ExecStartPre="))]
 
 
 def test_serve_cannot_see_the_webhook_keys():
-    inaccessible = next(line for line in service_lines(DEPLOY / "siwa-endpoint@.service")
+    inaccessible = next(line for line in unit_service_lines(DEPLOY / "siwa-endpoint@.service")
                         if line.startswith("InaccessiblePaths="))
     assert "-/etc/siwa-endpoint/webhook-keys" in inaccessible.split("=", 1)[1].split()
 

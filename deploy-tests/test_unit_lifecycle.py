@@ -7,25 +7,14 @@ systemd-analyze (no systemd runs here to kill the service under)."""
 import shutil
 import subprocess
 
-from deploy_harness import REPO
+from deploy_harness import REPO, unit_service_lines
 from stack import build_binary, find_binary
 
 UNIT = REPO / "deploy" / "siwa-endpoint@.service"
 
 
-def service_section():
-    lines, inside = [], False
-    for raw in UNIT.read_text().splitlines():
-        line = raw.strip()
-        if line.startswith("["):
-            inside = line == "[Service]"
-        elif inside and line and not line.startswith("#"):
-            lines.append(line)
-    return lines
-
-
 def test_unit_restarts_on_any_exit_it_did_not_ask_for():
-    service = service_section()
+    service = unit_service_lines(UNIT)
     restart = [line for line in service if line.startswith("Restart=")]
     assert restart == ["Restart=always"]
     assert "RestartPreventExitStatus=2" in service

@@ -75,10 +75,7 @@ struct WebhookFailoverTests {
         let source = try #require(cluster.slotOwnerPort())
         let target = try #require(cluster.nodes.map(\.port).first { $0 != source && cluster.role(of: $0) == "master" })
         func write(_ ids: ClosedRange<Int>) throws {
-            let locator = RedisClusterLocator(
-                seeds: cluster.nodes.map { RedisClusterLocator.Node(host: "127.0.0.1", port: $0.port) },
-                hashTagKey: "{siwa}:events", endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 1)),
-                timeout: .seconds(2))
+            let locator = ClusterDiscoveryTests.locator(cluster.nodes.map(\.port))
             let connection = RedisConnection(
                 endpoint: RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 1)), connectTimeout: .seconds(1),
                 commandTimeout: .seconds(5), locator: .cluster(locator))
