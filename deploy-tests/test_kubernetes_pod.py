@@ -395,15 +395,15 @@ def pod_directory():
 @pytest.mark.parametrize("directory", [KUBERNETES / "base", KUBERNETES / "overlays" / "production"],
                          ids=lambda path: str(path.relative_to(KUBERNETES)))
 def test_the_rendered_pod_runs_from_its_images_and_serves_a_signed_notification(images, pod_directory, directory):
-    image_workdir, _, _ = images
+    image_workdir, responder_image, _ = images
     objects = render(directory)
     statefulset = one(objects, "StatefulSet")
     pod = statefulset["spec"]["template"]["spec"]
     references = {name: image_reference(image_workdir, name) for name in PROGRAMS}
 
     # The operator's part: the Secrets, and (in the pod's network here) Redis and the keys.
-    tools = Image(references["siwa-endpoint"], pod_directory / "tools")
-    binary = tools.root / "usr/bin/siwa-endpoint"
+    # The responder's binary signs notifications and makes the test's key, as in test_image.py.
+    binary = responder_image.root / "usr/bin/siwa-endpoint"
     kit = pod_directory / "kit"
     run([str(binary), "keygen", "--out", str(kit), "--kid", KEY_ID])
     pki = Pki(pod_directory / "pki")
