@@ -59,3 +59,12 @@ def rsa_stack(stack_factory, rsa_cert):
 @pytest.fixture(scope="module")
 def ecdsa_stack(stack_factory, ecdsa_cert):
     return stack_factory(*ecdsa_cert)
+
+
+@pytest.fixture(scope="session")
+def images():
+    """The OCI images built once from the package (oci_images.built_images): one build
+    for test_image.py and test_kubernetes_pod.py in the same run."""
+    from oci_images import built_images
+
+    yield from built_images()

@@ -86,15 +86,18 @@ class RedisServer:
     (appendonly yes) is how run-local runs it; aof=False (no persistence at all) where a
     test needs only a store. Checked at start: the server runs with the asked-for AOF."""
 
-    def __init__(self, directory, aof=True, port=None, extra_args=()):
+    def __init__(self, directory, aof=True, port=None, extra_args=(), network_namespace=None):
         """port: a given one (a node restarted where it was), else a free one; extra_args
-        go to redis-server after the usual ones (for example --replicaof)."""
+        go to redis-server after the usual ones (for example --replicaof);
+        network_namespace: the path of a network namespace (/proc/PID/ns/net) the server
+        and redis-cli run in, whose loopback is then the server's."""
         self.dir = pathlib.Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
         self.log = self.dir / "redis.log"
+        self.prefix = ["nsenter", f"--net={network_namespace}"] if network_namespace else []
         self.process = subprocess.Popen(
-            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir),
+            [*self.prefix, "redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir),
              "--appendonly", "yes" if aof else "no", "--save", "", "--daemonize", "no", "--logfile", str(self.log),
              *map(str, extra_args)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -109,7 +112,7 @@ class RedisServer:
     def _answers(self):
         if self.process.poll() is not None:
             raise RuntimeError(f"redis-server exited: {self._log_text()}")
-        answer = subprocess.run(["redis-cli", "-p", str(self.port), "PING"], capture_output=True, text=True,
+        answer = subprocess.run([*self.prefix, "redis-cli", "-p", str(self.port), "PING"], capture_output=True, text=True,
                                 timeout=5)
         return answer.stdout.strip() == "PONG"
 
@@ -122,7 +125,7 @@ class RedisServer:
 
     def cli(self, *args):
         """redis-cli's raw output (not a terminal: one value per line)."""
-        return run(["redis-cli", "-h", "127.0.0.1", "-p", str(self.port), *args]).stdout
+        return run([*self.prefix, "redis-cli", "-h", "127.0.0.1", "-p", str(self.port), *args]).stdout
 
     def hgetall(self, key):
         lines = self.cli("HGETALL", key).splitlines()

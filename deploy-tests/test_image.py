@@ -25,85 +25,14 @@ import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
-import time
 
-import pytest
-
-from deploy_harness import REPO, Pki, RedisServer, wait_until
-from test_package_systemd import package_path
+from deploy_harness import Pki, RedisServer, wait_until
+from oci_images import run
 
 CLIENT_ID = "com.example.app"
 KEY_ID = "image-test-key"
 SHELLS = {"sh", "bash", "dash", "busybox", "ash", "zsh", "ksh", "rbash"}
-
-
-def run(args, **kwargs):
-    kwargs.setdefault("timeout", 120)
-    result = subprocess.run(args, capture_output=True, text=True, **kwargs)
-    assert result.returncode == 0, f"{' '.join(map(str, args))}: {result.stdout[-2000:]}{result.stderr[-2000:]}"
-    return result
-
-
-class Image:
-    """One image, unpacked: its runtime configuration (config.json) and its root."""
-
-    def __init__(self, reference, bundle):
-        run(["umoci", "unpack", "--image", reference, str(bundle)])
-        self.bundle = bundle
-        self.root = bundle / "rootfs"
-        self.config = json.loads((bundle / "config.json").read_text())
-        self.process = self.config["process"]
-        self.uid = self.process["user"]["uid"]
-        self.gid = self.process["user"]["gid"]
-
-    @property
-    def environment(self):
-        return dict(entry.split("=", 1) for entry in self.process["env"])
-
-    def passwd(self):
-        return {fields[2]: fields for fields in
-                (line.split(":") for line in (self.root / "etc/passwd").read_text().splitlines())}
-
-    def files(self):
-        """Every file and link of the root (not the directories)."""
-        for path in self.root.rglob("*"):
-            if path.is_symlink() or not path.is_dir():
-                yield path
-
-    def prepare_for_nspawn(self):
-        (self.root / "usr/bin/getent").touch()
-        home = self.root / "nonexistent"
-        home.mkdir(exist_ok=True)
-        os.chown(home, self.uid, self.gid)
-
-    def library_resolution(self, binary):
-        """The root's own dynamic loader lists what `binary` loads, inside the root."""
-        return subprocess.run(["chroot", str(self.root), "/lib64/ld-linux-x86-64.so.2", "--list", binary],
-                              capture_output=True, text=True, timeout=60)
-
-
-@pytest.fixture(scope="module")
-def images():
-    workdir = pathlib.Path(tempfile.mkdtemp(prefix="siwa-image-"))
-    try:
-        started = time.monotonic()
-        built = run([str(REPO / "scripts/image"), "--deb", str(package_path()), "--out", str(workdir / "oci")],
-                    timeout=600)
-        print(f"scripts/image: {time.monotonic() - started:.1f}s\n{built.stderr}")
-        reference = built.stdout.strip().splitlines()[-1]
-        version = subprocess.run(["dpkg-deb", "-f", str(package_path()), "Version"], capture_output=True, text=True,
-                                 check=True, timeout=60).stdout.strip()
-        assert reference == f"{workdir / 'oci'}/siwa-endpoint:{version}"
-        for name in ("siwa-endpoint", "siwa-endpoint-nginx"):
-            assert re.search(rf"^image: {name}:{re.escape(version)}: \d+ MiB compressed \(\d+ bytes, one layer\), "
-                             rf"\d+ MiB unpacked \(\d+ bytes\)$", built.stderr, re.M), built.stderr
-        responder = Image(reference, workdir / "responder")
-        nginx = Image(f"{workdir / 'oci'}/siwa-endpoint-nginx:{version}", workdir / "nginx")
-        yield workdir, responder, nginx
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def test_each_image_runs_as_its_fixed_non_root_user_with_no_shell(images):
@@ -135,7 +64,9 @@ def test_the_responder_image_takes_its_paths_from_the_environment_onto_its_volum
         "SIWA_JWKS_CACHE": "/var/cache/siwa-endpoint/jwks.json"}
     volumes = sorted(mount["destination"] for mount in responder.config["mounts"]
                      if mount["destination"].startswith(("/var", "/run/siwa")))
-    assert volumes == ["/run/siwa-endpoint", "/var/cache/siwa-endpoint", "/var/lib/siwa-endpoint/spool"]
+    # Not the spool: a runtime would give it a volume of the container's own wherever no mount
+    # covers exactly that path (under Kubernetes the claim is mounted at its parent).
+    assert volumes == ["/run/siwa-endpoint", "/var/cache/siwa-endpoint"]
 
 
 def test_every_shared_library_resolves_inside_the_root(images):

@@ -110,7 +110,12 @@ def test_pods_meet_restricted(directory):
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     pod = one(objects, "StatefulSet")["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
-    assert pod["securityContext"]["runAsUser"] == 10001 and pod["securityContext"]["runAsGroup"] == 10001
+    # Each container its image's user (a pod-level runAsUser would apply to both), the
+    # volumes in the images' shared group.
+    assert "runAsUser" not in pod["securityContext"] and pod["securityContext"]["fsGroup"] == 10001
+    users = {container["name"]: (container["securityContext"]["runAsUser"], container["securityContext"]["runAsGroup"])
+             for container in pod["containers"]}
+    assert users == {"responder": (10001, 10001), "nginx": (10002, 10001)}
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["automountServiceAccountToken"] is False
     assert all(volume.keys() & {"emptyDir", "secret", "configMap", "persistentVolumeClaim"}
@@ -152,8 +157,11 @@ def test_probes_ask_live_and_ready_through_the_pods_nginx(directory):
     assert responder["startupProbe"]["httpGet"]["path"] == "/healthz/live"
     assert responder["readinessProbe"]["httpGet"]["path"] == "/healthz/ready"
     ports = {port["name"]: port["containerPort"] for port in nginx["ports"]}
+    # By number: the kubelet looks a probe's named port up in the probed container's own
+    # ports only, and the port is nginx's.
     for probe in ("livenessProbe", "startupProbe", "readinessProbe"):
-        assert responder[probe]["httpGet"]["port"] == "probes"
+        assert responder[probe]["httpGet"]["port"] == ports["probes"]
+    assert not responder.get("ports")
     sites = [item["data"]["siwa-endpoint-pod.conf"] for item in objects
              if item["kind"] == "ConfigMap" and "siwa-endpoint-pod.conf" in item.get("data", {})]
     assert len(sites) == 1
@@ -181,17 +189,45 @@ def test_grace_covers_the_pre_stop_wait_and_the_shutdown_timeout(directory):
 
 
 @pytest.mark.parametrize("directory", RENDERED, ids=lambda path: str(path.relative_to(KUBERNETES)))
-def test_network_policy_admits_only_the_ingress_to_the_https_port(directory):
+def test_network_policy_admits_https_from_anywhere_and_the_probe_port_from_monitoring_only(directory):
+    """Apple comes through the load balancer with its own addresses (not a fixed list): the
+    HTTPS port is open; the probes and /metrics port only to the monitoring namespace. A
+    NetworkPolicy sees the pod's ports (after the Service's 443 -> 8443)."""
     objects = render(directory)
     policy = one(objects, "NetworkPolicy")["spec"]
     pod_labels = one(objects, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
     assert selects(policy["podSelector"]["matchLabels"], pod_labels)
     assert sorted(policy["policyTypes"]) == ["Egress", "Ingress"]
+    nginx_ports = {port["name"]: port["containerPort"] for port in containers(objects)["nginx"]["ports"]}
     open_rules = [rule for rule in policy["ingress"] if "from" not in rule]
-    assert [rule["ports"] for rule in open_rules] == [[{"port": 443, "protocol": "TCP"}]]
+    assert [rule["ports"] for rule in open_rules] == [[{"port": nginx_ports["https"], "protocol": "TCP"}]]
     others = [rule for rule in policy["ingress"] if "from" in rule]
-    assert [rule["ports"] for rule in others] == [[{"port": 8081, "protocol": "TCP"}]]
-    assert all("namespaceSelector" in peer and "ipBlock" not in peer for rule in others for peer in rule["from"])
+    assert [rule["ports"] for rule in others] == [[{"port": nginx_ports["probes"], "protocol": "TCP"}]]
+    assert [rule["from"] for rule in others] == [
+        [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]]
+    # The Services reach exactly those ports: HTTPS for Apple, the probe port for scraping.
+    pod = one(objects, "StatefulSet")["spec"]["template"]["spec"]
+    targets = {service["metadata"]["name"]: sorted(
+        nginx_ports[port["targetPort"]] if isinstance(port["targetPort"], str) else port["targetPort"]
+        for port in service["spec"]["ports"]) for service in objects if service["kind"] == "Service"}
+    assert targets == {"siwa-endpoint-https": [nginx_ports["https"]], "siwa-endpoint": [nginx_ports["probes"]],
+                       "siwa-endpoint-pods": [nginx_ports["https"]]}
+    assert all(not container.get("ports") for container in pod["containers"] if container["name"] != "nginx")
+
+
+@pytest.mark.parametrize("directory", RENDERED, ids=lambda path: str(path.relative_to(KUBERNETES)))
+def test_every_config_map_the_pod_names_is_rendered_in_its_namespace(directory):
+    """kustomize gives a generated ConfigMap a hashed name and rewrites references to it only
+    in objects of its own namespace: every object in one namespace, every name found."""
+    objects = render(directory)
+    assert {item["metadata"].get("namespace") for item in objects if item["kind"] != "Namespace"} == {
+        one(objects, "Namespace")["metadata"]["name"]}
+    rendered = {item["metadata"]["name"] for item in objects if item["kind"] == "ConfigMap"}
+    pod = one(objects, "StatefulSet")["spec"]["template"]["spec"]
+    named = {volume["configMap"]["name"] for volume in pod["volumes"] if "configMap" in volume}
+    named |= {source["configMapRef"]["name"] for container in pod["containers"]
+              for source in container.get("envFrom", []) if "configMapRef" in source}
+    assert len(named) == 2 and named <= rendered, (named, rendered)
 
 
 @pytest.mark.parametrize("directory", RENDERED, ids=lambda path: str(path.relative_to(KUBERNETES)))

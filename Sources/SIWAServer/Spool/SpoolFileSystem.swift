@@ -1,3 +1,5 @@
+import Synchronization
+
 #if canImport(Glibc)
     import Glibc
 #endif
@@ -8,6 +10,8 @@ enum SpoolFileSystem {
     /// Spool files may hold email addresses: owner only.
     static let privateFileMode: mode_t = 0o600
     static let privateDirectoryMode: mode_t = 0o700
+    /// Numbers the write checks of this process, so no two share a file.
+    private static let writeCheckNumber = Atomic<Int>(0)
 
     /// Creates `path` if absent and gives it exactly `mode`; refuses a non-directory.
     static func prepareDirectory(_ path: String, mode: mode_t) throws(SpoolError) {
@@ -406,8 +410,13 @@ enum SpoolFileSystem {
     }
 
     /// Whether a small file can be written and fsynced in `directory` now (then deleted).
+    /// Each check writes a file of its own (`<probeName>.<pid>.<n>`): checks run at once
+    /// (overlapping readiness probes on several workers), and with one shared name one
+    /// check's unlink made another's exclusive create fail, a false "unwritable". The
+    /// unlink first removes a leftover of an earlier process that had this pid.
     static func canWrite(in directory: String, probeName: String = ".write-check") -> Bool {
-        let path = directory + "/" + probeName
+        let check = writeCheckNumber.add(1, ordering: .relaxed).newValue
+        let path = directory + "/" + probeName + ".\(getpid()).\(check)"
         unlink(path)
         let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, privateFileMode)
         guard descriptor >= 0 else { return false }

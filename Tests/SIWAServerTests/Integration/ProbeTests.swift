@@ -1,4 +1,6 @@
 import Foundation
+import SIWAFastCGIClient
+import Synchronization
 import Testing
 
 @testable import SIWAServer
@@ -59,6 +61,33 @@ struct ProbeTests {
         // Redis back, the spool still unwritable: a notification can be recorded, ready again.
         try stack.redis.start()
         #expect(stack.waitUntil(timeout: 5) { (try? stack.request("GET", "/healthz/ready").status) == 200 })
+    }
+
+    @Test(
+        "Redis down, probes overlapping on every worker: each of 1,200 answers 200 ready (each spool check its own file)"
+    )
+    func overlappingProbesDuringAnOutage() throws {
+        let workers = 8
+        let stack = try ServeStack(extraEnvironment: ["SIWA_WORKERS": "\(workers)"])
+        defer { stack.shutdown() }
+        stack.redis.stop()
+        let perClient = 150
+        let answers = Mutex<[String: Int]>([:])
+        let socketPath = stack.socketPath
+        DispatchQueue.concurrentPerform(iterations: workers) { _ in
+            for _ in 0..<perClient {
+                let answer =
+                    (try? FastCGIClient(.unixSocket(socketPath)).send(
+                        params: FastCGIClient.params(method: "GET", uri: "/healthz/ready"))).map {
+                        "\($0.status) \($0.bodyText)"
+                    }
+                answers.withLock { $0[answer ?? "no answer", default: 0] += 1 }
+            }
+        }
+        #expect(answers.withLock { $0 } == ["200 \(Self.ready)": workers * perClient])
+        // Every check removed its own file.
+        let left = try FileManager.default.contentsOfDirectory(atPath: stack.spoolDirectory)
+        #expect(left.filter { $0.hasPrefix(".ready-check") } == [])
     }
 
     @Test("no keys (the JWKS server down, no cache): ready 503 no_signing_keys, live 200")

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 
 @testable import SIWAServer
@@ -78,6 +79,24 @@ struct ReadinessTests {
             outside.spoolMaximumAge = .seconds(highest + 1)
         }
         #expect(throws: ReadinessLimits.OutOfRange.self) { try outside.validate() }
+    }
+
+    @Test("the spool's write checks run at once, each on its own file: none fails, none is left behind")
+    func concurrentSpoolWriteChecks() throws {
+        try withSpoolDirectory { directory in
+            let spool = try NotificationSpool(directory: directory)
+            let before = try FileManager.default.contentsOfDirectory(atPath: directory).sorted()
+            let threads = 8
+            let perThread = 200
+            let refused = Mutex(0)
+            DispatchQueue.concurrentPerform(iterations: threads) { _ in
+                for _ in 0..<perThread where !spool.acceptsWrites() {
+                    refused.withLock { $0 += 1 }
+                }
+            }
+            #expect(refused.withLock { $0 } == 0)
+            #expect(try FileManager.default.contentsOfDirectory(atPath: directory).sorted() == before)
+        }
     }
 
     @Test(
