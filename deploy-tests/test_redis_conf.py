@@ -3,6 +3,7 @@ redis-server the way scripts/install does it (included last), turns AOF on with
 appendfsync everysec, and Redis then writes an append-only file."""
 
 import pathlib
+import re
 import subprocess
 
 from deploy_harness import free_port
@@ -32,6 +33,54 @@ def test_shipped_redis_setting_turns_aof_on_with_everysec(workdir):
         assert cli("CONFIG", "GET", "appendfsync").splitlines() == ["appendfsync", "everysec"]
         assert cli("SET", "siwa:probe", "1") == "OK"
         assert wait_until(lambda: any(directory.rglob("*.aof")), timeout=10), "no append-only file written"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+USERS = SHIPPED.parent / "redis-siwa-users.conf"
+
+
+def test_shipped_redis_users_load_by_include_and_keep_the_default_password(workdir):
+    """deploy/redis-siwa-users.conf included by a real redis-server, as docs/deployment.md says:
+    the default user keeps requirepass (an aclfile would drop it), the five users exist with no
+    password (no login) until given one, and then the deliverer's and a reader's writes to the
+    events stream are refused (the behaviour of each user: Tests/.../RedisUsersTests.swift)."""
+    directory = workdir / "redis-users"
+    directory.mkdir()
+    port = free_port()
+    config = directory / "redis.conf"
+    config.write_text(
+        f"port {port}\nbind 127.0.0.1\ndir {directory}\nsave \"\"\nrequirepass admin-fixture-password\n"
+        f"include {USERS}\n")
+    server = subprocess.Popen(["redis-server", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def cli(*args, user=None, password="admin-fixture-password"):
+        auth = (["--user", user] if user else []) + (["-a", password] if password is not None else [])
+        done = subprocess.run(["redis-cli", "--no-auth-warning", "-p", str(port), *auth, *args],
+                              capture_output=True, text=True, timeout=10)
+        return (done.stdout + done.stderr).strip()
+
+    try:
+        assert wait_until(lambda: cli("PING") == "PONG", timeout=10), "redis-server did not start"
+        assert cli("PING", password=None).startswith("NOAUTH")
+        users = cli("ACL", "USERS").splitlines()
+        assert users == ["default", "siwa-deletions", "siwa-deliver", "siwa-operator", "siwa-reader", "siwa-serve"]
+        for user in users[1:]:
+            assert "nopass" not in cli("ACL", "GETUSER", user)
+            assert "WRONGPASS" in cli("PING", user=user, password=f"{user}-fixture-password")
+            assert cli("ACL", "SETUSER", user, f">{user}-fixture-password") == "OK"
+            assert cli("PING", user=user, password=f"{user}-fixture-password") == "PONG"
+        added = cli("XADD", "siwa:events", "*", "type", "account-deleted", user="siwa-serve",
+                    password="siwa-serve-fixture-password")
+        assert re.fullmatch(r"[0-9]+-[0-9]+", added), added
+        for user in ("siwa-deliver", "siwa-reader", "siwa-deletions"):
+            for stream in ("siwa:events", "siwa:deletions"):
+                refused = cli("XADD", stream, "*", "type", "account-deleted", user=user,
+                              password=f"{user}-fixture-password")
+                assert refused.startswith("NOPERM"), (user, stream, refused)
+        assert cli("XLEN", "siwa:events") == "1"
+        assert cli("XLEN", "siwa:deletions") == "0"
     finally:
         server.terminate()
         server.wait(timeout=10)
