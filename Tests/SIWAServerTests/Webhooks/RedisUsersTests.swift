@@ -109,6 +109,10 @@ struct RedisUsersTests {
                 "email-enabled", jti: "u-2", at: now, subject: "001234.mail", email: "x@privaterelay.appleid.com"),
             receivedAt: now)
         _ = try serve.apply(Self.notification("account-deleted", jti: "u-3", at: now), receivedAt: now)
+        // serve's other writes and reads: the clients hash, WAIT (SIWA_REDIS_MIN_REPLICAS).
+        try serve.recordClientNotification(clientID: "com.example.app", at: now)
+        #expect(try serve.clientActivity(clientIDs: ["com.example.app"], now: now).count == 1)
+        #expect(try serve.connection.command("WAIT", "0", "1").integer == 0)
 
         #expect(waitUntil(timeout: 10) { Set(billing.ids()) == ["u-1", "u-2", "u-3"] })
         let email = try #require(billing.records().first { WebhookDeliveryTests.string($0, "id") == "u-2" })
@@ -188,7 +192,9 @@ struct RedisUsersTests {
         #expect(try admin.command("HGET", user, "sessions_revoked_at").string == String(now))
     }
 
-    @Test("the operator's commands: reconcile's record and user, status, deletions read and write as siwa-operator")
+    @Test(
+        "the operator's commands: reconcile's and revoke's record, transfer's scripts, user and deletions as siwa-operator"
+    )
     func operatorCommands() throws {
         let redis = try RedisServerProcess()
         defer { redis.shutdown() }
@@ -201,7 +207,22 @@ struct RedisUsersTests {
             try reconcile.record(
                 clientID: "com.example.app", subject: "001234.abc", refused: true, checkedAt: checkedAt))
         #expect(try reconcile.wasCheckedRecently(clientID: "com.example.app", subject: "001234.abc"))
-        #expect(try admin.command("XLEN", "siwa:events").integer == 1)
+        #expect(
+            try reconcile.recordRevocation(clientID: "com.example.app", subject: "001234.def", revokedAt: checkedAt))
+        #expect(try admin.command("XLEN", "siwa:events").integer == 2)
+        // transfer's scripts: the window, a pending identifier, an export and an import.
+        let transfer = TransferStore(connection: operatorConnection, keyPrefix: "siwa", clientID: "com.example.app")
+        let expiresAt = checkedAt + 86_400_000
+        #expect(try transfer.transferDate(recording: checkedAt) == checkedAt)
+        #expect(try transfer.markPending("001234.abc", direction: .export, expiresAt: expiresAt) == false)
+        try transfer.recordExport(
+            subject: "001234.abc", transferSubject: "t-1", error: nil, at: checkedAt, expiresAt: expiresAt)
+        _ = try transfer.recordImport(
+            transferSubject: "t-1", subject: "009999.new", error: nil, fromSubject: "001234.abc", at: checkedAt,
+            expiresAt: expiresAt)
+        #expect(
+            try admin.command("HGET", "siwa:user:{com.example.app:001234.abc}", "transferred_to").string == "009999.new"
+        )
         let environment = ["SIWA_REDIS_URL": Self.url("siwa-operator", redis), "PATH": "/usr/bin:/bin"]
         let user = try CommandRun.endpoint(["user", "com.example.app", "001234.abc"], environment: environment)
         #expect(user.status == 0, "\(user.errors)")
