@@ -193,6 +193,34 @@ struct RedisUsersTests {
     }
 
     @Test(
+        "the example readers (Python, Node.js, Ruby): state as siwa-reader, the deletion queue drained as siwa-deletions",
+        arguments: ExampleReaderTests.Reader.allCases)
+    func exampleReaders(_ reader: ExampleReaderTests.Reader) throws {
+        let redis = try RedisServerProcess()
+        defer { redis.shutdown() }
+        let admin = redis.unixSocketConnection()
+        try Self.loadShippedUsers(admin)
+        let serve = NotificationStore(connection: Self.connection("siwa-serve", redis), streamMaximumLength: 1000)
+        let deletedAt: Int64 = 1_796_000_001_000
+        _ = try serve.apply(Self.notification("account-deleted", jti: "x-1", at: deletedAt), receivedAt: deletedAt)
+        let state = try ExampleFiles.flatJSON(
+            try reader.run(
+                "state",
+                [
+                    "--redis-url", Self.url("siwa-reader", redis), "--client-id", "com.example.app", "--sub",
+                    "001234.abc", "--session-started-at", String(deletedAt - 1),
+                ]))
+        #expect(state["session_valid"] == "false", "\(state)")
+        let handled = try reader.run("deletions", ["--redis-url", Self.url("siwa-deletions", redis)])
+        #expect(
+            try handled.split(separator: "\n").map { try ExampleFiles.flatJSON(String($0)) } == [
+                ["client_id": "com.example.app", "sub": "001234.abc", "event_time": String(deletedAt)]
+            ])
+        #expect(try reader.run("deletions", ["--redis-url", Self.url("siwa-deletions", redis)]).isEmpty)
+        #expect(try admin.command("XLEN", "siwa:deletions").integer == 1)
+    }
+
+    @Test(
         "the operator's commands: reconcile's and revoke's record, transfer's scripts, user and deletions as siwa-operator"
     )
     func operatorCommands() throws {
