@@ -87,8 +87,8 @@ public final class WebhookMetricsListener: Service, @unchecked Sendable {
             guard poll(&pollers, nfds_t(pollers.count), waitMilliseconds) >= 0 else { continue }
             var open: [Connection] = []
             for (index, connection) in connections.enumerated() {
-                let events = Int32(pollers[index + 1].revents)
-                if let kept = events == 0 ? connection : serve(connection, events: events) {
+                let ready = pollers[index + 1].revents != 0
+                if let kept = ready ? serve(connection) : connection {
                     open.append(kept)
                 }
             }
@@ -122,7 +122,7 @@ public final class WebhookMetricsListener: Service, @unchecked Sendable {
     }
 
     /// Reads what arrived or writes what the peer can take; nil once the connection is closed.
-    private func serve(_ connection: Connection, events: Int32) -> Connection? {
+    private func serve(_ connection: Connection) -> Connection? {
         var connection = connection
         if connection.answer == nil {
             var buffer = [UInt8](repeating: 0, count: 1024)
