@@ -3,6 +3,7 @@ verify, runs as its own user with reconcile's sandbox, no core dump, restarts on
 never on a refused setting (exit 2); serve's unit cannot see the signing keys; the example
 destinations file has the fields the deliverer reads. No systemd runs here to start it."""
 
+import ipaddress
 import json
 import shutil
 import subprocess
@@ -47,6 +48,21 @@ def test_deliver_unit_runs_as_its_own_user_in_reconciles_sandbox():
     assert len(sandbox) > 25
     assert [line for line in sandbox if line not in service] == []
     assert not [line for line in service if line.startswith(("StateDirectory", "ReadWritePaths", "ExecStartPre="))]
+
+
+def test_deliver_unit_denies_every_cloud_metadata_address():
+    # systemd's "link-local" is 169.254.0.0/16 and fe80::/64.
+    named = {"link-local": ["169.254.0.0/16", "fe80::/64"]}
+    denied = []
+    for line in unit_service_lines(UNIT):
+        if line.startswith("IPAddressDeny="):
+            for value in line.split("=", 1)[1].split():
+                denied += [ipaddress.ip_network(network) for network in named.get(value, [value])]
+    metadata = ["169.254.169.254", "fd00:ec2::254", "fd20:ce::254", "100.100.100.200",
+                "64:ff9b::a9fe:a9fe", "64:ff9b:1::a9fe:a9fe", "fe80::a9fe:a9fe"]
+    for address in metadata:
+        assert any(ipaddress.ip_address(address) in network for network in denied), address
+    assert "EnvironmentFile=-/etc/siwa-endpoint/deliver.env" in unit_service_lines(UNIT)
 
 
 def test_serve_cannot_see_the_webhook_keys():

@@ -99,7 +99,8 @@ def test_the_layout_follows_debian(unpacked):
                    if path.is_file() and "DEBIAN" not in path.parts)
     conffiles = sorted((unpacked / "DEBIAN" / "conffiles").read_text().split())
     assert conffiles == ["/etc/nginx/conf.d/siwa-endpoint-http.conf", "/etc/nginx/sites-available/siwa-endpoint.conf",
-                         "/etc/redis/siwa-endpoint.conf", "/etc/siwa-endpoint/env"]
+                         "/etc/redis/siwa-endpoint-users.conf", "/etc/redis/siwa-endpoint.conf",
+                         "/etc/siwa-endpoint/env"]
     # Everything under /etc is a conffile; nothing under /usr/local.
     assert sorted("/" + f for f in files if f.startswith("etc/")) == sorted(conffiles)
     assert not [f for f in files if f.startswith("usr/local")]

@@ -481,6 +481,8 @@ def test_install_lays_out_files_with_tight_modes_and_twice_is_the_same(install_r
             ("file", "0o644", hashlib.sha256((DEPLOY / "siwa-endpoint@.service").read_bytes()).hexdigest()),
         "/etc/redis/siwa-endpoint.conf":
             ("file", "0o644", hashlib.sha256((DEPLOY / "redis-siwa.conf").read_bytes()).hexdigest()),
+        "/etc/redis/siwa-endpoint-users.conf":
+            ("file", "0o644", hashlib.sha256((DEPLOY / "redis-siwa-users.conf").read_bytes()).hexdigest()),
         "/etc/nginx/conf.d/siwa-endpoint-http.conf":
             ("file", "0o644", hashlib.sha256((REPO / "nginx/siwa-endpoint-http.conf").read_bytes()).hexdigest()),
         "/etc/nginx/sites-available/siwa-endpoint.conf":

@@ -18,6 +18,8 @@ public struct WebhookDestination: Sendable {
     public let types: Set<String>
     /// nil: every client ID.
     public let clientIDs: Set<String>?
+    /// Whether the two email events carry the user's address. Off unless the entry says
+    /// `"include_email": true`: an address goes only where it was asked for.
     public let includeEmail: Bool
     public let caFile: String?
     public let allowPrivateAddress: Bool
@@ -170,7 +172,7 @@ public enum WebhookDestinationsFile {
         }
         return WebhookDestination(
             name: name, url: url, signingKeyFiles: keyFiles, keys: keys, types: Set(types),
-            clientIDs: clientIDs.map(Set.init), includeEmail: try flag("include_email", default: true), caFile: caFile,
+            clientIDs: clientIDs.map(Set.init), includeEmail: try flag("include_email", default: false), caFile: caFile,
             allowPrivateAddress: allowPrivate, format: format)
     }
 }

@@ -25,10 +25,10 @@ struct WebhookDeliveryTests {
         let billing = try stack.receiver("billing")
         let mail = try stack.receiver("mail")
         let environment = try stack.environment([
-            stack.destination("billing", billing),
+            stack.destination("billing", billing, extra: [("include_email", .bool(true))]),
+            // No include_email: the default, no address.
             stack.destination(
-                "mail", mail, keys: [stack.hmacKeyPath],
-                extra: [("types", .array([.string("email-enabled")])), ("include_email", .bool(false))]),
+                "mail", mail, keys: [stack.hmacKeyPath], extra: [("types", .array([.string("email-enabled")]))]),
         ])
         let deliverer = try stack.startDeliverer(environment)
         try stack.add("consent-revoked", jti: "jti-revoked", eventTime: 1_764_910_800_123)

@@ -1,0 +1,125 @@
+import Foundation
+import Glibc
+import SIWAServer
+import SIWASupport
+import SIWATestSupport
+import Testing
+
+/// The deliverer's `/metrics` listener in process, on a real loopback socket: one deadline per
+/// request however slowly its bytes come, and no slow or silent peer delays a scrape.
+@Suite struct WebhookMetricsListenerTests {
+    /// A listener running on its own thread until `stop()`.
+    final class RunningListener: @unchecked Sendable {
+        let listener: WebhookMetricsListener
+        let port: Int
+        let returned = Latch()
+
+        init(requestDeadline: Duration) throws {
+            port = try LoopbackPort.free()
+            listener = WebhookMetricsListener(
+                host: "127.0.0.1", port: port, metrics: WebhookMetrics(destinations: ["billing"]),
+                requestDeadline: requestDeadline)
+            try listener.start()
+            let listener = listener
+            let returned = returned
+            Thread {
+                listener.run()
+                returned.open()
+            }.start()
+        }
+
+        func stop() {
+            listener.requestStop()
+            _ = waitUntil(timeout: 5) { returned.hasOpened }
+        }
+    }
+
+    /// Sends `text` and reads the whole answer (until the listener closes), or what came before
+    /// the receive timeout.
+    static func exchange(_ descriptor: Int32, _ text: String) -> String {
+        _ = Array(text.utf8).withUnsafeBytes { send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        var answer: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        for _ in 0..<100 {
+            let count = buffer.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }
+            guard count > 0 else { break }
+            answer += buffer[0..<count]
+        }
+        return String(decoding: answer, as: UTF8.self)
+    }
+
+    /// A scrape with a 500 ms receive timeout: its answer, and how long it took.
+    static func scrape(port: Int) throws -> (answer: String, seconds: Double) {
+        let started = ContinuousClock.now
+        let descriptor = try #require(connectToLoopback(port: port, receiveTimeoutMicroseconds: 500_000))
+        defer { close(descriptor) }
+        let answer = exchange(descriptor, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        return (answer, (ContinuousClock.now - started).inSeconds)
+    }
+
+    /// Whether the listener has closed `descriptor` (end of file or a reset, not a timeout).
+    static func closedByListener(_ descriptor: Int32) -> Bool {
+        var byte: UInt8 = 0
+        let count = recv(descriptor, &byte, 1, 0)
+        return count == 0 || (count < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+    }
+
+    @Test(
+        "a peer sending a byte every 100 ms is closed at its 1 s deadline, unanswered; a scrape meanwhile is answered at once"
+    )
+    func tricklingPeer() throws {
+        let running = try RunningListener(requestDeadline: .seconds(1))
+        defer { running.stop() }
+        let trickler = try #require(connectToLoopback(port: running.port, receiveTimeoutMicroseconds: 4_000_000))
+        defer { close(trickler) }
+        let connected = ContinuousClock.now
+        _ = Array("GET /metr".utf8).withUnsafeBytes { send(trickler, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        let stopTrickling = Latch()
+        Thread {
+            // A byte every 100 ms for at most 6 s: well inside any per-read timeout.
+            for _ in 0..<60 where !stopTrickling.hasOpened {
+                Thread.sleep(forTimeInterval: 0.1)
+                var byte = UInt8(ascii: "i")
+                guard send(trickler, &byte, 1, Int32(MSG_NOSIGNAL)) == 1 else { return }
+            }
+        }.start()
+        defer { stopTrickling.open() }
+
+        let scrape = try Self.scrape(port: running.port)
+        #expect(scrape.answer.hasPrefix("HTTP/1.0 200 OK\r\n"), "\(scrape.answer)")
+        #expect(scrape.answer.contains("siwa_webhook_deliverer_up 1"))
+        #expect(scrape.seconds < 0.5)
+
+        #expect(Self.closedByListener(trickler))
+        let heldFor = (ContinuousClock.now - connected).inSeconds
+        #expect(heldFor >= 0.9 && heldFor < 2.0, "closed after \(heldFor) s")
+    }
+
+    @Test("more silent peers than the listener's slots: the oldest are dropped, a scrape is answered at once")
+    func silentPeers() throws {
+        let running = try RunningListener(requestDeadline: .seconds(5))
+        defer { running.stop() }
+        var silent: [Int32] = []
+        defer { for descriptor in silent { close(descriptor) } }
+        for _ in 0..<(WebhookMetricsListener.maximumConnections + 8) {
+            silent.append(try #require(connectToLoopback(port: running.port, receiveTimeoutMicroseconds: 1_000_000)))
+        }
+        let scrape = try Self.scrape(port: running.port)
+        #expect(scrape.answer.hasPrefix("HTTP/1.0 200 OK\r\n"), "\(scrape.answer)")
+        #expect(scrape.seconds < 0.5)
+        // The first one opened had its slot taken, long before its own deadline.
+        #expect(Self.closedByListener(silent[0]))
+    }
+
+    @Test("a request line over 4 KiB is dropped unanswered; another path is 404")
+    func refusals() throws {
+        let running = try RunningListener(requestDeadline: .seconds(2))
+        defer { running.stop() }
+        let long = try #require(connectToLoopback(port: running.port, receiveTimeoutMicroseconds: 1_000_000))
+        defer { close(long) }
+        #expect(Self.exchange(long, "GET /" + String(repeating: "a", count: 5000)) == "")
+        let other = try #require(connectToLoopback(port: running.port, receiveTimeoutMicroseconds: 1_000_000))
+        defer { close(other) }
+        #expect(Self.exchange(other, "GET /debug HTTP/1.0\r\n\r\n").hasPrefix("HTTP/1.0 404 Not Found\r\n"))
+    }
+}
