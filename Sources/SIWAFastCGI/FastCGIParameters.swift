@@ -1,46 +1,120 @@
 import Glibc
 
-/// One request's FastCGI parameters, as nginx sent them: every `NAME=VALUE` entry copied
-/// into one byte buffer at once (libfcgi's own copies die at the next accept or finish),
-/// and looked up by name when asked.
+/// One request's FastCGI parameters, read once from the bytes of its PARAMS stream by the
+/// acceptor (`init(reading:)`), before any worker is involved, and handed to the worker
+/// with the connection: what decides whether a request is answered at once (its declared
+/// length) and what the handler is given are one reading, so the two can never disagree.
+/// libfcgi still consumes the same records, but its own copies are never looked at.
 ///
-/// A request reads about five of the twenty-odd parameters nginx sends; turning every
-/// one into a `String` pair in a dictionary showed in the profile of every request.
+/// Kept as every `NAME=VALUE` entry back to back in one byte buffer, looked up by name
+/// when asked: a request reads about five of the twenty-odd parameters nginx sends, and
+/// turning every one into a `String` pair in a dictionary showed in the profile of every
+/// request.
 struct FastCGIParameters: Sendable {
     /// The entries back to back, without separators.
     private var bytes: [UInt8] = []
-    /// Per entry: where it starts, where its first `=` is, where it ends (offsets in `bytes`).
+    /// Per entry: where it starts, where the `=` after its name is, where it ends (offsets
+    /// in `bytes`).
     private var entries: [(start: Int, equals: Int, end: Int)] = []
+
+    /// The longest `CONTENT_LENGTH` taken: 18 digits never overflow an `Int`.
+    static let longestLength = 18
 
     init() {
         bytes.reserveCapacity(1024)
         entries.reserveCapacity(32)
     }
 
+    /// Parameters a caller already has (a test, a handler's own request): names and values as given.
     init(_ dictionary: [String: String]) {
         self.init()
-        for (name, value) in dictionary {
-            var entry = Array(name.utf8)
-            entry.append(UInt8(ascii: "="))
-            entry.append(contentsOf: value.utf8)
-            entry.withUnsafeBufferPointer { append(entry: $0) }
+        for (name, value) in dictionary { append(name: Array(name.utf8)[...], values: [Array(value.utf8)[...]]) }
+    }
+
+    /// Reads a request's whole PARAMS stream (the contents of its PARAMS records, joined):
+    /// name-value pairs, each length one byte, or four with the high bit set. Refused
+    /// (nginx never sends any of them, and each could make two readers disagree):
+    /// - a pair cut short by the end of the stream (`malformedParameters`);
+    /// - a name with a control byte (NUL to 0x1F, DEL) or `=` (`invalidParameterName`):
+    ///   `CONTENT_LENGTH=10` plus a NUL was read as `CONTENT_LENGTH` by C string code;
+    /// - a name sent twice (`duplicateParameter`), but for `HTTP_*` names: nginx before
+    ///   1.23 sends a request header line a client repeated as a parameter of its own, so
+    ///   those are joined as nginx 1.23 and later joins them (`, `, and `; ` for cookies),
+    ///   and a client's repeated header never closes the connection nginx counts as an
+    ///   upstream error. The endpoint reads none of them;
+    /// - a `CONTENT_LENGTH` that is neither empty (nginx's value without a body) nor at
+    ///   most 18 ASCII digits (`invalidContentLength`).
+    init(reading stream: ArraySlice<UInt8>) throws(FastCGIRefusal) {
+        struct Pair {
+            var name: Range<Int>
+            var values: [Range<Int>]
+        }
+        var pairs: [Pair] = []
+        pairs.reserveCapacity(32)
+        var index: [ArraySlice<UInt8>: Int] = [:]
+        index.reserveCapacity(32)
+        var offset = stream.startIndex
+        func length() throws(FastCGIRefusal) -> Int {
+            guard offset < stream.endIndex else { throw .malformedParameters }
+            if stream[offset] & 0x80 == 0 {
+                offset += 1
+                return Int(stream[offset - 1])
+            }
+            guard stream.endIndex - offset >= 4 else { throw .malformedParameters }
+            let value =
+                Int(stream[offset] & 0x7f) << 24 | Int(stream[offset + 1]) << 16 | Int(stream[offset + 2]) << 8
+                | Int(stream[offset + 3])
+            offset += 4
+            return value
+        }
+        while offset < stream.endIndex {
+            let nameLength = try length()
+            let valueLength = try length()
+            guard stream.endIndex - offset >= nameLength + valueLength else { throw .malformedParameters }
+            let name = offset..<(offset + nameLength)
+            let value = name.upperBound..<(name.upperBound + valueLength)
+            offset = value.upperBound
+            guard !stream[name].contains(where: { $0 < 0x20 || $0 == 0x7f || $0 == UInt8(ascii: "=") }) else {
+                throw .invalidParameterName
+            }
+            if let earlier = index[stream[name]] {
+                guard stream[name].starts(with: Self.headerPrefix) else { throw .duplicateParameter }
+                pairs[earlier].values.append(value)
+            } else {
+                index[stream[name]] = pairs.count
+                pairs.append(Pair(name: name, values: [value]))
+            }
+        }
+        self.init()
+        for pair in pairs { append(name: stream[pair.name], values: pair.values.map { stream[$0] }) }
+        if let declared = value("CONTENT_LENGTH"), !declared.isEmpty, Self.parseLength(declared) == nil {
+            throw .invalidContentLength
         }
     }
 
-    /// Adds one `NAME=VALUE` entry; one without `=` is ignored.
-    mutating func append(entry: UnsafeBufferPointer<UInt8>) {
-        guard let equals = entry.firstIndex(of: UInt8(ascii: "=")) else { return }
+    /// The prefix nginx gives the parameters it makes of request header lines.
+    private static let headerPrefix = Array("HTTP_".utf8)
+
+    /// One entry: the name, `=`, and the values joined as nginx 1.23 joins a repeated header.
+    private mutating func append(name: ArraySlice<UInt8>, values: [ArraySlice<UInt8>]) {
         let start = bytes.count
-        bytes.append(contentsOf: entry)
-        entries.append((start, start + equals, start + entry.count))
+        bytes.append(contentsOf: name)
+        let equals = bytes.count
+        bytes.append(UInt8(ascii: "="))
+        let separator = Array((name.elementsEqual("HTTP_COOKIE".utf8) ? "; " : ", ").utf8)
+        for (position, value) in values.enumerated() {
+            if position > 0 { bytes.append(contentsOf: separator) }
+            bytes.append(contentsOf: value)
+        }
+        entries.append((start, equals, bytes.count))
     }
 
-    /// The value of `name` (the last one, if nginx sent the name twice).
+    /// The value of `name`, nil when it was not sent.
     func value(_ name: String) -> String? {
         var name = name
         return name.withUTF8 { wanted -> String? in
             bytes.withUnsafeBufferPointer { all -> String? in
-                for entry in entries.reversed() where entry.equals - entry.start == wanted.count {
+                for entry in entries where entry.equals - entry.start == wanted.count {
                     if wanted.isEmpty
                         || memcmp(all.baseAddress! + entry.start, wanted.baseAddress!, wanted.count) == 0
                     {
@@ -50,6 +124,19 @@ struct FastCGIParameters: Sendable {
                 return nil
             }
         }
+    }
+
+    /// `CONTENT_LENGTH` as a number; nil when absent or empty (`init(reading:)` refused any
+    /// other value that is not one).
+    var contentLength: Int? { value("CONTENT_LENGTH").flatMap(Self.parseLength) }
+
+    /// Strict: ASCII digits only, no sign, no spaces, at most 18 digits (no overflow).
+    static func parseLength(_ text: String) -> Int? {
+        guard !text.isEmpty, text.utf8.count <= longestLength, text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 })
+        else {
+            return nil
+        }
+        return Int(text)
     }
 
     /// Every parameter, by name.
