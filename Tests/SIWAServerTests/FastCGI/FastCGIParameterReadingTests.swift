@@ -178,6 +178,34 @@ struct FastCGIParameterReadingTests {
         #expect(latency != nil && latency! < 1, "healthz took \(String(describing: latency)) s")
     }
 
+    @Test("the handler is given the acceptor's reading, not libfcgi's: a repeated header joined, a NUL in a value kept")
+    func workerGoesByTheAcceptorsReading() throws {
+        let directory = Kit.TemporaryDirectory()
+        defer { directory.remove() }
+        let refusals = Kit.LockedBox<[FastCGIRefusal]>([])
+        let handled = Kit.LockedBox<[String]>([])
+        let path = directory.path + "/reading.sock"
+        let server = try FastCGIServer(
+            configuration: .init(address: .unixSocket(path: path), workerCount: 1),
+            idlePollTimeout: FastCGIAcceptor.defaultIdlePollTimeout,
+            onRefusal: { reason in refusals.withValue { $0.append(reason) } }
+        ) { request in
+            handled.withValue { $0.append(request.path) }
+            let seen = [request.param("HTTP_X_FOO"), request.param("QUERY_STRING")].map { $0 ?? "-" }
+            return FastCGIResponse(status: 200, contentType: "text/plain", body: seen.joined(separator: "|"))
+        }
+        try server.start()
+        defer { server.stop(timeout: .seconds(10)) }
+        // libfcgi's copies: the last HTTP_X_FOO ("b"), and the value cut at its NUL ("q=1").
+        let response = try FastCGIClient(.unixSocket(path), timeout: .seconds(10)).send(
+            params: FastCGIClient.params(
+                method: "GET", uri: "/echo?q=1\u{0}r=2", extra: [("HTTP_X_FOO", "a"), ("HTTP_X_FOO", "b")]))
+        #expect(response.status == 200)
+        #expect(response.bodyText == "a, b|q=1\u{0}r=2")
+        #expect(handled.current == ["/echo"])
+        #expect(refusals.current == [])
+    }
+
     @Test(
         "every kind from 8 peers at once, repeated for 3 s, against 2 workers: /healthz and genuine POSTs each answered in under 1 s"
     )
