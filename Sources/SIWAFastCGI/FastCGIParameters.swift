@@ -28,7 +28,7 @@ struct FastCGIParameters: Sendable {
     /// Parameters a caller already has (a test, a handler's own request): names and values as given.
     init(_ dictionary: [String: String]) {
         self.init()
-        for (name, value) in dictionary { append(name: Array(name.utf8)[...], values: [Array(value.utf8)[...]]) }
+        for (name, value) in dictionary { append(name: Array(name.utf8), value: Array(value.utf8)) }
     }
 
     /// Reads a request's whole PARAMS stream (the contents of its PARAMS records, joined):
@@ -45,14 +45,15 @@ struct FastCGIParameters: Sendable {
     /// - a `CONTENT_LENGTH` that is neither empty (nginx's value without a body) nor at
     ///   most 18 ASCII digits (`invalidContentLength`).
     init(reading stream: ArraySlice<UInt8>) throws(FastCGIRefusal) {
-        struct Pair {
-            var name: Range<Int>
-            var values: [Range<Int>]
-        }
-        var pairs: [Pair] = []
-        pairs.reserveCapacity(32)
-        var index: [ArraySlice<UInt8>: Int] = [:]
-        index.reserveCapacity(32)
+        // Ranges in `stream`, no copy and no allocation per pair: this runs on the one
+        // thread that accepts every connection.
+        var names: [Range<Int>] = []
+        var values: [Range<Int>] = []
+        names.reserveCapacity(32)
+        values.reserveCapacity(32)
+        // Later values of a repeated `HTTP_*` name, by the index of its first pair.
+        var repeats: [(pair: Int, value: Range<Int>)] = []
+        var index = NameIndex()
         var offset = stream.startIndex
         func length() throws(FastCGIRefusal) -> Int {
             guard offset < stream.endIndex else { throw .malformedParameters }
@@ -77,35 +78,79 @@ struct FastCGIParameters: Sendable {
             guard !stream[name].contains(where: { $0 < 0x20 || $0 == 0x7f || $0 == UInt8(ascii: "=") }) else {
                 throw .invalidParameterName
             }
-            if let earlier = index[stream[name]] {
+            if let earlier = index.earlier(stream[name], names: names, in: stream) {
                 guard stream[name].starts(with: Self.headerPrefix) else { throw .duplicateParameter }
-                pairs[earlier].values.append(value)
+                repeats.append((earlier, value))
             } else {
-                index[stream[name]] = pairs.count
-                pairs.append(Pair(name: name, values: [value]))
+                names.append(name)
+                values.append(value)
             }
         }
         self.init()
-        for pair in pairs { append(name: stream[pair.name], values: pair.values.map { stream[$0] }) }
+        bytes.reserveCapacity(stream.count + names.count)
+        // Grouped by their first pair, in stream order (`value.lowerBound`) within each.
+        repeats.sort { ($0.pair, $0.value.lowerBound) < ($1.pair, $1.value.lowerBound) }
+        var nextRepeat = 0
+        for pair in names.indices {
+            let start = bytes.count
+            bytes.append(contentsOf: stream[names[pair]])
+            let equals = bytes.count
+            bytes.append(UInt8(ascii: "="))
+            bytes.append(contentsOf: stream[values[pair]])
+            while nextRepeat < repeats.count, repeats[nextRepeat].pair == pair {
+                // As nginx 1.23 joins a repeated header line: cookies with "; ".
+                let separator = stream[names[pair]].elementsEqual("HTTP_COOKIE".utf8) ? "; " : ", "
+                bytes.append(contentsOf: separator.utf8)
+                bytes.append(contentsOf: stream[repeats[nextRepeat].value])
+                nextRepeat += 1
+            }
+            entries.append((start, equals, bytes.count))
+        }
         if let declared = value("CONTENT_LENGTH"), !declared.isEmpty, Self.parseLength(declared) == nil {
             throw .invalidContentLength
+        }
+    }
+
+    /// Finds a name among those read so far: by comparing while they are few (nginx sends
+    /// twenty-odd), by a dictionary built once they are many (a peer's thousands of names
+    /// then cost a hash each, not a comparison with every earlier one).
+    private struct NameIndex {
+        private static let linearLimit = 32
+        private var byName: [Name: Int] = [:]
+
+        /// A name hashed as one run of bytes (an `ArraySlice`'s own hash takes them one by one).
+        private struct Name: Hashable {
+            let bytes: ArraySlice<UInt8>
+
+            func hash(into hasher: inout Hasher) { bytes.withUnsafeBytes { hasher.combine(bytes: $0) } }
+            static func == (left: Name, right: Name) -> Bool { left.bytes.elementsEqual(right.bytes) }
+        }
+
+        /// The index in `names` of an earlier pair named `name`; else nil, and `name` (about
+        /// to be appended to `names`) is remembered.
+        mutating func earlier(_ name: ArraySlice<UInt8>, names: [Range<Int>], in stream: ArraySlice<UInt8>) -> Int? {
+            if names.count < Self.linearLimit {
+                return names.firstIndex { $0.count == name.count && stream[$0].elementsEqual(name) }
+            }
+            if byName.isEmpty {
+                for (position, earlier) in names.enumerated() { byName[Name(bytes: stream[earlier])] = position }
+            }
+            if let found = byName[Name(bytes: name)] { return found }
+            byName[Name(bytes: name)] = names.count
+            return nil
         }
     }
 
     /// The prefix nginx gives the parameters it makes of request header lines.
     private static let headerPrefix = Array("HTTP_".utf8)
 
-    /// One entry: the name, `=`, and the values joined as nginx 1.23 joins a repeated header.
-    private mutating func append(name: ArraySlice<UInt8>, values: [ArraySlice<UInt8>]) {
+    /// One entry from a caller's name and value.
+    private mutating func append(name: [UInt8], value: [UInt8]) {
         let start = bytes.count
         bytes.append(contentsOf: name)
         let equals = bytes.count
         bytes.append(UInt8(ascii: "="))
-        let separator = Array((name.elementsEqual("HTTP_COOKIE".utf8) ? "; " : ", ").utf8)
-        for (position, value) in values.enumerated() {
-            if position > 0 { bytes.append(contentsOf: separator) }
-            bytes.append(contentsOf: value)
-        }
+        bytes.append(contentsOf: value)
         entries.append((start, equals, bytes.count))
     }
 

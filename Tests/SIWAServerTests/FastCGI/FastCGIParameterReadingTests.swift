@@ -135,6 +135,23 @@ struct FastCGIParameterReadingTests {
         #expect(try FastCGIParameters(reading: [][...]).dictionary == [:])
     }
 
+    @Test("past 32 names (looked up by hash, not compared one by one) a repeat is still found, early or late")
+    func repeatsFoundAmongManyNames() throws {
+        let many = (0..<40).map { ("HTTP_X_\($0)", "\($0)") }
+        #expect(throws: FastCGIRefusal.duplicateParameter) {
+            try FastCGIParameters(reading: Self.stream([("NAME_3", "a")] + many + [("NAME_3", "b")])[...])
+        }
+        #expect(throws: FastCGIRefusal.duplicateParameter) {
+            try FastCGIParameters(reading: Self.stream(many + [("NAME_35", "a"), ("NAME_35", "b")])[...])
+        }
+        let joined = try FastCGIParameters(
+            reading: Self.stream(many + [("HTTP_X_3", "again"), ("HTTP_X_39", "again")])[...])
+        #expect(joined.value("HTTP_X_3") == "3, again")
+        #expect(joined.value("HTTP_X_39") == "39, again")
+        #expect(joined.value("HTTP_X_20") == "20")
+        #expect(joined.dictionary.count == 40)
+    }
+
     // MARK: - on the socket
 
     /// A server of one worker whose handler counts what reaches it; refusals collected.
