@@ -17,7 +17,7 @@ struct FastCGIParameters: Sendable {
     /// in `bytes`).
     private var entries: [(start: Int, equals: Int, end: Int)] = []
 
-    /// The longest `CONTENT_LENGTH` taken: 18 digits never overflow an `Int`.
+    /// The most significant digits a `CONTENT_LENGTH` may have: 18 never overflow an `Int`.
     static let longestLength = 18
 
     init() {
@@ -43,7 +43,8 @@ struct FastCGIParameters: Sendable {
     ///   and a client's repeated header never closes the connection nginx counts as an
     ///   upstream error. The endpoint reads none of them;
     /// - a `CONTENT_LENGTH` that is neither empty (nginx's value without a body) nor at
-    ///   most 18 ASCII digits (`invalidContentLength`).
+    ///   most 18 significant ASCII digits (`invalidContentLength`): leading zeros are
+    ///   taken, since nginx passes a client's `Content-Length` as written and accepts them.
     init(reading stream: ArraySlice<UInt8>) throws(FastCGIRefusal) {
         // Ranges in `stream`, no copy and no allocation per pair: this runs on the one
         // thread that accepts every connection.
@@ -175,13 +176,13 @@ struct FastCGIParameters: Sendable {
     /// other value that is not one).
     var contentLength: Int? { value("CONTENT_LENGTH").flatMap(Self.parseLength) }
 
-    /// Strict: ASCII digits only, no sign, no spaces, at most 18 digits (no overflow).
+    /// Strict: ASCII digits only, no sign, no spaces; at most 18 digits once leading zeros
+    /// are set aside (no overflow).
     static func parseLength(_ text: String) -> Int? {
-        guard !text.isEmpty, text.utf8.count <= longestLength, text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 })
-        else {
-            return nil
-        }
-        return Int(text)
+        guard !text.isEmpty, text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+        let significant = text.utf8.drop { $0 == 0x30 }
+        guard significant.count <= longestLength else { return nil }
+        return significant.reduce(0) { $0 * 10 + Int($1 - 0x30) }
     }
 
     /// Every parameter, by name.

@@ -61,6 +61,6 @@ public struct FastCGIRequest: Sendable {
         return id
     }
 
-    /// Strict: ASCII digits only, no sign, no spaces, at most 18 digits (no overflow).
+    /// Strict: ASCII digits only, no sign, no spaces, at most 18 significant digits (no overflow).
     static func parseLength(_ text: String) -> Int? { FastCGIParameters.parseLength(text) }
 }

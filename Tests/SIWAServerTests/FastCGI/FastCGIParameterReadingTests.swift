@@ -129,6 +129,11 @@ struct FastCGIParameterReadingTests {
         #expect(parameters.value("QUERY_STRING") == "a\u{0}b")
         #expect(parameters.value("") == "nameless")
         #expect(try FastCGIParameters(reading: Self.stream([("CONTENT_LENGTH", "0042")])[...]).contentLength == 42)
+        // nginx passes a client's Content-Length as written, and takes any number of leading zeros.
+        let zeros = String(repeating: "0", count: 30)
+        #expect(
+            try FastCGIParameters(reading: Self.stream([("CONTENT_LENGTH", zeros + "42")])[...]).contentLength == 42)
+        #expect(try FastCGIParameters(reading: Self.stream([("CONTENT_LENGTH", zeros)])[...]).contentLength == 0)
         #expect(
             try FastCGIParameters(reading: Self.stream([("CONTENT_LENGTH", String(repeating: "9", count: 18))])[...])
                 .contentLength == 999_999_999_999_999_999)
