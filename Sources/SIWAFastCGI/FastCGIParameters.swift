@@ -195,3 +195,27 @@ struct FastCGIParameters: Sendable {
         return result
     }
 }
+
+/// The acceptor's reading of a connection's first bytes, for the fuzz target (package
+/// code, outside this module): how far the request has come, and its parameters by name
+/// or why they were refused.
+package enum FastCGIRequestReading {
+    package struct Look: Equatable {
+        package let state: String
+        /// Nil until the parameters are complete.
+        package let parameters: Result<[String: String], FastCGIRefusal>?
+        package let contentLength: Int?
+    }
+
+    package static func look(_ bytes: [UInt8]) -> Look {
+        let inspection = FastCGIAcceptor.inspect(bytes[...])
+        let parameters = inspection.parameters.map { $0.map(\.dictionary) }
+        let contentLength = (try? inspection.parameters?.get())?.contentLength
+        return Look(state: "\(inspection.state)", parameters: parameters, contentLength: contentLength)
+    }
+
+    /// A PARAMS stream's pairs read on their own, by name.
+    package static func read(_ stream: [UInt8]) -> Result<[String: String], FastCGIRefusal> {
+        Result { () throws(FastCGIRefusal) in try FastCGIParameters(reading: stream[...]).dictionary }
+    }
+}
