@@ -13,7 +13,7 @@ public enum FastCGIRefusal: String, Sendable, Error, CaseIterable {
     case duplicateParameter = "duplicate_parameter"
     /// A parameter name with a control byte (NUL to 0x1F, DEL) or `=`.
     case invalidParameterName = "invalid_parameter_name"
-    /// A `CONTENT_LENGTH` that is neither empty nor at most 18 ASCII digits.
+    /// A `CONTENT_LENGTH` that is neither empty nor a decimal number of at most 18 significant digits.
     case invalidContentLength = "invalid_content_length"
     /// The parameters end in the middle of a name-value pair.
     case malformedParameters = "malformed_parameters"
