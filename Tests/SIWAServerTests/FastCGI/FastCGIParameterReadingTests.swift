@@ -197,7 +197,7 @@ struct FastCGIParameterReadingTests {
         #expect(refusals.current == Self.refusedVariants.map(\.refusal))
         #expect(handled.current == [], "no worker was handed one")
         let latency = Hostile.healthLatency(path)
-        #expect(latency != nil && latency! < 1, "healthz took \(String(describing: latency)) s")
+        #expect(latency != nil && latency! < 2, "healthz took \(String(describing: latency)) s")
     }
 
     @Test("the handler is given the acceptor's reading, not libfcgi's: a repeated header joined, a NUL in a value kept")
@@ -229,7 +229,7 @@ struct FastCGIParameterReadingTests {
     }
 
     @Test(
-        "every kind from 8 peers at once, repeated for 3 s, against 2 workers: /healthz and genuine POSTs each answered in under 1 s"
+        "every kind from 8 peers at once, repeated for 3 s, against 2 workers: /healthz and genuine POSTs each answered in under 2 s"
     )
     func everyVariantAtRate() throws {
         let directory = Kit.TemporaryDirectory()
@@ -284,7 +284,9 @@ struct FastCGIParameterReadingTests {
         }
         let results = peers.map { $0.wait(seconds: 60) }
         #expect(statuses == Array(repeating: 200, count: 24))
-        #expect(latencies.allSatisfy { $0 < 1 }, "latencies \(latencies)")
+        // Milliseconds as a rule; the bound tells "a worker was free" from "held for 30 s"
+        // on a loaded machine.
+        #expect(latencies.allSatisfy { $0 < 2 }, "latencies \(latencies)")
         let sent = results.compactMap { $0?.sent }.reduce(0, +)
         #expect(results.allSatisfy { $0 != nil && $0!.sent == $0!.unanswered }, "every one closed unanswered")
         #expect(sent >= 8 * Self.refusedVariants.count, "each peer sent every kind at least once (\(sent))")
@@ -330,7 +332,9 @@ struct FastCGIParameterReadingTests {
         }
         let refused = peers.compactMap { $0.wait(seconds: 60) }.reduce(0, +)
         #expect(statuses == Array(repeating: 200, count: 20))
-        #expect(latencies.allSatisfy { $0 < 1 }, "latencies \(latencies)")
+        // Milliseconds as a rule; the bound tells "a worker was free" from "held for 30 s"
+        // on a loaded machine.
+        #expect(latencies.allSatisfy { $0 < 2 }, "latencies \(latencies)")
         for subject in subjects {
             #expect(try stack.userHash(sub: subject)["last_event_type"] == "consent-revoked", "\(subject)")
         }
