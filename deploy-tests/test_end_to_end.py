@@ -2,18 +2,20 @@
 TLS through the shipped nginx site to the real `siwa-endpoint serve`, landing in a
 real redis-server; check-endpoint against that stack; and scripts/run-local --once."""
 
+import http.client
 import json
 import pathlib
 import re
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 
 import pytest
 
 from deploy_harness import CHECK_ENDPOINT, REPO, free_port
-from stack import RealStack, build_binary, find_binary, wait_until
+from stack import NOTIFICATION_PATH, RealStack, build_binary, find_binary, wait_until
 
 RUN_LOCAL = REPO / "scripts" / "run-local"
 TYPES = ["email-disabled", "email-enabled", "consent-revoked", "account-deleted"]
@@ -69,6 +71,28 @@ def test_consent_revoked_lands_in_redis_and_a_repeat_is_a_duplicate(real_stack):
     status, _, answer = real_stack.post(body)
     assert (status, json.loads(answer)) == (200, {"status": "duplicate"})
     assert real_stack.user(sub) == {**stored, "updated_at": str(updated_at)}
+
+
+def test_a_header_line_the_client_repeats_still_reaches_the_responder(real_stack):
+    """nginx before 1.23 (Debian 12's 1.22) passes a header line a client repeated as two
+    parameters of one name; the responder joins them, as nginx 1.23 does, instead of
+    closing the connection, which nginx would answer 502 and count against the upstream."""
+    sub = "000100.e2e0000000000000000000000000000000.0034"
+    body = real_stack.sign("consent-revoked", sub, event_time_ms=now_ms() - 5000, jti="e2e-repeated-header")
+    context = ssl.create_default_context(cafile=str(real_stack.ca_cert))
+    connection = http.client.HTTPSConnection("localhost", real_stack.nginx.https_port, context=context, timeout=10)
+    try:
+        connection.putrequest("POST", NOTIFICATION_PATH)
+        for name, value in [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
+                            ("X-Repeated", "a"), ("X-Repeated", "b")]:
+            connection.putheader(name, value)
+        connection.endheaders(body)
+        response = connection.getresponse()
+        status, answer = response.status, response.read()
+    finally:
+        connection.close()
+    assert (status, json.loads(answer)) == (200, {"status": "applied"})
+    assert real_stack.user(sub)["last_event_type"] == "consent-revoked"
 
 
 @pytest.mark.parametrize("event_type", TYPES)

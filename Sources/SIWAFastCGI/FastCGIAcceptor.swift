@@ -3,12 +3,20 @@ import Glibc
 import Synchronization
 
 /// Why the acceptor closed a connection that had begun a request, without a worker: the
-/// server's owner logs it (one line per connection).
-public enum FastCGIRefusal: String, Sendable {
+/// server's owner logs it.
+public enum FastCGIRefusal: String, Sendable, Error, CaseIterable {
     /// More bytes than the largest allowed request (the body limit, plus
     /// `FastCGIAcceptor.requestAllowance` for the parameters and every record's header and
     /// padding) arrived without making a request a worker can answer without waiting.
     case requestOverBuffer = "request_over_buffer"
+    /// A parameter name sent twice (not an `HTTP_*` one, which nginx may repeat).
+    case duplicateParameter = "duplicate_parameter"
+    /// A parameter name with a control byte (NUL to 0x1F, DEL) or `=`.
+    case invalidParameterName = "invalid_parameter_name"
+    /// A `CONTENT_LENGTH` that is neither empty nor a decimal number of at most 18 significant digits.
+    case invalidContentLength = "invalid_content_length"
+    /// The parameters end in the middle of a name-value pair.
+    case malformedParameters = "malformed_parameters"
 }
 
 /// Accepts connections on one thread and hands a connection to a worker only once its
@@ -31,10 +39,18 @@ public enum FastCGIRefusal: String, Sendable {
 ///   answer 413 without waiting for a byte: parameters complete and declaring a body over
 ///   the limit, or more body bytes already there than the limit. A window filled by
 ///   anything else is refused here (closed, and reported once as `requestOverBuffer`).
+/// - the parameters are read here, once, as soon as they are complete
+///   (`FastCGIParameters.init(reading:)`), and handed to the worker with the connection:
+///   the length that decides "answer at once" is the length the worker goes by. Parameters
+///   nginx never sends (a name twice, a name with a control byte, a length that is not
+///   a decimal number, a pair cut short) close the connection here, reported once each.
 /// - one deadline per request (`requestTimeout` from the connection's accept, or from
 ///   the first byte of a kept connection's next request): at the deadline a connection
-///   still watched is closed unanswered (a worker never waited for it), and the reading
-///   side of one a worker is reading is shut down, which ends that read at once.
+///   still watched is closed unanswered (a worker never waited for it).
+/// - a worker waits for no byte: every byte it reads is in the socket when it is handed
+///   the connection, so its reading side is shut down `readAllowance` after it begins,
+///   whatever was decided here. Bytes already queued are still read after that shutdown;
+///   only a wait for bytes that never came is ended.
 /// - a kept connection (`FCGI_KEEP_CONN`) waits idle for its next request at most
 ///   `requestTimeout` too.
 /// - a connection answered with input left unread is drained here (at most
@@ -69,6 +85,8 @@ final class FastCGIAcceptor: Sendable {
         var examined = false
         /// Its parameters have arrived whole: at a stop, it is watched on until its body ends.
         var parametersComplete = false
+        /// Its parameters, read once when they were complete (never read again at a later look).
+        var parameters: FastCGIParameters?
         /// When an incomplete connection whose bytes sit unread is peeked at again (its unread
         /// bytes keep poll(2) from telling when more arrive), and how long it waits after a
         /// look that found nothing new: from 20 ms, doubling to 320 ms, so that hundreds of
@@ -91,10 +109,10 @@ final class FastCGIAcceptor: Sendable {
         var left: Int
     }
 
-    /// A connection handed to the workers: its request, and the request's deadline.
+    /// A connection handed to the workers, and its request's parameters as read here.
     struct Handed {
         let fd: Int32
-        let deadline: ContinuousClock.Instant
+        let parameters: FastCGIParameters
     }
 
     private let listenFD: Int32
@@ -130,6 +148,10 @@ final class FastCGIAcceptor: Sendable {
     /// nginx writes its request as soon as it has connected (microseconds; milliseconds on
     /// a loaded machine), an idle or silent peer waits far longer.
     static let defaultRoomGrace: Duration = .milliseconds(250)
+    /// How long a worker may read a connection it was handed before its reading side is
+    /// shut down. Its bytes are all in the socket: reading them takes microseconds, and
+    /// a shutdown never discards bytes already queued, so a stalled worker loses nothing.
+    static let readAllowance: Duration = .seconds(1)
     /// How long accepting pauses after accept(2) found no descriptor left and none to close.
     static let descriptorShortagePause: Duration = .milliseconds(250)
     /// The most descriptors libfcgi can use (`select`'s FD_SETSIZE): the unit's LimitNOFILE.
@@ -215,17 +237,18 @@ final class FastCGIAcceptor: Sendable {
         }
     }
 
-    /// A worker starts reading `fd`'s request: past `deadline` its reading side is shut
-    /// down (a blocked read returns at once). At least a second is left to a request that
-    /// waited for a worker, whose bytes are already here. The acceptor holds a duplicate of
-    /// the descriptor (shutdown acts on the socket, whichever descriptor names it), so
+    /// A worker starts reading `fd`'s request: `readAllowance` from now its reading side
+    /// is shut down (a blocked read returns at once), whatever the request's own deadline
+    /// and whatever made the acceptor hand it on: the worker was handed only bytes that are
+    /// here, and a wait for any other is a wait for a peer. The acceptor holds a duplicate
+    /// of the descriptor (shutdown acts on the socket, whichever descriptor names it), so
     /// that libfcgi closing its own after a protocol error can never leave the acceptor
     /// with a number that another connection has been given meanwhile.
-    func beginReading(_ fd: Int32, deadline: ContinuousClock.Instant) -> Int32 {
+    func beginReading(_ fd: Int32) -> Int32 {
         let watched = fcntl(fd, F_DUPFD_CLOEXEC, 0)
         // No descriptor to spare: each read keeps its own timeout, as before.
         guard watched >= 0 else { return -1 }
-        let bound = max(deadline, ContinuousClock.now.advanced(by: .seconds(1)))
+        let bound = ContinuousClock.now.advanced(by: Self.readAllowance)
         state.withLock { $0.reading[watched] = bound }
         return watched
     }
@@ -469,13 +492,12 @@ final class FastCGIAcceptor: Sendable {
 
     /// Peeks at the watched connections that have news (an event, their next look, their
     /// deadline, or never looked at): hands on the ones a worker can answer without
-    /// waiting, closes the dead, the malformed, the over-large and the expired.
+    /// waiting, closes the dead, the malformed, the refused, the over-large and the expired.
     private func examine(_ watched: inout [Watched], events: [Int32: Int16], buffer: inout [UInt8]) {
         let now = ContinuousClock.now
         var kept: [Watched] = []
         kept.reserveCapacity(watched.count)
         var handed: [Handed] = []
-        var refused = 0
         for var entry in watched {
             let revents = events[entry.fd] ?? 0
             guard
@@ -494,31 +516,42 @@ final class FastCGIAcceptor: Sendable {
                     entry.deadline = now.advanced(by: requestTimeout)
                 }
                 let hungUp = revents & (Self.pollReadHangUp | Int16(POLLHUP)) != 0
-                let inspection = Self.inspect(buffer[0..<peeked])
-                switch inspection.state {
-                case .complete:
-                    handed.append(Handed(fd: entry.fd, deadline: entry.deadline))
-                    continue
-                case .garbage:
+                let inspection = Self.inspect(buffer[0..<peeked], readingParameters: entry.parameters == nil)
+                if inspection.state == .garbage {
                     close(entry.fd)
                     continue
-                case .parametersComplete
-                where (inspection.declaredLength ?? 0) > maximumBodyBytes || inspection.bodyBytes > maximumBodyBytes
-                    || hungUp:
+                }
+                switch inspection.parameters {
+                case .success(let parameters): entry.parameters = parameters
+                case .failure(let refusal):
+                    // Parameters nginx never sends: no worker ever sees them. Reported
+                    // before the close, so the report is there when the peer sees it.
+                    onRefusal(refusal)
+                    close(entry.fd)
+                    continue
+                case nil: break
+                }
+                let bodyOverLimit =
+                    (entry.parameters?.contentLength ?? 0) > maximumBodyBytes || inspection.bodyBytes > maximumBodyBytes
+                switch (inspection.state, entry.parameters) {
+                case (.complete, let parameters?):
+                    handed.append(Handed(fd: entry.fd, parameters: parameters))
+                    continue
+                case (.parametersComplete, let parameters?) where bodyOverLimit || hungUp:
                     // Over the limit (the worker reads nothing it must wait for: at most
                     // the limit and one byte, already here), or a peer that has said all it
                     // will (the worker reads to the end at once): answered without waiting.
-                    handed.append(Handed(fd: entry.fd, deadline: entry.deadline))
+                    handed.append(Handed(fd: entry.fd, parameters: parameters))
                     continue
-                case .partial where hungUp:
+                case (.partial, _) where hungUp:
                     close(entry.fd)  // cut short: never a request
                     continue
                 case _ where peeked >= window:
                     // More than the largest allowed request, and none a worker can answer at once.
+                    onRefusal(.requestOverBuffer)
                     close(entry.fd)
-                    refused += 1
                     continue
-                case .partial, .parametersComplete:
+                default:
                     entry.parametersComplete = inspection.state == .parametersComplete
                     if peeked != entry.peeked {
                         entry.lookInterval = .milliseconds(20)
@@ -539,7 +572,12 @@ final class FastCGIAcceptor: Sendable {
             kept.append(entry)
         }
         watched = kept
-        for _ in 0..<refused { onRefusal(.requestOverBuffer) }
+        handOn(handed)
+    }
+
+    /// Queues connections whose request a worker can answer without waiting, and wakes as
+    /// many workers.
+    func handOn(_ handed: [Handed]) {
         guard !handed.isEmpty else { return }
         state.withLock { $0.ready += handed }
         for _ in handed { available.signal() }
@@ -581,12 +619,12 @@ final class FastCGIAcceptor: Sendable {
 
     enum RequestState: Equatable { case complete, parametersComplete, partial, garbage }
 
-    /// What the peeked bytes of a connection hold: how far its request has come, the
-    /// length its parameters declare (once they are complete), and how many body bytes
-    /// are there already.
-    struct Inspection: Equatable {
+    /// What the peeked bytes of a connection hold: how far its request has come, its
+    /// parameters once they are complete (when asked to read them), and how many body
+    /// bytes are there already.
+    struct Inspection {
         var state: RequestState
-        var declaredLength: Int?
+        var parameters: Result<FastCGIParameters, FastCGIRefusal>?
         var bodyBytes = 0
     }
 
@@ -595,8 +633,10 @@ final class FastCGIAcceptor: Sendable {
     /// Walks FastCGI record headers (version 1; type; request id; content length;
     /// padding). A request is a BEGIN_REQUEST (responder role), its PARAMS up to the empty
     /// record, then its STDIN up to the empty record, all with the request's id; any other
-    /// record in their place is garbage (nginx sends nothing else).
-    static func inspect(_ bytes: ArraySlice<UInt8>) -> Inspection {
+    /// record in their place is garbage (nginx sends nothing else). With
+    /// `readingParameters`, the PARAMS stream is read (`FastCGIParameters.init(reading:)`)
+    /// once its empty record is there; a connection's later looks need not read it again.
+    static func inspect(_ bytes: ArraySlice<UInt8>, readingParameters: Bool = true) -> Inspection {
         let beginRequest: UInt8 = 1
         let params: UInt8 = 4
         let stdin: UInt8 = 5
@@ -624,8 +664,12 @@ final class FastCGIAcceptor: Sendable {
                 guard id == requestID, !parametersEnded else { return Inspection(state: .garbage) }
                 if length == 0 {
                     parametersEnded = true
-                    inspection.declaredLength = declaredContentLength(parameterBytes)
-                } else if contentEnd == offset + 8 + length {
+                    if readingParameters {
+                        inspection.parameters = Result { () throws(FastCGIRefusal) in
+                            try FastCGIParameters(reading: parameterBytes[...])
+                        }
+                    }
+                } else if readingParameters, contentEnd == offset + 8 + length {
                     parameterBytes += bytes[(offset + 8)..<contentEnd]
                 }
             case stdin:
@@ -642,39 +686,6 @@ final class FastCGIAcceptor: Sendable {
         }
         inspection.state = parametersEnded ? .parametersComplete : .partial
         return inspection
-    }
-
-    /// `CONTENT_LENGTH` among FastCGI name-value pairs (lengths of one byte, or four with
-    /// the high bit set); nil when absent or not a plain decimal number.
-    static func declaredContentLength(_ pairs: [UInt8]) -> Int? {
-        var offset = 0
-        func length() -> Int? {
-            guard offset < pairs.count else { return nil }
-            if pairs[offset] & 0x80 == 0 {
-                offset += 1
-                return Int(pairs[offset - 1])
-            }
-            guard pairs.count - offset >= 4 else { return nil }
-            let value =
-                Int(pairs[offset] & 0x7f) << 24 | Int(pairs[offset + 1]) << 16 | Int(pairs[offset + 2]) << 8
-                | Int(pairs[offset + 3])
-            offset += 4
-            return value
-        }
-        let name = Array("CONTENT_LENGTH".utf8)
-        while let nameLength = length(), let valueLength = length() {
-            guard pairs.count - offset >= nameLength + valueLength else { return nil }
-            let valueStart = offset + nameLength
-            if pairs[offset..<valueStart].elementsEqual(name) {
-                let value = pairs[valueStart..<(valueStart + valueLength)]
-                guard !value.isEmpty, value.count <= 18, value.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
-                    return nil
-                }
-                return value.reduce(0) { $0 * 10 + Int($1 - 0x30) }
-            }
-            offset = valueStart + valueLength
-        }
-        return nil
     }
 
     private func shutDown(closing descriptors: [Int32]) {

@@ -48,8 +48,8 @@ public struct FastCGIRequest: Sendable {
 
     public var contentType: String? { param("CONTENT_TYPE").flatMap { $0.isEmpty ? nil : $0 } }
 
-    /// `CONTENT_LENGTH` when it is a plain decimal number; nil when absent or malformed.
-    public var contentLength: Int? { param("CONTENT_LENGTH").flatMap(Self.parseLength) }
+    /// `CONTENT_LENGTH` when it is a plain decimal number; nil when absent or empty.
+    public var contentLength: Int? { parameters.contentLength }
 
     public var remoteAddress: String? { param("REMOTE_ADDR") }
 
@@ -61,11 +61,6 @@ public struct FastCGIRequest: Sendable {
         return id
     }
 
-    /// Strict: ASCII digits only, no sign, no spaces, at most 18 digits (no overflow).
-    static func parseLength(_ text: String) -> Int? {
-        guard !text.isEmpty, text.utf8.count <= 18, text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
-            return nil
-        }
-        return Int(text)
-    }
+    /// Strict: ASCII digits only, no sign, no spaces, at most 18 significant digits (no overflow).
+    static func parseLength(_ text: String) -> Int? { FastCGIParameters.parseLength(text) }
 }

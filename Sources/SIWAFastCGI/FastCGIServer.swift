@@ -43,8 +43,9 @@ public final class FastCGIServer: Service {
     private let cleanedUp = Latch()
 
     /// Validates the configuration; nothing is opened until `start()` or `run()`.
-    /// `onRefusal` is told (on the acceptor's thread, once per connection) of each peer
-    /// closed without a worker after sending more than the largest allowed request.
+    /// `onRefusal` is told (on the acceptor's thread, once per connection, just before the
+    /// close) of each peer closed without a worker after beginning a request: more than the
+    /// largest allowed request, or parameters nginx never sends (`FastCGIRefusal`).
     public convenience init(
         configuration: FastCGIServerConfiguration,
         onRefusal: @escaping @Sendable (FastCGIRefusal) -> Void = { _ in },

@@ -41,9 +41,9 @@ final class FastCGIWorker: @unchecked Sendable {
         while let handed = acceptor.next() {
             let fd = handed.fd
             applyTimeouts(to: fd)
-            // Past the request's deadline the acceptor shuts this connection's reading side,
-            // which ends any read below at once: parameters and body share one deadline.
-            let deadlineWatch = acceptor.beginReading(fd, deadline: handed.deadline)
+            // Every byte read below is already in the socket: soon after this the acceptor
+            // shuts the connection's reading side, which ends a read still waiting at once.
+            let deadlineWatch = acceptor.beginReading(fd)
             request.pointee.ipcFd = fd
             // So that the finish inside FCGX_Accept_r keeps (does not close) this connection.
             request.pointee.keepConnection = 1
@@ -54,17 +54,18 @@ final class FastCGIWorker: @unchecked Sendable {
                 acceptor.endReading(deadlineWatch)
                 continue
             }
-            serveAcceptedRequest(deadlineWatch: deadlineWatch)
+            serveAcceptedRequest(parameters: handed.parameters, deadlineWatch: deadlineWatch)
         }
     }
 
-    private func serveAcceptedRequest(deadlineWatch: Int32) {
+    /// `parameters` are the acceptor's reading of the request, the one that judged it
+    /// ready: libfcgi's own copies (`envp`) are never looked at.
+    private func serveAcceptedRequest(parameters: FastCGIParameters, deadlineWatch: Int32) {
         // The connection's timeouts were set before FCGX_Accept_r read the parameters.
         let peerKeepsConnection = request.pointee.keepConnection != 0
-        let params = copyParams()
-        let body = readBody(declaredLength: params.value("CONTENT_LENGTH"))
+        let body = readBody(declaredLength: parameters.contentLength)
         acceptor.endReading(deadlineWatch)
-        let response = handler(FastCGIRequest(parameters: params, body: body))
+        let response = handler(FastCGIRequest(parameters: parameters, body: body))
         let bytes = response.serialized()
         bytes.withUnsafeBufferPointer { buffer in
             guard let base = buffer.baseAddress else { return }
@@ -107,25 +108,11 @@ final class FastCGIWorker: @unchecked Sendable {
         }
     }
 
-    /// Every parameter, copied now (as bytes into one buffer, no `String` made yet):
-    /// libfcgi frees them at the next finish or accept.
-    private func copyParams() -> FastCGIParameters {
-        var params = FastCGIParameters()
-        guard var cursor = request.pointee.envp else { return params }
-        while let entry = cursor.pointee {
-            entry.withMemoryRebound(to: UInt8.self, capacity: 1) { start in
-                params.append(entry: UnsafeBufferPointer(start: start, count: strlen(entry)))
-            }
-            cursor += 1
-        }
-        return params
-    }
-
     /// Reads at most `maximumBodyBytes + 1` bytes: one byte past the limit is proof enough.
-    private func readBody(declaredLength: String?) -> FastCGIRequest.Body {
-        let declared = declaredLength.flatMap(FastCGIRequest.parseLength)
+    /// `declared` is nil when `CONTENT_LENGTH` is absent or empty: the acceptor refused any
+    /// other value that is not a number.
+    private func readBody(declaredLength declared: Int?) -> FastCGIRequest.Body {
         if let declared, declared > maximumBodyBytes { return .tooLarge }
-        if let declaredLength, !declaredLength.isEmpty, declared == nil { return .incomplete }
         let limit = maximumBodyBytes + 1
         var body: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 16 * 1024)

@@ -84,13 +84,21 @@ struct ServeAssembly {
             keys: keys, breaker: breaker, stores: stores, spool: spool, drain: replayer, metrics: metrics,
             clock: clock, redisLocator: locator, deletionDuty: deletionDuty)
         let serverConfiguration = try fastCGIServerConfiguration(configuration)
+        let refusalLogs = Dictionary(
+            uniqueKeysWithValues: FastCGIRefusal.allCases.map {
+                ($0, RepeatedEventLog(event: "fastcgi_request_refused"))
+            })
         let server: FastCGIServer
         do throws(FastCGIError) {
             server = try FastCGIServer(
                 configuration: serverConfiguration,
-                // A local peer sent more than the largest allowed request: closed unanswered.
-                onRefusal: {
-                    EventLog.event("fastcgi_request_refused", level: "warning", [("reason", .string($0.rawValue))])
+                // A local peer sent what nginx never sends (more than the largest allowed
+                // request, parameters nginx never sends): closed unanswered. Counted each
+                // time; logged at once the first time for each reason, then summarised (a
+                // peer at rate must not turn the log into its own flood).
+                onRefusal: { refusal in
+                    metrics.recordFastCGIRefusal(refusal)
+                    refusalLogs[refusal]?.record(key: refusal.rawValue, [("reason", .string(refusal.rawValue))])
                 },
                 handler: { responder.handle($0) })
         } catch {

@@ -10,14 +10,16 @@ import SIWAVerification
 /// 0 the claims of a token whose signature checked out (mutated claims can never carry a
 /// valid signature, so the whole-body path alone would not reach them), 1 a spool segment
 /// as a crash may leave it, 2 a JWKS document from the network, 3 settings (`NAME=value`
-/// lines), 4 a URL or address setting (Redis URL, JWKS URL, FastCGI socket). Any other
+/// lines), 4 a URL or address setting (Redis URL, JWKS URL, FastCGI socket), 5 the first
+/// bytes of a FastCGI connection as the acceptor reads them (records, then the
+/// parameters, read once for the acceptor and the worker). Any other
 /// first byte: the whole input is a request body (a JSON body starts with `{`).
 ///
 /// Each parser's invariants are checked with `precondition`, so a violation is a crash
 /// libFuzzer keeps.
 package struct FuzzTarget: Sendable {
     package enum Selector: UInt8, CaseIterable {
-        case claims = 0, spoolSegment = 1, jwksDocument = 2, settings = 3, url = 4
+        case claims = 0, spoolSegment = 1, jwksDocument = 2, settings = 3, url = 4, fastCGIRequest = 5
     }
 
     /// What an input came to: accepted (a verified notification, a record, a key set,
@@ -49,6 +51,7 @@ package struct FuzzTarget: Sendable {
         case .jwksDocument: return jwksDocument(input)
         case .settings: return settings(input)
         case .url: return url(input)
+        case .fastCGIRequest: return fastCGIRequest(input)
         }
     }
 
@@ -167,5 +170,37 @@ package struct FuzzTarget: Sendable {
             accepted.append("jwks")
         }
         return accepted.isEmpty ? .refused("no parser accepts it") : .accepted(accepted.joined(separator: ","))
+    }
+
+    /// A FastCGI connection's first bytes, as the acceptor reads them. Invariants: the
+    /// reading is the same twice; parameters read are names without a control byte or `=`,
+    /// each once, and written out again they read back the same, with the same length.
+    func fastCGIRequest(_ bytes: [UInt8]) -> Outcome {
+        let look = FastCGIRequestReading.look(bytes)
+        precondition(FastCGIRequestReading.look(bytes) == look, "the same bytes read two ways")
+        switch look.parameters {
+        case nil: return .refused("parameters incomplete: \(look.state)")
+        case .failure(let refusal): return .refused(refusal.rawValue)
+        case .success(let parameters):
+            for name in parameters.keys {
+                precondition(!name.utf8.contains { $0 < 0x20 || $0 == 0x7f || $0 == UInt8(ascii: "=") }, "a name read")
+            }
+            var stream: [UInt8] = []
+            for (name, value) in parameters {
+                for length in [name.utf8.count, value.utf8.count] {
+                    if length < 0x80 {
+                        stream.append(UInt8(length))
+                    } else {
+                        stream += [
+                            UInt8(0x80 | (length >> 24)), UInt8((length >> 16) & 0xff), UInt8((length >> 8) & 0xff),
+                            UInt8(length & 0xff),
+                        ]
+                    }
+                }
+                stream += Array(name.utf8) + Array(value.utf8)
+            }
+            precondition(FastCGIRequestReading.read(stream) == .success(parameters), "parameters written out read back")
+            return .accepted("\(look.state) length \(look.contentLength.map(String.init) ?? "none")")
+        }
     }
 }

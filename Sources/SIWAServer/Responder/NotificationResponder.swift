@@ -31,6 +31,8 @@ public final class NotificationResponder: Sendable {
     public let clientTraffic: ClientTraffic
     /// Where its lines go: each request's, and what it sees happen.
     let log: EventLog.Sink
+    /// Each probe path's last answer: its line is written when that changes.
+    let probeAnswers = ProbeAnswerLog()
 
     /// The parts come built and wired (see serve's `ServeAssembly`): the responder starts
     /// nothing and builds nothing.
@@ -82,20 +84,38 @@ public final class NotificationResponder: Sendable {
         }
         let elapsed = clock.monotonic() - started
         let seconds = elapsed.inSeconds
-        metrics.recordRequest(
-            status: result.status, outcome: result.outcome, type: result.type ?? "", code: result.errorCode ?? "",
-            seconds: seconds)
-        if request.path == configuration.requests.notificationPath || result.status >= 500 {
+        func writeLine(_ extra: [(String, JSONValue)] = []) {
             log.request(
                 requestID: request.requestID ?? "-", method: request.method, path: Self.loggablePath(request.path),
                 status: result.status, outcome: result.outcome, errorCode: result.errorCode, type: result.type,
-                clientID: result.clientID, durationMilliseconds: seconds * 1000, extra: result.logFields)
+                clientID: result.clientID, durationMilliseconds: seconds * 1000, extra: result.logFields + extra)
+        }
+        if Self.isProbe(request) {
+            // Counted apart from the traffic, and a line only when its answer changes.
+            metrics.recordProbe(path: request.path, status: result.status)
+            let answer = ProbeAnswerLog.Answer(
+                status: result.status, detail: result.status == 200 ? "" : JSONWriter.object(result.logFields))
+            if let previous = probeAnswers.change(path: request.path, to: answer) {
+                writeLine([("previous_status", .integer(Int64(previous.status)))])
+            }
+        } else {
+            metrics.recordRequest(
+                status: result.status, outcome: result.outcome, type: result.type ?? "", code: result.errorCode ?? "",
+                seconds: seconds)
+            if request.path == configuration.requests.notificationPath || result.status >= 500 { writeLine() }
         }
         var headers = result.headers
         if result.status == 503 { headers.append(retryAfter) }
         headers.append(FastCGIResponse.Header("Cache-Control", "no-store"))
         return FastCGIResponse(
             status: result.status, contentType: result.contentType, body: result.body, headers: headers)
+    }
+
+    /// A probe: `/healthz`, `/healthz/live` or `/healthz/ready` asked with GET or HEAD
+    /// (any other method on them is a 405 like any other request's).
+    static func isProbe(_ request: FastCGIRequest) -> Bool {
+        (request.path == "/healthz" || request.path == livenessPath || request.path == readinessPath)
+            && (request.method == "GET" || request.method == "HEAD")
     }
 
     func route(_ request: FastCGIRequest) -> Reply {
@@ -273,7 +293,9 @@ public final class NotificationResponder: Sendable {
             status: reasons.isEmpty ? 200 : 503, outcome: reasons.isEmpty ? "healthy" : "unhealthy",
             body: JSONWriter.object(
                 members + Self.circuitMembers(redis) + redisPrimaryMembers()
-                    + (reasons.isEmpty ? [] : [("reason", .string(reasons.joined(separator: "; ")))])))
+                    + (reasons.isEmpty ? [] : [("reason", .string(reasons.joined(separator: "; ")))])),
+            // The line written when the answer changes says why (a change of reason is a change).
+            logFields: reasons.isEmpty ? [] : [("reason", .string(reasons.joined(separator: "; ")))])
     }
 
     /// How long /healthz waits for Redis's PING: it answers within 100 ms whatever Redis does.

@@ -134,7 +134,9 @@ extension NotificationResponder {
             status: readiness.isReady ? 200 : 503,
             // "unhealthy" like a failing /healthz: a probe's 503 is not an answer to Apple,
             // and the 5xx alert leaves it out.
-            outcome: readiness.isReady ? "ready" : "unhealthy", body: readiness.body)
+            outcome: readiness.isReady ? "ready" : "unhealthy", body: readiness.body,
+            // The line written when the answer changes names the reasons.
+            logFields: readiness.isReady ? [] : [("reasons", .array(readiness.reasons.map { .string($0.rawValue) }))])
     }
 }
 

@@ -1,3 +1,4 @@
+import SIWAFastCGI
 import Synchronization
 
 /// Counters for `GET /metrics`, in the Prometheus text format. Shared by every worker.
@@ -19,6 +20,15 @@ public final class ServerMetrics: Sendable {
         var tornSpoolRecords = 0
         var rejectedSpoolRecords = 0
         var replicaShortfalls = 0
+        /// Probe answers, by path and status: apart from `requests`, which counts traffic.
+        var probes: [ProbeKey: Int] = [:]
+        /// Connections the FastCGI acceptor closed without a worker, by reason.
+        var fastCGIRefusals: [FastCGIRefusal: Int] = [:]
+    }
+
+    struct ProbeKey: Hashable {
+        let path: String
+        let status: Int
     }
 
     /// Upper bounds of the request-duration histogram, in seconds.
@@ -38,6 +48,18 @@ public final class ServerMetrics: Sendable {
             state.durationSum += seconds
             state.durationCount += 1
         }
+    }
+
+    /// One probe answer (`/healthz`, `/healthz/live`, `/healthz/ready`): counted here, not
+    /// in `siwa_requests_total` nor the duration histogram, so that a balancer's and an
+    /// orchestrator's probes every few seconds do not drown the traffic they are beside.
+    public func recordProbe(path: String, status: Int) {
+        state.withLock { $0.probes[ProbeKey(path: path, status: status), default: 0] += 1 }
+    }
+
+    /// A connection the FastCGI acceptor closed without a worker.
+    public func recordFastCGIRefusal(_ refusal: FastCGIRefusal) {
+        state.withLock { $0.fastCGIRefusals[refusal, default: 0] += 1 }
     }
 
     public func recordRedisError() { state.withLock { $0.redisErrors += 1 } }
@@ -61,6 +83,22 @@ public final class ServerMetrics: Sendable {
         for (key, count) in sorted {
             lines.append(
                 #"siwa_requests_total{status="\#(key.status)",outcome="\#(Self.labelValue(key.outcome))",type="\#(Self.labelValue(key.type))",code="\#(Self.labelValue(key.code))"} \#(count)"#
+            )
+        }
+        lines.append(
+            "# HELP siwa_probe_answers_total Answers to /healthz, /healthz/live and /healthz/ready, by path and status."
+        )
+        lines.append("# TYPE siwa_probe_answers_total counter")
+        for (key, count) in snapshot.probes.sorted(by: { ($0.key.path, $0.key.status) < ($1.key.path, $1.key.status) })
+        {
+            lines.append(#"siwa_probe_answers_total{path="\#(key.path)",status="\#(key.status)"} \#(count)"#)
+        }
+        lines.append(
+            "# HELP siwa_fastcgi_refused_total FastCGI connections closed unanswered, without a worker, by reason.")
+        lines.append("# TYPE siwa_fastcgi_refused_total counter")
+        for refusal in FastCGIRefusal.allCases {
+            lines.append(
+                #"siwa_fastcgi_refused_total{reason="\#(refusal.rawValue)"} \#(snapshot.fastCGIRefusals[refusal] ?? 0)"#
             )
         }
         lines.append("# HELP siwa_request_duration_seconds Time from request to response, in the responder.")
