@@ -60,7 +60,7 @@ extension RevokeCommand {
     static func revocation(_ configuration: ReconcileConfiguration, rate: Double) -> AppleTokenRevocation {
         AppleTokenRevocation(
             revokeURL: configuration.revokeURL,
-            client: ReconcileCommand.appleClient(configuration, pacer: Pacer(interval: .seconds(1 / rate))))
+            client: ReconcileCommand.appleClient(configuration, pacer: ReconcileCommand.pacer(rate: rate)))
     }
 }
 
