@@ -76,9 +76,7 @@ enum ReconcileCommand {
     /// `apple_asked_to_wait` line, so a long pause is never silent.
     static func pacer(rate: Double) -> RequestPacer {
         RequestPacer(interval: .seconds(1 / rate)) { hold in
-            EventLog.event(
-                "apple_asked_to_wait", level: "warning",
-                [("seconds", .number(Double(hold.components.seconds) + Double(hold.components.attoseconds) / 1e18))])
+            EventLog.event("apple_asked_to_wait", level: "warning", [("wait_ms", .integer(hold.wholeMilliseconds))])
         }
     }
 

@@ -316,16 +316,23 @@ private final class TransferRun {
         do {
             try refuseClosedWindow(date)
             warnOfMixedURLs()
-            // The directory before Redis: a refusal here records nothing, not even the date.
+            // The directory and its files before Redis: a refusal here records nothing, not
+            // even the date.
             let directory: OutputDirectory
             do {
                 directory = try OutputDirectory(outDirectory)
             } catch {
                 throw Stop(status: 2, message: error.message)
             }
+            let files = try openFiles(directory)
             let window = try self.window(date, correcting: correcting)
+            if window.targetReplaced {
+                // Their lines were for the team this run replaced: the hand-off starts anew.
+                for file in files where !file.startOver() {
+                    throw Stop(status: 1, message: "emptying \(file.path) failed; the run stopped")
+                }
+            }
             let done = try markPending(entries, legacyTarget: window.legacyTarget, expiresAt: window.expiresAt)
-            let files = try openFiles(directory, startOver: window.targetReplaced)
             toDo = entries.count - done.count
             EventLog.event(
                 "transfer_started",
@@ -474,24 +481,18 @@ private final class TransferRun {
         return done
     }
 
-    /// The run's files in `directory`; `startOver` empties the export's files first (their
-    /// lines were for a target team this run replaced).
-    private func openFiles(_ directory: OutputDirectory, startOver: Bool) throws -> [AppendedLines] {
+    /// The run's files in `directory`.
+    private func openFiles(_ directory: OutputDirectory) throws -> [AppendedLines] {
         let names: [(String, mode_t)] =
             direction == .export
             ? [("transfer-ids.txt", 0o644), ("export-mapping.jsonl", 0o600)] : [("import-mapping.jsonl", 0o600)]
         var files: [AppendedLines] = []
         for (name, mode) in names {
-            let file: AppendedLines
             do {
-                file = try directory.file(name, mode: mode)
+                files.append(try directory.file(name, mode: mode))
             } catch {
                 throw Stop(status: 2, message: error.message)
             }
-            if startOver, !file.startOver() {
-                throw Stop(status: 1, message: "emptying \(file.path) failed; the run stopped")
-            }
-            files.append(file)
         }
         return files
     }
