@@ -105,7 +105,8 @@ enum Output {
     static func write(_ text: String) {
         guard let failure = writeAll(1, Array(text.utf8)) else { return }
         if failure == EPIPE { _exit(closedPipeStatus) }
-        _ = writeAll(2, Array("siwa-endpoint: writing standard output failed: \(String(cString: strerror(failure)))\n".utf8))
+        _ = writeAll(
+            2, Array("siwa-endpoint: writing standard output failed: \(String(cString: strerror(failure)))\n".utf8))
         _exit(1)
     }
 

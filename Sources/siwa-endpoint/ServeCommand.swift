@@ -65,7 +65,9 @@ enum ServeCommand {
             // check run as root can pass where the service's cannot read.
             let checker = getpwuid(geteuid()).map { String(cString: $0.pointee.pw_name) } ?? "uid \(geteuid())"
             Output.write(
-                String(decoding: EventLog.eventLine("configuration_valid", [("checked_as", .string(checker))]), as: UTF8.self))
+                String(
+                    decoding: EventLog.eventLine("configuration_valid", [("checked_as", .string(checker))]),
+                    as: UTF8.self))
             return 0
         }
         return serve(configuration, redisAtStart: redis)

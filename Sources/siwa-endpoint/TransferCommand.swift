@@ -231,7 +231,9 @@ private final class AppendedLines {
         var existing: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65_536)
         while true {
-            let count = buffer.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, $0.count, off_t(existing.count)) }
+            let count = buffer.withUnsafeMutableBytes {
+                pread(descriptor, $0.baseAddress, $0.count, off_t(existing.count))
+            }
             if count < 0, errno == EINTR { continue }
             guard count >= 0 else {
                 close(descriptor)
@@ -346,7 +348,8 @@ private final class TransferRun {
                 if let answer = done[entry.identifier] {
                     if direction == .export {
                         // Its lines again where the files lack them (another --out, a corrected target).
-                        try write(files, exportLines(subject: entry.identifier, transferSubject: answer), line: entry.line)
+                        try write(
+                            files, exportLines(subject: entry.identifier, transferSubject: answer), line: entry.line)
                     }
                     counts["skipped", default: 0] += 1
                     report([("line", .integer(Int64(entry.line))), (idName, .string(entry.identifier))], "skipped")
@@ -394,7 +397,10 @@ private final class TransferRun {
         log(
             "apple_urls_differ", level: "warning",
             [
-                ("message", .string("SIWA_APPLE_TOKEN_URL and SIWA_APPLE_MIGRATION_URL name different servers: set both")),
+                (
+                    "message",
+                    .string("SIWA_APPLE_TOKEN_URL and SIWA_APPLE_MIGRATION_URL name different servers: set both")
+                ),
                 ("token_url", .string(configuration.tokenURL)), ("migration_url", .string(configuration.migrationURL)),
             ])
     }
@@ -517,7 +523,8 @@ private final class TransferRun {
             : "check --target (the recipient's team ID) and --client-id"
         log("transfer_every_user_refused", level: "warning", [("refused", .integer(Int64(refused)))])
         Output.error(
-            "siwa-endpoint \(name): Apple refused every user asked (\(refused)): \(why) (refused users are asked again)")
+            "siwa-endpoint \(name): Apple refused every user asked (\(refused)): \(why) (refused users are asked again)"
+        )
     }
 
     private func process(_ entry: (line: Int, identifier: String), files: [AppendedLines], expiresAt: Int64) throws {
@@ -539,7 +546,8 @@ private final class TransferRun {
         case .exchanged(let answer):
             if direction == .export {
                 let transferSubject = answer["transfer_sub"] ?? ""
-                try write(files, exportLines(subject: entry.identifier, transferSubject: transferSubject), line: entry.line)
+                try write(
+                    files, exportLines(subject: entry.identifier, transferSubject: transferSubject), line: entry.line)
                 do {
                     try store.recordExport(
                         subject: entry.identifier, target: target ?? "", transferSubject: transferSubject, error: nil,
@@ -635,7 +643,8 @@ private final class TransferRun {
         guard !code.hasPrefix("http_"), code != "answer_invalid" else { return }
         let (setting, url) =
             reason.hasPrefix("token_")
-            ? ("SIWA_APPLE_TOKEN_URL", configuration.tokenURL) : ("SIWA_APPLE_MIGRATION_URL", configuration.migrationURL)
+            ? ("SIWA_APPLE_TOKEN_URL", configuration.tokenURL)
+            : ("SIWA_APPLE_MIGRATION_URL", configuration.migrationURL)
         guard unreachableNamed.insert(setting).inserted else { return }
         let tls = code.hasPrefix("tls_") || code == "ca_file_unusable"
         log(

@@ -42,7 +42,9 @@ public struct AppleTokenRevocation: Sendable {
         client.retrying { attemptOnce(clientID: clientID, token: token, kind: kind) }
     }
 
-    private func attemptOnce(clientID: String, token: String, kind: TokenKind) -> (Verdict, retry: AppleTokenCheck.Retry) {
+    private func attemptOnce(clientID: String, token: String, kind: TokenKind) -> (
+        Verdict, retry: AppleTokenCheck.Retry
+    ) {
         let response: HTTPSResponse
         switch client.postSigned(
             revokeURL, clientID: clientID,

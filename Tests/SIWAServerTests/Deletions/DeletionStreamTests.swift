@@ -220,7 +220,8 @@ struct DeletionStreamTests {
                 sub, direction: .export, target: "RECIPIENT1", legacyTarget: "RECIPIENT1", expiresAt: expiry)
         }
         try store.recordExport(
-            subject: "000080.a", target: "RECIPIENT1", transferSubject: "tr.80.a", error: nil, at: date + 1000, expiresAt: expiry)
+            subject: "000080.a", target: "RECIPIENT1", transferSubject: "tr.80.a", error: nil, at: date + 1000,
+            expiresAt: expiry)
         let monitor = DeletionDutyMonitor(
             connection: RedisConnection(endpoint: try RedisEndpoint(parsing: fixture.server.url())),
             key: "siwa:deletions", clock: .system,

@@ -198,7 +198,8 @@ struct TransferCorrectionTests {
         let hardLinked = base.appendingPathComponent("hard-linked").path
         #expect(mkdir(hardLinked, 0o700) == 0)
         #expect(link(victim, hardLinked + "/transfer-ids.txt") == 0)
-        cases.append((hardLinked, "transfer-ids.txt is not a regular file of the user running the command with one link"))
+        cases.append(
+            (hardLinked, "transfer-ids.txt is not a regular file of the user running the command with one link"))
         let underAFile = victim + "/out"
         cases.append((underAFile, "cannot create \(underAFile): Not a directory"))
 

@@ -67,13 +67,15 @@ final class TransferStack {
         let path = base.directory.appendingPathComponent("migration.json").path
         try JSONWriter.object([("export", .object(exports)), ("import", .object(imports))])
             .write(toFile: path, atomically: true, encoding: .utf8)
-        base.standinArguments = [
-            "--migration", path, "--recipient-team-id", Self.recipientTeam, "--recipient-key-id", Self.recipientKeyID,
-            "--recipient-public-key", base.directory.appendingPathComponent("recipient-public.pem").path,
-            "--access-token-seconds", String(accessTokenSeconds), "--access-token-uses", String(accessTokenUses),
-            "--stall-seconds", String(stallSeconds), "--retry-after-seconds", String(retryAfterSeconds),
-            "--other-team-ids", Self.otherTeam,
-        ] + (transferCompletes ? [] : ["--transfer-completed-file", transferCompletedFile])
+        base.standinArguments =
+            [
+                "--migration", path, "--recipient-team-id", Self.recipientTeam, "--recipient-key-id",
+                Self.recipientKeyID,
+                "--recipient-public-key", base.directory.appendingPathComponent("recipient-public.pem").path,
+                "--access-token-seconds", String(accessTokenSeconds), "--access-token-uses", String(accessTokenUses),
+                "--stall-seconds", String(stallSeconds), "--retry-after-seconds", String(retryAfterSeconds),
+                "--other-team-ids", Self.otherTeam,
+            ] + (transferCompletes ? [] : ["--transfer-completed-file", transferCompletedFile])
         try base.startStandin()
     }
 

@@ -419,7 +419,8 @@ struct TransferTests {
         #expect(down.status == 3)
         #expect(down.errors.contains("Redis failed"))
         #expect(
-            try FileManager.default.contentsOfDirectory(atPath: stack.outDirectory).sorted() == ["import-mapping.jsonl"])
+            try FileManager.default.contentsOfDirectory(atPath: stack.outDirectory).sorted() == ["import-mapping.jsonl"]
+        )
         #expect(stack.file("import-mapping.jsonl") == "", "checked (made) before Redis, nothing written in it")
         #expect(try stack.migrationLog().filter { $0["endpoint"] == "migration" }.count == 1)
     }
