@@ -106,21 +106,22 @@ public struct AppleTokenCheck: Sendable {
         case unreachable(String)
     }
 
-    /// The one way every call to Apple is made: a fresh client secret for `clientID`, the
-    /// pacer's wait, then a POST of the form `form` builds around that secret (with
+    /// The one way every call to Apple is made: the pacer's wait, a fresh client secret for
+    /// `clientID`, then a POST of the form `form` builds around that secret (with
     /// `bearerToken` when given). A `429` tells the pacer (its `Retry-After`, or the retry
     /// delay) before the caller reads the status.
     func postSigned(
         _ url: String, clientID: String, bearerToken: String? = nil,
         form: (_ clientSecret: String) -> [(String, String)]
     ) -> SignedRequest {
+        // The wait first: a Retry-After can outlast the secret's five minutes.
+        pacer.wait()
         let clientSecret: String
         do {
             clientSecret = try secret.make(clientID: clientID, issuedAt: nowSeconds())
         } catch {
             return .secretFailed
         }
-        pacer.wait()
         let response: HTTPSResponse
         do {
             response = try fetcher.post(
