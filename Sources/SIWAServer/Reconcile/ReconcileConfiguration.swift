@@ -27,10 +27,12 @@ public struct ReconcileConfiguration: Sendable {
             }),
         .optional(
             .applePrivateKeyFile, shown: "(required by the Apple commands)",
-            "reconcile, revoke, canary, transfer: that key's `.p8` file (PKCS#8 PEM, EC P-256)", { text throws(SettingProblem) in text }),
+            "reconcile, revoke, canary, transfer: that key's `.p8` file (PKCS#8 PEM, EC P-256)",
+            { text throws(SettingProblem) in text }),
         .parsed(
             .appleTokenURL, default: defaultTokenURL,
-            "reconcile, revoke, canary, transfer: Apple's token endpoint (transfer's access token too); https only (http only to loopback); naming a stand-in, set the revoke and migration URLs beside it", ServerConfiguration.httpsURL),
+            "reconcile, revoke, canary, transfer: Apple's token endpoint (transfer's access token too); https only (http only to loopback); naming a stand-in, set the revoke and migration URLs beside it",
+            ServerConfiguration.httpsURL),
         .parsed(
             .appleRevokeURL, default: AppleTokenRevocation.defaultRevokeURL,
             "revoke and canary: Apple's token revocation endpoint; https only (http only to loopback)",
@@ -48,11 +50,13 @@ public struct ReconcileConfiguration: Sendable {
             "reconcile, revoke, canary, transfer: whole timeout of one request to Apple"),
         .integer(
             .appleAttempts, default: AppleTokenCheck.defaultAttempts, in: AppleTokenCheck.attemptsRange,
-            "reconcile, revoke, canary, transfer: tries per request on 5xx or a timeout (a 429 waits its Retry-After and uses none)"),
+            "reconcile, revoke, canary, transfer: tries per request on 5xx or a timeout (a 429 waits its Retry-After and uses none)"
+        ),
         .integer(
             .appleRetryDelay, default: AppleTokenCheck.defaultRetryDelayMilliseconds,
             in: AppleTokenCheck.retryDelayMillisecondsRange,
-            "reconcile, revoke, canary, transfer: wait before the first retry, doubled for each next one (a 429 without Retry-After waits this long)"),
+            "reconcile, revoke, canary, transfer: wait before the first retry, doubled for each next one (a 429 without Retry-After waits this long)"
+        ),
     ]
 
     /// The rows of the table reconcile reads: its own and every one of serve's Redis settings
