@@ -220,6 +220,33 @@ struct TransferCorrectionTests {
         #expect((attributes[.posixPermissions] as? NSNumber)?.intValue == 0o700)
     }
 
+    @Test(
+        "Apple not reached: the setting that names the URL in one line; a token URL moved without the migration URL warned at start"
+    )
+    func namesTheSettingToCheck() throws {
+        let stack = try TransferStack()
+        defer { stack.shutdown() }
+        try stack.start()
+        let closed = "https://localhost:\(try LoopbackPort.free())/auth/usermigrationinfo"
+        let unreached = try stack.run(
+            "export", ["000095.a", "000095.b"], overriding: ["SIWA_APPLE_MIGRATION_URL": closed])
+        #expect(unreached.status == 1)
+        #expect(stack.outcomes(unreached.output).map { $0["reason"] ?? "" } == ["connect_failed", "connect_failed"])
+        let named = ReconcileTests().logLines(unreached.errors).filter { $0["event"] == "apple_unreachable" }
+        #expect(named.map { $0["setting"] ?? "" } == ["SIWA_APPLE_MIGRATION_URL"], "once per run")
+        #expect(named.first?["url"] == closed)
+
+        // Only the migration URL moved (the token URL left at Apple's): said before anything
+        // is asked; Redis unreachable here stops the run before any request leaves.
+        var environment = stack.environment(.sender)
+        environment["SIWA_APPLE_TOKEN_URL"] = nil
+        environment["SIWA_REDIS_URL"] = "redis://127.0.0.1:\(try LoopbackPort.free())"
+        environment["SIWA_REDIS_TIMEOUT_MS"] = "300"
+        let mixed = try CommandRun.endpoint(try stack.arguments("export", ["000095.a"]), environment: environment)
+        #expect(mixed.status == 3)
+        #expect(ReconcileTests().logLines(mixed.errors).contains { $0["event"] == "apple_urls_differ" })
+    }
+
     @Test("standard output closed under a run: exit 141 after the first user's records, quietly; the rerun goes on")
     func closedPipeMidRun() throws {
         let stack = try TransferStack()
