@@ -49,7 +49,8 @@ answer "ok", "invalid_request" (a user who cannot be migrated), "error429_once",
 "error500", "stall_once" (the first request waits --stall-seconds, 30 by default, then
 answers 500), "throttle_once" (the first request is answered 429 with `Retry-After:
 --retry-after-seconds`; until that time has passed, every request to either endpoint is
-answered 429 again and logged with "early": "true", as Apple's limiter would); a user not
+answered 429 again and logged with "early": "true", as Apple's limiter would),
+"unavailable_once" (the same with 503 and its Retry-After); a user not
 in the file is invalid_request. With --transfer-completed-file, the recipient's requests
 are answered 400 invalid_request (logged "not_yet") while that file does not exist: the
 transfer has not completed. A target in --other-team-ids (a real team, not the recipient)
@@ -366,10 +367,12 @@ def make_handler(standin: Standin):
                 return self.answer(500, {"error": "server_error"})
             if answer == "error429":
                 return self.answer(429, {"error": "too_many_requests"})
-            if answer == "throttle":
+            if answer in ("throttle", "unavailable"):
                 with standin.lock:
                     standin.hold_until = time.time() + standin.args.retry_after_seconds
-                return self.answer(429, {"error": "too_many_requests"}, retry_after=str(standin.args.retry_after_seconds))
+                status = 429 if answer == "throttle" else 503
+                return self.answer(status, {"error": "too_many_requests" if status == 429 else "server_error"},
+                                   retry_after=str(standin.args.retry_after_seconds))
             if answer == "error500":
                 return self.answer(500, {"error": "server_error"})
             if answer != "ok":

@@ -8,7 +8,7 @@ import SIWAVerification
 /// `200`: still valid. `400 invalid_grant`: refused. `400 invalid_client` or
 /// `unauthorized_client`: our configuration is wrong (key, key ID, team ID, client
 /// ID), never a user's state. `5xx`, a timeout or a failed connection: retried with a
-/// doubling delay, then unknown. `429`: Apple asks the run to slow down: the pacer holds
+/// doubling delay (a `503`'s `Retry-After` waited for too), then unknown. `429`: Apple asks the run to slow down: the pacer holds
 /// every request back for the answer's `Retry-After` (the retry delay when it has none)
 /// and halves the pace, and the same request is asked again; a `429` does not use up an
 /// attempt, but `throttledAttempts` of them in a row end the request unknown (`http_429`).
@@ -109,7 +109,7 @@ public struct AppleTokenCheck: Sendable {
     /// The one way every call to Apple is made: the pacer's wait, a fresh client secret for
     /// `clientID`, then a POST of the form `form` builds around that secret (with
     /// `bearerToken` when given). A `429` tells the pacer (its `Retry-After`, or the retry
-    /// delay) before the caller reads the status.
+    /// delay), and so does a `503` that has a `Retry-After`, before the caller reads the status.
     func postSigned(
         _ url: String, clientID: String, bearerToken: String? = nil,
         form: (_ clientSecret: String) -> [(String, String)]
@@ -129,9 +129,12 @@ public struct AppleTokenCheck: Sendable {
         } catch {
             return .unreachable(error.code.rawValue)
         }
+        let asked = response.retryAfter.flatMap { RetryAfter.seconds($0, nowSeconds: nowSeconds()) }
         if response.status == 429 {
-            let asked = response.retryAfter.flatMap { RetryAfter.seconds($0, nowSeconds: nowSeconds()) }
             pacer.throttled(hold: asked.map { .seconds($0) } ?? .milliseconds(retryDelayMilliseconds))
+        } else if response.status == 503, let asked {
+            // Unavailable, back then: the retry waits for that too.
+            pacer.unavailable(hold: .seconds(asked))
         }
         return .answered(response)
     }

@@ -35,11 +35,20 @@ public final class RequestPacer: Sendable {
     /// A `429`: the pace halves (down to `slowest`) and no request starts for `hold`
     /// (Apple's `Retry-After`, at most `longestHold`).
     public func throttled(hold: Duration) {
+        self.hold(hold, slowingDown: true)
+    }
+
+    /// A `503` with a `Retry-After`: no request starts for `hold`; the pace stays.
+    public func unavailable(hold: Duration) {
+        self.hold(hold, slowingDown: false)
+    }
+
+    private func hold(_ hold: Duration, slowingDown: Bool) {
         let hold = min(max(hold, .zero), Self.longestHold)
         onHold(hold)
         let until = ContinuousClock.now + hold
         state.withLock { state in
-            state.current = min(state.current * 2, Self.slowest)
+            if slowingDown { state.current = min(state.current * 2, Self.slowest) }
             state.next = max(state.next, until)
         }
     }
