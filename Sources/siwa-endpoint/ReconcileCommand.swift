@@ -22,8 +22,9 @@ enum ReconcileCommand {
         For each user not checked in the last 24 hours, posts the refresh token to
         Apple's token endpoint with a fresh ES256 client secret. 200: still valid.
         400 invalid_grant: refused, and the user's sessions_revoked_at moves to the
-        check time. 5xx, 429, timeouts: retried, then unknown. 400 invalid_client:
-        a configuration error, the run stops.
+        check time. 5xx, timeouts: retried, then unknown. 429: every request waits for
+        its Retry-After, the pace halves, the user is asked again (ten in a row: unknown).
+        400 invalid_client: a configuration error, the run stops.
 
         --rate N   at most N requests per second (default 5; from 0.01, one request
                    every 100 seconds, to 100)
