@@ -327,9 +327,11 @@ private final class TransferRun {
                 throw Stop(status: 2, message: error.message)
             }
             let files = try openFiles(directory)
-            let window = try self.window(date, correcting: correcting)
-            if window.targetReplaced {
-                // Their lines were for the team this run replaced: the hand-off starts anew.
+            let window = try self.window(date, correcting: correcting) {
+                // Their lines are for the team this run replaces: the hand-off starts anew,
+                // before Redis holds the new team (a run killed in between starts it anew
+                // again; users done for the old team are exported again, those done for the
+                // new one have their lines written again from Redis).
                 for file in files where !file.startOver() {
                     throw Stop(status: 1, message: "emptying \(file.path) failed; the run stopped")
                 }
@@ -405,18 +407,18 @@ private final class TransferRun {
             ])
     }
 
-    /// What the run works with: the transfer date recorded, the records' expiry, the target
-    /// team a record naming none was made for, and whether this run replaced the target.
+    /// What the run works with: the transfer date recorded, the records' expiry, and the
+    /// target team a record naming none was made for.
     struct Window {
         let date: Int64
         let expiresAt: Int64
         let legacyTarget: String?
-        let targetReplaced: Bool
     }
 
-    /// Records `date` and the target on the first run, or replaces them when `correcting`;
-    /// refuses another date or target without it.
-    private func window(_ date: Int64?, correcting: Bool) throws -> Window {
+    /// Records `date` and the target on the first run, or replaces them when `correcting`
+    /// (calling `beforeReplacingTarget` first when the target changes); refuses another date
+    /// or target without it.
+    private func window(_ date: Int64?, correcting: Bool, beforeReplacingTarget: () throws -> Void) throws -> Window {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let recorded: (date: Int64?, target: String?)
         let stored: Int64?
@@ -435,6 +437,9 @@ private final class TransferRun {
                     message: "the users of \(clientID) were exported for team \(recordedTarget), not \(target); if "
                         + "\(recordedTarget) was a mistake, run again with --correct: every user is exported again for "
                         + "\(target) and the export files are written anew (hand over only the new transfer-ids.txt)")
+            }
+            if correcting, let target, let recordedTarget = recorded.target, target != recordedTarget {
+                try beforeReplacingTarget()
             }
             stored = try store.recordWindow(date: date, target: target, replacing: correcting, at: now)
         } catch let error as RedisError {
@@ -463,7 +468,7 @@ private final class TransferRun {
         }
         return Window(
             date: stored, expiresAt: stored + TransferStore.recordLifetime.wholeMilliseconds,
-            legacyTarget: recorded.target ?? target, targetReplaced: targetReplaced)
+            legacyTarget: recorded.target ?? target)
     }
 
     /// Adds every identifier not done yet to the pending set; returns those done, with their
