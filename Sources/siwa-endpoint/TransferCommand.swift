@@ -348,7 +348,7 @@ private final class TransferRun {
                 ] + (target.map { [("target", JSONValue.string($0))] } ?? []))
             for entry in entries {
                 if let answer = done[entry.identifier] {
-                    if direction == .export {
+                    if direction == .export, UserKeyPart.isValidSubject(answer) {
                         // Its lines again where the files lack them (another --out, a corrected target).
                         try write(
                             files, exportLines(subject: entry.identifier, transferSubject: answer), line: entry.line)
