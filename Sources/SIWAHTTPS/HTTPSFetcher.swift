@@ -165,7 +165,8 @@ public struct HTTPSFetcher: Sendable {
                 }
                 guard setup == CURLE_OK else { return (setup, 0) }
                 let result = curl_easy_perform(handle)
-                if extras != nil, let value = siwa_curl_response_header(handle, "Retry-After") {
+                // Read on every answer: a webhook receiver's and Apple's 429 both carry it.
+                if let value = siwa_curl_response_header(handle, "Retry-After") {
                     retryAfter = String(cString: value)
                 }
                 return (result, siwa_curl_response_code(handle))
@@ -266,7 +267,7 @@ private final class ParsedURL {
 public struct HTTPSResponse: Sendable, Equatable {
     public let status: Int
     public let body: [UInt8]
-    /// The `Retry-After` header as the server wrote it (webhook posts only).
+    /// The `Retry-After` header as the server wrote it (`RetryAfter` reads it), or nil.
     public let retryAfter: String?
 
     public init(status: Int, body: [UInt8], retryAfter: String? = nil) {

@@ -22,8 +22,9 @@ enum ReconcileCommand {
         For each user not checked in the last 24 hours, posts the refresh token to
         Apple's token endpoint with a fresh ES256 client secret. 200: still valid.
         400 invalid_grant: refused, and the user's sessions_revoked_at moves to the
-        check time. 5xx, 429, timeouts: retried, then unknown. 400 invalid_client:
-        a configuration error, the run stops.
+        check time. 5xx, timeouts: retried, then unknown. 429: every request waits for
+        its Retry-After, the pace halves, the user is asked again (ten in a row: unknown).
+        400 invalid_client: a configuration error, the run stops.
 
         --rate N   at most N requests per second (default 5; from 0.01, one request
                    every 100 seconds, to 100)
@@ -61,7 +62,7 @@ enum ReconcileCommand {
     /// The client every command that calls Apple's token endpoints uses (reconcile, revoke,
     /// canary, transfer): the team's client secret, the CA file and timeout, the retries, and
     /// `pacer` before every request.
-    static func appleClient(_ configuration: ReconcileConfiguration, pacer: Pacer) -> AppleTokenCheck {
+    static func appleClient(_ configuration: ReconcileConfiguration, pacer: RequestPacer) -> AppleTokenCheck {
         AppleTokenCheck(
             tokenURL: configuration.tokenURL,
             secret: AppleClientSecret(
@@ -69,7 +70,15 @@ enum ReconcileCommand {
             fetcher: HTTPSFetcher(
                 caFilePath: configuration.caFile, timeoutSeconds: Double(configuration.timeoutSeconds)),
             attempts: configuration.attempts, retryDelayMilliseconds: configuration.retryDelayMilliseconds,
-            beforeRequest: { pacer.wait() })
+            pacer: pacer)
+    }
+
+    /// The pacer of `--rate` requests a second; each wait Apple asks for with a `429` is one
+    /// `apple_asked_to_wait` line, so a long pause is never silent.
+    static func pacer(rate: Double) -> RequestPacer {
+        RequestPacer(interval: .seconds(1 / rate)) { hold in
+            EventLog.event("apple_asked_to_wait", level: "warning", [("wait_ms", .integer(hold.wholeMilliseconds))])
+        }
     }
 
     static func rate(_ arguments: CommandLineArguments) throws -> Double {
@@ -98,13 +107,12 @@ enum ReconcileCommand {
         return configuration
     }
 
-    /// The users file (or standard input for `-`), with SIGPIPE ignored for the run; nil: exit 2.
+    /// The users file (or standard input for `-`); nil: exit 2.
     static func openInput(_ input: String, command: String) -> UnsafeMutablePointer<FILE>? {
         guard let file = InputLines.open(input) else {
             Output.error("siwa-endpoint \(command): cannot read \(input)")
             return nil
         }
-        signal(SIGPIPE, SIG_IGN)
         return file
     }
 }
@@ -135,7 +143,7 @@ private final class Run {
         store = ReconcileStore(
             connection: OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.keyPrefix),
             keyPrefix: configuration.keyPrefix, streamMaximumLength: configuration.streamMaximumLength)
-        check = ReconcileCommand.appleClient(configuration, pacer: Pacer(interval: .seconds(1 / rate)))
+        check = ReconcileCommand.appleClient(configuration, pacer: ReconcileCommand.pacer(rate: rate))
     }
 
     func reconcile(_ file: UnsafeMutablePointer<FILE>) -> Int32 {
@@ -215,7 +223,7 @@ private final class Run {
     }
 
     private func finish() {
-        if progress { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+        if progress { Output.progress("\r\u{1B}[K") }
         EventLog.event(
             "reconcile_finished", level: counts.unknown > 0 ? "warning" : "info",
             [
@@ -227,57 +235,12 @@ private final class Run {
     }
 
     private func log(_ name: String, level: String = "info", _ fields: [(String, JSONValue)]) {
-        if progress { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+        if progress { Output.progress("\r\u{1B}[K") }
         EventLog.event(name, level: level, fields)
     }
 
     private func showProgress() {
         guard progress else { return }
-        FileHandle.standardError.write(Data("\r\u{1B}[Kreconcile: \(counts.summary)".utf8))
-    }
-}
-
-/// Spaces request starts at least `interval` apart, on the monotonic clock (reconcile's and
-/// revoke's `--rate`).
-final class Pacer: Sendable {
-    let interval: Duration
-    /// The interval now: `interval`, doubled by each `slowDown` up to `slowest`.
-    private let current: Mutex<Duration>
-    /// When the next start may come.
-    private let next: Mutex<ContinuousClock.Instant>
-    static let slowest: Duration = .seconds(100)
-
-    init(interval: Duration) {
-        self.interval = interval
-        current = Mutex(interval)
-        next = Mutex(.now)
-    }
-
-    /// Halves the pace for the rest of the run (a `429`), down to one request every `slowest`.
-    func slowDown() {
-        current.withLock { $0 = min($0 * 2, Self.slowest) }
-    }
-
-    /// The interval between request starts now.
-    var currentInterval: Duration { current.withLock { $0 } }
-
-    /// Takes the next free start time, then sleeps until it.
-    func wait() {
-        let now = ContinuousClock.now
-        let interval = currentInterval
-        let start = next.withLock { next -> ContinuousClock.Instant in
-            let start = max(now, next)
-            next = start + interval
-            return start
-        }
-        Self.sleep(for: start - now)
-    }
-
-    /// Sleeps the whole `duration`, resuming after a signal interrupts the sleep.
-    private static func sleep(for duration: Duration) {
-        guard duration > .zero else { return }
-        var request = duration.timeSpec
-        var remaining = timespec()
-        while nanosleep(&request, &remaining) != 0, errno == EINTR { request = remaining }
+        Output.progress("\r\u{1B}[Kreconcile: \(counts.summary)")
     }
 }

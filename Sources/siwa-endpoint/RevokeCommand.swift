@@ -22,7 +22,8 @@ enum RevokeCommand {
         For each user, posts the token to Apple's revocation endpoint with a fresh ES256
         client secret, and prints one JSON line: {"line","client_id","sub","outcome"}
         with outcome revoked, refused (with Apple's "error" code) or unknown (with a
-        "reason", after the retries: 5xx, 429, timeouts). A revoked user's sessions end at
+        "reason", after the retries: 5xx, timeouts, ten 429s in a row, each 429 waited out
+        for its Retry-After). A revoked user's sessions end at
         the revoke time (sessions_revoked_at only moves forward), with a stream entry and
         a message of type app-revoked-tokens (source revoke, not Apple-signed).
         400 invalid_client: a configuration error, the run stops at once.
@@ -60,7 +61,7 @@ extension RevokeCommand {
     static func revocation(_ configuration: ReconcileConfiguration, rate: Double) -> AppleTokenRevocation {
         AppleTokenRevocation(
             revokeURL: configuration.revokeURL,
-            client: ReconcileCommand.appleClient(configuration, pacer: Pacer(interval: .seconds(1 / rate))))
+            client: ReconcileCommand.appleClient(configuration, pacer: ReconcileCommand.pacer(rate: rate)))
     }
 }
 

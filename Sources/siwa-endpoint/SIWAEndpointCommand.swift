@@ -1,5 +1,9 @@
 import Foundation
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// `siwa-endpoint <subcommand>`: the responder and its test kit.
 @main
 enum SIWAEndpointCommand {
@@ -32,6 +36,10 @@ enum SIWAEndpointCommand {
         """
 
     static func main() {
+        // Every command: a write to a closed pipe or socket is an error the writer handles
+        // (Output ends the command quietly when standard output has gone; Redis, TLS and
+        // libcurl report a closed peer), never a signal that kills mid-record.
+        signal(SIGPIPE, SIG_IGN)
         var arguments = Array(CommandLine.arguments.dropFirst())
         guard let subcommand = arguments.first else {
             Output.error(usage)
@@ -77,13 +85,55 @@ enum SIWAEndpointCommand {
     }
 }
 
-/// Writes whole lines to standard output and standard error.
+/// Every byte the commands write to standard output and standard error, with write(2)
+/// (FileHandle.write traps on a failed write).
+///
+/// Standard output closed under a command (`siwa-endpoint transfer export ... | head -1`):
+/// the command ends at once, quietly, with `closedPipeStatus`, what a shell reports for a
+/// command a closed pipe ended; every record already made is whole (each command writes a
+/// line only after its work for that line is done). Standard error closed: its lines are
+/// dropped and the command goes on, as serve's log lines are.
 enum Output {
+    /// 128 + SIGPIPE.
+    static let closedPipeStatus: Int32 = 141
+
     static func line(_ text: String) {
-        FileHandle.standardOutput.write(Data((text + "\n").utf8))
+        write(text + "\n")
+    }
+
+    /// `text` as it is, on standard output.
+    static func write(_ text: String) {
+        guard let failure = writeAll(1, Array(text.utf8)) else { return }
+        if failure == EPIPE { _exit(closedPipeStatus) }
+        _ = writeAll(
+            2, Array("siwa-endpoint: writing standard output failed: \(String(cString: strerror(failure)))\n".utf8))
+        _exit(1)
     }
 
     static func error(_ text: String) {
-        FileHandle.standardError.write(Data((text + "\n").utf8))
+        _ = writeAll(2, Array((text + "\n").utf8))
+    }
+
+    /// `text` as it is (a progress line rewritten in place), on standard error.
+    static func progress(_ text: String) {
+        _ = writeAll(2, Array(text.utf8))
+    }
+
+    /// Writes every byte to `descriptor`; the errno that stopped it, or nil.
+    private static func writeAll(_ descriptor: Int32, _ bytes: [UInt8]) -> Int32? {
+        bytes.withUnsafeBytes { buffer in
+            var offset = 0
+            while offset < buffer.count {
+                let written = Glibc.write(descriptor, buffer.baseAddress! + offset, buffer.count - offset)
+                if written > 0 {
+                    offset += written
+                } else if written < 0 && errno == EINTR {
+                    continue
+                } else {
+                    return written < 0 ? errno : EIO
+                }
+            }
+            return nil
+        }
     }
 }

@@ -64,8 +64,10 @@ enum ServeCommand {
             // Whose view of the files was checked: the unit runs as its own user, so a
             // check run as root can pass where the service's cannot read.
             let checker = getpwuid(geteuid()).map { String(cString: $0.pointee.pw_name) } ?? "uid \(geteuid())"
-            FileHandle.standardOutput.write(
-                Data(EventLog.eventLine("configuration_valid", [("checked_as", .string(checker))])))
+            Output.write(
+                String(
+                    decoding: EventLog.eventLine("configuration_valid", [("checked_as", .string(checker))]),
+                    as: UTF8.self))
             return 0
         }
         return serve(configuration, redisAtStart: redis)

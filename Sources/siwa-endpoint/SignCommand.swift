@@ -73,7 +73,7 @@ enum SignCommand {
             notification.tokenID = TestNotification.randomTokenID()
             lines += try notification.requestBody(signedWith: key) + "\n"
         }
-        FileHandle.standardOutput.write(Data(lines.utf8))
+        Output.write(lines)
         return 0
     }
 }

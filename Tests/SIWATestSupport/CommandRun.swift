@@ -71,6 +71,52 @@ public struct CommandRun: Sendable {
     }
 }
 
+extension CommandRun {
+    /// Runs a program whose standard output is a pipe nobody reads any more (what `| head -1`
+    /// leaves once head has exited): its first write there meets a closed pipe. `output` is
+    /// empty; `errors` is what it wrote on standard error.
+    public static func runIntoClosedPipe(
+        _ executable: URL, _ arguments: [String], environment: [String: String]? = nil,
+        timeout: Duration = .seconds(60)
+    ) throws -> CommandRun {
+        var ends: [Int32] = [-1, -1]
+        guard pipe(&ends) == 0 else { throw POSIXError(.EMFILE) }
+        close(ends[0])
+        let errorURL = FileManager.default.temporaryDirectory.appendingPathComponent("closed-pipe-\(UUID().uuidString)")
+        _ = FileManager.default.createFile(atPath: errorURL.path, contents: nil)
+        defer { try? FileManager.default.removeItem(at: errorURL) }
+        let errors = try FileHandle(forWritingTo: errorURL)
+        let output = FileHandle(fileDescriptor: ends[1], closeOnDealloc: true)
+        defer {
+            try? errors.close()
+            try? output.close()
+        }
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = arguments
+        if let environment { process.environment = environment }
+        process.standardOutput = output
+        process.standardError = errors
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let (seconds, attoseconds) = timeout.components
+        let killed = ManagedFlag()
+        let watchdog = DispatchWorkItem {
+            if process.isRunning {
+                killed.set()
+                kill(process.processIdentifier, SIGKILL)
+            }
+        }
+        DispatchQueue.global().asyncAfter(
+            deadline: .now() + Double(seconds) + Double(attoseconds) / 1e18, execute: watchdog)
+        process.waitUntilExit()
+        watchdog.cancel()
+        return CommandRun(
+            status: process.terminationStatus, output: "",
+            errors: try String(contentsOf: errorURL, encoding: .utf8), timedOut: killed.isSet)
+    }
+}
+
 /// Set once, by the watchdog's thread; read after the process has exited.
 private final class ManagedFlag: Sendable {
     private let value = Mutex(false)

@@ -47,8 +47,16 @@ the --migration file says:
 
 answer "ok", "invalid_request" (a user who cannot be migrated), "error429_once",
 "error500", "stall_once" (the first request waits --stall-seconds, 30 by default, then
-answers 500); a user not in the file is
-invalid_request. Prints "listening PORT" once it accepts connections.
+answers 500), "throttle_once" (the first request is answered 429 with `Retry-After:
+--retry-after-seconds`; until that time has passed, every request to either endpoint is
+answered 429 again and logged with "early": "true", as Apple's limiter would),
+"unavailable_once" (the same with 503 and its Retry-After); a user not
+in the file is invalid_request. With --transfer-completed-file, the recipient's requests
+are answered 400 invalid_request (logged "not_yet") while that file does not exist: the
+transfer has not completed. A target in --other-team-ids (a real team, not the recipient)
+is answered too, with the entry's transfer_sub + "-" + the team ID in lower case: the
+identifier for that team. Each migration request's log line has "at", the stand-in's
+clock (seconds, as text). Prints "listening PORT" once it accepts connections.
 Standard library only (plus the openssl CLI), so it needs no extra package.
 """
 
@@ -121,6 +129,14 @@ class Standin:
         if args.recipient_team_id:
             self.teams[args.recipient_team_id] = (args.recipient_key_id, args.recipient_public_key)
         self.access_tokens = {}  # token -> {"team", "expires", "uses"}
+        self.hold_until = 0.0  # a throttle_once answer's Retry-After, as time.time()
+        self.other_teams = set(filter(None, (args.other_team_ids or "").split(",")))
+
+    def early(self):
+        """Seconds left of a Retry-After this stand-in asked for, or None when none is running."""
+        with self.lock:
+            left = self.hold_until - time.time()
+        return left if left > 0 else None
 
     def log(self, entry: dict) -> None:
         with self.lock:
@@ -194,9 +210,11 @@ def make_handler(standin: Standin):
         def log_message(self, *_):  # the request log below is the only log
             pass
 
-        def answer(self, status: int, body: dict) -> None:
+        def answer(self, status: int, body: dict, retry_after: str = None) -> None:
             data = json.dumps(body).encode()
             self.send_response(status)
+            if retry_after is not None:
+                self.send_header("Retry-After", retry_after)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -274,6 +292,10 @@ def make_handler(standin: Standin):
         def client_credentials(self, form: dict):
             """The user.migration access token (TN3159)."""
             base = {"endpoint": "token", "grant": "client_credentials", "label": None}
+            left = standin.early()
+            if left is not None:
+                standin.log({**base, "answer": "error429", "early": "true"})
+                return self.answer(429, {"error": "too_many_requests"}, retry_after=str(int(left) + 1))
             if set(form) != {"grant_type", "scope", "client_id", "client_secret"} or \
                     form["scope"] != "user.migration":
                 standin.log({**base, "answer": "invalid_request", "problem": "form"})
@@ -293,7 +315,11 @@ def make_handler(standin: Standin):
 
         def migration(self, form: dict):
             direction = "export" if "sub" in form or "target" in form else "import"
-            base = {"endpoint": "migration", "direction": direction, "label": None}
+            base = {"endpoint": "migration", "direction": direction, "label": None, "at": "%.3f" % time.time()}
+            left = standin.early()
+            if left is not None:
+                standin.log({**base, "answer": "error429", "early": "true"})
+                return self.answer(429, {"error": "too_many_requests"}, retry_after=str(int(left) + 1))
             authorization = self.headers.get("Authorization", "")
             token = authorization[len("Bearer "):] if authorization.startswith("Bearer ") else None
             with standin.lock:
@@ -313,7 +339,8 @@ def make_handler(standin: Standin):
                 return self.answer(400, {"error": "invalid_client"})
             if direction == "export":
                 fields_ok = set(form) == {"sub", "target", "client_id", "client_secret"} and \
-                    team == standin.args.team_id and form["target"] == standin.args.recipient_team_id
+                    team == standin.args.team_id and \
+                    (form["target"] == standin.args.recipient_team_id or form["target"] in standin.other_teams)
                 entry = standin.migration["export"].get(form.get("sub"))
             else:
                 fields_ok = set(form) == {"transfer_sub", "client_id", "client_secret"} and \
@@ -321,6 +348,10 @@ def make_handler(standin: Standin):
                 entry = standin.migration["import"].get(form.get("transfer_sub"))
             if not fields_ok:
                 standin.log({**base, "answer": "invalid_request", "problem": "form"})
+                return self.answer(400, {"error": "invalid_request"})
+            completed = standin.args.transfer_completed_file
+            if direction == "import" and completed and not os.path.exists(completed):
+                standin.log({**base, "label": (entry or {}).get("label", "unlisted"), "answer": "not_yet"})
                 return self.answer(400, {"error": "invalid_request"})
             entry = entry or {"label": "unlisted", "answer": "invalid_request"}
             label, answer = entry["label"], entry["answer"]
@@ -336,12 +367,20 @@ def make_handler(standin: Standin):
                 return self.answer(500, {"error": "server_error"})
             if answer == "error429":
                 return self.answer(429, {"error": "too_many_requests"})
+            if answer in ("throttle", "unavailable"):
+                with standin.lock:
+                    standin.hold_until = time.time() + standin.args.retry_after_seconds
+                status = 429 if answer == "throttle" else 503
+                return self.answer(status, {"error": "too_many_requests" if status == 429 else "server_error"},
+                                   retry_after=str(standin.args.retry_after_seconds))
             if answer == "error500":
                 return self.answer(500, {"error": "server_error"})
             if answer != "ok":
                 return self.answer(400, {"error": answer})
             if direction == "export":
-                return self.answer(200, {"transfer_sub": entry["transfer_sub"]})
+                other = form["target"] if form["target"] != standin.args.recipient_team_id else None
+                transfer_sub = entry["transfer_sub"] + ("-" + other.lower() if other else "")
+                return self.answer(200, {"transfer_sub": transfer_sub})
             body = {"sub": entry["sub"]}
             for name in ("email", "is_private_email"):
                 if name in entry:
@@ -376,6 +415,9 @@ def main() -> int:
     parser.add_argument("--access-token-seconds", type=int, default=3600)
     parser.add_argument("--stall-seconds", type=int, default=30, help="how long stall_once waits (migration)")
     parser.add_argument("--access-token-uses", type=int, default=0, help="uses before invalid_grant (0: no limit)")
+    parser.add_argument("--retry-after-seconds", type=int, default=2, help="the Retry-After of throttle_once")
+    parser.add_argument("--transfer-completed-file", help="the recipient is refused until this file exists")
+    parser.add_argument("--other-team-ids", help="teams other than the recipient an export may target")
     parser.add_argument("--notify-url", help="the endpoint's notification URL, for tokens with notify_after")
     parser.add_argument("--notify-ca", help="CA file the endpoint's certificate chains to")
     parser.add_argument("--sign-command", help="JSON list: the command that prints a signed notification body")

@@ -7,9 +7,13 @@ import SIWAVerification
 ///
 /// `200`: still valid. `400 invalid_grant`: refused. `400 invalid_client` or
 /// `unauthorized_client`: our configuration is wrong (key, key ID, team ID, client
-/// ID), never a user's state. `5xx`, `429`, a timeout or a failed connection: retried
-/// with a doubling delay, then unknown. Any other `4xx`: unknown at once (a retry
-/// cannot change it). Nothing here logs; nothing returned holds the token or the secret.
+/// ID), never a user's state. `5xx`, a timeout or a failed connection: retried with a
+/// doubling delay (a `503`'s `Retry-After` waited for too), then unknown. `429`: Apple asks the run to slow down: the pacer holds
+/// every request back for the answer's `Retry-After` (the retry delay when it has none)
+/// and halves the pace, and the same request is asked again; a `429` does not use up an
+/// attempt, but `throttledAttempts` of them in a row end the request unknown (`http_429`).
+/// Any other `4xx`: unknown at once (a retry cannot change it). Nothing here logs;
+/// nothing returned holds the token or the secret.
 public struct AppleTokenCheck: Sendable {
     public enum Verdict: Sendable, Equatable {
         case valid
@@ -20,7 +24,7 @@ public struct AppleTokenCheck: Sendable {
         case unknown(reason: String)
     }
 
-    /// Three tries per call on a 5xx, a 429 or a timeout, and the bounds the settings accept.
+    /// Three tries per call on a 5xx or a timeout, and the bounds the settings accept.
     public static let defaultAttempts = 3
     public static let attemptsRange = 1...10
     /// Two seconds before the first retry (doubled for each next one), and the bounds.
@@ -29,19 +33,27 @@ public struct AppleTokenCheck: Sendable {
     /// The whole timeout of one request to Apple, and the bounds.
     public static let defaultTimeoutSeconds = 10
     public static let timeoutSecondsRange = 1...60
+    /// `429`s in a row that one request may meet (each after Apple's wait) before it is unknown.
+    public static let throttledAttempts = 10
+
+    /// Whether an attempt's answer is final, worth another attempt after the retry delay, or
+    /// a `429` (the pacer already holds the next request back).
+    enum Retry {
+        case final, later, throttled
+    }
 
     public let tokenURL: String
     public let secret: AppleClientSecret
     public let fetcher: HTTPSFetcher
     public let attempts: Int
     public let retryDelayMilliseconds: Int
-    /// Called before every request (the first and each retry): the rate limiter.
-    public let beforeRequest: @Sendable () -> Void
+    /// Waited on before every request (the first and each retry), told of each `429`.
+    public let pacer: RequestPacer
     public let nowSeconds: @Sendable () -> Int64
 
     public init(
         tokenURL: String, secret: AppleClientSecret, fetcher: HTTPSFetcher, attempts: Int, retryDelayMilliseconds: Int,
-        beforeRequest: @escaping @Sendable () -> Void = {},
+        pacer: RequestPacer = RequestPacer(interval: .zero),
         nowSeconds: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
     ) {
         self.tokenURL = tokenURL
@@ -49,7 +61,7 @@ public struct AppleTokenCheck: Sendable {
         self.fetcher = fetcher
         self.attempts = max(1, attempts)
         self.retryDelayMilliseconds = retryDelayMilliseconds
-        self.beforeRequest = beforeRequest
+        self.pacer = pacer
         self.nowSeconds = nowSeconds
     }
 
@@ -60,16 +72,28 @@ public struct AppleTokenCheck: Sendable {
 
     /// Runs `attempt` until its answer is final or `attempts` are spent, waiting
     /// `retryDelayMilliseconds` before the first retry and twice as long before each next
-    /// (at most a minute). Shared by every call to Apple's token endpoints.
-    func retrying<Answer>(_ attempt: () -> (Answer, retryable: Bool)) -> Answer {
+    /// (at most a minute). A `429` is asked again once the pacer lets it (Apple's wait),
+    /// without using up an attempt, up to `throttledAttempts` in a row. Shared by every call
+    /// to Apple's token endpoints.
+    func retrying<Answer>(_ attempt: () -> (Answer, retry: Retry)) -> Answer {
         var delay = retryDelayMilliseconds
         var number = 1
+        var throttledInARow = 0
         while true {
-            let (answer, retryable) = attempt()
-            guard retryable, number < attempts else { return answer }
-            usleep(UInt32(min(delay, 60_000)) * 1000)
-            delay = min(delay * 2, 60_000)
-            number += 1
+            let (answer, retry) = attempt()
+            switch retry {
+            case .final:
+                return answer
+            case .throttled:
+                throttledInARow += 1
+                guard throttledInARow < Self.throttledAttempts else { return answer }
+            case .later:
+                throttledInARow = 0
+                guard number < attempts else { return answer }
+                usleep(UInt32(min(delay, 60_000)) * 1000)
+                delay = min(delay * 2, 60_000)
+                number += 1
+            }
         }
     }
 
@@ -82,30 +106,40 @@ public struct AppleTokenCheck: Sendable {
         case unreachable(String)
     }
 
-    /// The one way every call to Apple is made: a fresh client secret for `clientID`, the
-    /// pacer's wait, then a POST of the form `form` builds around that secret (with
-    /// `bearerToken` when given). The caller reads the status.
+    /// The one way every call to Apple is made: the pacer's wait, a fresh client secret for
+    /// `clientID`, then a POST of the form `form` builds around that secret (with
+    /// `bearerToken` when given). A `429` tells the pacer (its `Retry-After`, or the retry
+    /// delay), and so does a `503` that has a `Retry-After`, before the caller reads the status.
     func postSigned(
         _ url: String, clientID: String, bearerToken: String? = nil,
         form: (_ clientSecret: String) -> [(String, String)]
     ) -> SignedRequest {
+        // The wait first: a Retry-After can outlast the secret's five minutes.
+        pacer.wait()
         let clientSecret: String
         do {
             clientSecret = try secret.make(clientID: clientID, issuedAt: nowSeconds())
         } catch {
             return .secretFailed
         }
-        beforeRequest()
+        let response: HTTPSResponse
         do {
-            return .answered(
-                try fetcher.post(
-                    url, form: form(clientSecret).map { (name: $0.0, value: $0.1) }, bearerToken: bearerToken))
+            response = try fetcher.post(
+                url, form: form(clientSecret).map { (name: $0.0, value: $0.1) }, bearerToken: bearerToken)
         } catch {
             return .unreachable(error.code.rawValue)
         }
+        let asked = response.retryAfter.flatMap { RetryAfter.seconds($0, nowSeconds: nowSeconds()) }
+        if response.status == 429 {
+            pacer.throttled(hold: asked.map { .seconds($0) } ?? .milliseconds(retryDelayMilliseconds))
+        } else if response.status == 503, let asked {
+            // Unavailable, back then: the retry waits for that too.
+            pacer.unavailable(hold: .seconds(asked))
+        }
+        return .answered(response)
     }
 
-    private func attemptOnce(clientID: String, refreshToken: String) -> (Verdict, retryable: Bool) {
+    private func attemptOnce(clientID: String, refreshToken: String) -> (Verdict, retry: Retry) {
         let response: HTTPSResponse
         switch postSigned(
             tokenURL, clientID: clientID,
@@ -117,23 +151,25 @@ public struct AppleTokenCheck: Sendable {
             })
         {
         case .answered(let answer): response = answer
-        case .secretFailed: return (.configurationError(code: "client_secret_signing_failed"), false)
-        case .unreachable(let code): return (.unknown(reason: code), true)
+        case .secretFailed: return (.configurationError(code: "client_secret_signing_failed"), .final)
+        case .unreachable(let code): return (.unknown(reason: code), .later)
         }
         switch response.status {
         case 200:
-            return (.valid, false)
+            return (.valid, .final)
         case 400, 401:
             let code = Self.errorCode(response.body)
             switch code {
-            case "invalid_grant": return (.refused, false)
-            case "invalid_client", "unauthorized_client": return (.configurationError(code: code ?? ""), false)
-            default: return (.unknown(reason: "http_\(response.status)_\(code ?? "no_error_code")"), false)
+            case "invalid_grant": return (.refused, .final)
+            case "invalid_client", "unauthorized_client": return (.configurationError(code: code ?? ""), .final)
+            default: return (.unknown(reason: "http_\(response.status)_\(code ?? "no_error_code")"), .final)
             }
-        case 429, 500...599:
-            return (.unknown(reason: "http_\(response.status)"), true)
+        case 429:
+            return (.unknown(reason: "http_429"), .throttled)
+        case 500...599:
+            return (.unknown(reason: "http_\(response.status)"), .later)
         default:
-            return (.unknown(reason: "http_\(response.status)"), false)
+            return (.unknown(reason: "http_\(response.status)"), .final)
         }
     }
 

@@ -7,8 +7,9 @@ import SIWAHTTPS
 /// `200`: revoked (Apple answers 200 for a token that was never valid too, so it proves
 /// the call, not that a live token ended). `400 invalid_client` or `unauthorized_client`:
 /// our configuration is wrong, never a user's state. Another `400` with an error code:
-/// refused with that code (`invalid_request`, `unsupported_token_type`, ...). `5xx`,
-/// `429`, a timeout or a failed connection: retried, then unknown. Nothing here logs;
+/// refused with that code (`invalid_request`, `unsupported_token_type`, ...). `5xx`, a
+/// timeout or a failed connection: retried, then unknown; a `429` after Apple's
+/// `Retry-After` (see `AppleTokenCheck`). Nothing here logs;
 /// nothing returned holds the token or the secret.
 public struct AppleTokenRevocation: Sendable {
     public static let defaultRevokeURL = "https://appleid.apple.com/auth/revoke"
@@ -41,7 +42,9 @@ public struct AppleTokenRevocation: Sendable {
         client.retrying { attemptOnce(clientID: clientID, token: token, kind: kind) }
     }
 
-    private func attemptOnce(clientID: String, token: String, kind: TokenKind) -> (Verdict, retryable: Bool) {
+    private func attemptOnce(clientID: String, token: String, kind: TokenKind) -> (
+        Verdict, retry: AppleTokenCheck.Retry
+    ) {
         let response: HTTPSResponse
         switch client.postSigned(
             revokeURL, clientID: clientID,
@@ -53,25 +56,27 @@ public struct AppleTokenRevocation: Sendable {
             })
         {
         case .answered(let answer): response = answer
-        case .secretFailed: return (.configurationError(code: "client_secret_signing_failed"), false)
-        case .unreachable(let code): return (.unknown(reason: code), true)
+        case .secretFailed: return (.configurationError(code: "client_secret_signing_failed"), .final)
+        case .unreachable(let code): return (.unknown(reason: code), .later)
         }
         switch response.status {
         case 200:
-            return (.revoked, false)
+            return (.revoked, .final)
         case 400, 401:
             switch AppleTokenCheck.errorCode(response.body) {
             case let code? where code == "invalid_client" || code == "unauthorized_client":
-                return (.configurationError(code: code), false)
+                return (.configurationError(code: code), .final)
             case let code?:
-                return (.refused(code: code), false)
+                return (.refused(code: code), .final)
             case nil:
-                return (.unknown(reason: "http_\(response.status)_no_error_code"), false)
+                return (.unknown(reason: "http_\(response.status)_no_error_code"), .final)
             }
-        case 429, 500...599:
-            return (.unknown(reason: "http_\(response.status)"), true)
+        case 429:
+            return (.unknown(reason: "http_429"), .throttled)
+        case 500...599:
+            return (.unknown(reason: "http_\(response.status)"), .later)
         default:
-            return (.unknown(reason: "http_\(response.status)"), false)
+            return (.unknown(reason: "http_\(response.status)"), .final)
         }
     }
 }

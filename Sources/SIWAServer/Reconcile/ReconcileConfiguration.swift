@@ -14,44 +14,49 @@ public struct ReconcileConfiguration: Sendable {
     /// their form; the key file and the CA file are read by reconcile alone.
     public static let appleSettings: [Setting] = [
         .optional(
-            .appleTeamID, shown: "(required by reconcile)",
-            "reconcile only: your Apple team ID (the client secret's `iss`)",
+            .appleTeamID, shown: "(required by the Apple commands)",
+            "reconcile, revoke, canary, transfer: your Apple team ID (the client secret's `iss`); for transfer, the team running it",
             { text throws(SettingProblem) in
                 try appleIdentifier(text, what: "team ID")
             }),
         .optional(
-            .appleKeyID, shown: "(required by reconcile)",
-            "reconcile only: the Sign in with Apple key's ID (`kid`)",
+            .appleKeyID, shown: "(required by the Apple commands)",
+            "reconcile, revoke, canary, transfer: the Sign in with Apple key's ID (`kid`)",
             { text throws(SettingProblem) in
                 try appleIdentifier(text, what: "key ID")
             }),
         .optional(
-            .applePrivateKeyFile, shown: "(required by reconcile)",
-            "reconcile only: that key's `.p8` file (PKCS#8 PEM, EC P-256)", { text throws(SettingProblem) in text }),
+            .applePrivateKeyFile, shown: "(required by the Apple commands)",
+            "reconcile, revoke, canary, transfer: that key's `.p8` file (PKCS#8 PEM, EC P-256)",
+            { text throws(SettingProblem) in text }),
         .parsed(
             .appleTokenURL, default: defaultTokenURL,
-            "reconcile only: Apple's token endpoint; https only (http only to loopback)", ServerConfiguration.httpsURL),
+            "reconcile, revoke, canary, transfer: Apple's token endpoint (transfer's access token too); https only (http only to loopback); naming a stand-in, set the revoke and migration URLs beside it",
+            ServerConfiguration.httpsURL),
         .parsed(
             .appleRevokeURL, default: AppleTokenRevocation.defaultRevokeURL,
-            "revoke only: Apple's token revocation endpoint; https only (http only to loopback)",
+            "revoke and canary: Apple's token revocation endpoint; https only (http only to loopback)",
             ServerConfiguration.httpsURL),
         .parsed(
             .appleMigrationURL, default: AppleUserMigration.defaultMigrationURL,
             "transfer only: Apple's user migration endpoint; https only (http only to loopback)",
             ServerConfiguration.httpsURL),
         .optional(
-            .appleCAFile, shown: "(system trust store)", "reconcile only: CA bundle for the token endpoint",
+            .appleCAFile, shown: "(system trust store)",
+            "reconcile, revoke, canary, transfer: CA bundle for Apple's token, revocation and migration endpoints",
             { text throws(SettingProblem) in text }),
         .integer(
             .appleTimeout, default: AppleTokenCheck.defaultTimeoutSeconds, in: AppleTokenCheck.timeoutSecondsRange,
-            "reconcile only: whole timeout of one token request"),
+            "reconcile, revoke, canary, transfer: whole timeout of one request to Apple"),
         .integer(
             .appleAttempts, default: AppleTokenCheck.defaultAttempts, in: AppleTokenCheck.attemptsRange,
-            "reconcile only: tries per user on 5xx, 429 or a timeout"),
+            "reconcile, revoke, canary, transfer: tries per request on 5xx or a timeout (a 429 waits its Retry-After and uses none)"
+        ),
         .integer(
             .appleRetryDelay, default: AppleTokenCheck.defaultRetryDelayMilliseconds,
             in: AppleTokenCheck.retryDelayMillisecondsRange,
-            "reconcile only: wait before the first retry, doubled for each next one"),
+            "reconcile, revoke, canary, transfer: wait before the first retry, doubled for each next one (a 429 without Retry-After waits this long)"
+        ),
     ]
 
     /// The rows of the table reconcile reads: its own and every one of serve's Redis settings

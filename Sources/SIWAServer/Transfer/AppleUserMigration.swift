@@ -16,8 +16,10 @@ import SIWAVerification
 /// `400 invalid_grant`: the token is no longer honoured: renewed once and the user asked
 /// again; refused again, the run must stop (`tokenRefused`). `400 invalid_client` or
 /// `unauthorized_client`: our configuration. Another `400` code: that user's refusal
-/// (`invalid_request`: a user who cannot be migrated). `429`: `slowDown` is called (the
-/// run's pace halves) and the user retried; `5xx` and timeouts retried; then unknown.
+/// (`invalid_request`: a user who cannot be migrated, or a recipient asking before the
+/// transfer has completed). `429`: no request leaves before Apple's `Retry-After`, the
+/// run's pace halves, and the user is asked again (`AppleTokenCheck.retrying`); `5xx` and
+/// timeouts retried; then unknown.
 /// Nothing here logs; nothing returned holds the token or the secret.
 public final class AppleUserMigration {
     public static let defaultMigrationURL = "https://appleid.apple.com/auth/usermigrationinfo"
@@ -40,17 +42,14 @@ public final class AppleUserMigration {
     public let migrationURL: String
     public let clientID: String
     public let client: AppleTokenCheck
-    /// Called on each `429`: the caller slows its pace.
-    public let slowDown: () -> Void
     /// Access tokens obtained so far (the first and each renewal).
     public private(set) var tokensObtained = 0
     private var token: (value: String, renewAt: ContinuousClock.Instant)?
 
-    public init(migrationURL: String, clientID: String, client: AppleTokenCheck, slowDown: @escaping () -> Void) {
+    public init(migrationURL: String, clientID: String, client: AppleTokenCheck) {
         self.migrationURL = migrationURL
         self.clientID = clientID
         self.client = client
-        self.slowDown = slowDown
     }
 
     /// The sending team's exchange: `sub` for the transfer identifier of `target`'s team.
@@ -71,7 +70,7 @@ public final class AppleUserMigration {
         return client.retrying { tokenAttempt() }
     }
 
-    private func tokenAttempt() -> (Verdict?, retryable: Bool) {
+    private func tokenAttempt() -> (Verdict?, retry: AppleTokenCheck.Retry) {
         let response: HTTPSResponse
         switch client.postSigned(
             client.tokenURL, clientID: clientID,
@@ -83,31 +82,30 @@ public final class AppleUserMigration {
             })
         {
         case .answered(let answer): response = answer
-        case .secretFailed: return (.configurationError(code: "client_secret_signing_failed"), false)
-        case .unreachable(let code): return (.unknown(reason: "token_" + code), true)
+        case .secretFailed: return (.configurationError(code: "client_secret_signing_failed"), .final)
+        case .unreachable(let code): return (.unknown(reason: "token_" + code), .later)
         }
         switch response.status {
         case 200:
             guard case .object(let members)? = try? StrictJSONParser.parse(response.body),
                 case .string(let value)? = members["access_token"], !value.isEmpty
-            else { return (.unknown(reason: "token_answer_invalid"), false) }
+            else { return (.unknown(reason: "token_answer_invalid"), .final) }
             var lifetime: Int64 = 3600
             if case .integer(let seconds)? = members["expires_in"], seconds > 0 { lifetime = min(seconds, 3600) }
             // Renewed before its end: five minutes early, or a fifth of a short lifetime.
             let marginMilliseconds = min(300_000, lifetime * 1000 / 5)
             token = (value, ContinuousClock.now + .milliseconds(lifetime * 1000 - marginMilliseconds))
             tokensObtained += 1
-            return (nil, false)
+            return (nil, .final)
         case 400, 401:
             let code = AppleTokenCheck.errorCode(response.body) ?? "no_error_code"
-            return (.configurationError(code: code), false)
+            return (.configurationError(code: code), .final)
         case 429:
-            slowDown()
-            return (.unknown(reason: "token_http_429"), true)
+            return (.unknown(reason: "token_http_429"), .throttled)
         case 500...599:
-            return (.unknown(reason: "token_http_\(response.status)"), true)
+            return (.unknown(reason: "token_http_\(response.status)"), .later)
         default:
-            return (.unknown(reason: "token_http_\(response.status)"), false)
+            return (.unknown(reason: "token_http_\(response.status)"), .final)
         }
     }
 
@@ -124,8 +122,8 @@ public final class AppleUserMigration {
         }
     }
 
-    private func attemptOnce(form: [(String, String)], answer: String) -> (Verdict, retryable: Bool) {
-        guard let bearer = token?.value else { return (.tokenRefused, false) }
+    private func attemptOnce(form: [(String, String)], answer: String) -> (Verdict, retry: AppleTokenCheck.Retry) {
+        guard let bearer = token?.value else { return (.tokenRefused, .final) }
         let response: HTTPSResponse
         switch client.postSigned(
             migrationURL, clientID: clientID, bearerToken: bearer,
@@ -134,14 +132,14 @@ public final class AppleUserMigration {
             })
         {
         case .answered(let answer): response = answer
-        case .secretFailed: return (.configurationError(code: "client_secret_signing_failed"), false)
-        case .unreachable(let code): return (.unknown(reason: code), true)
+        case .secretFailed: return (.configurationError(code: "client_secret_signing_failed"), .final)
+        case .unreachable(let code): return (.unknown(reason: code), .later)
         }
         switch response.status {
         case 200:
             guard case .object(let members)? = try? StrictJSONParser.parse(response.body),
                 case .string(let value)? = members[answer], UserKeyPart.isValidSubject(value)
-            else { return (.unknown(reason: "answer_invalid"), false) }
+            else { return (.unknown(reason: "answer_invalid"), .final) }
             var fields = [answer: value]
             if case .string(let email)? = members["email"], !email.isEmpty { fields["email"] = email }
             switch members["is_private_email"] {
@@ -149,25 +147,24 @@ public final class AppleUserMigration {
             case .string(let text)? where text == "true" || text == "false": fields["is_private_email"] = text
             default: break
             }
-            return (.exchanged(fields), false)
+            return (.exchanged(fields), .final)
         case 400, 401:
             switch AppleTokenCheck.errorCode(response.body) {
             case "invalid_grant"?, "invalid_token"?:
-                return (.tokenRefused, false)
+                return (.tokenRefused, .final)
             case let code? where code == "invalid_client" || code == "unauthorized_client":
-                return (.configurationError(code: code), false)
+                return (.configurationError(code: code), .final)
             case let code?:
-                return (.refused(code: code), false)
+                return (.refused(code: code), .final)
             case nil:
-                return (.unknown(reason: "http_\(response.status)_no_error_code"), false)
+                return (.unknown(reason: "http_\(response.status)_no_error_code"), .final)
             }
         case 429:
-            slowDown()
-            return (.unknown(reason: "http_429"), true)
+            return (.unknown(reason: "http_429"), .throttled)
         case 500...599:
-            return (.unknown(reason: "http_\(response.status)"), true)
+            return (.unknown(reason: "http_\(response.status)"), .later)
         default:
-            return (.unknown(reason: "http_\(response.status)"), false)
+            return (.unknown(reason: "http_\(response.status)"), .final)
         }
     }
 }

@@ -6,11 +6,12 @@ import SIWASupport
 /// Cluster (prefix `{siwa}`) they share the contract's one slot and each script's keys are
 /// local to it.
 ///
-/// - `P:transfer:{<client_id>}`: `transfer_date`, `closes_at` (ms): written once.
+/// - `P:transfer:{<client_id>}`: `transfer_date`, `closes_at` (ms), `target` (the export's
+///   recipient team): written once, replaced only by a correction (`corrected_at`).
 /// - `P:transfer-pending:{<client_id>}:export|import`: a set of the identifiers given to a run
 ///   and not yet exchanged (or refused): what `/metrics` counts.
-/// - `P:transfer-from:{<client_id>:<sub>}` (sending team): `transfer_sub`, `exported_at`, or
-///   `error`, `refused_at`.
+/// - `P:transfer-from:{<client_id>:<sub>}` (sending team): `target`, and `transfer_sub`,
+///   `exported_at`, or `error`, `refused_at` (Apple's last answer for that target).
 /// - `P:transfer-id:{<client_id>:<transfer_sub>}`: `from_sub`, `exported_at` when the export
 ///   ran against this Redis; `sub`, `exchanged_at` (or `import_error`, `import_refused_at`)
 ///   once imported; `deletion_queued_at` when an `account-deleted` found under the new `sub`
@@ -54,14 +55,30 @@ public final class TransferStore {
         self.clientID = clientID
     }
 
-    /// Records the transfer date (ms) unless one is recorded; returns the recorded one, or
-    /// nil when none is recorded and `date` is nil.
-    public func transferDate(recording date: Int64?) throws(RedisError) -> Int64? {
+    /// What is recorded for the client: the transfer date (ms) and the export's target team,
+    /// each nil when none is.
+    public func recordedWindow() throws(RedisError) -> (date: Int64?, target: String?) {
+        let reply = try connection.command("HMGET", keys.transferWindow(clientID: clientID), "transfer_date", "target")
+        let values = reply.array ?? []
+        guard values.count == 2 else {
+            throw RedisError(.unexpectedReply, "HMGET of the transfer window returned something other than two values")
+        }
+        return (values[0].string.flatMap { Int64($0) }, values[1].string)
+    }
+
+    /// Records the transfer date (ms) and the export's `target` unless they are recorded, or
+    /// in their place when `replacing` (a correction, noted as `corrected_at`); returns the
+    /// date recorded now, or nil when none is and `date` is nil (the target is then not
+    /// recorded either). The window's key lives `recordLifetime` past the date recorded.
+    public func recordWindow(date: Int64?, target: String?, replacing: Bool, at time: Int64) throws(RedisError)
+        -> Int64?
+    {
         let closes = date.map { $0 + Self.window.wholeMilliseconds }
         let expires = date.map { $0 + Self.recordLifetime.wholeMilliseconds }
         let reply = try connection.command([
             "EVAL", Self.windowScript, "1", keys.transferWindow(clientID: clientID), date.map(String.init) ?? "",
-            closes.map(String.init) ?? "", expires.map(String.init) ?? "",
+            closes.map(String.init) ?? "", expires.map(String.init) ?? "", target ?? "", replacing ? "1" : "",
+            String(time),
         ])
         if reply.string == "none" { return nil }
         guard let text = reply.string, let stored = Int64(text) else {
@@ -70,34 +87,41 @@ public final class TransferStore {
         return stored
     }
 
-    /// Whether `identifier` is already done (recorded, exchanged or refused); when not, adds it
-    /// to the pending set.
-    public func markPending(_ identifier: String, direction: Direction, expiresAt: Int64) throws(RedisError) -> Bool {
+    /// When `identifier` is done, its answer: export, the transfer identifier recorded for
+    /// `target` (a record of another team's export is not done: asked again); import, the
+    /// new `sub`. A refusal is never done: Apple is asked again on every run (a recipient
+    /// that asked before the transfer completed is refused, and answered once it has).
+    /// When not done, adds it to the pending set and returns nil. `legacyTarget` is the
+    /// team taken for a record written before records named their target.
+    public func markPending(
+        _ identifier: String, direction: Direction, target: String?, legacyTarget: String?, expiresAt: Int64
+    ) throws(RedisError) -> String? {
         let record =
             direction == .export
             ? keys.transferFrom(clientID: clientID, subject: identifier)
             : keys.transferID(clientID: clientID, transferSubject: identifier)
-        let doneFields = direction == .export ? "transfer_sub error" : "sub import_error"
         let reply = try connection.command([
             "EVAL", Self.pendingScript, "2", record,
             keys.transferPending(clientID: clientID, direction: direction.rawValue),
-            identifier, doneFields, String(expiresAt),
+            identifier, direction.rawValue, String(expiresAt), target ?? "", legacyTarget ?? "",
         ])
-        guard let done = reply.integer else {
-            throw RedisError(.unexpectedReply, "the transfer pending script returned something other than a number")
+        if let answer = reply.string { return answer }
+        guard reply.integer == 0 else {
+            throw RedisError(.unexpectedReply, "the transfer pending script returned something other than its answer")
         }
-        return done == 1
+        return nil
     }
 
-    /// The sending team's record of one user: its transfer identifier, or Apple's refusal.
+    /// The sending team's record of one user: its transfer identifier for `target`, or
+    /// Apple's refusal.
     public func recordExport(
-        subject: String, transferSubject: String?, error: String?, at time: Int64, expiresAt: Int64
+        subject: String, target: String, transferSubject: String?, error: String?, at time: Int64, expiresAt: Int64
     ) throws(RedisError) {
         let from = keys.transferFrom(clientID: clientID, subject: subject)
         let id = transferSubject.map { keys.transferID(clientID: clientID, transferSubject: $0) } ?? from
         _ = try connection.command([
             "EVAL", Self.exportScript, "3", from, id, keys.transferPending(clientID: clientID, direction: "export"),
-            subject, transferSubject ?? "", error ?? "", String(time), String(expiresAt),
+            subject, transferSubject ?? "", error ?? "", String(time), String(expiresAt), target,
         ])
     }
 
@@ -134,24 +158,40 @@ public final class TransferStore {
         return Found(fields: fields, deletionQueued: values.last?.integer == 1)
     }
 
-    /// KEYS: 1 window hash. ARGV: 1 transfer date ('' to read only), 2 closes_at, 3 expiry (ms).
+    /// KEYS: 1 window hash. ARGV: 1 transfer date ('' to read only), 2 closes_at, 3 expiry
+    /// (ms), 4 target ('' none), 5 '1' to replace what is recorded, 6 time (ms).
     static let windowScript = """
-        local stored = redis.call('HGET', KEYS[1], 'transfer_date')
-        if stored then return stored end
-        if ARGV[1] == '' then return 'none' end
-        redis.call('HSET', KEYS[1], 'transfer_date', ARGV[1], 'closes_at', ARGV[2])
-        redis.call('PEXPIREAT', KEYS[1], ARGV[3])
-        return ARGV[1]
+        local date = redis.call('HGET', KEYS[1], 'transfer_date')
+        if ARGV[1] ~= '' and (not date or (ARGV[5] == '1' and date ~= ARGV[1])) then
+          if date then redis.call('HSET', KEYS[1], 'corrected_at', ARGV[6]) end
+          redis.call('HSET', KEYS[1], 'transfer_date', ARGV[1], 'closes_at', ARGV[2])
+          redis.call('PEXPIREAT', KEYS[1], ARGV[3])
+          date = ARGV[1]
+        end
+        if not date then return 'none' end
+        if ARGV[4] ~= '' then
+          local target = redis.call('HGET', KEYS[1], 'target')
+          if not target or (ARGV[5] == '1' and target ~= ARGV[4]) then
+            if target then redis.call('HSET', KEYS[1], 'corrected_at', ARGV[6]) end
+            redis.call('HSET', KEYS[1], 'target', ARGV[4])
+          end
+        end
+        return date
         """
 
-    /// KEYS: 1 the identifier's record, 2 pending set. ARGV: 1 identifier, 2 the fields that
-    /// say it is done (space-separated), 3 expiry (ms).
+    /// KEYS: 1 the identifier's record, 2 pending set. ARGV: 1 identifier, 2 direction,
+    /// 3 expiry (ms), 4 target (export), 5 the target of a record that names none.
     static let pendingScript = """
-        for field in string.gmatch(ARGV[2], '%S+') do
-          if redis.call('HEXISTS', KEYS[1], field) == 1 then
-            redis.call('SREM', KEYS[2], ARGV[1])
-            return 1
-          end
+        local done = false
+        if ARGV[2] == 'export' then
+          local fields = redis.call('HMGET', KEYS[1], 'transfer_sub', 'target')
+          if fields[1] and (fields[2] or ARGV[5]) == ARGV[4] then done = fields[1] end
+        else
+          done = redis.call('HGET', KEYS[1], 'sub')
+        end
+        if done then
+          redis.call('SREM', KEYS[2], ARGV[1])
+          return done
         end
         redis.call('SADD', KEYS[2], ARGV[1])
         redis.call('PEXPIREAT', KEYS[2], ARGV[3])
@@ -159,14 +199,18 @@ public final class TransferStore {
         """
 
     /// KEYS: 1 transfer-from, 2 transfer-id (1 again for a refusal), 3 pending set.
-    /// ARGV: 1 sub, 2 transfer_sub ('' refused), 3 error, 4 time, 5 expiry (ms).
+    /// ARGV: 1 sub, 2 transfer_sub ('' refused), 3 error, 4 time, 5 expiry (ms), 6 target.
+    /// A new answer replaces the last one: an exchange ends a refusal, a refusal for another
+    /// target drops that target's identifier.
     static let exportScript = """
         if ARGV[2] ~= '' then
-          redis.call('HSET', KEYS[1], 'transfer_sub', ARGV[2], 'exported_at', ARGV[4])
+          redis.call('HDEL', KEYS[1], 'error', 'refused_at')
+          redis.call('HSET', KEYS[1], 'transfer_sub', ARGV[2], 'exported_at', ARGV[4], 'target', ARGV[6])
           redis.call('HSET', KEYS[2], 'from_sub', ARGV[1], 'exported_at', ARGV[4])
           redis.call('PEXPIREAT', KEYS[2], ARGV[5])
         else
-          redis.call('HSET', KEYS[1], 'error', ARGV[3], 'refused_at', ARGV[4])
+          redis.call('HDEL', KEYS[1], 'transfer_sub', 'exported_at')
+          redis.call('HSET', KEYS[1], 'error', ARGV[3], 'refused_at', ARGV[4], 'target', ARGV[6])
         end
         redis.call('PEXPIREAT', KEYS[1], ARGV[5])
         redis.call('SREM', KEYS[3], ARGV[1])
@@ -196,6 +240,7 @@ public final class TransferStore {
           redis.call('SREM', KEYS[2], ARGV[1])
           return {}
         end
+        redis.call('HDEL', KEYS[1], 'import_error', 'import_refused_at')
         redis.call('HSET', KEYS[1], 'sub', ARGV[2], 'exchanged_at', ARGV[4])
         redis.call('PEXPIREAT', KEYS[1], ARGV[5])
         redis.call('SREM', KEYS[2], ARGV[1])

@@ -214,12 +214,14 @@ struct DeletionStreamTests {
         // A transfer ten days ago (its records expire a year after it).
         let date = Int64(Date().timeIntervalSince1970 * 1000) - 10 * 86_400_000
         let expiry = date + 365 * 86_400_000
-        _ = try store.transferDate(recording: date)
+        _ = try store.recordWindow(date: date, target: "RECIPIENT1", replacing: false, at: date)
         for sub in ["000080.a", "000080.b", "000080.c"] {
-            _ = try store.markPending(sub, direction: .export, expiresAt: expiry)
+            _ = try store.markPending(
+                sub, direction: .export, target: "RECIPIENT1", legacyTarget: "RECIPIENT1", expiresAt: expiry)
         }
         try store.recordExport(
-            subject: "000080.a", transferSubject: "tr.80.a", error: nil, at: date + 1000, expiresAt: expiry)
+            subject: "000080.a", target: "RECIPIENT1", transferSubject: "tr.80.a", error: nil, at: date + 1000,
+            expiresAt: expiry)
         let monitor = DeletionDutyMonitor(
             connection: RedisConnection(endpoint: try RedisEndpoint(parsing: fixture.server.url())),
             key: "siwa:deletions", clock: .system,

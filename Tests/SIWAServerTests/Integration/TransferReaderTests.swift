@@ -23,9 +23,10 @@ struct TransferReaderTests {
         let connection = RedisConnection(endpoint: try RedisEndpoint(parsing: redis.url()))
         let store = TransferStore(connection: connection, keyPrefix: "siwa", clientID: Self.client)
         let now = Int64(Date().timeIntervalSince1970 * 1000)
-        _ = try store.transferDate(recording: now - 86_400_000)
+        _ = try store.recordWindow(date: now - 86_400_000, target: "RECIPIENT1", replacing: false, at: now)
         try store.recordExport(
-            subject: "000070.old", transferSubject: "tr.read.0001", error: nil, at: now, expiresAt: now + 86_400_000)
+            subject: "000070.old", target: "RECIPIENT1", transferSubject: "tr.read.0001", error: nil, at: now,
+            expiresAt: now + 86_400_000)
         _ = try store.recordImport(
             transferSubject: "tr.read.0001", subject: "000070.new", error: nil, fromSubject: "000070.old", at: now,
             expiresAt: now + 86_400_000)

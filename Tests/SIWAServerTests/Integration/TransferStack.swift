@@ -53,16 +53,29 @@ final class TransferStack {
         imports[transferSub] = .object(entry)
     }
 
-    func start(accessTokenSeconds: Int = 3600, accessTokenUses: Int = 0, stallSeconds: Int = 30) throws {
+    /// A real team other than the recipient (an export's mistyped `--target`).
+    static let otherTeam = "OTHERTEAM1"
+
+    /// The file whose existence tells the stand-in the transfer has completed (with
+    /// `start(transferCompletes: false)`, the recipient is refused until it is made).
+    var transferCompletedFile: String { base.directory.appendingPathComponent("transfer-completed").path }
+
+    func start(
+        accessTokenSeconds: Int = 3600, accessTokenUses: Int = 0, stallSeconds: Int = 30, retryAfterSeconds: Int = 2,
+        transferCompletes: Bool = true
+    ) throws {
         let path = base.directory.appendingPathComponent("migration.json").path
         try JSONWriter.object([("export", .object(exports)), ("import", .object(imports))])
             .write(toFile: path, atomically: true, encoding: .utf8)
-        base.standinArguments = [
-            "--migration", path, "--recipient-team-id", Self.recipientTeam, "--recipient-key-id", Self.recipientKeyID,
-            "--recipient-public-key", base.directory.appendingPathComponent("recipient-public.pem").path,
-            "--access-token-seconds", String(accessTokenSeconds), "--access-token-uses", String(accessTokenUses),
-            "--stall-seconds", String(stallSeconds),
-        ]
+        base.standinArguments =
+            [
+                "--migration", path, "--recipient-team-id", Self.recipientTeam, "--recipient-key-id",
+                Self.recipientKeyID,
+                "--recipient-public-key", base.directory.appendingPathComponent("recipient-public.pem").path,
+                "--access-token-seconds", String(accessTokenSeconds), "--access-token-uses", String(accessTokenUses),
+                "--stall-seconds", String(stallSeconds), "--retry-after-seconds", String(retryAfterSeconds),
+                "--other-team-ids", Self.otherTeam,
+            ] + (transferCompletes ? [] : ["--transfer-completed-file", transferCompletedFile])
         try base.startStandin()
     }
 
@@ -90,23 +103,26 @@ final class TransferStack {
     }
 
     /// The command line of `transfer export` (sending team) or `import` (recipient) on `lines`.
-    func arguments(_ direction: String, _ lines: [String], date: String? = recentDate, rate: String = "50") throws
-        -> [String]
-    {
+    func arguments(
+        _ direction: String, _ lines: [String], date: String? = recentDate, rate: String = "50",
+        target: String = recipientTeam, out: String? = nil, extra: [String] = []
+    ) throws -> [String] {
         let input = base.directory.appendingPathComponent("\(direction)-\(UUID().uuidString).txt")
         try lines.map { $0 + "\n" }.joined().write(to: input, atomically: true, encoding: .utf8)
-        var arguments = ["transfer", direction, "--client-id", Self.clientID, "--out", outDirectory, "--rate", rate]
-        if direction == "export" { arguments += ["--target", Self.recipientTeam] }
+        var arguments = [
+            "transfer", direction, "--client-id", Self.clientID, "--out", out ?? outDirectory, "--rate", rate,
+        ]
+        if direction == "export" { arguments += ["--target", target] }
         if let date { arguments += ["--transfer-date", date] }
-        return arguments + [input.path]
+        return arguments + extra + [input.path]
     }
 
     func run(
         _ direction: String, _ lines: [String], date: String? = recentDate, rate: String = "50",
-        overriding: [String: String] = [:]
+        target: String = recipientTeam, out: String? = nil, extra: [String] = [], overriding: [String: String] = [:]
     ) throws -> CommandRun {
         try CommandRun.endpoint(
-            try arguments(direction, lines, date: date, rate: rate),
+            try arguments(direction, lines, date: date, rate: rate, target: target, out: out, extra: extra),
             environment: environment(direction == "export" ? .sender : .recipient).merging(overriding) { $1 })
     }
 

@@ -62,7 +62,10 @@ struct TransferTests {
         let date = Self.dateMilliseconds(TransferStack.recentDate)
         #expect(
             try stack.hash("siwa:transfer:{\(Self.client)}")
-                == ["transfer_date": String(date), "closes_at": String(date + 60 * 86_400_000)])
+                == [
+                    "transfer_date": String(date), "closes_at": String(date + 60 * 86_400_000),
+                    "target": TransferStack.recipientTeam,
+                ])
         let exportedA = try stack.hash("siwa:transfer-from:{\(Self.client):000060.a}")
         #expect(exportedA["transfer_sub"] == "tr.a.0001" && exportedA["exported_at"] != nil)
         #expect(try stack.hash("siwa:transfer-id:{\(Self.client):tr.b.0002}")["from_sub"] == "000060.b")
@@ -86,12 +89,16 @@ struct TransferTests {
             #expect(!text.contains("standin-migration-") && !text.contains("eyJ"))
         }
 
-        // A rerun: every user skipped, nothing asked of Apple, no line written twice.
+        // A rerun: the exported users skipped, the refused one asked again (Apple's answer may
+        // have been "not yet"), no line written twice.
         let again = try stack.run("export", lines)
         #expect(again.status == 1)
         #expect(
-            stack.outcomes(again.output).map { $0["outcome"] ?? "" } == ["skipped", "skipped", "skipped", "malformed"])
-        #expect(try stack.migrationLog().count == log.count)
+            stack.outcomes(again.output).map { $0["outcome"] ?? "" } == ["skipped", "skipped", "refused", "malformed"])
+        #expect(
+            try stack.migrationLog().dropFirst(log.count).filter { $0["endpoint"] == "migration" }.map {
+                "\($0["label"] ?? "-"):\($0["answer"] ?? "")"
+            } == ["c:invalid_request"])
         #expect(stack.file("transfer-ids.txt") == "tr.a.0001\ntr.b.0002\n")
         #expect(stack.file("export-mapping.jsonl")?.split(separator: "\n").count == 3)
     }
@@ -196,12 +203,13 @@ struct TransferTests {
         #expect(byOldSub.lines.contains("key siwa:user:{\(Self.client):000061.new.a}"))
         #expect(byOldSub.lines.contains("session not valid"))
 
-        // Every user exchanged or refused: nothing pending; a rerun skips all, queues nothing again.
+        // Every user exchanged or refused: nothing pending; a rerun skips the exchanged, asks the
+        // refused one again, queues nothing again.
         let windows = try TransferWindowReading.read(
             stack.base.redisConnection(), keys: RedisKeyLayout(), clientIDs: [Self.client])
         #expect(windows.windows.map { [$0.pendingExport, $0.pendingImport] } == [[0, 0]])
         let again = try stack.run("import", ["tr.a.0001", "tr.b.0002", "tr.x.0009"], date: nil)
-        #expect(stack.outcomes(again.output).map { $0["outcome"] ?? "" } == ["skipped", "skipped", "skipped"])
+        #expect(stack.outcomes(again.output).map { $0["outcome"] ?? "" } == ["skipped", "skipped", "refused"])
         #expect(try stack.base.redisConnection().command("XLEN", "siwa:deletions").integer == 2)
     }
 
@@ -410,7 +418,10 @@ struct TransferTests {
         let down = try stack.run("import", ["tr.r.0001"], overriding: ["SIWA_REDIS_TIMEOUT_MS": "300"])
         #expect(down.status == 3)
         #expect(down.errors.contains("Redis failed"))
-        #expect(!FileManager.default.fileExists(atPath: stack.outDirectory), "nothing written")
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: stack.outDirectory).sorted() == ["import-mapping.jsonl"]
+        )
+        #expect(stack.file("import-mapping.jsonl") == "", "checked (made) before Redis, nothing written in it")
         #expect(try stack.migrationLog().filter { $0["endpoint"] == "migration" }.count == 1)
     }
 }
