@@ -241,10 +241,16 @@ struct RedisUsersTests {
         // transfer's scripts: the window, a pending identifier, an export and an import.
         let transfer = TransferStore(connection: operatorConnection, keyPrefix: "siwa", clientID: "com.example.app")
         let expiresAt = checkedAt + 86_400_000
-        #expect(try transfer.transferDate(recording: checkedAt) == checkedAt)
-        #expect(try transfer.markPending("001234.abc", direction: .export, expiresAt: expiresAt) == false)
+        #expect(
+            try transfer.recordWindow(date: checkedAt, target: "TEAMB12345", replacing: false, at: checkedAt)
+                == checkedAt)
+        #expect(
+            try transfer.markPending(
+                "001234.abc", direction: .export, target: "TEAMB12345", legacyTarget: nil, expiresAt: expiresAt)
+                == nil)
         try transfer.recordExport(
-            subject: "001234.abc", transferSubject: "t-1", error: nil, at: checkedAt, expiresAt: expiresAt)
+            subject: "001234.abc", target: "TEAMB12345", transferSubject: "t-1", error: nil, at: checkedAt,
+            expiresAt: expiresAt)
         _ = try transfer.recordImport(
             transferSubject: "t-1", subject: "009999.new", error: nil, fromSubject: "001234.abc", at: checkedAt,
             expiresAt: expiresAt)
