@@ -1,3 +1,6 @@
+// ares.h includes <sys/socket.h>: in a whole-module (release) build the socket constants
+// (SOCK_STREAM, SOCK_CLOEXEC...) are then seen through CCAres, not Glibc, in this module.
+import CCAres
 import CHiredis
 import Glibc
 import SIWASupport
