@@ -16,6 +16,8 @@ let package = Package(
         .systemLibrary(name: "CFastCGI", path: "Sources/CFastCGI"),
         .systemLibrary(name: "CHiredis", path: "Sources/CHiredis"),
         .systemLibrary(name: "CCurl", path: "Sources/CCurl"),
+        // c-ares: Redis host names resolved within the connect timeout.
+        .systemLibrary(name: "CCAres", path: "Sources/CCAres"),
 
         // What every wrapper shares: errors with a stable code, the injected clock, the
         // background services' lifecycle (Service, PeriodicTask, ServiceGroup), Latch, and
@@ -28,7 +30,7 @@ let package = Package(
         // One thin Swift wrapper per C library; none knows anything of notifications.
         // Every OpenSSL pointer lives in SIWACrypto (signatures) or SIWATLS (TLS client
         // connections), every libfcgi pointer in SIWAFastCGI,
-        // every hiredis pointer in SIWARedis, every libcurl pointer in SIWAHTTPS.
+        // every hiredis and c-ares pointer in SIWARedis, every libcurl pointer in SIWAHTTPS.
         // One-line C pass-throughs for the OpenSSL macros Swift cannot call (a .c file and a
         // header of declarations); every other OpenSSL call is made from Swift.
         .target(name: "COpenSSLShim", dependencies: ["COpenSSL"]),
@@ -40,7 +42,7 @@ let package = Package(
         .target(name: "SIWAFastCGIClient", dependencies: ["SIWASupport"]),
         // hiredis only as a codec (commands formatted, replies parsed); the socket, and TLS
         // over it through SIWATLS, belong to the connection.
-        .target(name: "SIWARedis", dependencies: ["CHiredis", "SIWASupport", "SIWATLS"]),
+        .target(name: "SIWARedis", dependencies: ["CHiredis", "CCAres", "SIWASupport", "SIWATLS"]),
         .target(name: "SIWAHTTPS", dependencies: ["CCurl", "SIWASupport"]),
 
         // Pure Swift: bytes + keys + clock in, a verified notification out.

@@ -21,8 +21,10 @@ import time
 # package recommends, the runtime libraries of its Depends (preinstalled because the
 # container has no network when the package is installed), and curl.
 PACKAGES = {
-    "bookworm": ["nginx", "redis-server", "libfcgi0ldbl", "libhiredis0.14", "libssl3", "libcurl4", "curl", "procps"],
-    "trixie": ["nginx", "redis-server", "libfcgi0t64", "libhiredis1.1.0", "libssl3t64", "libcurl4t64", "curl", "procps"],
+    "bookworm": ["nginx", "redis-server", "libfcgi0ldbl", "libhiredis0.14", "libssl3", "libcurl4", "libc-ares2", "curl",
+                 "procps"],
+    "trixie": ["nginx", "redis-server", "libfcgi0t64", "libhiredis1.1.0", "libssl3t64", "libcurl4t64", "libc-ares2",
+               "curl", "procps"],
 }
 INCLUDE = "systemd,systemd-sysv,dbus,ca-certificates"
 MIRROR = os.environ.get("SIWA_DEBIAN_MIRROR", "http://deb.debian.org/debian")

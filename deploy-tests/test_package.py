@@ -46,7 +46,7 @@ def test_depends_is_what_dpkg_shlibdeps_derives_from_the_binary(unpacked):
     # users are made by systemd-sysusers) and procps (/bin/kill, the unit's ExecReload).
     assert depends == f"{shlibs}, systemd | systemd-standalone-sysusers | systemd-sysusers, procps"
     names = package_names(shlibs)
-    assert {"libcurl4", "libfcgi0ldbl", "libhiredis0.14", "libssl3"} <= set(names)
+    assert {"libcurl4", "libfcgi0ldbl", "libhiredis0.14", "libssl3", "libc-ares2"} <= set(names)
     assert not [name for name in names if "swift" in name or name.endswith("-dev")]
 
 

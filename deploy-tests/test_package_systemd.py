@@ -302,6 +302,68 @@ EOF""")
     assert machine.property("siwa-endpoint-reconcile", "User") == "siwa-endpoint-reconcile"
 
 
+def test_the_deliverer_unit_posts_a_signed_webhook_once_configured(deployment, installed):
+    """The deliverer as its unit runs it under systemd: the operator's steps of the unit's
+    header (a key made as its user, the destinations file, enable --now), then a notification
+    through nginx reaches an HTTPS receiver (nginx, under the test CA) signed, once."""
+    machine = deployment.machine
+    # As the unit's header says: the deliverer's user, with the group its unit adds (the key
+    # directory is below /etc/siwa-endpoint, 0750 root:siwa-endpoint).
+    as_deliverer = ["runuser", "-u", "siwa-endpoint-deliver", "-g", "siwa-endpoint-deliver", "-G", "siwa-endpoint",
+                    "--"]
+    keygen = machine.run([*as_deliverer, "siwa-endpoint", "deliver", "keygen", "--scheme", "ed25519", "--out",
+                          "/etc/siwa-endpoint/webhook-keys/package.key"])
+    assert "whpk_" in keygen.stdout + keygen.stderr
+    assert machine.run(["stat", "-c", "%U %a", "/etc/siwa-endpoint/webhook-keys/package.key"]).stdout.strip() == \
+        "siwa-endpoint-deliver 600"
+    # The receiver: 204 to every POST, each request's method, status and Standard Webhooks
+    # headers in its own log.
+    machine.put("/etc/nginx/conf.d/webhook-receiver.conf", """
+# Test only: a webhook destination.
+log_format webhook_receiver '$request_method $uri $status id=$http_webhook_id sig=$http_webhook_signature';
+server {
+    listen 127.0.0.1:8445 ssl;
+    server_name localhost;
+    ssl_certificate /etc/ssl/siwa-endpoint/fullchain.pem;
+    ssl_certificate_key /etc/ssl/siwa-endpoint/privkey.pem;
+    access_log /var/log/nginx/webhook-receiver.log webhook_receiver;
+    location = /hook { return 204; }
+}
+""")
+    machine.run(["systemctl", "reload", "nginx"])
+    destinations = {"destinations": [{
+        "name": "package", "url": "https://localhost:8445/hook",
+        "signing_key_files": ["/etc/siwa-endpoint/webhook-keys/package.key"],
+        "types": ["consent-revoked"], "client_ids": [CLIENT_ID], "include_email": False,
+        "ca_file": "/etc/siwa-endpoint/test-ca.pem", "allow_private_address": True,
+        "format": "standard-webhooks"}]}
+    machine.put("/etc/siwa-endpoint/webhooks.json", json.dumps(destinations), mode="0640",
+                owner="root:siwa-endpoint")
+    check = machine.run([*as_deliverer, "siwa-endpoint", "deliver", "--env-file", ENV, "--check"], check=False)
+    assert check.returncode == 0, check.stdout + check.stderr
+    machine.run(["systemctl", "enable", "--now", "siwa-endpoint-deliver"], timeout=120)
+    assert machine.property("siwa-endpoint-deliver", "User") == "siwa-endpoint-deliver"
+    # Its consumer group starts at the stream's end: once it exists, a notification is the next event.
+    machine.wait_for(lambda: "deliver:package" in deployment.redis("XINFO", "GROUPS", "siwa:events"), 60,
+                     "the deliverer's consumer group")
+    subs, bodies = deployment.bodies(1)
+    assert deployment.post(bodies) == [(200, "applied")]
+
+    def posts():
+        text = machine.run(["cat", "/var/log/nginx/webhook-receiver.log"], check=False).stdout
+        return [line for line in text.splitlines() if line.startswith("POST")]
+
+    machine.wait_for(lambda: posts(), 60, "a webhook at the receiver")
+    machine.wait_for(lambda: deployment.redis("XPENDING", "siwa:events", "deliver:package").startswith("1) (integer) 0"),
+                     30, "nothing pending for the destination")
+    [line] = posts()
+    assert re.fullmatch(r"POST /hook 204 id=\S+ sig=v1a,\S+", line), line
+    pid = machine.property("siwa-endpoint-deliver", "MainPID")
+    status = machine.run(["cat", f"/proc/{pid}/status"]).stdout
+    assert re.search(r"^NoNewPrivs:\s+1$", status, re.M) and re.search(r"^CapEff:\s+0+$", status, re.M)
+    assert machine.run(["systemctl", "is-active", "siwa-endpoint-deliver"]).stdout.strip() == "active"
+
+
 def test_reload_keeps_the_process_and_reloads_the_key_cache(deployment, installed):
     machine = deployment.machine
     before = deployment.main_pid("blue")

@@ -479,6 +479,15 @@ def test_install_lays_out_files_with_tight_modes_and_twice_is_the_same(install_r
         "/etc/siwa-endpoint/env": ("file", "0o640", hashlib.sha256((DEPLOY / "env.example").read_bytes()).hexdigest()),
         "/etc/systemd/system/siwa-endpoint@.service":
             ("file", "0o644", hashlib.sha256((DEPLOY / "siwa-endpoint@.service").read_bytes()).hexdigest()),
+        # The deliverer and reconcile, installed, not enabled; their secrets' directories their own.
+        "/etc/siwa-endpoint/webhook-keys": ("dir", "0o700"),
+        "/etc/siwa-endpoint/reconcile": ("dir", "0o700"),
+        "/var/lib/siwa-endpoint-reconcile": ("dir", "0o700"),
+        **{f"/etc/systemd/system/{unit}": ("file", "0o644", hashlib.sha256((DEPLOY / unit).read_bytes()).hexdigest())
+           for unit in ("siwa-endpoint-deliver.service", "siwa-endpoint-reconcile.service",
+                        "siwa-endpoint-reconcile.timer")},
+        "/usr/local/share/siwa-endpoint/webhooks.json.example":
+            ("file", "0o644", hashlib.sha256((DEPLOY / "webhooks.json.example").read_bytes()).hexdigest()),
         "/etc/redis/siwa-endpoint.conf":
             ("file", "0o644", hashlib.sha256((DEPLOY / "redis-siwa.conf").read_bytes()).hexdigest()),
         "/etc/redis/siwa-endpoint-users.conf":
@@ -506,6 +515,8 @@ def test_install_lays_out_files_with_tight_modes_and_twice_is_the_same(install_r
         assert "nothing started yet" in result.stdout
         assert "set SIWA_CLIENT_IDS" in result.stdout
         assert "systemctl" not in result.stdout
+        for user in ("siwa-endpoint", "siwa-endpoint-deliver", "siwa-endpoint-reconcile"):
+            assert f"would create system user {user} (nologin, no home) if missing" in result.stdout
     assert "upgrade it with scripts/rollout" in second.stdout
 
 

@@ -77,7 +77,8 @@ public final class RedisConnection {
         transport = nil
         do throws(RedisTransport.Failure) {
             transport = try RedisTransport.open(
-                address, tls: endpoint.tls, connectTimeout: connectTimeout, commandTimeout: commandTimeout)
+                address, tls: endpoint.tls, resolver: endpoint.resolver, connectTimeout: connectTimeout,
+                commandTimeout: commandTimeout)
         } catch {
             throw failure(.connectionFailed, error)
         }

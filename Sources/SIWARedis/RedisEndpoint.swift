@@ -23,6 +23,9 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     public let password: String?
     /// TLS over the TCP connection (a `rediss://` URL), with the files it uses; nil: plain.
     public var tls: RedisTLS?
+    /// How a host name of this endpoint (or of a primary or node it leads to) is resolved:
+    /// within the connect timeout, from the system's configuration unless a test says otherwise.
+    public var resolver: RedisHostResolver = .system
 
     public init(
         address: Address, database: Int = 0, username: String? = nil, password: String? = nil, tls: RedisTLS? = nil

@@ -1,3 +1,6 @@
+// ares.h includes <sys/socket.h>: in a whole-module (release) build the socket constants
+// (SOCK_STREAM, SOCK_CLOEXEC...) are then seen through CCAres, not Glibc, in this module.
+import CCAres
 import CHiredis
 import Glibc
 import SIWASupport
@@ -62,15 +65,18 @@ final class RedisTransport {
         redisReaderFree(reader)
     }
 
-    /// Connects to `address` within `connectTimeout` (every address a host name resolves to,
-    /// in order, sharing that time), then makes the TLS handshake when `tls` is set.
+    /// Connects to `address` within `connectTimeout` (resolving a host name with `resolver`,
+    /// then every address it resolves to, in order, all sharing that time), then makes the
+    /// TLS handshake when `tls` is set.
     static func open(
-        _ address: RedisEndpoint.Address, tls: RedisTLS?, connectTimeout: Duration, commandTimeout: Duration
+        _ address: RedisEndpoint.Address, tls: RedisTLS?, resolver: RedisHostResolver = .system,
+        connectTimeout: Duration, commandTimeout: Duration
     ) throws(Failure) -> RedisTransport {
         let deadline = ContinuousClock.now + connectTimeout
         let descriptor: Int32
         switch address {
-        case .tcp(let host, let port): descriptor = try connectTCP(host: host, port: port, deadline: deadline)
+        case .tcp(let host, let port):
+            descriptor = try connectTCP(host: host, port: port, resolver: resolver, deadline: deadline)
         case .unixSocket(let path): descriptor = try connectUnix(path: path, deadline: deadline)
         }
         var stream: TLSStream?
@@ -193,28 +199,21 @@ final class RedisTransport {
 
     // MARK: - Connecting
 
-    private static func connectTCP(host: String, port: Int, deadline: ContinuousClock.Instant) throws(Failure)
-        -> Int32
-    {
-        var hints = addrinfo()
-        hints.ai_family = AF_UNSPEC
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        var found: UnsafeMutablePointer<addrinfo>?
-        let resolved = getaddrinfo(host, String(port), &hints, &found)
-        guard resolved == 0, let found else {
-            throw Failure(
-                kind: .unreachable, detail: "cannot resolve \(host): \(String(cString: gai_strerror(resolved)))")
-        }
-        defer { freeaddrinfo(found) }
+    private static func connectTCP(
+        host: String, port: Int, resolver: RedisHostResolver, deadline: ContinuousClock.Instant
+    ) throws(Failure) -> Int32 {
+        let addresses = try resolver.addresses(of: host, port: port, deadline: deadline)
         var lastFailure = Failure(kind: .unreachable, detail: "\(host) resolves to no address")
-        var entry: UnsafeMutablePointer<addrinfo>? = found
-        while let current = entry {
-            entry = current.pointee.ai_next
-            guard let address = current.pointee.ai_addr else { continue }
+        for address in addresses {
             do throws(Failure) {
-                let descriptor = try connectSocket(
-                    family: current.pointee.ai_family, address: address, length: current.pointee.ai_addrlen,
-                    deadline: deadline)
+                // Array's closures rethrow untyped errors: the outcome comes back as a value.
+                let descriptor = try address.socketAddress.withUnsafeBytes { bytes in
+                    Result { () throws(Failure) in
+                        try connectSocket(
+                            family: address.family, address: bytes.baseAddress!.assumingMemoryBound(to: sockaddr.self),
+                            length: socklen_t(bytes.count), deadline: deadline)
+                    }
+                }.get()
                 var on: Int32 = 1
                 _ = setsockopt(
                     descriptor, Int32(IPPROTO_TCP), TCP_NODELAY, &on, socklen_t(MemoryLayout<Int32>.size))

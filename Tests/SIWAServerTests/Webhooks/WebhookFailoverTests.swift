@@ -24,6 +24,16 @@ struct WebhookFailoverTests {
             ])
         let deliverer = try stack.startDeliverer(environment)
         let primary = try #require(cluster.currentPrimary())
+        /// Both replicas have everything the primary wrote so far (`WAIT` counts them): the
+        /// sentinels may promote either. A write first, so that the wait covers the deliverer's
+        /// own writes too (WAIT waits for this connection's last write, and replication is one
+        /// ordered stream).
+        func replicated(on port: Int) throws {
+            let connection = cluster.connection(port: port)
+            _ = try connection.command("SET", "siwa-test:replication-fence", String(UUID().uuidString))
+            let replicas = try connection.command("WAIT", "2", "10000").integer
+            try #require(replicas == 2, "only \(replicas.map(String.init) ?? "no") replica(s) acknowledged the writes")
+        }
         func write(_ ids: ClosedRange<Int>, port: Int) throws {
             let connection = cluster.connection(port: port)
             let store = NotificationStore(connection: connection)
@@ -37,11 +47,25 @@ struct WebhookFailoverTests {
                         issuedAt: now / 1000, expiresAt: nil, email: nil, isPrivateEmail: nil),
                     receivedAt: now)
             }
-            // A replica has them before anything is killed.
-            _ = try connection.command("WAIT", "1", "500")
         }
+        // The destination's group starts at the stream's end when the deliverer makes it, which
+        // can come after deliver_started: an event written before it is never this group's.
+        let old = cluster.connection(port: primary.port)
+        try #require(
+            waitUntil(timeout: 10) {
+                let groups = (try? old.command("XINFO", "GROUPS", "siwa:events").array) ?? []
+                return groups.contains { $0.array?.contains { $0.string == "deliver:ha" } == true }
+            }, "the deliverer made no group")
         try write(1...10, port: primary.port)
-        #expect(waitUntil(timeout: 10) { Set(receiver.ids()).count == 10 })
+        try #require(waitUntil(timeout: 10) { Set(receiver.ids()).count == 10 })
+        // Delivered and acknowledged on the primary, and both on each replica before the kill: an
+        // acknowledgement the failover lost would leave the event pending on the new primary
+        // until SIWA_WEBHOOK_CLAIM_IDLE_MS (a minute by default), longer than this test waits.
+        try #require(
+            waitUntil(timeout: 10) {
+                (try? old.command("XPENDING", "siwa:events", "deliver:ha").array?.first?.integer) == 0
+            })
+        try replicated(on: primary.port)
         primary.kill()
         let promoted = try #require(cluster.waitForFailover(from: primary.port, timeout: 30))
         try write(11...20, port: promoted.port)
