@@ -102,10 +102,13 @@ public final class WebhookDestinationWorker: Service, @unchecked Sendable {
                 _ = stopRequested.wait(until: .now + .milliseconds(200))
             }
         }
+        poster.closeConnection()
     }
 
     /// One turn: the housekeeping that is due, then one attempt or one read of new events.
     private func step(_ store: WebhookDeliveryStore) throws(RedisError) {
+        // A turn with nothing to post waits 500 ms at most, so an idle connection is closed soon after its bound.
+        poster.closeIdleConnection()
         var now = Self.now()
         if now - lastDisabledCheck >= 1000 || disabled {
             lastDisabledCheck = now
