@@ -10,7 +10,7 @@ import Synchronization
 enum BenchWebhooksCommand {
     static let help = """
         usage: siwa-endpoint bench --webhooks --redis-url URL --receiver-log FILE
-                                   [--count N] [--rate R] [--flood M]
+                                   [--count N] [--rate R] [--flood M] [--deliverer-pid PID]
 
         Writes N notifications through serve's own apply script (the events stream entry and
         the pub/sub message in one atomic call, as serve does when it answers Apple's POST)
@@ -20,7 +20,9 @@ enum BenchWebhooksCommand {
         Redis readers' path) and the receiver's request (a running `siwa-endpoint deliver`).
         Prints p50 and p99 of both and their difference. Then M more (default 2000) as fast
         as they can be written: events delivered per second (the first write to the last
-        arrival). Asserts nothing; exit 1 when an event did not arrive within 60 s.
+        arrival) and, with PID (the running deliverer's process), the deliverer's CPU time
+        (user and system, all threads) over that same span per event delivered. Asserts
+        nothing; exit 1 when an event did not arrive within 60 s.
         """
 
     static func run(_ words: [String]) throws -> Int32 {
@@ -30,7 +32,7 @@ enum BenchWebhooksCommand {
         }
         let arguments = try CommandLineArguments(
             words.filter { $0 != "--webhooks" },
-            valueOptions: ["--redis-url", "--receiver-log", "--count", "--rate", "--flood"])
+            valueOptions: ["--redis-url", "--receiver-log", "--count", "--rate", "--flood", "--deliverer-pid"])
         guard let url = arguments.value("--redis-url"), let log = arguments.value("--receiver-log") else {
             throw UsageError("--redis-url and --receiver-log are required")
         }
@@ -38,6 +40,10 @@ enum BenchWebhooksCommand {
         let flood = Int(try arguments.integer("--flood") ?? 2000)
         let rate = Double(arguments.value("--rate") ?? "50") ?? 50
         guard count > 0, flood > 0, rate > 0 else { throw UsageError("--count, --flood and --rate must be positive") }
+        let delivererPID = try arguments.integer("--deliverer-pid").map { Int32(clamping: $0) }
+        if let delivererPID, cpuSeconds(of: delivererPID) == nil {
+            throw UsageError("--deliverer-pid \(delivererPID): no such process to read /proc/\(delivererPID)/stat of")
+        }
         let endpoint = try RedisEndpoint(parsing: url)
         let store = NotificationStore(connection: RedisConnection(endpoint: endpoint))
         let published = Arrivals()
@@ -94,6 +100,7 @@ enum BenchWebhooksCommand {
         )
         var floodIDs = Set<String>()
         let floodStart = nowMilliseconds()
+        let cpuAtStart = delivererPID.flatMap(cpuSeconds(of:))
         for index in 0..<flood {
             let jti = "flood-\(runID)-\(index)"
             _ = try write(jti)
@@ -104,11 +111,30 @@ enum BenchWebhooksCommand {
             Output.error("bench --webhooks: the flood did not reach the receiver within 60 s")
             return 1
         }
+        // Read once every event has arrived: the last POST's answer and acknowledgement are a few
+        // microseconds of CPU against the flood's seconds.
+        let cpuAtEnd = delivererPID.flatMap(cpuSeconds(of:))
         let seconds = max(0.001, last - floodStart) / 1000
-        Output.line(
+        var line =
             "flood: \(flood) notifications written in \(rounded((floodWritten - floodStart) / 1000)) s; delivered in \(rounded(seconds)) s: \(Int(Double(flood) / seconds)) events/s"
-        )
+        if let cpuAtStart, let cpuAtEnd {
+            line += "; deliverer CPU \(rounded((cpuAtEnd - cpuAtStart) * 1000 / Double(flood))) ms/event"
+        }
+        Output.line(line)
         return 0
+    }
+
+    /// User plus system CPU seconds of process `pid`, every thread (fields 14 and 15 of
+    /// /proc/PID/stat, in clock ticks); nil when it cannot be read.
+    static func cpuSeconds(of pid: Int32) -> Double? {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = text.lastIndex(of: ")")
+        else { return nil }
+        // After the name (which may hold spaces, so it is skipped to its closing parenthesis),
+        // the fields from the third on.
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
     /// The receiver log's arrival time of each of `ids`, once all are there (nil after 60 s).
