@@ -130,8 +130,9 @@ final class KeptHandle {
     func handle() -> UnsafeMutableRawPointer? {
         if let curl { return curl }
         guard let made = curl_easy_init() else { return nil }
-        let idleSeconds = Int((Double(idleLimit.components.seconds) + Double(idleLimit.components.attoseconds) / 1e18)
-            .rounded(.up))
+        let idleSeconds = Int(
+            (Double(idleLimit.components.seconds) + Double(idleLimit.components.attoseconds) / 1e18)
+                .rounded(.up))
         let options: [(CURLoption, Int)] = [
             (CURLOPT_MAXCONNECTS, 1),
             (CURLOPT_MAXAGE_CONN, max(1, idleSeconds)),

@@ -20,9 +20,11 @@ enum BenchWebhooksCommand {
         Redis readers' path) and the receiver's request (a running `siwa-endpoint deliver`).
         Prints p50 and p99 of both and their difference. Then M more (default 2000) as fast
         as they can be written: events delivered per second (the first write to the last
-        arrival) and, with PID (the running deliverer's process), the deliverer's CPU time
-        (user and system, all threads) over that same span per event delivered. Asserts
-        nothing; exit 1 when an event did not arrive within 60 s.
+        arrival). With PID (the running deliverer's process), the M are written while the
+        deliverer is stopped (SIGSTOP), so that it then works through a backlog of M alone
+        (SIGCONT): events per second from its resumption to the last arrival, and its CPU time
+        (user and system, all threads) over that span per event. Asserts nothing; exit 1 when
+        an event did not arrive within 60 s.
         """
 
     static func run(_ words: [String]) throws -> Int32 {
@@ -99,14 +101,23 @@ enum BenchWebhooksCommand {
             "  webhook - pub/sub    p50 \(rounded(percentile(webhook, 0.5) - percentile(pubsub, 0.5))) ms  p99 \(rounded(percentile(webhook, 0.99) - percentile(pubsub, 0.99))) ms"
         )
         var floodIDs = Set<String>()
-        let floodStart = nowMilliseconds()
-        let cpuAtStart = delivererPID.flatMap(cpuSeconds(of:))
+        if let delivererPID { kill(delivererPID, SIGSTOP) }
+        // Resumed whatever happens below, so a failed write leaves no stopped deliverer behind.
+        var resumed = false
+        defer { if let delivererPID, !resumed { kill(delivererPID, SIGCONT) } }
+        let writeStart = nowMilliseconds()
         for index in 0..<flood {
             let jti = "flood-\(runID)-\(index)"
             _ = try write(jti)
             floodIDs.insert(jti)
         }
         let floodWritten = nowMilliseconds()
+        let cpuAtStart = delivererPID.flatMap(cpuSeconds(of:))
+        if let delivererPID {
+            kill(delivererPID, SIGCONT)
+            resumed = true
+        }
+        let floodStart = delivererPID == nil ? writeStart : nowMilliseconds()
         guard let floodArrived = waitForArrivals(log, ids: floodIDs), let last = floodArrived.values.max() else {
             Output.error("bench --webhooks: the flood did not reach the receiver within 60 s")
             return 1
@@ -116,7 +127,7 @@ enum BenchWebhooksCommand {
         let cpuAtEnd = delivererPID.flatMap(cpuSeconds(of:))
         let seconds = max(0.001, last - floodStart) / 1000
         var line =
-            "flood: \(flood) notifications written in \(rounded((floodWritten - floodStart) / 1000)) s; delivered in \(rounded(seconds)) s: \(Int(Double(flood) / seconds)) events/s"
+            "flood: \(flood) notifications written in \(rounded((floodWritten - writeStart) / 1000)) s\(delivererPID == nil ? "" : " (deliverer stopped)"); delivered in \(rounded(seconds)) s: \(Int(Double(flood) / seconds)) events/s"
         if let cpuAtStart, let cpuAtEnd {
             line += "; deliverer CPU \(rounded((cpuAtEnd - cpuAtStart) * 1000 / Double(flood))) ms/event"
         }

@@ -162,7 +162,8 @@ final class KeptConnectionReceiver {
         process.standardError = FileHandle.nullDevice
         try process.run()
         guard
-            waitUntil(timeout: 10, { (try? String(contentsOfFile: readyPath, encoding: .utf8))?.contains("ready") == true })
+            waitUntil(
+                timeout: 10, { (try? String(contentsOfFile: readyPath, encoding: .utf8))?.contains("ready") == true })
         else {
             stop()
             throw TestCertificateAuthority.Failure(description: "the kept-connection receiver did not start")

@@ -201,7 +201,8 @@ final class WebhookReceiver: @unchecked Sendable {
     /// The number of the TCP connection each request of `ids` came on, in arrival order.
     func connections(of ids: Set<String>) -> [Int] {
         records().compactMap { record in
-            guard case .string(let id)? = record["id"], ids.contains(id), case .integer(let number)? = record["connection"]
+            guard case .string(let id)? = record["id"], ids.contains(id),
+                case .integer(let number)? = record["connection"]
             else { return nil }
             return Int(number)
         }
