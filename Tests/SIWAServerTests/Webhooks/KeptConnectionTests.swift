@@ -100,6 +100,22 @@ import Testing
         #expect(try fixture.post() == "3 2")
     }
 
+    @Test("an answer's Retry-After is its own: the next answer on the kept connection without one has none")
+    func retryAfterNotCarriedOver() throws {
+        let fixture = try Fixture()
+        func post(_ path: String) throws(HTTPSFetchError) -> HTTPSResponse {
+            try fixture.session.postJSON(
+                "https://localhost:\(fixture.receiver.port)\(path)", body: "{}", headers: [],
+                userAgent: Self.userAgent, connectTimeoutSeconds: 2)
+        }
+        let slowDown = try post("/slow-down")
+        #expect(slowDown.status == 503 && slowDown.retryAfter == "7")
+        #expect(String(decoding: slowDown.body, as: UTF8.self) == "1 1")
+        let unavailable = try post("/unavailable")
+        #expect(unavailable.status == 503 && unavailable.retryAfter == nil)
+        #expect(String(decoding: unavailable.body, as: UTF8.self) == "1 2")
+    }
+
     @Test("idle bound: not closed before it, closed (the receiver sees it) once unused that long")
     func idleBounded() throws {
         let fixture = try Fixture(idleLimit: .seconds(2))

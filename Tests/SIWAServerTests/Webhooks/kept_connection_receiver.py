@@ -3,7 +3,7 @@
 saw its requests. Each connection's opening and closing is one line of the events file
 ("open N", "closed N"). Paths: /hook answers; /hook-then-close answers, then closes the
 connection without saying so (as a server's idle timeout does); /drop closes it without an
-answer. GET /switch-certificate makes the same TLS context present the other certificate from
+answer; /slow-down answers 503 with `Retry-After: 7`, /unavailable 503 without it. GET /switch-certificate makes the same TLS context present the other certificate from
 the next handshake on (its session tickets still valid, so a client that resumed a session
 would never see the new certificate).
 
@@ -39,8 +39,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         finally:
             event(f"closed {self.number}")
 
-    def answer(self, body):
-        self.send_response(200)
+    def answer(self, body, status=200, retry_after=None):
+        self.send_response(status)
+        if retry_after is not None:
+            self.send_header("Retry-After", retry_after)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -51,7 +53,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.path == "/drop":
             self.close_connection = True
             return
-        self.answer(f"{self.number} {self.requests}".encode())
+        body = f"{self.number} {self.requests}".encode()
+        if self.path == "/slow-down":
+            self.answer(body, 503, "7")
+            return
+        if self.path == "/unavailable":
+            self.answer(body, 503)
+            return
+        self.answer(body)
         if self.path == "/hook-then-close":
             self.close_connection = True
 
