@@ -2,8 +2,8 @@ import CCurl
 import Synchronization
 
 /// POSTs to one destination on one libcurl handle kept between calls, so the connection (TCP
-/// and TLS) is reused while the receiver keeps it open (HTTP/1.1 keep-alive), instead of a new
-/// connection and a full TLS handshake for every POST.
+/// and TLS) is reused while the receiver keeps it open (HTTP/1.1 keep-alive, or HTTP/2 when
+/// the receiver offers it), instead of a new connection and a full TLS handshake for every POST.
 ///
 /// - One connection at most (`CURLOPT_MAXCONNECTS` 1).
 /// - Re-established after an error: a call that fails in transport (no answer, timeout, TLS, a
