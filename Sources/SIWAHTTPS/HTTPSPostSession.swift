@@ -1,4 +1,5 @@
 import CCurl
+import Glibc
 import Synchronization
 
 /// POSTs to one destination on one libcurl handle kept between calls, so the connection (TCP
@@ -126,9 +127,15 @@ final class KeptHandle {
     deinit { close() }
 
     /// The handle, made on first use with the options that hold for its whole life; nil when
-    /// libcurl cannot make one or refuses an option.
+    /// libcurl cannot make one or refuses an option. A handle whose kept connection holds
+    /// bytes no request asked for is replaced by a new one first (`holdsUnreadInput`).
     func handle() -> UnsafeMutableRawPointer? {
-        if let curl { return curl }
+        if let curl {
+            guard Self.holdsUnreadInput(curl) else { return curl }
+            // Its connection goes with it; the URL stays, set again on the new handle.
+            curl_easy_cleanup(curl)
+            self.curl = nil
+        }
         guard let made = curl_easy_init() else { return nil }
         let idleSeconds = Int(
             (Double(idleLimit.components.seconds) + Double(idleLimit.components.attoseconds) / 1e18)
@@ -147,6 +154,21 @@ final class KeptHandle {
         }
         curl = made
         return made
+    }
+
+    /// Whether the HTTP/1.x connection `curl` keeps has something to read before any request
+    /// is written on it: an answer no request asked for (a receiver that answered twice), or
+    /// the receiver's close. Read as the next request's answer, a stray 200 would count a POST
+    /// delivered that the receiver refused, and every answer after it would be the previous
+    /// request's; libcurl 7.88 reuses such a connection (only its end is noticed). An HTTP/2
+    /// connection is libcurl's to check: frames come between requests (PING, SETTINGS), and
+    /// each answer names its stream.
+    static func holdsUnreadInput(_ curl: UnsafeMutableRawPointer) -> Bool {
+        let socket = siwa_curl_active_socket(curl)
+        guard socket != CURL_SOCKET_BAD, siwa_curl_last_response_http1(curl) != 0 else { return false }
+        var entry = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
+        // Readable, closed or failed: none of them a connection to write the next POST on.
+        return poll(&entry, 1, 0) != 0
     }
 
     /// `url` parsed, the same object as the last call's when the text is the same.

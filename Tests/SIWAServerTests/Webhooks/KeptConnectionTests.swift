@@ -116,6 +116,24 @@ import Testing
         #expect(String(decoding: unavailable.body, as: UTF8.self) == "1 2")
     }
 
+    @Test("an answer no request asked for, waiting on the kept connection, is never read as the next POST's")
+    func strayAnswerNotReadAsNext() throws {
+        let fixture = try Fixture()
+        #expect(try fixture.post() == "1 1")
+        #expect(try fixture.post("/answer-twice") == "1 2")
+        // The receiver's second 200 now waits unread on the kept connection.
+        #expect(waitUntil(timeout: 10) { fixture.receiver.events().contains("stray 1") })
+        usleep(100_000)
+        // The receiver answers this POST 503: the stray 200 before it must not stand for it.
+        let response = try fixture.session.postJSON(
+            "https://localhost:\(fixture.receiver.port)/unavailable", body: "{}", headers: [],
+            userAgent: Self.userAgent, connectTimeoutSeconds: 2)
+        #expect(response.status == 503)
+        #expect(String(decoding: response.body, as: UTF8.self) == "2 1")
+        #expect(try fixture.post() == "2 2")
+        #expect(fixture.receiver.events().filter { $0.hasPrefix("open") } == ["open 1", "open 2"])
+    }
+
     @Test("idle bound: not closed before it, closed (the receiver sees it) once unused that long")
     func idleBounded() throws {
         let fixture = try Fixture(idleLimit: .seconds(2))

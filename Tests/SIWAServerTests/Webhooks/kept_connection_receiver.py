@@ -3,13 +3,15 @@
 saw its requests. Each connection's opening and closing is one line of the events file
 ("open N", "closed N"). Paths: /hook answers; /hook-then-close answers, then closes the
 connection without saying so (as a server's idle timeout does); /drop closes it without an
-answer; /slow-down answers 503 with `Retry-After: 7`, /unavailable 503 without it. GET /switch-certificate makes the same TLS context present the other certificate from
+answer; /slow-down answers 503 with `Retry-After: 7`, /unavailable 503 without it;
+/answer-twice answers, then 0.2 s later writes a second 200 answer ("stray") that no request
+asked for (events line "stray N"), as a receiver that answers twice does. GET /switch-certificate makes the same TLS context present the other certificate from
 the next handshake on (its session tickets still valid, so a client that resumed a session
 would never see the new certificate).
 
 usage: kept_connection_receiver.py PORT CERT KEY OTHER_CERT OTHER_KEY EVENTS
 """
-import http.server, ssl, sys, threading
+import http.server, ssl, sys, threading, time
 
 port, cert, key, other_cert, other_key, events_path = sys.argv[1:7]
 lock = threading.Lock()
@@ -61,6 +63,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.answer(body, 503)
             return
         self.answer(body)
+        if self.path == "/answer-twice":
+            time.sleep(0.2)
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstray")
+            event(f"stray {self.number}")
         if self.path == "/hook-then-close":
             self.close_connection = True
 
