@@ -120,7 +120,9 @@ public struct HTTPSFetcher: Sendable {
         let kept = extras?.kept
         let target: ParsedURL
         if let kept { target = try kept.parsedURL(url) } else { target = try ParsedURL(url) }
-        guard let handle = kept?.handle() ?? curl_easy_init() else {
+        // A kept handle that cannot be made fails the call: a handle of its own in its place
+        // would never be cleaned up (its connection left open) nor have its pointers taken back.
+        guard let handle = kept != nil ? kept?.handle() : curl_easy_init() else {
             throw HTTPSFetchError(.clientUnavailable, "libcurl could not create a handle")
         }
         // A kept handle outlives this call: its owner cleans it up.

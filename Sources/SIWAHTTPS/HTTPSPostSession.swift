@@ -118,11 +118,16 @@ public final class HTTPSPostSession: Sendable {
 /// and in `HTTPSFetcher`.
 final class KeptHandle {
     let idleLimit: Duration
+    /// `HTTPSPostSession.maximumLifetime`; another value only in tests.
+    let lifetime: Duration
     private var curl: UnsafeMutableRawPointer?
     /// The URL the handle was last given (`CURLOPT_CURLU` keeps a pointer to it).
     private var target: (text: String, parsed: ParsedURL)?
 
-    init(idleLimit: Duration) { self.idleLimit = idleLimit }
+    init(idleLimit: Duration, lifetime: Duration = HTTPSPostSession.maximumLifetime) {
+        self.idleLimit = idleLimit
+        self.lifetime = lifetime
+    }
 
     deinit { close() }
 
@@ -143,7 +148,7 @@ final class KeptHandle {
         let options: [(CURLoption, Int)] = [
             (CURLOPT_MAXCONNECTS, 1),
             (CURLOPT_MAXAGE_CONN, max(1, idleSeconds)),
-            (CURLOPT_MAXLIFETIME_CONN, Int(HTTPSPostSession.maximumLifetime.components.seconds)),
+            (CURLOPT_MAXLIFETIME_CONN, Int(lifetime.components.seconds)),
             // A resumed TLS session skips the certificate: every new connection makes a full
             // handshake, so the certificate and host are verified per connection.
             (CURLOPT_SSL_SESSIONID_CACHE, 0),

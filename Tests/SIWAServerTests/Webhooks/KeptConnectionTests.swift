@@ -134,6 +134,23 @@ import Testing
         #expect(fixture.receiver.events().filter { $0.hasPrefix("open") } == ["open 1", "open 2"])
     }
 
+    @Test("a kept handle libcurl refuses an option of fails the call: no handle of its own in its place, nothing sent")
+    func unusableKeptHandleFailsTheCall() throws {
+        let fixture = try Fixture()
+        // A lifetime libcurl refuses (negative), as an older libcurl refuses an option it lacks.
+        let kept = KeptHandle(idleLimit: .seconds(30), lifetime: .seconds(-1))
+        defer { kept.close() }
+        do throws(HTTPSFetchError) {
+            _ = try fixture.session.fetcher.postJSON(
+                "https://localhost:\(fixture.receiver.port)/hook", body: "{}", headers: [], userAgent: Self.userAgent,
+                connectTimeoutSeconds: 2, allowPrivateAddress: true, on: kept)
+            Issue.record("the POST went out on a handle that nothing cleans up")
+        } catch {
+            #expect(error.code == .clientUnavailable, "\(error)")
+        }
+        #expect(fixture.receiver.events().isEmpty)
+    }
+
     @Test("idle bound: not closed before it, closed (the receiver sees it) once unused that long")
     func idleBounded() throws {
         let fixture = try Fixture(idleLimit: .seconds(2))
