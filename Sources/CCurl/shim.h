@@ -69,4 +69,23 @@ static inline const char *siwa_curl_response_header(CURL *handle, const char *na
     return header->value;
 }
 
+/// CURLINFO_ACTIVESOCKET: the socket of the connection the handle's last transfer left open
+/// for the next one, or CURL_SOCKET_BAD when it kept none.
+static inline curl_socket_t siwa_curl_active_socket(CURL *handle) {
+    curl_socket_t socket = CURL_SOCKET_BAD;
+    if (curl_easy_getinfo(handle, CURLINFO_ACTIVESOCKET, &socket) != CURLE_OK) {
+        return CURL_SOCKET_BAD;
+    }
+    return socket;
+}
+
+/// Whether the handle's last response came over HTTP/1.0 or HTTP/1.1 (CURLINFO_HTTP_VERSION).
+static inline int siwa_curl_last_response_http1(CURL *handle) {
+    long version = 0;
+    if (curl_easy_getinfo(handle, CURLINFO_HTTP_VERSION, &version) != CURLE_OK) {
+        return 0;
+    }
+    return version == CURL_HTTP_VERSION_1_0 || version == CURL_HTTP_VERSION_1_1;
+}
+
 #endif

@@ -72,9 +72,22 @@ public struct HTTPSFetcher: Sendable {
         _ url: String, body: String, headers: [String], userAgent: String, connectTimeoutSeconds: Double,
         allowPrivateAddress: Bool
     ) throws(HTTPSFetchError) -> HTTPSResponse {
+        try postJSON(
+            url, body: body, headers: headers, userAgent: userAgent, connectTimeoutSeconds: connectTimeoutSeconds,
+            allowPrivateAddress: allowPrivateAddress, on: nil)
+    }
+
+    /// `postJSON` on `kept`'s handle (its connection reused when libcurl can), or on a handle of
+    /// its own when nil. The address check is handed to the handle on every call, so each new
+    /// connection of a kept handle is checked as a first one is.
+    func postJSON(
+        _ url: String, body: String, headers: [String], userAgent: String, connectTimeoutSeconds: Double,
+        allowPrivateAddress: Bool, on kept: KeptHandle?
+    ) throws(HTTPSFetchError) -> HTTPSResponse {
         let extras = RequestExtras(
             headers: ["Content-Type: application/json", "Expect:"] + headers, userAgent: userAgent,
-            connectTimeoutSeconds: connectTimeoutSeconds, addressGuard: AddressGuard(allowPrivate: allowPrivateAddress))
+            connectTimeoutSeconds: connectTimeoutSeconds, addressGuard: AddressGuard(allowPrivate: allowPrivateAddress),
+            kept: kept)
         return try perform(url, postBody: body, extras: extras)
     }
 
@@ -104,11 +117,16 @@ public struct HTTPSFetcher: Sendable {
         guard Self.globalInit == CURLE_OK else {
             throw HTTPSFetchError(.clientUnavailable, "libcurl global initialisation failed")
         }
-        let target = try ParsedURL(url)
-        guard let handle = curl_easy_init() else {
+        let kept = extras?.kept
+        let target: ParsedURL
+        if let kept { target = try kept.parsedURL(url) } else { target = try ParsedURL(url) }
+        // A kept handle that cannot be made fails the call: a handle of its own in its place
+        // would never be cleaned up (its connection left open) nor have its pointers taken back.
+        guard let handle = kept != nil ? kept?.handle() : curl_easy_init() else {
             throw HTTPSFetchError(.clientUnavailable, "libcurl could not create a handle")
         }
-        defer { curl_easy_cleanup(handle) }
+        // A kept handle outlives this call: its owner cleans it up.
+        defer { if kept == nil { curl_easy_cleanup(handle) } }
 
         let sink = ResponseSink(limit: maximumBytes)
         let sinkPointer = Unmanaged.passUnretained(sink).toOpaque()
@@ -163,13 +181,18 @@ public struct HTTPSFetcher: Sendable {
                     set(siwa_curl_setopt_pointer(handle, CURLOPT_OPENSOCKETDATA, guardPointer))
                     set(siwa_curl_setopt_opensocket_function(handle, openGuardedSocket))
                 }
-                guard setup == CURLE_OK else { return (setup, 0) }
+                guard setup == CURLE_OK else {
+                    kept?.forgetCallState()
+                    return (setup, 0)
+                }
                 let result = curl_easy_perform(handle)
                 // Read on every answer: a webhook receiver's and Apple's 429 both carry it.
                 if let value = siwa_curl_response_header(handle, "Retry-After") {
                     retryAfter = String(cString: value)
                 }
-                return (result, siwa_curl_response_code(handle))
+                let status = siwa_curl_response_code(handle)
+                kept?.forgetCallState()
+                return (result, status)
             }
         }
         let detail = String(decoding: errorBuffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
@@ -220,7 +243,7 @@ public struct HTTPSFetcher: Sendable {
 }
 
 /// A URL parsed by libcurl itself, so the scheme and host checked are the ones fetched.
-private final class ParsedURL {
+final class ParsedURL {
     let handle: OpaquePointer
     let scheme: String
     let host: String
@@ -309,12 +332,18 @@ final class RequestExtras {
     let userAgent: String
     let connectTimeoutSeconds: Double
     let addressGuard: AddressGuard
+    /// The handle to post on, kept across calls; nil: a handle of this call's own.
+    let kept: KeptHandle?
 
-    init(headers: [String], userAgent: String, connectTimeoutSeconds: Double, addressGuard: AddressGuard) {
+    init(
+        headers: [String], userAgent: String, connectTimeoutSeconds: Double, addressGuard: AddressGuard,
+        kept: KeptHandle? = nil
+    ) {
         self.headers = headers
         self.userAgent = userAgent
         self.connectTimeoutSeconds = connectTimeoutSeconds
         self.addressGuard = addressGuard
+        self.kept = kept
     }
 }
 

@@ -10,7 +10,7 @@ import Synchronization
 enum BenchWebhooksCommand {
     static let help = """
         usage: siwa-endpoint bench --webhooks --redis-url URL --receiver-log FILE
-                                   [--count N] [--rate R] [--flood M]
+                                   [--count N] [--rate R] [--flood M] [--deliverer-pid PID]
 
         Writes N notifications through serve's own apply script (the events stream entry and
         the pub/sub message in one atomic call, as serve does when it answers Apple's POST)
@@ -20,7 +20,11 @@ enum BenchWebhooksCommand {
         Redis readers' path) and the receiver's request (a running `siwa-endpoint deliver`).
         Prints p50 and p99 of both and their difference. Then M more (default 2000) as fast
         as they can be written: events delivered per second (the first write to the last
-        arrival). Asserts nothing; exit 1 when an event did not arrive within 60 s.
+        arrival). With PID (the running deliverer's process), the M are written while the
+        deliverer is stopped (SIGSTOP), so that it then works through a backlog of M alone
+        (SIGCONT): events per second from its resumption to the last arrival, and its CPU time
+        (user and system, all threads) over that span per event. Asserts nothing; exit 1 when
+        an event did not arrive within 60 s.
         """
 
     static func run(_ words: [String]) throws -> Int32 {
@@ -30,7 +34,7 @@ enum BenchWebhooksCommand {
         }
         let arguments = try CommandLineArguments(
             words.filter { $0 != "--webhooks" },
-            valueOptions: ["--redis-url", "--receiver-log", "--count", "--rate", "--flood"])
+            valueOptions: ["--redis-url", "--receiver-log", "--count", "--rate", "--flood", "--deliverer-pid"])
         guard let url = arguments.value("--redis-url"), let log = arguments.value("--receiver-log") else {
             throw UsageError("--redis-url and --receiver-log are required")
         }
@@ -38,6 +42,10 @@ enum BenchWebhooksCommand {
         let flood = Int(try arguments.integer("--flood") ?? 2000)
         let rate = Double(arguments.value("--rate") ?? "50") ?? 50
         guard count > 0, flood > 0, rate > 0 else { throw UsageError("--count, --flood and --rate must be positive") }
+        let delivererPID = try arguments.integer("--deliverer-pid").map { Int32(clamping: $0) }
+        if let delivererPID, cpuSeconds(of: delivererPID) == nil {
+            throw UsageError("--deliverer-pid \(delivererPID): no such process to read /proc/\(delivererPID)/stat of")
+        }
         let endpoint = try RedisEndpoint(parsing: url)
         let store = NotificationStore(connection: RedisConnection(endpoint: endpoint))
         let published = Arrivals()
@@ -93,22 +101,51 @@ enum BenchWebhooksCommand {
             "  webhook - pub/sub    p50 \(rounded(percentile(webhook, 0.5) - percentile(pubsub, 0.5))) ms  p99 \(rounded(percentile(webhook, 0.99) - percentile(pubsub, 0.99))) ms"
         )
         var floodIDs = Set<String>()
-        let floodStart = nowMilliseconds()
+        if let delivererPID { kill(delivererPID, SIGSTOP) }
+        // Resumed whatever happens below, so a failed write leaves no stopped deliverer behind.
+        var resumed = false
+        defer { if let delivererPID, !resumed { kill(delivererPID, SIGCONT) } }
+        let writeStart = nowMilliseconds()
         for index in 0..<flood {
             let jti = "flood-\(runID)-\(index)"
             _ = try write(jti)
             floodIDs.insert(jti)
         }
         let floodWritten = nowMilliseconds()
+        let cpuAtStart = delivererPID.flatMap(cpuSeconds(of:))
+        if let delivererPID {
+            kill(delivererPID, SIGCONT)
+            resumed = true
+        }
+        let floodStart = delivererPID == nil ? writeStart : nowMilliseconds()
         guard let floodArrived = waitForArrivals(log, ids: floodIDs), let last = floodArrived.values.max() else {
             Output.error("bench --webhooks: the flood did not reach the receiver within 60 s")
             return 1
         }
+        // Read once every event has arrived: the last POST's answer and acknowledgement are a few
+        // microseconds of CPU against the flood's seconds.
+        let cpuAtEnd = delivererPID.flatMap(cpuSeconds(of:))
         let seconds = max(0.001, last - floodStart) / 1000
-        Output.line(
-            "flood: \(flood) notifications written in \(rounded((floodWritten - floodStart) / 1000)) s; delivered in \(rounded(seconds)) s: \(Int(Double(flood) / seconds)) events/s"
-        )
+        var line =
+            "flood: \(flood) notifications written in \(rounded((floodWritten - writeStart) / 1000)) s\(delivererPID == nil ? "" : " (deliverer stopped)"); delivered in \(rounded(seconds)) s: \(Int(Double(flood) / seconds)) events/s"
+        if let cpuAtStart, let cpuAtEnd {
+            line += "; deliverer CPU \(rounded((cpuAtEnd - cpuAtStart) * 1000 / Double(flood))) ms/event"
+        }
+        Output.line(line)
         return 0
+    }
+
+    /// User plus system CPU seconds of process `pid`, every thread (fields 14 and 15 of
+    /// /proc/PID/stat, in clock ticks); nil when it cannot be read.
+    static func cpuSeconds(of pid: Int32) -> Double? {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = text.lastIndex(of: ")")
+        else { return nil }
+        // After the name (which may hold spaces, so it is skipped to its closing parenthesis),
+        // the fields from the third on.
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
     /// The receiver log's arrival time of each of `ids`, once all are there (nil after 60 s).

@@ -84,7 +84,7 @@ enum DeliverCommand {
     static func poster(_ destination: WebhookDestination, _ configuration: WebhookConfiguration) -> WebhookPoster {
         WebhookPoster(
             destination: destination, connectTimeout: configuration.connectTimeout, timeout: configuration.timeout,
-            userAgent: "siwa-endpoint/\(EndpointVersion.current)")
+            userAgent: "siwa-endpoint/\(EndpointVersion.current)", keptConnectionIdle: configuration.keepAlive)
     }
 
     static func serve(_ configuration: WebhookConfiguration) -> Int32 {

@@ -24,6 +24,8 @@ public struct WebhookDestination: Sendable {
     public let caFile: String?
     public let allowPrivateAddress: Bool
     public let format: WebhookFormat
+    /// One connection kept and reused between calls (default); false: a new one per call.
+    public let keepConnection: Bool
 
     /// Whether this destination takes `event`.
     public func wants(_ event: WebhookEvent) -> Bool {
@@ -43,7 +45,7 @@ public struct WebhookDestination: Sendable {
 public enum WebhookDestinationsFile {
     static let members: Set<String> = [
         "name", "url", "signing_key_files", "types", "client_ids", "include_email", "ca_file",
-        "allow_private_address", "format",
+        "allow_private_address", "format", "keep_connection",
     ]
     public static let maximumBytes = 1 << 20
 
@@ -173,7 +175,8 @@ public enum WebhookDestinationsFile {
         return WebhookDestination(
             name: name, url: url, signingKeyFiles: keyFiles, keys: keys, types: Set(types),
             clientIDs: clientIDs.map(Set.init), includeEmail: try flag("include_email", default: false), caFile: caFile,
-            allowPrivateAddress: allowPrivate, format: format)
+            allowPrivateAddress: allowPrivate, format: format,
+            keepConnection: try flag("keep_connection", default: true))
     }
 }
 
@@ -190,6 +193,7 @@ extension SettingKey where Value == Duration {
     public static var webhookConnectTimeout: Self { Self("SIWA_WEBHOOK_CONNECT_TIMEOUT_MS") }
     public static var webhookTimeout: Self { Self("SIWA_WEBHOOK_TIMEOUT_MS") }
     public static var webhookClaimIdle: Self { Self("SIWA_WEBHOOK_CLAIM_IDLE_MS") }
+    public static var webhookKeepAlive: Self { Self("SIWA_WEBHOOK_KEEPALIVE_MS") }
 }
 
 extension SettingKey where Value == Double {
@@ -207,6 +211,8 @@ public struct WebhookConfiguration: Sendable {
     public static let timeoutRange: ClosedRange<Duration> = .milliseconds(1000)...(.milliseconds(120_000))
     public static let defaultClaimIdle: Duration = .milliseconds(60_000)
     public static let claimIdleRange: ClosedRange<Duration> = .milliseconds(1000)...(.milliseconds(86_400_000))
+    public static let defaultKeepAlive: Duration = HTTPSPostSession.defaultIdleLimit
+    public static let keepAliveRange: ClosedRange<Duration> = .milliseconds(1000)...(.milliseconds(300_000))
 
     /// deliver's own rows, part of the one settings table.
     public static let webhookSettings: [Setting] = [
@@ -219,6 +225,10 @@ public struct WebhookConfiguration: Sendable {
         .duration(
             .webhookTimeout, default: defaultTimeout, in: timeoutRange, unit: .milliseconds,
             "deliver only: bound of one webhook call, connect to the last byte of the answer"),
+        .duration(
+            .webhookKeepAlive, default: defaultKeepAlive, in: keepAliveRange, unit: .milliseconds,
+            "deliver only: a destination's kept connection unused this long is closed (the next event opens a new one)"
+        ),
         .duration(
             .webhookClaimIdle, default: defaultClaimIdle, in: claimIdleRange, unit: .milliseconds,
             "deliver only: events a stopped deliverer held are taken over by another after this long"),
@@ -245,6 +255,7 @@ public struct WebhookConfiguration: Sendable {
     public var destinations: [WebhookDestination]
     public var connectTimeout: Duration
     public var timeout: Duration
+    public var keepAlive: Duration
     public var claimIdle: Duration
     public var metricsListen: (host: String, port: Int)
     public var consumer: String
@@ -270,6 +281,7 @@ public struct WebhookConfiguration: Sendable {
         }
         connectTimeout = try parsed[.webhookConnectTimeout]
         timeout = try parsed[.webhookTimeout]
+        keepAlive = try parsed[.webhookKeepAlive]
         claimIdle = try parsed[.webhookClaimIdle]
         let listen: String = try parsed[.webhookMetricsListen]
         metricsListen = try Self.splitListen(listen)

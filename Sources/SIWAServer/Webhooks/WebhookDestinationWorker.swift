@@ -102,10 +102,13 @@ public final class WebhookDestinationWorker: Service, @unchecked Sendable {
                 _ = stopRequested.wait(until: .now + .milliseconds(200))
             }
         }
+        poster.closeConnection()
     }
 
     /// One turn: the housekeeping that is due, then one attempt or one read of new events.
     private func step(_ store: WebhookDeliveryStore) throws(RedisError) {
+        // A turn with nothing to post waits 500 ms at most, so an idle connection is closed soon after its bound.
+        poster.closeIdleConnection()
         var now = Self.now()
         if now - lastDisabledCheck >= 1000 || disabled {
             lastDisabledCheck = now
@@ -156,7 +159,7 @@ public final class WebhookDestinationWorker: Service, @unchecked Sendable {
         if held.count < Self.maximumHeld {
             let block = Int(max(1, min(200, nextDue)))
             for entry in try store.readNew(consumer: consumer, count: 10, blockMilliseconds: block) {
-                try take(entry, store: store)
+                try take(entry, store: store, neverDelivered: true)
             }
         } else {
             _ = stopRequested.wait(until: .now + .milliseconds(max(1, min(200, nextDue))))
@@ -165,7 +168,11 @@ public final class WebhookDestinationWorker: Service, @unchecked Sendable {
 
     /// An entry now held by this consumer: kept for delivery (with its retry state, when
     /// another deliverer left one), or acknowledged at once when it is not this destination's.
-    private func take(_ entry: (id: String, fields: [String: String]), store: WebhookDeliveryStore) throws(RedisError) {
+    /// `neverDelivered`: read as new (`>`), so no deliverer has attempted it and it has no
+    /// retry state to look up (one Redis round trip less per event).
+    private func take(
+        _ entry: (id: String, fields: [String: String]), store: WebhookDeliveryStore, neverDelivered: Bool = false
+    ) throws(RedisError) {
         guard let event = WebhookEvent(entryID: entry.id, fields: entry.fields) else {
             EventLog.event(
                 "webhook_entry_malformed", level: "warning",
@@ -181,7 +188,7 @@ public final class WebhookDestinationWorker: Service, @unchecked Sendable {
             try store.acknowledge(entry.id)
             return
         }
-        let retry = try store.retryState(entry.id)
+        let retry = neverDelivered ? nil : try store.retryState(entry.id)
         held[entry.id] = Held(
             event: event, attempts: retry?.attempts ?? 0, nextAttemptAt: retry?.nextAttemptAt ?? Self.now())
     }

@@ -1,7 +1,9 @@
 import Foundation
 import SIWAHTTPS
 
-/// One Standard Webhooks call to a destination, and what its outcome means.
+/// One Standard Webhooks call to a destination, and what its outcome means. Calls go over one
+/// connection kept open between them (unless the destination sets `keep_connection` false):
+/// copies of a poster share it.
 public struct WebhookPoster: Sendable {
     /// The response body read at most (then discarded): a larger one is `response_too_large`.
     public static let maximumResponseBytes = 4096
@@ -10,13 +12,31 @@ public struct WebhookPoster: Sendable {
     public let connectTimeout: Duration
     public let timeout: Duration
     public let userAgent: String
+    /// The destination's connection, kept between calls (`HTTPSPostSession`).
+    public let session: HTTPSPostSession
 
-    public init(destination: WebhookDestination, connectTimeout: Duration, timeout: Duration, userAgent: String) {
+    /// `keptConnectionIdle`: how long the kept connection may sit unused (`SIWA_WEBHOOK_KEEPALIVE_MS`).
+    public init(
+        destination: WebhookDestination, connectTimeout: Duration, timeout: Duration, userAgent: String,
+        keptConnectionIdle: Duration = HTTPSPostSession.defaultIdleLimit
+    ) {
         self.destination = destination
         self.connectTimeout = connectTimeout
         self.timeout = timeout
         self.userAgent = userAgent
+        session = HTTPSPostSession(
+            fetcher: HTTPSFetcher(
+                caFilePath: destination.caFile, timeoutSeconds: Self.seconds(timeout),
+                maximumBytes: Self.maximumResponseBytes),
+            allowPrivateAddress: destination.allowPrivateAddress, keepConnection: destination.keepConnection,
+            idleLimit: keptConnectionIdle)
     }
+
+    /// Closes the kept connection if it has been unused for its idle bound.
+    public func closeIdleConnection() { session.closeIfIdle() }
+
+    /// Closes the kept connection (the deliverer stopping).
+    public func closeConnection() { session.close() }
 
     /// What one attempt came to.
     public enum Outcome: Sendable, Equatable {
@@ -38,17 +58,13 @@ public struct WebhookPoster: Sendable {
         } catch {
             return .failed(cause: "client_error", status: nil, retryAfterSeconds: nil)
         }
-        let fetcher = HTTPSFetcher(
-            caFilePath: destination.caFile, timeoutSeconds: Self.seconds(timeout),
-            maximumBytes: Self.maximumResponseBytes)
         let response: HTTPSResponse
         do {
-            response = try fetcher.postJSON(
+            response = try session.postJSON(
                 destination.url, body: String(decoding: message.body, as: UTF8.self),
                 headers: [
                     "webhook-id: \(message.id)", "webhook-timestamp: \(timestamp)", "webhook-signature: \(signature)",
-                ], userAgent: userAgent, connectTimeoutSeconds: Self.seconds(connectTimeout),
-                allowPrivateAddress: destination.allowPrivateAddress)
+                ], userAgent: userAgent, connectTimeoutSeconds: Self.seconds(connectTimeout))
         } catch {
             return .failed(cause: Self.cause(of: error), status: nil, retryAfterSeconds: nil)
         }

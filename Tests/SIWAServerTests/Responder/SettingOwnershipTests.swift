@@ -205,6 +205,9 @@ struct SettingOwnerTableTests {
         "SIWA_WEBHOOK_TIMEOUT_MS": Owned(
             defaultText: "\(milliseconds(WebhookConfiguration.defaultTimeout))",
             bounds: milliseconds(WebhookConfiguration.timeoutRange)),
+        "SIWA_WEBHOOK_KEEPALIVE_MS": Owned(
+            defaultText: "\(milliseconds(WebhookConfiguration.defaultKeepAlive))",
+            bounds: milliseconds(WebhookConfiguration.keepAliveRange)),
         "SIWA_WEBHOOK_CLAIM_IDLE_MS": Owned(
             defaultText: "\(milliseconds(WebhookConfiguration.defaultClaimIdle))",
             bounds: milliseconds(WebhookConfiguration.claimIdleRange)),

@@ -198,6 +198,22 @@ final class WebhookReceiver: @unchecked Sendable {
 
     func count(_ id: String) -> Int { ids().filter { $0 == id }.count }
 
+    /// The number of the TCP connection each request of `ids` came on, in arrival order.
+    func connections(of ids: Set<String>) -> [Int] {
+        records().compactMap { record in
+            guard case .string(let id)? = record["id"], ids.contains(id),
+                case .integer(let number)? = record["connection"]
+            else { return nil }
+            return Int(number)
+        }
+    }
+
+    /// The connections' openings and closings ("open N", "closed N"), in order.
+    func connectionEvents() -> [String] {
+        ((try? String(contentsOfFile: logPath + ".connections", encoding: .utf8)) ?? "").split(separator: "\n")
+            .map(String.init)
+    }
+
     func stop() {
         // SIGKILL: the test process's signal mask and ignored signals are inherited, so a
         // SIGTERM may never reach python.

@@ -5,7 +5,9 @@ which must be refused. Each request is one JSON line in the log file. How to ans
 the plan file on every request: {"default": {...}, "by_id": {"<webhook-id>": [{...}, ...]}}, the
 n-th request of an ID taking the n-th answer (the last one after that). An answer: status,
 retry_after, location, hang (seconds before answering), close (drop the connection after a
-partial status line), body_bytes.
+partial status line), body_bytes. Each record names the TCP connection it came on ("connection",
+numbered from 1); each connection's opening and closing is one line ("open N", "closed N") of
+LOG.connections.
 
 usage: webhook_receiver.py PORT CERT KEY LOG PLAN KEYS   (KEYS: {"hmac": [...], "ed25519": [...]})
 """
@@ -17,6 +19,12 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 port, cert, key, log_path, plan_path, keys_path = sys.argv[1:7]
 keys = json.load(open(keys_path))
 counts, lock = {}, threading.Lock()
+connections = [0]
+
+
+def connection_event(text):
+    with lock, open(log_path + ".connections", "a") as events:
+        events.write(text + "\n")
 
 
 def verify_hmac(body, headers):
@@ -54,6 +62,19 @@ def verify_ed25519(body, headers):
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
+    def setup(self):
+        super().setup()
+        with lock:
+            connections[0] += 1
+            self.connection_number = connections[0]
+        connection_event(f"open {self.connection_number}")
+
+    def finish(self):
+        try:
+            super().finish()
+        finally:
+            connection_event(f"closed {self.connection_number}")
+
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("content-length", 0)))
         headers = {name: self.headers.get(name, "") for name in
@@ -72,7 +93,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "user_agent": headers["user-agent"], "path": self.path, "body": body.decode(),
             "v1": verify_hmac(body, headers), "v1a": verify_ed25519(body, headers),
             "tampered_v1": verify_hmac(bytes(tampered), headers), "tampered_v1a": verify_ed25519(bytes(tampered), headers),
-            "received_ms": int(time.time() * 1000), "answer": answer,
+            "received_ms": int(time.time() * 1000), "answer": answer, "connection": self.connection_number,
         }
         with lock, open(log_path, "a") as log:
             log.write(json.dumps(record) + "\n")
