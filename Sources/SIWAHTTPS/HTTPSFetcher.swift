@@ -68,13 +68,24 @@ public struct HTTPSFetcher: Sendable {
     /// `allowPrivateAddress`, every address libcurl is about to connect to is checked first
     /// (`PrivateAddress`): a loopback, private, link-local, CGNAT, multicast or unspecified one
     /// is refused before any packet is sent (`address_refused`), whatever name resolved to it.
+    /// A name with several addresses is posted to the first one allowed that answers; the
+    /// call fails `address_refused` only when none was reached and one was refused.
     public func postJSON(
         _ url: String, body: String, headers: [String], userAgent: String, connectTimeoutSeconds: Double,
         allowPrivateAddress: Bool
     ) throws(HTTPSFetchError) -> HTTPSResponse {
+        try postJSON(
+            url, body: body, headers: headers, userAgent: userAgent, connectTimeoutSeconds: connectTimeoutSeconds,
+            addressGuard: AddressGuard(allowPrivate: allowPrivateAddress))
+    }
+
+    func postJSON(
+        _ url: String, body: String, headers: [String], userAgent: String, connectTimeoutSeconds: Double,
+        addressGuard: AddressGuard
+    ) throws(HTTPSFetchError) -> HTTPSResponse {
         let extras = RequestExtras(
             headers: ["Content-Type: application/json", "Expect:"] + headers, userAgent: userAgent,
-            connectTimeoutSeconds: connectTimeoutSeconds, addressGuard: AddressGuard(allowPrivate: allowPrivateAddress))
+            connectTimeoutSeconds: connectTimeoutSeconds, addressGuard: addressGuard)
         return try perform(url, postBody: body, extras: extras)
     }
 
@@ -172,7 +183,9 @@ public struct HTTPSFetcher: Sendable {
             }
         }
         let detail = String(decoding: errorBuffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        if let refused = extras?.addressGuard.refusedAddress {
+        // A refused address explains a transfer that failed; when another address of the
+        // name was reached, the request was sent and its answer is the outcome.
+        if result != CURLE_OK, let refused = extras?.addressGuard.refusedAddress {
             throw HTTPSFetchError(.addressRefused, "the host resolved to \(refused), a private or special address")
         }
         guard result == CURLE_OK else { throw Self.error(for: result, detail: detail, sink: sink) }
@@ -319,10 +332,17 @@ final class RequestExtras {
 
 /// Decides, for each address libcurl is about to connect to, whether it may; remembers a refusal.
 final class AddressGuard {
+    typealias Judge = (_ family: Int32, _ sockaddr: UnsafeBufferPointer<UInt8>) -> String?
+
     let allowPrivate: Bool
+    /// The address in text when it must not be reached (`PrivateAddress`; tests give another).
+    let judge: Judge
     var refusedAddress: String?
 
-    init(allowPrivate: Bool) { self.allowPrivate = allowPrivate }
+    init(allowPrivate: Bool, judge: @escaping Judge = PrivateAddress.describeIfSpecial(family:sockaddr:)) {
+        self.allowPrivate = allowPrivate
+        self.judge = judge
+    }
 }
 
 /// libcurl's open-socket callback: refuses (CURL_SOCKET_BAD, so libcurl never connects) an
@@ -338,7 +358,7 @@ private func openGuardedSocket(
     let special: String? = UnsafeMutableRawPointer(address.pointer(to: \.addr)!).withMemoryRebound(
         to: UInt8.self, capacity: length
     ) { bytes in
-        PrivateAddress.describeIfSpecial(family: family, sockaddr: UnsafeBufferPointer(start: bytes, count: length))
+        addressGuard.judge(family, UnsafeBufferPointer(start: bytes, count: length))
     }
     if let special, !addressGuard.allowPrivate {
         addressGuard.refusedAddress = special
