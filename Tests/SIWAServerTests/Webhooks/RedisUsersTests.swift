@@ -52,6 +52,17 @@ struct RedisUsersTests {
         }
     }
 
+    /// The `last-delivered-id` of `group` on `stream` (XINFO GROUPS).
+    static func lastDeliveredID(_ connection: RedisConnection, _ stream: String, _ group: String) throws -> String? {
+        for info in try connection.command("XINFO", "GROUPS", stream).array ?? [] {
+            let fields = info.array ?? []
+            let pairs = stride(from: 0, to: fields.count - 1, by: 2).map { (fields[$0].string, fields[$0 + 1]) }
+            guard pairs.contains(where: { $0.0 == "name" && $0.1.string == group }) else { continue }
+            return pairs.first { $0.0 == "last-delivered-id" }?.1.string
+        }
+        return nil
+    }
+
     static func notification(
         _ type: String, jti: String, at now: Int64, subject: String = "001234.abc", email: String? = nil
     ) -> VerifiedNotification {
@@ -132,15 +143,20 @@ struct RedisUsersTests {
         #expect(status.output.contains("failed_after_retries=1"), "\(status.output)")
 
         let asDeliverer = Self.connection("siwa-deliver", stack.redis)
+        // The app's deletion worker's group: XCLAIM's LASTID would move it past every deletion to come.
+        _ = try stack.test.command("XGROUP", "CREATE", "siwa:deletions", "account-cleanup", "0")
         for forbidden in [
             ["XADD", "siwa:events", "*", "type", "account-deleted", "client_id", "com.example.app", "sub", "x"],
             ["XADD", "siwa:deletions", "*", "type", "account-deleted", "client_id", "com.example.app", "sub", "x"],
             ["HSET", "siwa:user:{com.example.app:001234.abc}", "sessions_revoked_at", "1"],
             ["PUBLISH", "siwa:notifications", "{}"], ["EVAL", "return 1", "0"], ["DEL", "siwa:events"],
             ["XGROUP", "SETID", "siwa:events", "deliver:billing", "0"], ["XTRIM", "siwa:events", "MAXLEN", "0"],
+            ["XCLAIM", "siwa:deletions", "account-cleanup", "x", "0", "0-1", "LASTID", "9999999999999-0"],
+            ["XAUTOCLAIM", "siwa:deletions", "account-cleanup", "x", "0", "0-0"],
         ] {
             #expect(Self.refusal(asDeliverer, forbidden) == "NOPERM", "\(forbidden)")
         }
+        #expect(try Self.lastDeliveredID(stack.test, "siwa:deletions", "account-cleanup") == "0-0")
         #expect(try stack.test.command("XLEN", "siwa:events").integer == 3)
         #expect(try stack.test.command("XLEN", "siwa:deletions").integer == 1)
         #expect(
@@ -184,9 +200,13 @@ struct RedisUsersTests {
             "XREADGROUP", "GROUP", "app", "w1", "COUNT", "10", "STREAMS", "siwa:deletions", ">")
         let entryID = try #require(read.array?.first?.array?.last?.array?.first?.array?.first?.string)
         #expect(try worker.command("XACK", "siwa:deletions", "app", entryID).integer == 1)
-        for forbidden in forbiddenToEveryReader {
+        // Another group on the stream (a deliverer's): XCLAIM's LASTID would move it past every deletion.
+        _ = try admin.command("XGROUP", "CREATE", "siwa:deletions", "deliver:billing", "0")
+        let skipAhead = ["XCLAIM", "siwa:deletions", "deliver:billing", "w1", "0", "0-1", "LASTID", "9999999999999-0"]
+        for forbidden in forbiddenToEveryReader + [skipAhead] {
             #expect(Self.refusal(worker, forbidden) == "NOPERM", "deletion worker: \(forbidden)")
         }
+        #expect(try Self.lastDeliveredID(admin, "siwa:deletions", "deliver:billing") == "0-0")
         #expect(try admin.command("XLEN", "siwa:events").integer == 1)
         #expect(try admin.command("XLEN", "siwa:deletions").integer == 1)
         #expect(try admin.command("HGET", user, "sessions_revoked_at").string == String(now))
