@@ -166,6 +166,30 @@ struct RedisUsersTests {
         #expect(deliverer.process.terminationStatus == 0)
     }
 
+    @Test("a deliverer given serve's user (deliver.env forgotten) logs Redis's refusal as an error, not an outage")
+    func delivererUnderAnotherUser() throws {
+        let stack = try WebhookStack()
+        defer { stack.shutdown() }
+        try Self.loadShippedUsers(stack.test)
+        let billing = try stack.receiver("billing")
+        let environment = try stack.environment(
+            [stack.destination("billing", billing)], ["SIWA_REDIS_URL": Self.url("siwa-serve", stack.redis)])
+        let deliverer = try stack.startDeliverer(environment)
+        #expect(
+            waitUntil(timeout: 5) {
+                deliverer.lines().contains {
+                    $0.contains(#""event":"webhook_redis_refused""#) && $0.contains(#""level":"error""#)
+                        && $0.contains(#""reply":"NOPERM""#) && $0.contains("xgroup|create")
+                }
+            }, "\(deliverer.lines())")
+        #expect(!deliverer.lines().contains { $0.contains("webhook_redis_unavailable") })
+        // Logged once, not at every retry.
+        Thread.sleep(forTimeInterval: 1)
+        #expect(deliverer.lines().filter { $0.contains("webhook_redis_refused") }.count == 1)
+        deliverer.kill(SIGTERM)
+        #expect(deliverer.process.terminationStatus == 0)
+    }
+
     @Test("readers read and subscribe; the deletion worker drains its group; neither can write an event or a user")
     func readersAndDeletionWorker() throws {
         let redis = try RedisServerProcess()
