@@ -157,6 +157,11 @@ struct RedisUsersTests {
             #expect(Self.refusal(asDeliverer, forbidden) == "NOPERM", "\(forbidden)")
         }
         #expect(try Self.lastDeliveredID(stack.test, "siwa:deletions", "account-cleanup") == "0-0")
+        // Key patterns do not filter SCAN and RANDOMKEY: they would name every key, the apps' own too.
+        for forbidden in [["SCAN", "0"], ["RANDOMKEY"]] {
+            #expect(Self.refusal(serve.connection, forbidden) == "NOPERM", "serve: \(forbidden)")
+            #expect(Self.refusal(asDeliverer, forbidden) == "NOPERM", "\(forbidden)")
+        }
         #expect(try stack.test.command("XLEN", "siwa:events").integer == 3)
         #expect(try stack.test.command("XLEN", "siwa:deletions").integer == 1)
         #expect(
@@ -210,7 +215,8 @@ struct RedisUsersTests {
             ["XADD", "siwa:events", "*", "type", "account-deleted"], ["XADD", "siwa:deletions", "*", "f", "v"],
             ["HSET", user, "sessions_revoked_at", "1"], ["DEL", user], ["PUBLISH", "siwa:notifications", "{}"],
             ["SET", "siwa:seen:{com.example.app:001234.abc}:r-2", "1"], ["EVAL", "return 1", "0"],
-            ["XTRIM", "siwa:deletions", "MAXLEN", "0"], ["XDEL", "siwa:deletions", "0-1"],
+            ["XTRIM", "siwa:deletions", "MAXLEN", "0"], ["XDEL", "siwa:deletions", "0-1"], ["SCAN", "0"],
+            ["RANDOMKEY"],
         ]
         let freshReader = Self.connection("siwa-reader", redis)
         for forbidden in forbiddenToEveryReader + [["XGROUP", "CREATE", "siwa:deletions", "app", "0"]] {
@@ -303,6 +309,7 @@ struct RedisUsersTests {
         #expect(deletions.status == 0, "\(deletions.errors)")
         for forbidden in [
             ["FLUSHALL"], ["CONFIG", "SET", "appendonly", "no"], ["KEYS", "*"], ["SET", "other:key", "1"],
+            ["SCAN", "0"], ["RANDOMKEY"],
         ] {
             #expect(Self.refusal(operatorConnection, forbidden) == "NOPERM", "\(forbidden)")
         }
