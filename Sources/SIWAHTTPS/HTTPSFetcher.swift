@@ -68,13 +68,15 @@ public struct HTTPSFetcher: Sendable {
     /// `allowPrivateAddress`, every address libcurl is about to connect to is checked first
     /// (`PrivateAddress`): a loopback, private, link-local, CGNAT, multicast or unspecified one
     /// is refused before any packet is sent (`address_refused`), whatever name resolved to it.
+    /// A name with several addresses is posted to the first one allowed that answers; the
+    /// call fails `address_refused` only when none was reached and one was refused.
     public func postJSON(
         _ url: String, body: String, headers: [String], userAgent: String, connectTimeoutSeconds: Double,
         allowPrivateAddress: Bool
     ) throws(HTTPSFetchError) -> HTTPSResponse {
         try postJSON(
             url, body: body, headers: headers, userAgent: userAgent, connectTimeoutSeconds: connectTimeoutSeconds,
-            allowPrivateAddress: allowPrivateAddress, on: nil)
+            addressGuard: AddressGuard(allowPrivate: allowPrivateAddress), on: nil)
     }
 
     /// `postJSON` on `kept`'s handle (its connection reused when libcurl can), or on a handle of
@@ -82,12 +84,11 @@ public struct HTTPSFetcher: Sendable {
     /// connection of a kept handle is checked as a first one is.
     func postJSON(
         _ url: String, body: String, headers: [String], userAgent: String, connectTimeoutSeconds: Double,
-        allowPrivateAddress: Bool, on kept: KeptHandle?
+        addressGuard: AddressGuard, on kept: KeptHandle? = nil
     ) throws(HTTPSFetchError) -> HTTPSResponse {
         let extras = RequestExtras(
             headers: ["Content-Type: application/json", "Expect:"] + headers, userAgent: userAgent,
-            connectTimeoutSeconds: connectTimeoutSeconds, addressGuard: AddressGuard(allowPrivate: allowPrivateAddress),
-            kept: kept)
+            connectTimeoutSeconds: connectTimeoutSeconds, addressGuard: addressGuard, kept: kept)
         return try perform(url, postBody: body, extras: extras)
     }
 
@@ -196,7 +197,9 @@ public struct HTTPSFetcher: Sendable {
             }
         }
         let detail = String(decoding: errorBuffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        if let refused = extras?.addressGuard.refusedAddress {
+        // A refused address explains a transfer that failed; when another address of the
+        // name was reached, the request was sent and its answer is the outcome.
+        if result != CURLE_OK, let refused = extras?.addressGuard.refusedAddress {
             throw HTTPSFetchError(.addressRefused, "the host resolved to \(refused), a private or special address")
         }
         guard result == CURLE_OK else { throw Self.error(for: result, detail: detail, sink: sink) }
@@ -349,10 +352,17 @@ final class RequestExtras {
 
 /// Decides, for each address libcurl is about to connect to, whether it may; remembers a refusal.
 final class AddressGuard {
+    typealias Judge = (_ family: Int32, _ sockaddr: UnsafeBufferPointer<UInt8>) -> String?
+
     let allowPrivate: Bool
+    /// The address in text when it must not be reached (`PrivateAddress`; tests give another).
+    let judge: Judge
     var refusedAddress: String?
 
-    init(allowPrivate: Bool) { self.allowPrivate = allowPrivate }
+    init(allowPrivate: Bool, judge: @escaping Judge = PrivateAddress.describeIfSpecial(family:sockaddr:)) {
+        self.allowPrivate = allowPrivate
+        self.judge = judge
+    }
 }
 
 /// libcurl's open-socket callback: refuses (CURL_SOCKET_BAD, so libcurl never connects) an
@@ -368,7 +378,7 @@ private func openGuardedSocket(
     let special: String? = UnsafeMutableRawPointer(address.pointer(to: \.addr)!).withMemoryRebound(
         to: UInt8.self, capacity: length
     ) { bytes in
-        PrivateAddress.describeIfSpecial(family: family, sockaddr: UnsafeBufferPointer(start: bytes, count: length))
+        addressGuard.judge(family, UnsafeBufferPointer(start: bytes, count: length))
     }
     if let special, !addressGuard.allowPrivate {
         addressGuard.refusedAddress = special

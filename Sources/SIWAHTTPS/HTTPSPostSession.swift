@@ -70,7 +70,8 @@ public final class HTTPSPostSession: Sendable {
             do throws(HTTPSFetchError) {
                 return try fetcher.postJSON(
                     url, body: body, headers: headers, userAgent: userAgent,
-                    connectTimeoutSeconds: connectTimeoutSeconds, allowPrivateAddress: state.allowPrivateAddress,
+                    connectTimeoutSeconds: connectTimeoutSeconds,
+                    addressGuard: AddressGuard(allowPrivate: state.allowPrivateAddress),
                     on: state.kept)
             } catch {
                 // Whatever state the connection was left in, the next call starts on a new one.

@@ -49,6 +49,8 @@ public final class WebhookDestinationWorker: Service, @unchecked Sendable {
     private var lastDisabledCheck: Int64 = 0
     private var disabled = false
     private var redisDown = false
+    /// The last refusal logged (Redis's reply), so that a refusal is logged once, not per retry.
+    private var lastRefusal: String?
 
     public init(
         destination: WebhookDestination, poster: WebhookPoster, keyPrefix: String, consumer: String,
@@ -89,10 +91,24 @@ public final class WebhookDestinationWorker: Service, @unchecked Sendable {
                 try step(store)
                 if redisDown {
                     redisDown = false
+                    lastRefusal = nil
                     EventLog.event("webhook_redis_available", [("destination", .string(destination.name))])
                 }
             } catch {
-                if !redisDown {
+                // Redis answered and refuses (NOPERM: a Redis user without the deliverer's
+                // rights; WRONGPASS; a key of another type): a deployment mistake that no
+                // retry mends, logged as an error with Redis's reply, unlike an outage.
+                let refused = error.isLoginRefused || (!error.isTransient && error.code == .serverError)
+                if refused, lastRefusal != error.message {
+                    redisDown = true
+                    lastRefusal = error.message
+                    EventLog.event(
+                        "webhook_redis_refused", level: "error",
+                        [
+                            ("destination", .string(destination.name)), ("error", .string(error.code.rawValue)),
+                            ("reply", .string(error.replyKind)), ("message", .string(error.operatorMessage)),
+                        ])
+                } else if !redisDown {
                     redisDown = true
                     EventLog.event(
                         "webhook_redis_unavailable", level: "warning",

@@ -7,7 +7,9 @@ import SIWASupport
 /// connection at once (non-blocking sockets and `poll`), so a slow peer never delays another
 /// scrape: each request has one deadline (`requestDeadline`, from its accept to the last byte
 /// of the answer) however it trickles its bytes, a request line longer than 4 KiB is dropped,
-/// and past `maximumConnections` open at once the oldest is dropped for the newest.
+/// and past `maximumConnections` open at once the oldest is dropped for the newest. After the
+/// answer our side is shut and what the peer still sends (long headers) is read and dropped
+/// until it closes, so that the close is orderly, never a reset that could discard the answer.
 public final class WebhookMetricsListener: Service, @unchecked Sendable {
     public struct ListenError: Error, CustomStringConvertible {
         public let description: String
@@ -32,6 +34,10 @@ public final class WebhookMetricsListener: Service, @unchecked Sendable {
         var request: [UInt8] = []
         var answer: [UInt8]?
         var sent = 0
+        /// The answer is sent and our side shut: what the peer still sends is read and
+        /// dropped until it closes, so that closing never resets the answer away.
+        var draining = false
+        var drained = 0
     }
 
     public init(host: String, port: Int, metrics: WebhookMetrics, requestDeadline: Duration = defaultRequestDeadline) {
@@ -75,7 +81,7 @@ public final class WebhookMetricsListener: Service, @unchecked Sendable {
         while !stopRequested.hasOpened {
             var pollers = [pollfd(fd: socketDescriptor, events: Int16(POLLIN), revents: 0)]
             for connection in connections {
-                let wanted = connection.answer == nil ? POLLIN : POLLOUT
+                let wanted = connection.answer == nil || connection.draining ? POLLIN : POLLOUT
                 pollers.append(pollfd(fd: connection.descriptor, events: Int16(wanted), revents: 0))
             }
             // Wake for the nearest deadline, and at least every 200 ms to notice a stop.
@@ -124,6 +130,7 @@ public final class WebhookMetricsListener: Service, @unchecked Sendable {
     /// Reads what arrived or writes what the peer can take; nil once the connection is closed.
     private func serve(_ connection: Connection) -> Connection? {
         var connection = connection
+        if connection.draining { return drain(connection) }
         if connection.answer == nil {
             var buffer = [UInt8](repeating: 0, count: 1024)
             let count = buffer.withUnsafeMutableBytes { recv(connection.descriptor, $0.baseAddress, $0.count, 0) }
@@ -153,6 +160,25 @@ public final class WebhookMetricsListener: Service, @unchecked Sendable {
         }
         connection.sent += count
         guard connection.sent == answer.count else { return connection }
+        // The rest of the request (headers past the first line) may be unread: closing now
+        // would send a reset, which can discard the answer at the peer. Shut our side (FIN
+        // after the answer) and read until the peer closes, within the same deadline.
+        shutdown(connection.descriptor, Int32(SHUT_WR))
+        connection.draining = true
+        return drain(connection)
+    }
+
+    /// Reads and drops what the peer sends after its answer; nil once closed (the peer's end
+    /// of file, an error, or more than `maximumRequestBytes` more).
+    private func drain(_ connection: Connection) -> Connection? {
+        var connection = connection
+        var buffer = [UInt8](repeating: 0, count: 1024)
+        while connection.drained <= Self.maximumRequestBytes * 4 {
+            let count = buffer.withUnsafeMutableBytes { recv(connection.descriptor, $0.baseAddress, $0.count, 0) }
+            if count < 0, errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR { return connection }
+            guard count > 0 else { break }
+            connection.drained += count
+        }
         close(connection.descriptor)
         return nil
     }

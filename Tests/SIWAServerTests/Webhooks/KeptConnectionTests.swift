@@ -143,7 +143,7 @@ import Testing
         do throws(HTTPSFetchError) {
             _ = try fixture.session.fetcher.postJSON(
                 "https://localhost:\(fixture.receiver.port)/hook", body: "{}", headers: [], userAgent: Self.userAgent,
-                connectTimeoutSeconds: 2, allowPrivateAddress: true, on: kept)
+                connectTimeoutSeconds: 2, addressGuard: AddressGuard(allowPrivate: true), on: kept)
             Issue.record("the POST went out on a handle that nothing cleans up")
         } catch {
             #expect(error.code == .clientUnavailable, "\(error)")

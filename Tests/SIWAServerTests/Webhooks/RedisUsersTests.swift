@@ -52,6 +52,17 @@ struct RedisUsersTests {
         }
     }
 
+    /// The `last-delivered-id` of `group` on `stream` (XINFO GROUPS).
+    static func lastDeliveredID(_ connection: RedisConnection, _ stream: String, _ group: String) throws -> String? {
+        for info in try connection.command("XINFO", "GROUPS", stream).array ?? [] {
+            let fields = info.array ?? []
+            let pairs = stride(from: 0, to: fields.count - 1, by: 2).map { (fields[$0].string, fields[$0 + 1]) }
+            guard pairs.contains(where: { $0.0 == "name" && $0.1.string == group }) else { continue }
+            return pairs.first { $0.0 == "last-delivered-id" }?.1.string
+        }
+        return nil
+    }
+
     static func notification(
         _ type: String, jti: String, at now: Int64, subject: String = "001234.abc", email: String? = nil
     ) -> VerifiedNotification {
@@ -132,13 +143,23 @@ struct RedisUsersTests {
         #expect(status.output.contains("failed_after_retries=1"), "\(status.output)")
 
         let asDeliverer = Self.connection("siwa-deliver", stack.redis)
+        // The app's deletion worker's group: XCLAIM's LASTID would move it past every deletion to come.
+        _ = try stack.test.command("XGROUP", "CREATE", "siwa:deletions", "account-cleanup", "0")
         for forbidden in [
             ["XADD", "siwa:events", "*", "type", "account-deleted", "client_id", "com.example.app", "sub", "x"],
             ["XADD", "siwa:deletions", "*", "type", "account-deleted", "client_id", "com.example.app", "sub", "x"],
             ["HSET", "siwa:user:{com.example.app:001234.abc}", "sessions_revoked_at", "1"],
             ["PUBLISH", "siwa:notifications", "{}"], ["EVAL", "return 1", "0"], ["DEL", "siwa:events"],
             ["XGROUP", "SETID", "siwa:events", "deliver:billing", "0"], ["XTRIM", "siwa:events", "MAXLEN", "0"],
+            ["XCLAIM", "siwa:deletions", "account-cleanup", "x", "0", "0-1", "LASTID", "9999999999999-0"],
+            ["XAUTOCLAIM", "siwa:deletions", "account-cleanup", "x", "0", "0-0"],
         ] {
+            #expect(Self.refusal(asDeliverer, forbidden) == "NOPERM", "\(forbidden)")
+        }
+        #expect(try Self.lastDeliveredID(stack.test, "siwa:deletions", "account-cleanup") == "0-0")
+        // Key patterns do not filter SCAN and RANDOMKEY: they would name every key, the apps' own too.
+        for forbidden in [["SCAN", "0"], ["RANDOMKEY"]] {
+            #expect(Self.refusal(serve.connection, forbidden) == "NOPERM", "serve: \(forbidden)")
             #expect(Self.refusal(asDeliverer, forbidden) == "NOPERM", "\(forbidden)")
         }
         #expect(try stack.test.command("XLEN", "siwa:events").integer == 3)
@@ -146,6 +167,30 @@ struct RedisUsersTests {
         #expect(
             try stack.test.command("HGET", "siwa:user:{com.example.app:001234.abc}", "sessions_revoked_at").string
                 != "1")
+        deliverer.kill(SIGTERM)
+        #expect(deliverer.process.terminationStatus == 0)
+    }
+
+    @Test("a deliverer given serve's user (deliver.env forgotten) logs Redis's refusal as an error, not an outage")
+    func delivererUnderAnotherUser() throws {
+        let stack = try WebhookStack()
+        defer { stack.shutdown() }
+        try Self.loadShippedUsers(stack.test)
+        let billing = try stack.receiver("billing")
+        let environment = try stack.environment(
+            [stack.destination("billing", billing)], ["SIWA_REDIS_URL": Self.url("siwa-serve", stack.redis)])
+        let deliverer = try stack.startDeliverer(environment)
+        #expect(
+            waitUntil(timeout: 5) {
+                deliverer.lines().contains {
+                    $0.contains(#""event":"webhook_redis_refused""#) && $0.contains(#""level":"error""#)
+                        && $0.contains(#""reply":"NOPERM""#) && $0.contains("xgroup|create")
+                }
+            }, "\(deliverer.lines())")
+        #expect(!deliverer.lines().contains { $0.contains("webhook_redis_unavailable") })
+        // Logged once, not at every retry.
+        Thread.sleep(forTimeInterval: 1)
+        #expect(deliverer.lines().filter { $0.contains("webhook_redis_refused") }.count == 1)
         deliverer.kill(SIGTERM)
         #expect(deliverer.process.terminationStatus == 0)
     }
@@ -170,7 +215,8 @@ struct RedisUsersTests {
             ["XADD", "siwa:events", "*", "type", "account-deleted"], ["XADD", "siwa:deletions", "*", "f", "v"],
             ["HSET", user, "sessions_revoked_at", "1"], ["DEL", user], ["PUBLISH", "siwa:notifications", "{}"],
             ["SET", "siwa:seen:{com.example.app:001234.abc}:r-2", "1"], ["EVAL", "return 1", "0"],
-            ["XTRIM", "siwa:deletions", "MAXLEN", "0"], ["XDEL", "siwa:deletions", "0-1"],
+            ["XTRIM", "siwa:deletions", "MAXLEN", "0"], ["XDEL", "siwa:deletions", "0-1"], ["SCAN", "0"],
+            ["RANDOMKEY"],
         ]
         let freshReader = Self.connection("siwa-reader", redis)
         for forbidden in forbiddenToEveryReader + [["XGROUP", "CREATE", "siwa:deletions", "app", "0"]] {
@@ -184,9 +230,13 @@ struct RedisUsersTests {
             "XREADGROUP", "GROUP", "app", "w1", "COUNT", "10", "STREAMS", "siwa:deletions", ">")
         let entryID = try #require(read.array?.first?.array?.last?.array?.first?.array?.first?.string)
         #expect(try worker.command("XACK", "siwa:deletions", "app", entryID).integer == 1)
-        for forbidden in forbiddenToEveryReader {
+        // Another group on the stream (a deliverer's): XCLAIM's LASTID would move it past every deletion.
+        _ = try admin.command("XGROUP", "CREATE", "siwa:deletions", "deliver:billing", "0")
+        let skipAhead = ["XCLAIM", "siwa:deletions", "deliver:billing", "w1", "0", "0-1", "LASTID", "9999999999999-0"]
+        for forbidden in forbiddenToEveryReader + [skipAhead] {
             #expect(Self.refusal(worker, forbidden) == "NOPERM", "deletion worker: \(forbidden)")
         }
+        #expect(try Self.lastDeliveredID(admin, "siwa:deletions", "deliver:billing") == "0-0")
         #expect(try admin.command("XLEN", "siwa:events").integer == 1)
         #expect(try admin.command("XLEN", "siwa:deletions").integer == 1)
         #expect(try admin.command("HGET", user, "sessions_revoked_at").string == String(now))
@@ -265,6 +315,7 @@ struct RedisUsersTests {
         #expect(deletions.status == 0, "\(deletions.errors)")
         for forbidden in [
             ["FLUSHALL"], ["CONFIG", "SET", "appendonly", "no"], ["KEYS", "*"], ["SET", "other:key", "1"],
+            ["SCAN", "0"], ["RANDOMKEY"],
         ] {
             #expect(Self.refusal(operatorConnection, forbidden) == "NOPERM", "\(forbidden)")
         }

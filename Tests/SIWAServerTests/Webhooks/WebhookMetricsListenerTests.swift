@@ -111,6 +111,32 @@ import Testing
         #expect(Self.closedByListener(silent[0]))
     }
 
+    @Test("a request with long headers: the answer, then an orderly close (no reset that could discard it)")
+    func longHeaders() throws {
+        let running = try RunningListener(requestDeadline: .seconds(2))
+        defer { running.stop() }
+        for _ in 0..<5 {
+            let descriptor = try #require(connectToLoopback(port: running.port, receiveTimeoutMicroseconds: 1_000_000))
+            defer { close(descriptor) }
+            let request =
+                "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + String(repeating: "a", count: 12_000)
+                + "\r\n\r\n"
+            _ = Array(request.utf8).withUnsafeBytes { send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            var answer: [UInt8] = []
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            var last = 0
+            var lastError: Int32 = 0
+            for _ in 0..<100 {
+                last = buffer.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }
+                lastError = errno
+                guard last > 0 else { break }
+                answer += buffer[0..<last]
+            }
+            #expect(String(decoding: answer, as: UTF8.self).contains("siwa_webhook_deliverer_up 1"))
+            #expect(last == 0, "the listener's close: \(last) (errno \(lastError))")
+        }
+    }
+
     @Test("a request line over 4 KiB is dropped unanswered; another path is 404")
     func refusals() throws {
         let running = try RunningListener(requestDeadline: .seconds(2))
