@@ -50,7 +50,7 @@ import tempfile
 import pytest
 
 from deploy_harness import Pki, RedisServer, wait_until
-from oci_images import Image, image_reference, run
+from oci_images import Image, image_configuration, image_reference, run
 from test_image import container_pid, stop
 from test_kubernetes import KUBERNETES, one, render
 
@@ -107,18 +107,6 @@ class PodNetwork:
 
     def stop(self):
         stop(self.holder)
-
-
-def image_configuration(reference):
-    """The image's own configuration (Entrypoint, Cmd, Env, User, WorkingDir), from its
-    OCI layout: what a runtime reads, before the pod's settings are applied."""
-    layout, tag = reference.rsplit(":", 1)
-    blobs = pathlib.Path(layout) / "blobs" / "sha256"
-    index = json.loads((pathlib.Path(layout) / "index.json").read_text())
-    [manifest] = [entry for entry in index["manifests"]
-                  if entry.get("annotations", {}).get("org.opencontainers.image.ref.name") == tag]
-    manifest = json.loads((blobs / manifest["digest"].split(":")[1]).read_text())
-    return json.loads((blobs / manifest["config"]["digest"].split(":")[1]).read_text())["config"]
 
 
 def arguments(image, container):
