@@ -23,7 +23,9 @@ builds from the package, unpacked with `umoci unpack`) under systemd-nspawn's OC
   loopback; each declared port must be listening there.
 
 Then the kubelet's part: each probe at its port resolved as the kubelet does (a named
-port in the probed container's own ports only), the startup probe first; and the
+port in the probed container's own ports only), answered within its `timeoutSeconds`,
+plain HTTP to the pod's address (a probe setting `scheme`, `host` or headers is refused),
+the startup probe first; and the
 Services' part: a signed notification posted to the port the Service `siwa-endpoint-https`
 targets, /metrics through the Service `siwa-endpoint`; Redis holds the change, and with
 Redis stopped the notification is answered `spooled` and lies on the claim's volume.
@@ -256,6 +258,20 @@ def probe_port(container, port):
     return found[0]
 
 
+def probe_url(container, probe):
+    """The URL the kubelet's httpGet probe asks: the pod's address (no `host`), plain HTTP
+    (no `scheme`), no extra headers; a probe that sets those is not run here."""
+    request = probe["httpGet"]
+    assert set(request) <= {"path", "port"}, f"container {container['name']}: {request}: not run here"
+    return f"http://{POD_ADDRESS}:{probe_port(container, request['port'])}{request['path']}"
+
+
+def ask_probe(network, container, probe):
+    """(status, body) of an httpGet probe, given the probe's own timeout (the kubelet's
+    default 1 s when unset): an answer later than that is a failure to the kubelet."""
+    return network.http(probe_url(container, probe), "--max-time", str(probe.get("timeoutSeconds", 1)))
+
+
 def service_target_port(pod, service, port_name):
     """The pod port a Service's port reaches: a name is looked up among every container's ports."""
     [port] = [item for item in service["spec"]["ports"] if item["name"] == port_name]
@@ -482,9 +498,8 @@ def test_the_rendered_pod_runs_from_its_images_and_serves_a_signed_notification(
         for container in started:
             startup = container.spec.get("startupProbe")
             if startup:
-                port = probe_port(container.spec, startup["httpGet"]["port"])
                 assert wait_until(
-                    lambda: network.http(f"http://{POD_ADDRESS}:{port}{startup['httpGet']['path']}")[0] == 200
+                    lambda: ask_probe(network, container.spec, startup)[0] == 200
                     or any(item.process.poll() is not None for item in started),
                     timeout=startup["failureThreshold"] * startup["periodSeconds"]), logs()
         for container in started:
@@ -498,8 +513,7 @@ def test_the_rendered_pod_runs_from_its_images_and_serves_a_signed_notification(
             for kind in ("livenessProbe", "readinessProbe"):
                 probe = container.spec[kind]
                 if "httpGet" in probe:
-                    port = probe_port(container.spec, probe["httpGet"]["port"])
-                    status, body = network.http(f"http://{POD_ADDRESS}:{port}{probe['httpGet']['path']}")
+                    status, body = ask_probe(network, container.spec, probe)
                     assert status == 200, (kind, status, body, logs())
                 else:
                     assert network.connects(probe_port(container.spec, probe["tcpSocket"]["port"])), (kind, logs())
@@ -546,9 +560,7 @@ def test_the_rendered_pod_runs_from_its_images_and_serves_a_signed_notification(
 
         # Redis down: still ready (the spool takes writes), answered 200 spooled, on the claim.
         redis.stop()
-        readiness = responder.spec["readinessProbe"]["httpGet"]
-        assert network.http(f"http://{POD_ADDRESS}:{probe_port(responder.spec, readiness['port'])}"
-                            f"{readiness['path']}") == (200, '{"status":"ready"}')
+        assert ask_probe(network, responder.spec, responder.spec["readinessProbe"]) == (200, '{"status":"ready"}')
         assert post("pod-user-2") == (200, "spooled"), logs()
         segments = sorted(on_claim("SIWA_SPOOL_DIR").glob("segment-*.log"))
         assert [segment.stat().st_uid for segment in segments] == [responder.uid] * len(segments)
