@@ -66,6 +66,18 @@ def image_reference(workdir, name):
     return f"{workdir / 'oci'}/{name}:{package_version()}"
 
 
+def image_configuration(reference):
+    """The image's own configuration (Entrypoint, Cmd, Env, User, WorkingDir), from its
+    OCI layout: what a runtime reads, before the pod's settings are applied."""
+    layout, tag = reference.rsplit(":", 1)
+    blobs = pathlib.Path(layout) / "blobs" / "sha256"
+    index = json.loads((pathlib.Path(layout) / "index.json").read_text())
+    [manifest] = [entry for entry in index["manifests"]
+                  if entry.get("annotations", {}).get("org.opencontainers.image.ref.name") == tag]
+    manifest = json.loads((blobs / manifest["digest"].split(":")[1]).read_text())
+    return json.loads((blobs / manifest["config"]["digest"].split(":")[1]).read_text())["config"]
+
+
 def package_version():
     return subprocess.run(["dpkg-deb", "-f", str(package_path()), "Version"], capture_output=True, text=True,
                           check=True, timeout=60).stdout.strip()

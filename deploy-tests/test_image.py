@@ -28,7 +28,7 @@ import subprocess
 import threading
 
 from deploy_harness import Pki, RedisServer, wait_until
-from oci_images import run
+from oci_images import image_configuration, image_reference, run
 
 CLIENT_ID = "com.example.app"
 KEY_ID = "image-test-key"
@@ -67,6 +67,16 @@ def test_the_responder_image_takes_its_paths_from_the_environment_onto_its_volum
     # Not the spool: a runtime would give it a volume of the container's own wherever no mount
     # covers exactly that path (under Kubernetes the claim is mounted at its parent).
     assert volumes == ["/run/siwa-endpoint", "/var/cache/siwa-endpoint"]
+
+
+def test_each_image_stops_its_program_gracefully(images):
+    """The signal a runtime sends at stop (the kubelet's, after preStop): SIGTERM makes serve
+    finish what is in flight; nginx takes SIGTERM as a fast shutdown that drops the requests
+    in flight, SIGQUIT as the graceful one that finishes them."""
+    workdir, _, _ = images
+    signals = {name: image_configuration(image_reference(workdir, name)).get("StopSignal")
+               for name in ("siwa-endpoint", "siwa-endpoint-nginx")}
+    assert signals == {"siwa-endpoint": "SIGTERM", "siwa-endpoint-nginx": "SIGQUIT"}
 
 
 def test_every_shared_library_resolves_inside_the_root(images):

@@ -259,6 +259,16 @@ def test_services_pdb_and_monitor_select_the_pods(directory):
     assert one(objects, "Service", "siwa-endpoint-pods")["spec"]["clusterIP"] == "None"
 
 
+@pytest.mark.parametrize("directory", OVERLAYS, ids=lambda path: str(path.relative_to(KUBERNETES)))
+def test_overlays_name_the_release_images_by_the_tag_scripts_image_gives_them(directory):
+    """scripts/image tags both images with the package's version (debian/changelog's, Debian
+    revision included: siwa-endpoint:1.0.0-1) and docs/deployment.md pushes them so; an
+    overlay that names another tag would not start (ImagePullBackOff)."""
+    version = re.match(r"siwa-endpoint \(([^)]+)\)", (REPO / "debian" / "changelog").read_text()).group(1)
+    images = {container["image"] for container in containers(render(directory)).values()}
+    assert images == {f"siwa-endpoint:{version}", f"siwa-endpoint-nginx:{version}"}
+
+
 def test_prometheus_rule_is_generated_from_the_shipped_rules():
     checked = subprocess.run([sys.executable, str(KUBERNETES / "build.py"), "--check"], capture_output=True,
                              text=True, timeout=30)

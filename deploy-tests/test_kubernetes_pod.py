@@ -8,8 +8,9 @@ container, and each container runs from its image's root (the OCI layouts script
 builds from the package, unpacked with `umoci unpack`) under systemd-nspawn's OCI mode:
 
 - the command and arguments by Kubernetes' rules against the image's entrypoint and
-  command; the environment: the image's, then each `envFrom` source in order (the last
-  source of a key wins), then `env`;
+  command; the environment: the image's, then the kubelet's service links (unless
+  `enableServiceLinks: false`), then each `envFrom` source in order (the last source of a
+  key wins), then `env`;
 - the user and group from the securityContext (the container's over the pod's, the
   image's user when neither sets one), `fsGroup` added to the supplementary groups,
   `runAsNonRoot` refused for UID 0; no capabilities, no_new_privs, the root read-only;
@@ -22,7 +23,9 @@ builds from the package, unpacked with `umoci unpack`) under systemd-nspawn's OC
   loopback; each declared port must be listening there.
 
 Then the kubelet's part: each probe at its port resolved as the kubelet does (a named
-port in the probed container's own ports only), the startup probe first; and the
+port in the probed container's own ports only), answered within its `timeoutSeconds`,
+plain HTTP to the pod's address (a probe setting `scheme`, `host` or headers is refused),
+the startup probe first; and the
 Services' part: a signed notification posted to the port the Service `siwa-endpoint-https`
 targets, /metrics through the Service `siwa-endpoint`; Redis holds the change, and with
 Redis stopped the notification is answered `spooled` and lies on the claim's volume.
@@ -49,7 +52,7 @@ import tempfile
 import pytest
 
 from deploy_harness import Pki, RedisServer, wait_until
-from oci_images import Image, image_reference, run
+from oci_images import Image, image_configuration, image_reference, run
 from test_image import container_pid, stop
 from test_kubernetes import KUBERNETES, one, render
 
@@ -108,18 +111,6 @@ class PodNetwork:
         stop(self.holder)
 
 
-def image_configuration(reference):
-    """The image's own configuration (Entrypoint, Cmd, Env, User, WorkingDir), from its
-    OCI layout: what a runtime reads, before the pod's settings are applied."""
-    layout, tag = reference.rsplit(":", 1)
-    blobs = pathlib.Path(layout) / "blobs" / "sha256"
-    index = json.loads((pathlib.Path(layout) / "index.json").read_text())
-    [manifest] = [entry for entry in index["manifests"]
-                  if entry.get("annotations", {}).get("org.opencontainers.image.ref.name") == tag]
-    manifest = json.loads((blobs / manifest["digest"].split(":")[1]).read_text())
-    return json.loads((blobs / manifest["config"]["digest"].split(":")[1]).read_text())["config"]
-
-
 def arguments(image, container):
     """Kubernetes' rule: `command` replaces the entrypoint (and drops the image's command),
     `args` replaces the image's command."""
@@ -128,9 +119,45 @@ def arguments(image, container):
     return (image.get("Entrypoint") or []) + container.get("args", image.get("Cmd") or [])
 
 
-def environment(image, container, objects, secrets):
-    """The image's environment, then each envFrom source in order, then env."""
+def service_links(objects, pod):
+    """The kubelet's service environment variables, unless the pod sets
+    `enableServiceLinks: false`: for each Service of the pod's namespace with a cluster IP
+    (an address of the test's here), <NAME>_SERVICE_HOST, <NAME>_SERVICE_PORT and one per
+    named port, and the Docker links' <NAME>_PORT and <NAME>_PORT_<port>_<PROTO>
+    (+ _PROTO, _PORT, _ADDR), NAME the Service's name upper-cased, "-" made "_". The
+    container's own variables override them. (The `kubernetes` Service's KUBERNETES_*,
+    always set, name no setting.)"""
+    if pod.get("enableServiceLinks", True) is False:
+        return {}
+    values = {}
+    services = [item for item in objects if item["kind"] == "Service"]
+    for number, service in enumerate(services):
+        address = service["spec"].get("clusterIP") or f"10.96.0.{10 + number}"
+        if address == "None":
+            continue
+        name = service["metadata"]["name"].upper().replace("-", "_")
+        ports = service["spec"]["ports"]
+        values[f"{name}_SERVICE_HOST"] = address
+        values[f"{name}_SERVICE_PORT"] = str(ports[0]["port"])
+        for port in ports:
+            if port.get("name"):
+                values[f"{name}_SERVICE_PORT_{port['name'].upper().replace('-', '_')}"] = str(port["port"])
+        for index, port in enumerate(ports):
+            protocol = port.get("protocol", "TCP")
+            link = f"{protocol.lower()}://{address}:{port['port']}"
+            if index == 0:
+                values[f"{name}_PORT"] = link
+            prefix = f"{name}_PORT_{port['port']}_{protocol.upper()}"
+            values.update({prefix: link, f"{prefix}_PROTO": protocol.lower(), f"{prefix}_PORT": str(port["port"]),
+                           f"{prefix}_ADDR": address})
+    return values
+
+
+def environment(image, container, objects, secrets, pod):
+    """The image's environment, then the kubelet's service links, then each envFrom source
+    in order, then env."""
     values = dict(entry.split("=", 1) for entry in image.get("Env", []))
+    values.update(service_links(objects, pod))
     for source in container.get("envFrom", []):
         if "configMapRef" in source:
             reference, data = source["configMapRef"], config_map_data(objects, source["configMapRef"]["name"])
@@ -231,6 +258,20 @@ def probe_port(container, port):
     return found[0]
 
 
+def probe_url(container, probe):
+    """The URL the kubelet's httpGet probe asks: the pod's address (no `host`), plain HTTP
+    (no `scheme`), no extra headers; a probe that sets those is not run here."""
+    request = probe["httpGet"]
+    assert set(request) <= {"path", "port"}, f"container {container['name']}: {request}: not run here"
+    return f"http://{POD_ADDRESS}:{probe_port(container, request['port'])}{request['path']}"
+
+
+def ask_probe(network, container, probe):
+    """(status, body) of an httpGet probe, given the probe's own timeout (the kubelet's
+    default 1 s when unset): an answer later than that is a failure to the kubelet."""
+    return network.http(probe_url(container, probe), "--max-time", str(probe.get("timeoutSeconds", 1)))
+
+
 def service_target_port(pod, service, port_name):
     """The pod port a Service's port reaches: a name is looked up among every container's ports."""
     [port] = [item for item in service["spec"]["ports"] if item["name"] == port_name]
@@ -256,7 +297,7 @@ class Container:
         image = image_configuration(images[image_name])
         context = spec.get("securityContext", {})
         self.args = arguments(image, spec)
-        self.environment = environment(image, spec, objects, secrets)
+        self.environment = environment(image, spec, objects, secrets, pod)
         self.uid, self.gid, self.groups = user(image, self.image.root, pod["securityContext"], context)
         self.image_user = image.get("User")
         assert context.get("capabilities") == {"drop": ["ALL"]}, "only dropping every capability is run here"
@@ -350,8 +391,12 @@ def check_process(container):
     command_line = (proc / "cmdline").read_bytes().decode().split("\0")
     # nginx's master rewrites its command line as "nginx: master process" and its arguments.
     assert command_line[:-1] in (container.args, [f"nginx: master process {' '.join(container.args)}"]), command_line
-    running = dict(entry.split("=", 1) for entry in (proc / "environ").read_text().split("\0") if "=" in entry)
-    assert {key: running.get(key) for key in container.environment} == container.environment
+    # nginx's master writes that title over its environment's memory too (ngx_setproctitle),
+    # so /proc/PID/environ holds no variable of it: the environment is checked for the
+    # programs that leave it alone.
+    if command_line[:-1] == container.args:
+        running = dict(entry.split("=", 1) for entry in (proc / "environ").read_text().split("\0") if "=" in entry)
+        assert {key: running.get(key) for key in container.environment} == container.environment
     status = (proc / "status").read_text()
     assert re.search(rf"^Uid:\s+{container.uid}\s+{container.uid}\s+{container.uid}\s+{container.uid}$", status, re.M)
     assert re.search(rf"^Gid:\s+{container.gid}\s+{container.gid}\s+{container.gid}\s+{container.gid}$", status, re.M)
@@ -453,9 +498,8 @@ def test_the_rendered_pod_runs_from_its_images_and_serves_a_signed_notification(
         for container in started:
             startup = container.spec.get("startupProbe")
             if startup:
-                port = probe_port(container.spec, startup["httpGet"]["port"])
                 assert wait_until(
-                    lambda: network.http(f"http://{POD_ADDRESS}:{port}{startup['httpGet']['path']}")[0] == 200
+                    lambda: ask_probe(network, container.spec, startup)[0] == 200
                     or any(item.process.poll() is not None for item in started),
                     timeout=startup["failureThreshold"] * startup["periodSeconds"]), logs()
         for container in started:
@@ -469,13 +513,17 @@ def test_the_rendered_pod_runs_from_its_images_and_serves_a_signed_notification(
             for kind in ("livenessProbe", "readinessProbe"):
                 probe = container.spec[kind]
                 if "httpGet" in probe:
-                    port = probe_port(container.spec, probe["httpGet"]["port"])
-                    status, body = network.http(f"http://{POD_ADDRESS}:{port}{probe['httpGet']['path']}")
+                    status, body = ask_probe(network, container.spec, probe)
                     assert status == 200, (kind, status, body, logs())
                 else:
                     assert network.connects(probe_port(container.spec, probe["tcpSocket"]["port"])), (kind, logs())
         assert network.http(f"http://{POD_ADDRESS}:{probe_port(responder.spec, 8081)}/healthz/ready")[1] == \
             '{"status":"ready"}'
+        # Every SIWA_* variable the container gets is a setting: the kubelet's service links
+        # for the Services siwa-endpoint and siwa-endpoint-https (SIWA_ENDPOINT_PORT, ...)
+        # would each be an unknown_setting warning at every start, among which a misspelt
+        # setting's would go unread.
+        assert "unknown_setting" not in responder.log(), logs()
 
         # What the volumes hold: the socket in its group, 0660; the JWKS cache on the claim.
         socket_directory, _ = made["socket"]
@@ -512,9 +560,7 @@ def test_the_rendered_pod_runs_from_its_images_and_serves_a_signed_notification(
 
         # Redis down: still ready (the spool takes writes), answered 200 spooled, on the claim.
         redis.stop()
-        readiness = responder.spec["readinessProbe"]["httpGet"]
-        assert network.http(f"http://{POD_ADDRESS}:{probe_port(responder.spec, readiness['port'])}"
-                            f"{readiness['path']}") == (200, '{"status":"ready"}')
+        assert ask_probe(network, responder.spec, responder.spec["readinessProbe"]) == (200, '{"status":"ready"}')
         assert post("pod-user-2") == (200, "spooled"), logs()
         segments = sorted(on_claim("SIWA_SPOOL_DIR").glob("segment-*.log"))
         assert [segment.stat().st_uid for segment in segments] == [responder.uid] * len(segments)
@@ -529,6 +575,23 @@ def test_the_rendered_pod_runs_from_its_images_and_serves_a_signed_notification(
         if redis is not None:
             redis.stop()
         network.stop()
+
+
+def test_service_links_are_made_as_the_kubelet_makes_them():
+    """The kubelet's service variables the pod test gives a container, against its rule
+    (pkg/kubelet/envvars): none for a headless Service, none with enableServiceLinks false."""
+    objects = [{"kind": "Service", "metadata": {"name": "my-app"},
+                "spec": {"clusterIP": "10.0.0.5", "ports": [{"name": "web-port", "port": 443, "protocol": "TCP"},
+                                                             {"port": 53, "protocol": "UDP"}]}},
+               {"kind": "Service", "metadata": {"name": "headless"},
+                "spec": {"clusterIP": "None", "ports": [{"port": 1}]}}]
+    assert service_links(objects, {}) == {
+        "MY_APP_SERVICE_HOST": "10.0.0.5", "MY_APP_SERVICE_PORT": "443", "MY_APP_SERVICE_PORT_WEB_PORT": "443",
+        "MY_APP_PORT": "tcp://10.0.0.5:443", "MY_APP_PORT_443_TCP": "tcp://10.0.0.5:443",
+        "MY_APP_PORT_443_TCP_PROTO": "tcp", "MY_APP_PORT_443_TCP_PORT": "443", "MY_APP_PORT_443_TCP_ADDR": "10.0.0.5",
+        "MY_APP_PORT_53_UDP": "udp://10.0.0.5:53", "MY_APP_PORT_53_UDP_PROTO": "udp", "MY_APP_PORT_53_UDP_PORT": "53",
+        "MY_APP_PORT_53_UDP_ADDR": "10.0.0.5"}
+    assert service_links(objects, {"enableServiceLinks": False}) == {}
 
 
 def test_probe_and_service_ports_are_resolved_as_the_kubelet_and_the_proxies_do():

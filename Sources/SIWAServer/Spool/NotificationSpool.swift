@@ -85,6 +85,7 @@ public final class NotificationSpool: Sendable {
     /// fresh segment so a write problem shows at start. Counts the records waiting from an
     /// earlier run; they are applied by the next `replay`. Throws `positionUnreadable` when
     /// a replay position exists but cannot be read: starting anyway could skip records.
+    /// Deletes the files of write checks a killed process left.
     public init(
         directory: String, segmentByteLimit: Int = 8 << 20, positionBatchRecords: Int = 256,
         positionBatchInterval: Duration = .milliseconds(250),
@@ -96,6 +97,7 @@ public final class NotificationSpool: Sendable {
         self.positionBatchInterval = positionBatchInterval
         self.clock = clock
         try SpoolFileSystem.prepareDirectory(directory, mode: Self.directoryMode)
+        SpoolFileSystem.removeLeftoverWriteChecks(in: directory)
         let positionFile = try SpoolPositionFile.open(
             directory: directory, name: Self.positionFileName, mode: Self.fileMode)
         var highest = positionFile.position.sequence

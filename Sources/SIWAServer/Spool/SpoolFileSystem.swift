@@ -409,11 +409,16 @@ enum SpoolFileSystem {
         return descriptor
     }
 
+    /// The names `canWrite` gives its files start with one of these, then `.`.
+    static let writeCheckNames = [".write-check", ".ready-check"]
+
     /// Whether a small file can be written and fsynced in `directory` now (then deleted).
     /// Each check writes a file of its own (`<probeName>.<pid>.<n>`): checks run at once
     /// (overlapping readiness probes on several workers), and with one shared name one
     /// check's unlink made another's exclusive create fail, a false "unwritable". The
-    /// unlink first removes a leftover of an earlier process that had this pid.
+    /// unlink first removes a leftover of an earlier process that had this pid. A process
+    /// killed between the create and the unlink (a liveness kill while an fsync hangs)
+    /// leaves its file: `removeLeftoverWriteChecks` deletes those at the spool's start.
     static func canWrite(in directory: String, probeName: String = ".write-check") -> Bool {
         let check = writeCheckNumber.add(1, ordering: .relaxed).newValue
         let path = directory + "/" + probeName + ".\(getpid()).\(check)"
@@ -426,6 +431,18 @@ enum SpoolFileSystem {
         }
         let bytes = [UInt8](repeating: 0x0A, count: 4096)
         return (try? writeAll(descriptor, bytes, code: .writeFailed, path: path)) != nil && fsync(descriptor) == 0
+    }
+
+    /// Deletes the files write checks left in `directory` (their process killed before
+    /// the unlink; each name of its own, so no later check reuses one): without this,
+    /// every such kill left a file for good. Also the shared names of earlier releases.
+    /// A check running in another process meanwhile loses only its file's name, not the
+    /// file it is writing, so it still answers truly.
+    static func removeLeftoverWriteChecks(in directory: String) {
+        for name in (try? list(directory)) ?? []
+        where writeCheckNames.contains(where: { name == $0 || name.hasPrefix($0 + ".") }) {
+            unlink(directory + "/" + name)
+        }
     }
 
     static func remove(_ path: String) throws(SpoolError) {

@@ -99,6 +99,28 @@ struct ReadinessTests {
         }
     }
 
+    @Test("the files of write checks a killed process left are deleted when the spool opens; nothing else")
+    func leftoverWriteChecksAreDeletedAtStart() throws {
+        try withSpoolDirectory { directory in
+            // Killed mid-check: each check's own name, so no later check of another pid
+            // reuses it; and the shared names of earlier releases.
+            let leftovers = [
+                ".ready-check.29566.1", ".ready-check.29566.2", ".write-check.4242.7", ".ready-check", ".write-check",
+            ]
+            let others = [".ready-checked", "ready-check.1.1", ".write-checks.1"]
+            for name in leftovers + others {
+                #expect(FileManager.default.createFile(atPath: directory + "/" + name, contents: Data("\n".utf8)))
+            }
+            // A directory of that name is not a check's file: unlink leaves it.
+            try FileManager.default.createDirectory(
+                atPath: directory + "/.ready-check.1.1", withIntermediateDirectories: false)
+            _ = try NotificationSpool(directory: directory)
+            let after = Set(try FileManager.default.contentsOfDirectory(atPath: directory))
+            #expect(after.isDisjoint(with: leftovers))
+            #expect(after.isSuperset(of: others + [".ready-check.1.1"]))
+        }
+    }
+
     @Test(
         "the notification path may not be a probe's path", arguments: ["/healthz/live", "/healthz/ready", "/healthz/x"])
     func notificationPathIsNotAProbe(path: String) {
