@@ -17,6 +17,11 @@ public enum FastCGIRefusal: String, Sendable, Error, CaseIterable {
     case invalidContentLength = "invalid_content_length"
     /// The parameters end in the middle of a name-value pair.
     case malformedParameters = "malformed_parameters"
+    /// A kept connection's next request arrived while the peer had not read all of the
+    /// last answer (nginx reads an answer to its end before it sends another request): the
+    /// next answer could fill the socket, and a worker writing it would wait for a peer
+    /// that never reads.
+    case answerUnread = "answer_unread"
 }
 
 /// Accepts connections on one thread and hands a connection to a worker only once its
@@ -52,7 +57,9 @@ public enum FastCGIRefusal: String, Sendable, Error, CaseIterable {
 ///   whatever was decided here. Bytes already queued are still read after that shutdown;
 ///   only a wait for bytes that never came is ended.
 /// - a kept connection (`FCGI_KEEP_CONN`) waits idle for its next request at most
-///   `requestTimeout` too.
+///   `requestTimeout` too, and its next request is handed on only once the peer has read
+///   all of the last answer (`answerUnread` otherwise): a worker's write never waits
+///   behind answers a peer leaves unread.
 /// - a connection answered with input left unread is drained here (at most
 ///   `drainBytes` or `drainTime`), then closed: no worker lingers on it. Draining
 ///   connections have a budget of their own (`drainLimit`, the oldest closed first when it
@@ -486,6 +493,14 @@ final class FastCGIAcceptor: Sendable {
         return best
     }
 
+    /// Bytes written on `fd` that its peer has not read yet (SIOCOUTQ, the same number as
+    /// TIOCOUTQ): on a unix socket, until the peer reads them; on TCP, until they are
+    /// acknowledged, which a peer that stops reading stops doing once its window is full.
+    static func unreadAnswerBytes(_ fd: Int32) -> Int {
+        var queued: Int32 = 0
+        return ioctl(fd, UInt(TIOCOUTQ), &queued) == 0 ? Int(queued) : 0
+    }
+
     static func isDescriptorShortage(_ code: Int32) -> Bool {
         code == EMFILE || code == ENFILE || code == ENOBUFS || code == ENOMEM
     }
@@ -533,6 +548,16 @@ final class FastCGIAcceptor: Sendable {
                 }
                 let bodyOverLimit =
                     (entry.parameters?.contentLength ?? 0) > maximumBodyBytes || inspection.bodyBytes > maximumBodyBytes
+                let answerable =
+                    inspection.state == .complete
+                    || (inspection.state == .parametersComplete && (bodyOverLimit || hungUp))
+                if answerable, entry.parameters != nil, Self.unreadAnswerBytes(entry.fd) > 0 {
+                    // A worker would write its answer behind one the peer has not read:
+                    // answers pile up in the socket until a write waits for the peer.
+                    onRefusal(.answerUnread)
+                    close(entry.fd)
+                    continue
+                }
                 switch (inspection.state, entry.parameters) {
                 case (.complete, let parameters?):
                     handed.append(Handed(fd: entry.fd, parameters: parameters))
