@@ -17,6 +17,14 @@ public enum FastCGIRefusal: String, Sendable, Error, CaseIterable {
     case invalidContentLength = "invalid_content_length"
     /// The parameters end in the middle of a name-value pair.
     case malformedParameters = "malformed_parameters"
+    /// A kept connection's next request arrived while the peer had not read all of the
+    /// last answer (nginx reads an answer to its end before it sends another request): the
+    /// next answer could fill the socket, and a worker writing it would wait for a peer
+    /// that never reads.
+    case answerUnread = "answer_unread"
+    /// A request in more than `FastCGIAcceptor.recordLimit` records: nginx sends a few
+    /// dozen at most, and each look at a connection walks every record it has sent.
+    case tooManyRecords = "too_many_records"
 }
 
 /// Accepts connections on one thread and hands a connection to a worker only once its
@@ -52,7 +60,9 @@ public enum FastCGIRefusal: String, Sendable, Error, CaseIterable {
 ///   whatever was decided here. Bytes already queued are still read after that shutdown;
 ///   only a wait for bytes that never came is ended.
 /// - a kept connection (`FCGI_KEEP_CONN`) waits idle for its next request at most
-///   `requestTimeout` too.
+///   `requestTimeout` too, and its next request is handed on only once the peer has read
+///   all of the last answer (`answerUnread` otherwise): a worker's write never waits
+///   behind answers a peer leaves unread.
 /// - a connection answered with input left unread is drained here (at most
 ///   `drainBytes` or `drainTime`), then closed: no worker lingers on it. Draining
 ///   connections have a budget of their own (`drainLimit`, the oldest closed first when it
@@ -160,6 +170,12 @@ final class FastCGIAcceptor: Sendable {
     static let longestLookInterval: Duration = .milliseconds(320)
     /// The shortest wait for the next look: looks due within it are made together.
     static let lookBatch: Duration = .milliseconds(10)
+    /// The most records a request may take: nginx sends its parameters in one record and,
+    /// buffering the body first (the shipped site's `fastcgi_request_buffering`, on), its
+    /// body in records of up to 32 KiB: a handful. A peer's thousands of one-byte records
+    /// made every look at its connection walk them all again, and hundreds of such peers
+    /// took the acceptor's one thread (`/healthz` seconds late).
+    static let recordLimit = 1024
 
     /// POLLRDHUP (Linux): the peer shut its writing side. Glibc hides the name behind _GNU_SOURCE.
     private static let pollReadHangUp: Int16 = 0x2000
@@ -486,6 +502,14 @@ final class FastCGIAcceptor: Sendable {
         return best
     }
 
+    /// Bytes written on `fd` that its peer has not read yet (SIOCOUTQ, the same number as
+    /// TIOCOUTQ): on a unix socket, until the peer reads them; on TCP, until they are
+    /// acknowledged, which a peer that stops reading stops doing once its window is full.
+    static func unreadAnswerBytes(_ fd: Int32) -> Int {
+        var queued: Int32 = 0
+        return ioctl(fd, UInt(TIOCOUTQ), &queued) == 0 ? Int(queued) : 0
+    }
+
     static func isDescriptorShortage(_ code: Int32) -> Bool {
         code == EMFILE || code == ENFILE || code == ENOBUFS || code == ENOMEM
     }
@@ -533,6 +557,16 @@ final class FastCGIAcceptor: Sendable {
                 }
                 let bodyOverLimit =
                     (entry.parameters?.contentLength ?? 0) > maximumBodyBytes || inspection.bodyBytes > maximumBodyBytes
+                let answerable =
+                    inspection.state == .complete
+                    || (inspection.state == .parametersComplete && (bodyOverLimit || hungUp))
+                if answerable, entry.parameters != nil, Self.unreadAnswerBytes(entry.fd) > 0 {
+                    // A worker would write its answer behind one the peer has not read:
+                    // answers pile up in the socket until a write waits for the peer.
+                    onRefusal(.answerUnread)
+                    close(entry.fd)
+                    continue
+                }
                 switch (inspection.state, entry.parameters) {
                 case (.complete, let parameters?):
                     handed.append(Handed(fd: entry.fd, parameters: parameters))
@@ -633,7 +667,8 @@ final class FastCGIAcceptor: Sendable {
     /// Walks FastCGI record headers (version 1; type; request id; content length;
     /// padding). A request is a BEGIN_REQUEST (responder role), its PARAMS up to the empty
     /// record, then its STDIN up to the empty record, all with the request's id; any other
-    /// record in their place is garbage (nginx sends nothing else). With
+    /// record in their place is garbage (nginx sends nothing else), and more than
+    /// `recordLimit` records are refused (`tooManyRecords`). With
     /// `readingParameters`, the PARAMS stream is read (`FastCGIParameters.init(reading:)`)
     /// once its empty record is there; a connection's later looks need not read it again.
     static func inspect(_ bytes: ArraySlice<UInt8>, readingParameters: Bool = true) -> Inspection {
@@ -642,11 +677,18 @@ final class FastCGIAcceptor: Sendable {
         let stdin: UInt8 = 5
         var requestID: Int?
         var parametersEnded = false
-        var parameterBytes: [UInt8] = []
+        // Where the PARAMS records begin: their contents are joined only once the empty
+        // record is there, so a look at parameters still arriving copies nothing.
+        var parametersStart: Int?
         var inspection = Inspection(state: .partial)
         var offset = bytes.startIndex
+        var records = 0
         while bytes.endIndex - offset >= 8 {
             guard bytes[offset] == 1 else { return Inspection(state: .garbage) }
+            records += 1
+            guard records <= recordLimit else {
+                return Inspection(state: .partial, parameters: .failure(.tooManyRecords))
+            }
             let type = bytes[offset + 1]
             let id = Int(bytes[offset + 2]) << 8 | Int(bytes[offset + 3])
             let length = Int(bytes[offset + 4]) << 8 | Int(bytes[offset + 5])
@@ -660,17 +702,17 @@ final class FastCGIAcceptor: Sendable {
                     return Inspection(state: .garbage)
                 }
                 requestID = id
+                parametersStart = offset + 8 + length + padding
             case params:
                 guard id == requestID, !parametersEnded else { return Inspection(state: .garbage) }
                 if length == 0 {
                     parametersEnded = true
-                    if readingParameters {
+                    if readingParameters, let parametersStart {
+                        let parameterBytes = joinedContents(bytes, from: parametersStart, to: offset)
                         inspection.parameters = Result { () throws(FastCGIRefusal) in
                             try FastCGIParameters(reading: parameterBytes[...])
                         }
                     }
-                } else if readingParameters, contentEnd == offset + 8 + length {
-                    parameterBytes += bytes[(offset + 8)..<contentEnd]
                 }
             case stdin:
                 guard id == requestID, parametersEnded else { return Inspection(state: .garbage) }
@@ -686,6 +728,19 @@ final class FastCGIAcceptor: Sendable {
         }
         inspection.state = parametersEnded ? .parametersComplete : .partial
         return inspection
+    }
+
+    /// The contents of the records from `start` to `end` (whole records, each header
+    /// already checked by `inspect`), joined.
+    private static func joinedContents(_ bytes: ArraySlice<UInt8>, from start: Int, to end: Int) -> [UInt8] {
+        var joined: [UInt8] = []
+        var offset = start
+        while offset < end {
+            let length = Int(bytes[offset + 4]) << 8 | Int(bytes[offset + 5])
+            joined += bytes[(offset + 8)..<(offset + 8 + length)]
+            offset += 8 + length + Int(bytes[offset + 6])
+        }
+        return joined
     }
 
     private func shutDown(closing descriptors: [Int32]) {
