@@ -49,7 +49,8 @@ enum TransferCommand {
                          given (a mistyped first run); with a new --target every user is
                          exported again for it and DIR's export files are written anew
         --rate N         at most N requests per second (default 5; from 0.01 to 100); a
-                         429 holds every request for its Retry-After and halves the pace
+                         429 holds every request for its Retry-After and halves the pace;
+                         ten 429s in a row for one user stop the run (rerun later)
 
         Exit status: 0 every user exchanged (or done before); 1 some user refused, unknown
         or malformed, or a renewed access token refused; 2 a configuration or usage error
@@ -588,6 +589,16 @@ private final class TransferRun {
             nameUnreachableSetting(reason)
             counts["unknown", default: 0] += 1
             report(result + [("reason", .string(reason))], "unknown")
+            if reason == "http_429" || reason == "token_http_429" {
+                // A 429 each time, after each Retry-After: the next user would meet the same,
+                // at a pace halved each time; the run stops rather than go on for days.
+                log("transfer_throttled", level: "error", [("line", .integer(Int64(entry.line)))])
+                throw Stop(
+                    status: 1,
+                    message: "Apple answered 429 (too many requests) \(AppleTokenCheck.throttledAttempts) times in a "
+                        + "row at line \(entry.line), each after its Retry-After: the run stopped; rerun later "
+                        + "(done users are skipped)")
+            }
         case .configurationError(let code):
             log(
                 "transfer_client_refused", level: "error",

@@ -43,6 +43,32 @@ struct TransferCorrectionTests {
     }
 
     @Test(
+        "Apple answering 429 to every request: the run stops after one user's 429s in a row, says so, and asks no other user"
+    )
+    func endlessThrottlingStopsTheRun() throws {
+        let stack = try TransferStack()
+        defer { stack.shutdown() }
+        let users = ["000095.a", "000095.b", "000095.c"]
+        for (index, user) in users.enumerated() {
+            stack.exporting(user, label: "t\(index)", transferSub: "tr.th.000\(index)", answer: "throttle")
+        }
+        try stack.start(retryAfterSeconds: 1)
+        let started = ContinuousClock.now
+        let run = try stack.run("export", users)
+        // Without the stop, each user meets its ten 429s and the pace halves at each: minutes.
+        #expect(!run.timedOut && ContinuousClock.now - started < .seconds(45))
+        #expect(run.status == 1, "\(run.errors)")
+        #expect(stack.outcomes(run.output).map { $0["outcome"] ?? "" } == ["unknown"])
+        #expect(stack.outcomes(run.output).first?["reason"] == "http_429")
+        #expect(run.errors.contains("Apple answered 429 (too many requests) 10 times in a row at line 1"))
+        #expect(run.errors.contains("rerun later"))
+        let asked = try stack.migrationLog().filter { $0["endpoint"] == "migration" }
+        #expect(Set(asked.compactMap { $0["label"] }) == ["t0"], "no other user is asked")
+        let pending = try stack.members("siwa:transfer-pending:{\(Self.client)}:export")
+        #expect(pending == Set(users), "asked again by a rerun")
+    }
+
+    @Test(
         "a mistyped --target or --transfer-date: refused without --correct; with it, every user exported again for the right team, the hand-off anew"
     )
     func correctingTargetAndDate() throws {
