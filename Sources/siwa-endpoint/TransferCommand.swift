@@ -42,7 +42,8 @@ enum TransferCommand {
         forwarding).
 
         --out DIR        created (0700) when missing; refused unless it belongs to the user
-                         running the command and no one else can write to it
+                         running the command and no one else can write to it (never
+                         a symbolic link to it)
         --transfer-date  the day the transfer completed (UTC): required on the first run of
                          the app, recorded once (import: not a day after today)
         --correct        replace the recorded transfer date or target team with the ones
@@ -167,8 +168,18 @@ private final class OutputDirectory {
                 message: "cannot create \(path): \(reason) (make it first, owned by the user that runs the command, "
                     + "mode 0700, or name a directory that user may create)")
         }
-        descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard descriptor >= 0 else { throw Refusal(message: "cannot open \(path): \(Self.reason(errno))") }
+        // The directory itself, never a link to one: a link planted where --out names a
+        // directory in /tmp would send the files into any directory of the user (root's
+        // /etc/...). A trailing slash would make open follow the link, so it is dropped.
+        var named = path
+        while named.count > 1, named.hasSuffix("/") { named.removeLast() }
+        descriptor = open(named, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            let reason =
+                errno == ELOOP || errno == ENOTDIR && Self.isLink(named)
+                ? "it is a symbolic link (name the directory itself)" : Self.reason(errno)
+            throw Refusal(message: "cannot open \(path): \(reason)")
+        }
         var status = stat()
         guard fstat(descriptor, &status) == 0 else {
             let reason = Self.reason(errno)
@@ -215,6 +226,11 @@ private final class OutputDirectory {
     }
 
     static func reason(_ code: Int32) -> String { String(cString: strerror(code)) }
+
+    static func isLink(_ path: String) -> Bool {
+        var status = stat()
+        return lstat(path, &status) == 0 && status.st_mode & S_IFMT == S_IFLNK
+    }
 }
 
 /// One line file the run appends whole lines to, each written with one `write` and synced

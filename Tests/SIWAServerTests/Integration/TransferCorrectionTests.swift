@@ -232,6 +232,14 @@ struct TransferCorrectionTests {
         #expect(link(victim, hardLinked + "/transfer-ids.txt") == 0)
         cases.append(
             (hardLinked, "transfer-ids.txt is not a regular file of the user running the command with one link"))
+        // A link where --out names the directory (planted in /tmp, say), to a directory of
+        // the user: refused, with or without a trailing slash, and nothing is made there.
+        let pointedAt = base.appendingPathComponent("pointed-at").path
+        #expect(mkdir(pointedAt, 0o700) == 0)
+        let symlinked = base.appendingPathComponent("symlinked").path
+        #expect(symlink(pointedAt, symlinked) == 0)
+        cases.append((symlinked, "cannot open \(symlinked): it is a symbolic link"))
+        cases.append((symlinked + "/", "cannot open \(symlinked)/: it is a symbolic link"))
         let underAFile = victim + "/out"
         cases.append((underAFile, "cannot create \(underAFile): Not a directory"))
 
@@ -242,6 +250,7 @@ struct TransferCorrectionTests {
             #expect(run.output.isEmpty)
         }
         #expect(try Self.unchanged(victim), "the root-only file neither written nor widened")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: pointedAt).isEmpty)
         #expect(try stack.hash("siwa:transfer:{\(Self.client)}").isEmpty, "no date recorded")
         #expect(try stack.migrationLog().isEmpty, "Apple never asked")
 
