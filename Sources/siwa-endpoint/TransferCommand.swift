@@ -36,7 +36,8 @@ enum TransferCommand {
         One JSON line per user on standard output: {"line","outcome",...} with outcome
         exported, exchanged, refused (Apple's "error", such as invalid_request: a user who
         cannot be migrated, or every user of an import run before the transfer completed),
-        unknown (a "reason", after the retries), skipped (done by an earlier run) or
+        unknown (a "reason", after the retries), skipped (done by an earlier run; its lines
+        written again where DIR's files lack them, "written_again" on import) or
         malformed. A refused user is asked again by every rerun. An import line says what
         Redis already held under the new sub ("held": consent revoked, account deleted,
         forwarding).
@@ -370,6 +371,15 @@ private final class TransferRun {
                         try write(
                             files, exportLines(subject: entry.identifier, transferSubject: answer), line: entry.line)
                     }
+                    if direction == .import, UserKeyPart.isValidSubject(answer), let mapping = files.first,
+                        !mapped(in: mapping).contains(entry.identifier)
+                    {
+                        // Its mapping line is not in the file (another --out, a file emptied or
+                        // lost): Redis does not keep the address, so Apple is asked again for
+                        // the line; Redis already holds the user and is left as it is.
+                        try writeImportLineAgain(entry, subject: answer, file: mapping)
+                        continue
+                    }
                     counts["skipped", default: 0] += 1
                     report([("line", .integer(Int64(entry.line))), (idName, .string(entry.identifier))], "skipped")
                     continue
@@ -629,6 +639,62 @@ private final class TransferRun {
                 status: 1,
                 message: "Apple refused a freshly renewed access token (invalid_grant) at line \(entry.line): "
                     + "the transfer window may have closed; the run stopped (rerun: done users are skipped)")
+        }
+    }
+
+    /// The transfer identifiers the import mapping file holds a `sub` for (read once).
+    private var mappedTransferSubjects: Set<String>?
+
+    private func mapped(in file: AppendedLines) -> Set<String> {
+        if let mappedTransferSubjects { return mappedTransferSubjects }
+        var found: Set<String> = []
+        for line in file.lines {
+            guard case .object(let members)? = try? StrictJSONParser.parse(Array(line.utf8)),
+                case .string(let transferSubject)? = members["transfer_sub"], members["sub"] != nil
+            else { continue }
+            found.insert(transferSubject)
+        }
+        mappedTransferSubjects = found
+        return found
+    }
+
+    /// A user an earlier import exchanged whose mapping line `file` lacks: asked again, the
+    /// line written again (`"written_again": true`) when Apple gives the `sub` Redis holds.
+    private func writeImportLineAgain(_ entry: (line: Int, identifier: String), subject: String, file: AppendedLines)
+        throws
+    {
+        let result: [(String, JSONValue)] = [
+            ("line", .integer(Int64(entry.line))), (idName, .string(entry.identifier)),
+        ]
+        switch migration.importUser(transferSubject: entry.identifier) {
+        case .exchanged(let answer) where answer["sub"] == subject:
+            let fromSubject: String?
+            do {
+                fromSubject = try store.exportedSubject(transferSubject: entry.identifier)
+            } catch {
+                throw redisStop(error, "at line \(entry.line), before its line was written again")
+            }
+            var mapping: [(String, JSONValue)] = [
+                ("transfer_sub", .string(entry.identifier)), ("sub", .string(subject)),
+            ]
+            if let email = answer["email"] { mapping.append(("email", .string(email))) }
+            if let flag = answer["is_private_email"] { mapping.append(("is_private_email", .bool(flag == "true"))) }
+            if let fromSubject { mapping.append(("from_sub", .string(fromSubject))) }
+            try write([file], [JSONWriter.object(mapping)], line: entry.line)
+            mappedTransferSubjects?.insert(entry.identifier)
+            counts["skipped", default: 0] += 1
+            report(result + [("sub", .string(subject)), ("written_again", .bool(true))], "skipped")
+        case .configurationError(let code):
+            throw Stop(
+                status: 2,
+                message: "Apple refused the client (\(code)) for client ID \(clientID) at line \(entry.line): "
+                    + "check SIWA_APPLE_TEAM_ID, SIWA_APPLE_KEY_ID, SIWA_APPLE_PRIVATE_KEY_FILE and the client ID")
+        case .unknown(let reason):
+            counts["unknown", default: 0] += 1
+            report(result + [("reason", .string("mapping_line_not_written_again_" + reason))], "unknown")
+        default:
+            counts["unknown", default: 0] += 1
+            report(result + [("reason", .string("mapping_line_not_written_again"))], "unknown")
         }
     }
 

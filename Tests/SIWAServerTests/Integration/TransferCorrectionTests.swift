@@ -69,6 +69,42 @@ struct TransferCorrectionTests {
     }
 
     @Test(
+        "an import rerun whose mapping file lost its lines (emptied, or another --out): the lines written again, Redis untouched"
+    )
+    func importRerunWritesLostLinesAgain() throws {
+        let stack = try TransferStack()
+        defer { stack.shutdown() }
+        stack.importing("tr.lost.0001", label: "a", sub: "000096.new", email: "a@privaterelay.appleid.com")
+        stack.importing("tr.lost.0002", label: "b", sub: "000096.newb")
+        try stack.start()
+        let users = ["tr.lost.0001", "tr.lost.0002"]
+        let first = try stack.run("import", users)
+        #expect(first.status == 0, "\(first.errors)")
+        let written = stack.file("import-mapping.jsonl")
+        #expect(written?.contains("a@privaterelay.appleid.com") == true)
+        let record = try stack.hash("siwa:transfer-id:{\(Self.client):tr.lost.0001}")
+
+        // Emptied by someone else between runs: every user skipped, its line written again.
+        #expect(truncate(stack.outDirectory + "/import-mapping.jsonl", 0) == 0)
+        let again = try stack.run("import", users)
+        #expect(again.status == 0, "\(again.errors)")
+        #expect(stack.outcomes(again.output).map { $0["outcome"] ?? "" } == ["skipped", "skipped"])
+        #expect(stack.outcomes(again.output).map { $0["written_again"] ?? "" } == ["true", "true"])
+        #expect(stack.file("import-mapping.jsonl") == written)
+        #expect(try stack.hash("siwa:transfer-id:{\(Self.client):tr.lost.0001}") == record, "Redis untouched")
+
+        // Another directory: the same lines; a third run there writes none twice and asks nothing.
+        let elsewhere = stack.base.directory.appendingPathComponent("import-again").path
+        #expect(try stack.run("import", users, out: elsewhere).status == 0)
+        #expect(try String(contentsOfFile: elsewhere + "/import-mapping.jsonl", encoding: .utf8) == written)
+        let asked = try stack.migrationLog().count
+        let third = try stack.run("import", users, out: elsewhere)
+        #expect(stack.outcomes(third.output).allSatisfy { $0["written_again"] == nil })
+        #expect(try stack.migrationLog().count == asked)
+        #expect(try String(contentsOfFile: elsewhere + "/import-mapping.jsonl", encoding: .utf8) == written)
+    }
+
+    @Test(
         "a mistyped --target or --transfer-date: refused without --correct; with it, every user exported again for the right team, the hand-off anew"
     )
     func correctingTargetAndDate() throws {
