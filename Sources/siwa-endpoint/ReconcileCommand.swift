@@ -23,7 +23,8 @@ enum ReconcileCommand {
         Apple's token endpoint with a fresh ES256 client secret. 200: still valid.
         400 invalid_grant: refused, and the user's sessions_revoked_at moves to the
         check time. 5xx, timeouts: retried, then unknown. 429: every request waits for
-        its Retry-After, the pace halves, the user is asked again (ten in a row: unknown).
+        its Retry-After, the pace halves, the user is asked again (ten in a row: unknown,
+        and the run stops: Apple would answer the next users the same).
         400 invalid_client: a configuration error, the run stops.
 
         --rate N   at most N requests per second (default 5; from 0.01, one request
@@ -200,6 +201,12 @@ private final class Run {
                 counts.checked += 1
                 counts.unknown += 1
                 log("reconcile_unknown", level: "warning", identity + [("reason", .string(reason))])
+                if reason == "http_429" {
+                    return stop(
+                        "Apple answered 429 (too many requests) \(AppleTokenCheck.throttledAttempts) times in a row "
+                            + "at line \(lineNumber), each after its Retry-After: the run stopped; rerun later "
+                            + "(checked users are skipped)", status: 1)
+                }
             case .configurationError(let code):
                 log("reconcile_client_refused", level: "error", identity + [("error", .string(code))])
                 return stop(

@@ -23,7 +23,8 @@ enum RevokeCommand {
         client secret, and prints one JSON line: {"line","client_id","sub","outcome"}
         with outcome revoked, refused (with Apple's "error" code) or unknown (with a
         "reason", after the retries: 5xx, timeouts, ten 429s in a row, each 429 waited out
-        for its Retry-After). A revoked user's sessions end at
+        for its Retry-After; ten 429s in a row also stop the run, that user's line
+        printed). A revoked user's sessions end at
         the revoke time (sessions_revoked_at only moves forward), with a stream entry and
         a message of type app-revoked-tokens (source revoke, not Apple-signed).
         400 invalid_client: a configuration error, the run stops at once.
@@ -138,6 +139,14 @@ private final class RevokeRun {
         case .unknown(let reason):
             counts["unknown", default: 0] += 1
             result += [("outcome", .string("unknown")), ("reason", .string(reason))]
+            if reason == "http_429" {
+                // Every next user would meet the same, at a pace halved each time.
+                Output.line(JSONWriter.object(result))
+                return stop(
+                    "Apple answered 429 (too many requests) \(AppleTokenCheck.throttledAttempts) times in a row at "
+                        + "line \(lineNumber), each after its Retry-After: the run stopped; run this line and the "
+                        + "ones after it again later", status: 1)
+            }
         case .configurationError(let code):
             EventLog.event(
                 "revoke_client_refused", level: "error",

@@ -40,6 +40,12 @@ enum SIWAEndpointCommand {
         // (Output ends the command quietly when standard output has gone; Redis, TLS and
         // libcurl report a closed peer), never a signal that kills mid-record.
         signal(SIGPIPE, SIG_IGN)
+        // Started with standard input, output or error closed (`2>&-`): the first file or
+        // socket opened would take that number, and log lines would go into it (serve's
+        // Redis connection, an output file). /dev/null holds each closed one first.
+        for descriptor in Int32(0)...2 where fcntl(descriptor, F_GETFD) < 0 && errno == EBADF {
+            guard open("/dev/null", O_RDWR) == descriptor else { _exit(2) }
+        }
         var arguments = Array(CommandLine.arguments.dropFirst())
         guard let subcommand = arguments.first else {
             Output.error(usage)

@@ -36,20 +36,23 @@ enum TransferCommand {
         One JSON line per user on standard output: {"line","outcome",...} with outcome
         exported, exchanged, refused (Apple's "error", such as invalid_request: a user who
         cannot be migrated, or every user of an import run before the transfer completed),
-        unknown (a "reason", after the retries), skipped (done by an earlier run) or
+        unknown (a "reason", after the retries), skipped (done by an earlier run; its lines
+        written again where DIR's files lack them, "written_again" on import) or
         malformed. A refused user is asked again by every rerun. An import line says what
         Redis already held under the new sub ("held": consent revoked, account deleted,
         forwarding).
 
         --out DIR        created (0700) when missing; refused unless it belongs to the user
-                         running the command and no one else can write to it
+                         running the command and no one else can write to it (never
+                         a symbolic link to it)
         --transfer-date  the day the transfer completed (UTC): required on the first run of
                          the app, recorded once (import: not a day after today)
         --correct        replace the recorded transfer date or target team with the ones
                          given (a mistyped first run); with a new --target every user is
                          exported again for it and DIR's export files are written anew
         --rate N         at most N requests per second (default 5; from 0.01 to 100); a
-                         429 holds every request for its Retry-After and halves the pace
+                         429 holds every request for its Retry-After and halves the pace;
+                         ten 429s in a row for one user stop the run (rerun later)
 
         Exit status: 0 every user exchanged (or done before); 1 some user refused, unknown
         or malformed, or a renewed access token refused; 2 a configuration or usage error
@@ -166,8 +169,18 @@ private final class OutputDirectory {
                 message: "cannot create \(path): \(reason) (make it first, owned by the user that runs the command, "
                     + "mode 0700, or name a directory that user may create)")
         }
-        descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard descriptor >= 0 else { throw Refusal(message: "cannot open \(path): \(Self.reason(errno))") }
+        // The directory itself, never a link to one: a link planted where --out names a
+        // directory in /tmp would send the files into any directory of the user (root's
+        // /etc/...). A trailing slash would make open follow the link, so it is dropped.
+        var named = path
+        while named.count > 1, named.hasSuffix("/") { named.removeLast() }
+        descriptor = open(named, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            let reason =
+                errno == ELOOP || errno == ENOTDIR && Self.isLink(named)
+                ? "it is a symbolic link (name the directory itself)" : Self.reason(errno)
+            throw Refusal(message: "cannot open \(path): \(reason)")
+        }
         var status = stat()
         guard fstat(descriptor, &status) == 0 else {
             let reason = Self.reason(errno)
@@ -214,6 +227,11 @@ private final class OutputDirectory {
     }
 
     static func reason(_ code: Int32) -> String { String(cString: strerror(code)) }
+
+    static func isLink(_ path: String) -> Bool {
+        var status = stat()
+        return lstat(path, &status) == 0 && status.st_mode & S_IFMT == S_IFLNK
+    }
 }
 
 /// One line file the run appends whole lines to, each written with one `write` and synced
@@ -352,6 +370,15 @@ private final class TransferRun {
                         // Its lines again where the files lack them (another --out, a corrected target).
                         try write(
                             files, exportLines(subject: entry.identifier, transferSubject: answer), line: entry.line)
+                    }
+                    if direction == .import, UserKeyPart.isValidSubject(answer), let mapping = files.first,
+                        !mapped(in: mapping).contains(entry.identifier)
+                    {
+                        // Its mapping line is not in the file (another --out, a file emptied or
+                        // lost): Redis does not keep the address, so Apple is asked again for
+                        // the line; Redis already holds the user and is left as it is.
+                        try writeImportLineAgain(entry, subject: answer, file: mapping)
+                        continue
                     }
                     counts["skipped", default: 0] += 1
                     report([("line", .integer(Int64(entry.line))), (idName, .string(entry.identifier))], "skipped")
@@ -588,6 +615,16 @@ private final class TransferRun {
             nameUnreachableSetting(reason)
             counts["unknown", default: 0] += 1
             report(result + [("reason", .string(reason))], "unknown")
+            if reason == "http_429" || reason == "token_http_429" {
+                // A 429 each time, after each Retry-After: the next user would meet the same,
+                // at a pace halved each time; the run stops rather than go on for days.
+                log("transfer_throttled", level: "error", [("line", .integer(Int64(entry.line)))])
+                throw Stop(
+                    status: 1,
+                    message: "Apple answered 429 (too many requests) \(AppleTokenCheck.throttledAttempts) times in a "
+                        + "row at line \(entry.line), each after its Retry-After: the run stopped; rerun later "
+                        + "(done users are skipped)")
+            }
         case .configurationError(let code):
             log(
                 "transfer_client_refused", level: "error",
@@ -602,6 +639,62 @@ private final class TransferRun {
                 status: 1,
                 message: "Apple refused a freshly renewed access token (invalid_grant) at line \(entry.line): "
                     + "the transfer window may have closed; the run stopped (rerun: done users are skipped)")
+        }
+    }
+
+    /// The transfer identifiers the import mapping file holds a `sub` for (read once).
+    private var mappedTransferSubjects: Set<String>?
+
+    private func mapped(in file: AppendedLines) -> Set<String> {
+        if let mappedTransferSubjects { return mappedTransferSubjects }
+        var found: Set<String> = []
+        for line in file.lines {
+            guard case .object(let members)? = try? StrictJSONParser.parse(Array(line.utf8)),
+                case .string(let transferSubject)? = members["transfer_sub"], members["sub"] != nil
+            else { continue }
+            found.insert(transferSubject)
+        }
+        mappedTransferSubjects = found
+        return found
+    }
+
+    /// A user an earlier import exchanged whose mapping line `file` lacks: asked again, the
+    /// line written again (`"written_again": true`) when Apple gives the `sub` Redis holds.
+    private func writeImportLineAgain(_ entry: (line: Int, identifier: String), subject: String, file: AppendedLines)
+        throws
+    {
+        let result: [(String, JSONValue)] = [
+            ("line", .integer(Int64(entry.line))), (idName, .string(entry.identifier)),
+        ]
+        switch migration.importUser(transferSubject: entry.identifier) {
+        case .exchanged(let answer) where answer["sub"] == subject:
+            let fromSubject: String?
+            do {
+                fromSubject = try store.exportedSubject(transferSubject: entry.identifier)
+            } catch {
+                throw redisStop(error, "at line \(entry.line), before its line was written again")
+            }
+            var mapping: [(String, JSONValue)] = [
+                ("transfer_sub", .string(entry.identifier)), ("sub", .string(subject)),
+            ]
+            if let email = answer["email"] { mapping.append(("email", .string(email))) }
+            if let flag = answer["is_private_email"] { mapping.append(("is_private_email", .bool(flag == "true"))) }
+            if let fromSubject { mapping.append(("from_sub", .string(fromSubject))) }
+            try write([file], [JSONWriter.object(mapping)], line: entry.line)
+            mappedTransferSubjects?.insert(entry.identifier)
+            counts["skipped", default: 0] += 1
+            report(result + [("sub", .string(subject)), ("written_again", .bool(true))], "skipped")
+        case .configurationError(let code):
+            throw Stop(
+                status: 2,
+                message: "Apple refused the client (\(code)) for client ID \(clientID) at line \(entry.line): "
+                    + "check SIWA_APPLE_TEAM_ID, SIWA_APPLE_KEY_ID, SIWA_APPLE_PRIVATE_KEY_FILE and the client ID")
+        case .unknown(let reason):
+            counts["unknown", default: 0] += 1
+            report(result + [("reason", .string("mapping_line_not_written_again_" + reason))], "unknown")
+        default:
+            counts["unknown", default: 0] += 1
+            report(result + [("reason", .string("mapping_line_not_written_again"))], "unknown")
         }
     }
 

@@ -9,7 +9,9 @@ most 15777000 s after iat, aud https://appleid.apple.com, sub = client ID; the r
 answers per refresh token, as the --tokens file says:
 
     {"<refresh token>": {"label": "a", "answer": "valid" | "refused" | "error500"
-                         | "error500_once" | "stall"}}
+                         | "error500_once" | "stall" | "throttle"}}
+
+("throttle": every request is answered 429 with `Retry-After: --retry-after-seconds`.)
 
 A token not in the file is refused (invalid_grant); a wrong client secret or client
 ID is answered 400 invalid_client.
@@ -246,6 +248,9 @@ def make_handler(standin: Standin):
             if answer == "error500_once":
                 answer = "error500" if first else "valid"
             standin.log({"label": label, "answer": answer})
+            if answer == "throttle":
+                return self.answer(429, {"error": "too_many_requests"},
+                                   retry_after=str(standin.args.retry_after_seconds))
             if answer == "valid":
                 return self.answer(200, {"access_token": "standin-access", "token_type": "Bearer", "expires_in": 3600,
                                          "id_token": "standin-id-token"})
@@ -275,6 +280,9 @@ def make_handler(standin: Standin):
             if answer == "error500_once":
                 answer = "error500" if first else "valid"
             standin.log({**base, "answer": answer})
+            if answer == "throttle":
+                return self.answer(429, {"error": "too_many_requests"},
+                                   retry_after=str(standin.args.retry_after_seconds))
             if answer == "valid":
                 self.send_response(200)
                 self.send_header("Content-Length", "0")

@@ -20,7 +20,7 @@ final class ReconcileStack {
 
     /// What the stand-in answers for one token.
     enum Answer: String {
-        case valid, refused, error500, error500Once = "error500_once", stall
+        case valid, refused, error500, error500Once = "error500_once", stall, throttle
     }
 
     /// One request the stand-in received, by token label (it never logs a token).

@@ -189,6 +189,22 @@ struct ReconcileTests {
         #expect(try stack.streamEntries().count == 1)
     }
 
+    @Test("Apple answering 429 to every request: the run stops after one user's ten 429s, says so, asks no other user")
+    func endlessThrottlingStopsTheRun() throws {
+        let stack = try ReconcileStack()
+        defer { stack.shutdown() }
+        let tokens = (0..<3).map { stack.token("throttled\($0)", .throttle) }
+        stack.standinArguments = ["--retry-after-seconds", "1"]
+        try stack.startStandin()
+        let started = ContinuousClock.now
+        let run = try stack.reconcile(tokens.enumerated().map { line("000009.\($0.offset)", $0.element) })
+        // Without the stop, each user meets its ten 429s and the pace halves at each: minutes.
+        #expect(!run.timedOut && ContinuousClock.now - started < .seconds(45))
+        #expect(run.status == 1, "\(run.errors)")
+        #expect(run.errors.contains("Apple answered 429 (too many requests) 10 times in a row at line 1"))
+        #expect(try stack.requestCounts() == ["throttled0": 10], "no other user is asked")
+    }
+
     @Test(
         "a wrong key or team ID is refused by Apple (invalid_client): a configuration error, no user refused",
         arguments: ["key", "team"])

@@ -21,6 +21,23 @@ struct RevokeTests {
         ReconcileTests().logLines(text)
     }
 
+    @Test("Apple answering 429 to every request: the run stops after one user's ten 429s, says so, asks no other user")
+    func endlessThrottlingStopsTheRun() throws {
+        let stack = try ReconcileStack()
+        defer { stack.shutdown() }
+        let tokens = (0..<3).map { stack.token("throttled\($0)", .throttle) }
+        stack.standinArguments = ["--retry-after-seconds", "1"]
+        try stack.startStandin()
+        let started = ContinuousClock.now
+        let run = try stack.revoke(tokens.enumerated().map { line("000059.\($0.offset)", $0.element) })
+        #expect(!run.timedOut && ContinuousClock.now - started < .seconds(45))
+        #expect(run.status == 1, "\(run.errors)")
+        let outcomes = outcomes(run.output)
+        #expect(outcomes.map { $0["outcome"] ?? "" } == ["unknown"] && outcomes.first?["reason"] == "http_429")
+        #expect(run.errors.contains("Apple answered 429 (too many requests) 10 times in a row at line 1"))
+        #expect(try stack.requestCounts() == ["throttled0": 10], "no other user is asked")
+    }
+
     @Test("each outcome: revoked (refresh or access token, after a retry too), refused with Apple's code, unknown")
     func everyOutcome() throws {
         let stack = try ReconcileStack()

@@ -43,6 +43,68 @@ struct TransferCorrectionTests {
     }
 
     @Test(
+        "Apple answering 429 to every request: the run stops after one user's 429s in a row, says so, and asks no other user"
+    )
+    func endlessThrottlingStopsTheRun() throws {
+        let stack = try TransferStack()
+        defer { stack.shutdown() }
+        let users = ["000095.a", "000095.b", "000095.c"]
+        for (index, user) in users.enumerated() {
+            stack.exporting(user, label: "t\(index)", transferSub: "tr.th.000\(index)", answer: "throttle")
+        }
+        try stack.start(retryAfterSeconds: 1)
+        let started = ContinuousClock.now
+        let run = try stack.run("export", users)
+        // Without the stop, each user meets its ten 429s and the pace halves at each: minutes.
+        #expect(!run.timedOut && ContinuousClock.now - started < .seconds(45))
+        #expect(run.status == 1, "\(run.errors)")
+        #expect(stack.outcomes(run.output).map { $0["outcome"] ?? "" } == ["unknown"])
+        #expect(stack.outcomes(run.output).first?["reason"] == "http_429")
+        #expect(run.errors.contains("Apple answered 429 (too many requests) 10 times in a row at line 1"))
+        #expect(run.errors.contains("rerun later"))
+        let asked = try stack.migrationLog().filter { $0["endpoint"] == "migration" }
+        #expect(Set(asked.compactMap { $0["label"] }) == ["t0"], "no other user is asked")
+        let pending = try stack.members("siwa:transfer-pending:{\(Self.client)}:export")
+        #expect(pending == Set(users), "asked again by a rerun")
+    }
+
+    @Test(
+        "an import rerun whose mapping file lost its lines (emptied, or another --out): the lines written again, Redis untouched"
+    )
+    func importRerunWritesLostLinesAgain() throws {
+        let stack = try TransferStack()
+        defer { stack.shutdown() }
+        stack.importing("tr.lost.0001", label: "a", sub: "000096.new", email: "a@privaterelay.appleid.com")
+        stack.importing("tr.lost.0002", label: "b", sub: "000096.newb")
+        try stack.start()
+        let users = ["tr.lost.0001", "tr.lost.0002"]
+        let first = try stack.run("import", users)
+        #expect(first.status == 0, "\(first.errors)")
+        let written = stack.file("import-mapping.jsonl")
+        #expect(written?.contains("a@privaterelay.appleid.com") == true)
+        let record = try stack.hash("siwa:transfer-id:{\(Self.client):tr.lost.0001}")
+
+        // Emptied by someone else between runs: every user skipped, its line written again.
+        #expect(truncate(stack.outDirectory + "/import-mapping.jsonl", 0) == 0)
+        let again = try stack.run("import", users)
+        #expect(again.status == 0, "\(again.errors)")
+        #expect(stack.outcomes(again.output).map { $0["outcome"] ?? "" } == ["skipped", "skipped"])
+        #expect(stack.outcomes(again.output).map { $0["written_again"] ?? "" } == ["true", "true"])
+        #expect(stack.file("import-mapping.jsonl") == written)
+        #expect(try stack.hash("siwa:transfer-id:{\(Self.client):tr.lost.0001}") == record, "Redis untouched")
+
+        // Another directory: the same lines; a third run there writes none twice and asks nothing.
+        let elsewhere = stack.base.directory.appendingPathComponent("import-again").path
+        #expect(try stack.run("import", users, out: elsewhere).status == 0)
+        #expect(try String(contentsOfFile: elsewhere + "/import-mapping.jsonl", encoding: .utf8) == written)
+        let asked = try stack.migrationLog().count
+        let third = try stack.run("import", users, out: elsewhere)
+        #expect(stack.outcomes(third.output).allSatisfy { $0["written_again"] == nil })
+        #expect(try stack.migrationLog().count == asked)
+        #expect(try String(contentsOfFile: elsewhere + "/import-mapping.jsonl", encoding: .utf8) == written)
+    }
+
+    @Test(
         "a mistyped --target or --transfer-date: refused without --correct; with it, every user exported again for the right team, the hand-off anew"
     )
     func correctingTargetAndDate() throws {
@@ -206,6 +268,14 @@ struct TransferCorrectionTests {
         #expect(link(victim, hardLinked + "/transfer-ids.txt") == 0)
         cases.append(
             (hardLinked, "transfer-ids.txt is not a regular file of the user running the command with one link"))
+        // A link where --out names the directory (planted in /tmp, say), to a directory of
+        // the user: refused, with or without a trailing slash, and nothing is made there.
+        let pointedAt = base.appendingPathComponent("pointed-at").path
+        #expect(mkdir(pointedAt, 0o700) == 0)
+        let symlinked = base.appendingPathComponent("symlinked").path
+        #expect(symlink(pointedAt, symlinked) == 0)
+        cases.append((symlinked, "cannot open \(symlinked): it is a symbolic link"))
+        cases.append((symlinked + "/", "cannot open \(symlinked)/: it is a symbolic link"))
         let underAFile = victim + "/out"
         cases.append((underAFile, "cannot create \(underAFile): Not a directory"))
 
@@ -216,6 +286,7 @@ struct TransferCorrectionTests {
             #expect(run.output.isEmpty)
         }
         #expect(try Self.unchanged(victim), "the root-only file neither written nor widened")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: pointedAt).isEmpty)
         #expect(try stack.hash("siwa:transfer:{\(Self.client)}").isEmpty, "no date recorded")
         #expect(try stack.migrationLog().isEmpty, "Apple never asked")
 
