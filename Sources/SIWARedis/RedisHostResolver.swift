@@ -5,7 +5,7 @@ import SIWASupport
 /// Turns a Redis host name into addresses within the connect deadline, with c-ares.
 ///
 /// glibc's `getaddrinfo` blocks for as long as the system's resolver tries (by default 5 s
-/// per name server and attempt), whatever `SIWA_REDIS_TIMEOUT_MS` says, and offers no call
+/// per name server and attempt), whatever the connect timeout says, and offers no call
 /// with a deadline that a blocking connection could use without leaving a thread running
 /// past it. c-ares sends the same queries from sockets this code polls, so the lookup ends
 /// at the deadline: cancelled, its sockets closed, nothing left running.

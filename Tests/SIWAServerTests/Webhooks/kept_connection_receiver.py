@@ -1,7 +1,7 @@
 """A TLS receiver for the kept-connection tests: HTTP/1.1 on loopback, answering each POST with
 "<connection number> <request number on that connection>", so the client sees how the receiver
 saw its requests. Each connection's opening and closing is one line of the events file
-("open N", "closed N"). Paths: /hook answers; /hook-then-close answers, then closes the
+("open N", "closed N"; "post N" for each POST on connection N). Paths: /hook answers; /hook-then-close answers, then closes the
 connection without saying so (as a server's idle timeout does); /drop closes it without an
 answer; /slow-down answers 503 with `Retry-After: 7`, /unavailable 503 without it;
 /answer-twice answers, then 0.2 s later writes a second 200 answer ("stray") that no request
@@ -52,6 +52,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         self.rfile.read(int(self.headers.get("content-length", 0)))
         self.requests += 1
+        event(f"post {self.number}")
         if self.path == "/drop":
             self.close_connection = True
             return
