@@ -58,7 +58,7 @@ def test_deliver_unit_denies_every_cloud_metadata_address():
         if line.startswith("IPAddressDeny="):
             for value in line.split("=", 1)[1].split():
                 denied += [ipaddress.ip_network(network) for network in named.get(value, [value])]
-    metadata = ["169.254.169.254", "fd00:ec2::254", "fd20:ce::254", "100.100.100.200",
+    metadata = ["169.254.169.254", "fd00:ec2::254", "fd20:ce::254", "100.100.100.200", "192.0.0.192",
                 "64:ff9b::a9fe:a9fe", "64:ff9b:1::a9fe:a9fe", "fe80::a9fe:a9fe"]
     for address in metadata:
         assert any(ipaddress.ip_address(address) in network for network in denied), address
