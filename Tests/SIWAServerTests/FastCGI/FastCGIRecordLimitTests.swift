@@ -61,11 +61,14 @@ struct FastCGIRecordLimitTests {
         defer { stack.shutdown() }
         let head = Self.oneBytePerRecord(12_000)
         var peers: [Peer] = []
+        // A peer whose 12,000 records did not all go out within the send timeout (a loaded
+        // machine) is refused all the same once past the limit: counted apart.
+        var partlyWritten: [Peer] = []
         for _ in 0..<400 {
             guard let peer = try? Peer(stack.socketPath) else { continue }
             var value = timeval(tv_sec: 1, tv_usec: 0)
             setsockopt(peer.fd, SOL_SOCKET, SO_SNDTIMEO, &value, socklen_t(MemoryLayout<timeval>.size))
-            if peer.write(head) { peers.append(peer) }
+            if peer.write(head) { peers.append(peer) } else { partlyWritten.append(peer) }
         }
         let stop = Kit.LockedBox(false)
         let connected = peers
@@ -113,6 +116,9 @@ struct FastCGIRecordLimitTests {
             ((try? stack.request("GET", "/metrics"))?.bodyText ?? "").split(separator: "\n")
             .first { $0.hasPrefix(#"siwa_fastcgi_refused_total{reason="too_many_records"}"#) }
             .flatMap { $0.split(separator: " ").last.flatMap { Int($0) } } ?? 0
-        #expect(refused == peers.count, "\(refused) refused of \(peers.count)")
+        // Every peer that sent all its records is refused; one cut short may be too.
+        #expect(
+            (peers.count...(peers.count + partlyWritten.count)).contains(refused),
+            "\(refused) refused of \(peers.count) (and \(partlyWritten.count) cut short)")
     }
 }
