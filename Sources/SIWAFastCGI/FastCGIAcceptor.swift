@@ -262,7 +262,7 @@ final class FastCGIAcceptor: Sendable {
     /// with a number that another connection has been given meanwhile.
     func beginReading(_ fd: Int32) -> Int32 {
         let watched = fcntl(fd, F_DUPFD_CLOEXEC, 0)
-        // No descriptor to spare: each read keeps its own timeout, as before.
+        // No descriptor to spare: the worker bounds each read by the allowance instead.
         guard watched >= 0 else { return -1 }
         let bound = ContinuousClock.now.advanced(by: Self.readAllowance)
         state.withLock { $0.reading[watched] = bound }

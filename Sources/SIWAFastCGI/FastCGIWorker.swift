@@ -44,6 +44,13 @@ final class FastCGIWorker: @unchecked Sendable {
             // Every byte read below is already in the socket: soon after this the acceptor
             // shuts the connection's reading side, which ends a read still waiting at once.
             let deadlineWatch = acceptor.beginReading(fd)
+            if deadlineWatch < 0 {
+                // No descriptor to spare for the acceptor's watch: each read is bounded by the
+                // allowance instead (a peer trickling bytes could stretch that per read, but the
+                // acceptor handed on only a request whose every byte was already here).
+                var allowance = FastCGIAcceptor.readAllowance.timeValue
+                setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &allowance, socklen_t(MemoryLayout<timeval>.size))
+            }
             request.pointee.ipcFd = fd
             // So that the finish inside FCGX_Accept_r keeps (does not close) this connection.
             request.pointee.keepConnection = 1
