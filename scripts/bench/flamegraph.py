@@ -20,8 +20,8 @@ from collections import Counter
 # memcpy called by OpenSSL counts as verification), kernel frames to "kernel".
 GROUPS = [
     ("kernel", re.compile(r"\[kernel\.|kallsyms|^\[unknown\]$")),
-    ("verification", re.compile(r"libcrypto|libssl|SIWAVerification|SIWACrypto|Base64|JSON|JWS|JWK|RSA|EVP_", re.I)),
-    ("Redis", re.compile(r"hiredis|redis|SIWARedis|NotificationStore", re.I)),
+    ("verification", re.compile(r"libcrypto|libssl|SIWAVerification|SIWACrypto|Verifier|Base64|JSON|JWS|JWK|RSA|EVP_", re.I)),
+    ("Redis", re.compile(r"hiredis|redis|SIWARedis|NotificationStore|NodeRouting", re.I)),
     ("FastCGI", re.compile(r"libfcgi|FCGX|FCGI|FastCGI|Acceptor", re.I)),
     (
         "Swift runtime",
@@ -43,6 +43,16 @@ COLOURS = {
 ORDER = ["verification", "Redis", "FastCGI", "Swift runtime", "kernel", "other"]
 # The group of each frame's name, learnt with its library while reading.
 NAME_GROUP = {}
+# serve's stages, by the frame that holds each: a sample counts for a stage when
+# the frame is anywhere in its stack. The worker's loop less the responder is the
+# FastCGI read, accept and write; the responder less verification and the store is
+# the routing, logging and metrics around them.
+STAGES = [
+    ("worker threads' FastCGI loop (FastCGIServer.start)", "FastCGIServer.start()"),
+    ("the responder (NotificationResponder.handle)", "NotificationResponder.handle("),
+    ("verification (NotificationVerifier.verify)", "NotificationVerifier.verify"),
+    ("the Redis script call (NotificationStore.apply)", "NotificationStore.apply("),
+]
 FRAME = re.compile(r"^\s*[0-9a-f]+\s+(.*?)\s+\((.*)\)\s*$")
 
 
@@ -155,6 +165,8 @@ def main():
     source, svg_path, table_path = sys.argv[1:4]
     title = sys.argv[4] if len(sys.argv) > 4 else "siwa-endpoint serve"
     stacks = Counter()
+    stages = Counter()
+    syscalls = Counter()
     groups = Counter()
     self_cost = Counter()
     inclusive = Counter()
@@ -166,6 +178,18 @@ def main():
         self_cost[names[-1]] += 1
         for name in set(names):
             inclusive[name] += 1
+        for stage, frame in STAGES:
+            if any(frame in name for name in names):
+                stages[stage] += 1
+        # Kernel time entered by a system call: which one (the kernel's handler, the
+        # frame after do_syscall_64); other kernel time (interrupts, softirq) apart.
+        if group == "kernel":
+            call = "not in a system call (interrupts, softirq, scheduling)"
+            if "do_syscall_64" in names:
+                after = names.index("do_syscall_64") + 1
+                if after < len(names):
+                    call = names[after]
+            syscalls[call] += 1
     total = sum(stacks.values())
     if total == 0:
         sys.exit("flamegraph.py: no samples in " + source)
@@ -180,6 +204,12 @@ def main():
     lines = [f"{total} samples", "", "| group | share of samples (each sample by its leaf-most grouped frame) |", "|---|---|"]
     for group in ORDER:
         lines.append(f"| {group} | {pct(groups[group])} |")
+    lines += ["", "Stages (share of samples with the frame anywhere in the stack):", "", "| stage | share |", "|---|---|"]
+    for stage, _ in STAGES:
+        lines.append(f"| {stage} | {pct(stages[stage])} |")
+    lines += ["", "Kernel samples by system call:", "", "| share of all samples | entered through |", "|---|---|"]
+    for call, n in syscalls.most_common(8):
+        lines.append(f"| {pct(n)} | `{short(call)}` |")
     lines += ["", "Top functions by self cost:", "", "| self | inclusive | group | function |", "|---|---|---|---|"]
     for name, n in self_cost.most_common(20):
         group = NAME_GROUP.get(name, "other")
