@@ -166,6 +166,7 @@ def main():
     title = sys.argv[4] if len(sys.argv) > 4 else "siwa-endpoint serve"
     stacks = Counter()
     stages = Counter()
+    stage_groups = Counter()
     syscalls = Counter()
     groups = Counter()
     self_cost = Counter()
@@ -181,6 +182,7 @@ def main():
         for stage, frame in STAGES:
             if any(frame in name for name in names):
                 stages[stage] += 1
+                stage_groups[stage, group] += 1
         # Kernel time entered by a system call: which one (the kernel's handler, the
         # frame after do_syscall_64); other kernel time (interrupts, softirq) apart.
         if group == "kernel":
@@ -194,6 +196,9 @@ def main():
     if total == 0:
         sys.exit("flamegraph.py: no samples in " + source)
     svg(stacks, svg_path, f"{title}: {total} samples")
+    with open(svg_path.rsplit(".", 1)[0] + ".folded", "w") as folded:
+        for stack, count in sorted(stacks.items()):
+            folded.write(";".join(stack) + f" {count}\n")
 
     def pct(n):
         return f"{100 * n / total:.1f} %"
@@ -204,9 +209,16 @@ def main():
     lines = [f"{total} samples", "", "| group | share of samples (each sample by its leaf-most grouped frame) |", "|---|---|"]
     for group in ORDER:
         lines.append(f"| {group} | {pct(groups[group])} |")
-    lines += ["", "Stages (share of samples with the frame anywhere in the stack):", "", "| stage | share |", "|---|---|"]
+    lines += [
+        "",
+        "Stages (share of samples with the frame anywhere in the stack), and within each, its groups:",
+        "",
+        "| stage | share | " + " | ".join(ORDER) + " |",
+        "|---|---|" + "---|" * len(ORDER),
+    ]
     for stage, _ in STAGES:
-        lines.append(f"| {stage} | {pct(stages[stage])} |")
+        within = " | ".join(pct(stage_groups[stage, group]) for group in ORDER)
+        lines.append(f"| {stage} | {pct(stages[stage])} | {within} |")
     lines += ["", "Kernel samples by system call:", "", "| share of all samples | entered through |", "|---|---|"]
     for call, n in syscalls.most_common(8):
         lines.append(f"| {pct(n)} | `{short(call)}` |")
