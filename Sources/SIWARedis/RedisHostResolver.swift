@@ -43,8 +43,10 @@ public struct RedisHostResolver: Sendable, Equatable {
             throw RedisTransport.Failure(kind: .unreachable, detail: "cannot resolve \(host): c-ares did not start")
         }
         var channel: ares_channel?
-        let initialised = ares_init(&channel)
-        guard initialised == ARES_SUCCESS, let channel else {
+        // ares_init_options with no option set: ares_init is deprecated from c-ares 1.20 on.
+        var options = ares_options()
+        let initialised = ares_init_options(&channel, &options, 0)
+        guard initialised == CCAres_success, let channel else {
             throw RedisTransport.Failure(
                 kind: .unreachable, detail: "cannot resolve \(host): \(Self.text(of: initialised))")
         }
@@ -54,7 +56,7 @@ public struct RedisHostResolver: Sendable, Equatable {
         if let nameServers {
             let list = nameServers.map { $0.host.contains(":") ? "[\($0.host)]:\($0.port)" : "\($0.host):\($0.port)" }
             let set = ares_set_servers_ports_csv(channel, list.joined(separator: ","))
-            guard set == ARES_SUCCESS else {
+            guard set == CCAres_success else {
                 throw RedisTransport.Failure(
                     kind: .unreachable, detail: "cannot resolve \(host): name servers refused: \(Self.text(of: set))")
             }
@@ -74,7 +76,7 @@ public struct RedisHostResolver: Sendable, Equatable {
             // The deadline: ares_destroy (deferred) cancels the query and closes its sockets.
             throw RedisTransport.Failure(kind: .timedOut, detail: "resolving \(host) took longer than the timeout")
         }
-        guard status == ARES_SUCCESS else {
+        guard status == CCAres_success else {
             throw RedisTransport.Failure(kind: .unreachable, detail: "cannot resolve \(host): \(Self.text(of: status))")
         }
         guard !lookup.addresses.isEmpty else {
@@ -106,7 +108,7 @@ public struct RedisHostResolver: Sendable, Equatable {
     }
 
     /// `ares_library_init` once per process, before the first channel.
-    private static let libraryReady: Bool = ares_library_init(ARES_LIB_INIT_ALL) == ARES_SUCCESS
+    private static let libraryReady: Bool = ares_library_init(ARES_LIB_INIT_ALL) == CCAres_success
 
     /// Polls the channel's sockets and hands what is ready (or a retry that is due) to c-ares
     /// until `done` or `deadline`. Every wait is bounded by both c-ares' next retry and the deadline.
