@@ -89,15 +89,9 @@ public struct WebhookPoster: Sendable {
     }
 
     /// `Retry-After`: delta seconds, or an HTTP date (RFC 9110 IMF-fixdate); nil when neither.
+    /// One reading of the header for every caller: `RetryAfter` (the requests to Apple use it too).
     public static func retryAfterSeconds(_ text: String, now: Date) -> Double? {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
-        if let seconds = Int(trimmed), seconds >= 0 { return Double(seconds) }
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
-        guard let date = formatter.date(from: trimmed) else { return nil }
-        return max(0, date.timeIntervalSince(now))
+        RetryAfter.seconds(text, nowSeconds: Int64(now.timeIntervalSince1970.rounded(.down))).map(Double.init)
     }
 
     static func cause(of error: HTTPSFetchError) -> String {
