@@ -250,3 +250,20 @@ def test_google_location_on_another_host_is_refused_without_connecting(rsa_stack
         "FAIL", "--google must be a path, or an https URL on the host and port of URL (this script connects to "
         "nothing else)"), output
     assert "google-unsigned" not in rows
+
+
+def test_google_location_answered_by_nginx_itself_fails(stack_factory, rsa_cert, pki):
+    # A location that never reaches the responder (nginx's own 400 page): not the receiver.
+    def google_location_without_responder(site):
+        site = with_google_location(site)
+        start = site.index("    location = /google/risc {")
+        end = site.index("\n    }\n", start) + len("\n    }\n")
+        return site[:start] + "    location = /google/risc {\n        return 400;\n    }\n" + site[end:]
+
+    stack = stack_factory(*rsa_cert, site_edit=google_location_without_responder)
+    code, rows, output = check(stack.url, "--ca-file", str(pki.ca_cert), "--google")
+    assert code == 1
+    assert failures(rows) == {"google-no-token", "google-unsigned"}, output
+    assert rows["google-no-token"][1].endswith("expected 400 with RFC 8935's {\"err\": ...} body from the responder"), \
+        output
+    assert rows["google-unsigned"][1].endswith(": expected 400 with one of RFC 8935's error codes"), output

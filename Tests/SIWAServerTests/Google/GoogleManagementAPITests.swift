@@ -202,7 +202,11 @@ struct GoogleManagementAPITests {
     @Test("SIWA_GOOGLE_RECEIVER_URL must be https; the API URL https (http only to loopback)")
     func receiverURLMustBeHTTPS() throws {
         let base = ["SIWA_GOOGLE_SERVICE_ACCOUNT_FILE": "/nonexistent/key.json"]
-        for url in ["http://example.com/google/risc", "ftp://example.com/", "https://user:pw@example.com/google/risc"] {
+        // Plain http to loopback passes the fetcher's rule, not the receiver's: Google pushes over HTTPS only.
+        for url in [
+            "http://example.com/google/risc", "http://localhost/google/risc", "http://127.0.0.1:8443/google/risc",
+            "ftp://example.com/", "https://user:pw@example.com/google/risc", "https://example.com/google/risc#x",
+        ] {
             let error = try #require(throws: ConfigurationError.self) {
                 try GoogleManagementConfiguration(environment: base.merging(["SIWA_GOOGLE_RECEIVER_URL": url]) { $1 })
             }
@@ -221,5 +225,12 @@ struct GoogleManagementAPITests {
             environment: base.merging(["SIWA_GOOGLE_RECEIVER_URL": GoogleManagementStack.receiverURL]) { $1 })
         #expect(accepted.receiverURL == GoogleManagementStack.receiverURL)
         #expect(accepted.apiURL == "https://risc.googleapis.com")
+    }
+
+    @Test("each verify's state is fresh: 128 random bits in hex, never the same twice")
+    func freshStates() {
+        let states = (0..<64).map { _ in GoogleVerificationWatch.freshState() }
+        #expect(Set(states).count == 64)
+        #expect(states.allSatisfy { $0.count == 32 && $0.allSatisfy(\.isHexDigit) && $0 == $0.lowercased() })
     }
 }
