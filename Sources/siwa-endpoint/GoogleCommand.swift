@@ -193,12 +193,14 @@ enum GoogleCommand {
             }
             func strings(_ value: JSONValue?) -> [String] {
                 guard case .array(let items)? = value else { return [] }
-                return items.compactMap { if case .string(let text) = $0 { text } else { nil } }
+                return items.compactMap {
+                    if case .string(let text) = $0 { GoogleManagementClient.printable(text) } else { nil }
+                }
             }
             var delivery: [String: JSONValue] = [:]
             if case .object(let members)? = stream["delivery"] { delivery = members }
             func text(_ value: JSONValue?) -> String {
-                if case .string(let text)? = value { return text }
+                if case .string(let text)? = value { return GoogleManagementClient.printable(text) }
                 return "(none)"
             }
             Output.line("delivery method:  \(text(delivery["delivery_method"]))")

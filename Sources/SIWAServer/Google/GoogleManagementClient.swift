@@ -225,10 +225,17 @@ public struct GoogleManagementClient: Sendable {
             text = description
         }
         guard let text else { return nil }
-        let printable = String(
-            String.UnicodeScalarView(text.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F }))
-        guard !printable.isEmpty else { return nil }
-        return printable.count > 300 ? String(printable.prefix(300)) + "..." : printable
+        let shown = printable(text)
+        guard !shown.isEmpty else { return nil }
+        return shown.count > 300 ? String(shown.prefix(300)) + "..." : shown
+    }
+
+    /// `text` without control characters (C0, DEL, C1): what Google sent is printed to an
+    /// operator's terminal, where an escape sequence must not act.
+    public static func printable(_ text: String) -> String {
+        String(
+            String.UnicodeScalarView(
+                text.unicodeScalars.filter { $0.value >= 0x20 && !(0x7F...0x9F).contains($0.value) }))
     }
 }
 

@@ -173,6 +173,20 @@ struct GoogleManagementAPITests {
         #expect(try stack.requests().count == errorCase.requests)
     }
 
+    @Test("Google's message reaches the operator's terminal without control characters (no escape sequence acts)")
+    func googlesMessageIsPrintable() throws {
+        let stack = try GoogleManagementStack()
+        defer { stack.shutdown() }
+        try stack.start(answers: [
+            "stream:update": [["status": "403", "message": "denied\u{1B}]0;title\u{07} here\u{9B}31m\u{7F}\nnext"]]
+        ])
+        let error = try #require(throws: GoogleManagementError.self) {
+            try stack.client().updateStream(receiverURL: GoogleManagementStack.receiverURL, eventTypes: Self.allEvents)
+        }
+        #expect(error.code == .forbidden)
+        #expect(error.message.contains("Google says \"denied]0;title here31mnext\""), "\(error.message)")
+    }
+
     @Test("a 429 with Retry-After 1: the next try waits a second, then succeeds")
     func retryAfterIsHonoured() throws {
         let stack = try GoogleManagementStack()
