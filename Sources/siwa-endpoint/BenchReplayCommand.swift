@@ -1,7 +1,9 @@
 import Foundation
 import SIWARedis
-import SIWAServer
+import SIWASpool
+import SIWAStore
 import SIWASupport
+import SIWATelemetry
 import SIWAVerification
 
 /// `bench --replay`: how fast the spool drains into Redis, against the same number of

@@ -1,7 +1,9 @@
 import Foundation
+import SIWAAppleAPI
 import SIWAJSON
 import SIWARedis
-import SIWAServer
+import SIWASettingKeys
+import SIWAStore
 import SIWAVerification
 
 #if canImport(Glibc)

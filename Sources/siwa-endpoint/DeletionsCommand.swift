@@ -1,7 +1,9 @@
 import Foundation
 import SIWAJSON
 import SIWARedis
-import SIWAServer
+import SIWASettingKeys
+import SIWASettings
+import SIWAStore
 
 /// `deletions`: the audit view of the deletion duty. Each deletion a consumer group has not
 /// acknowledged (who, when, which consumer holds it, how many deliveries), per group the

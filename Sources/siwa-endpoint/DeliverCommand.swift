@@ -1,8 +1,12 @@
 import Foundation
 import SIWAJSON
 import SIWARedis
-import SIWAServer
+import SIWASettingKeys
+import SIWASettings
+import SIWAStore
 import SIWASupport
+import SIWATelemetry
+import SIWAWebhooks
 
 /// `deliver`: the webhook deliverer (Standard Webhooks 1.0) and its operator commands.
 enum DeliverCommand {

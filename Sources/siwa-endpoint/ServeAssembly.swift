@@ -1,9 +1,15 @@
 import Foundation
 import SIWAFastCGI
 import SIWAHTTPS
+import SIWAKeys
 import SIWARedis
-import SIWAServer
+import SIWAResponder
+import SIWASettingKeys
+import SIWASettings
+import SIWASpool
+import SIWAStore
 import SIWASupport
+import SIWATelemetry
 import SIWAVerification
 
 /// The composition root of `serve`: every part is built here, once, and handed what it

@@ -1,6 +1,8 @@
 import Foundation
 import SIWARedis
-import SIWAServer
+import SIWASettingKeys
+import SIWASettings
+import SIWAStore
 import SIWAVerification
 
 #if canImport(Glibc)

@@ -1,7 +1,9 @@
 import Foundation
 import SIWARedis
-import SIWAServer
+import SIWASpool
+import SIWAStore
 import SIWASupport
+import SIWATelemetry
 import Synchronization
 import Testing
 

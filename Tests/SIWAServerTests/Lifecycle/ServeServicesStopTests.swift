@@ -1,9 +1,12 @@
 import Foundation
 import SIWAFastCGI
 import SIWAFastCGIClient
+import SIWAKeys
 import SIWARedis
-import SIWAServer
+import SIWASpool
+import SIWAStore
 import SIWASupport
+import SIWATelemetry
 import SIWATestKit
 import Synchronization
 import Testing

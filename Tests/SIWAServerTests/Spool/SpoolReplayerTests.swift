@@ -1,7 +1,8 @@
 import Foundation
 import SIWARedis
-import SIWAServer
+import SIWASpool
 import SIWASupport
+import SIWATelemetry
 import SIWAVerification
 import Testing
 

@@ -3,7 +3,7 @@ import SIWAVerification
 import Synchronization
 import Testing
 
-@testable import SIWAServer
+@testable import SIWASpool
 
 #if canImport(Glibc)
     import Glibc
