@@ -191,7 +191,7 @@ enum CanaryCommand {
     }
 
     static func userHash(_ connection: RedisConnection, _ key: String) throws(RedisError) -> [String: String] {
-        try connection.command("HGETALL", key).fieldMap ?? [:]
+        try StoreReader(connection: connection).hash(key)
     }
 
     static func isoTime(_ milliseconds: Int64) -> String {
