@@ -14,7 +14,7 @@ import SIWAVerification
 
 /// The composition root of `serve`: every part is built here, once, and handed what it
 /// needs; nothing here starts a thread or touches the network. `ServeCommand.serve` then
-/// starts the services in `startOrder` and stops them in reverse.
+/// starts the services in the order below, one `ServiceGroup.start` each, and stops them in reverse.
 ///
 /// What starts before what, and why:
 /// 1. the JWKS refresher (its start loads the cache file and fetches once: keys before requests),
