@@ -8,17 +8,17 @@ extension NotificationSpool {
     static let segmentSuffix = ".log"
     static let tornSuffix = ".torn"
     static let requeuePrefix = "requeue-"
-    package static let positionFileName = "replay-position"
+    static let positionFileName = "replay-position"
 
     /// What opening the spool would refuse beyond what reading it shows (`SpoolInspector`),
     /// found without changing anything (`serve --check`): a replay position this user may
     /// not update, a leftover of `rejected/` that cannot be settled.
     public static func checkOpening(directory: String) throws(SpoolError) {
         try SpoolPositionFile.checkUpdatable(directory: directory, name: positionFileName)
-        try SpoolRejectedStore.checkLeftovers(spoolDirectory: directory)
+        try SpoolSetAsideStore.checkLeftovers(spoolDirectory: directory)
     }
 
-    package static func segmentPath(_ directory: String, _ sequence: UInt64) -> String {
+    static func segmentPath(_ directory: String, _ sequence: UInt64) -> String {
         directory + "/" + segmentPrefix + paddedSequence(sequence) + segmentSuffix
     }
 
@@ -39,7 +39,7 @@ extension NotificationSpool {
         return UInt64(digits)
     }
 
-    package static func segmentSequences(_ directory: String) throws(SpoolError) -> [UInt64] {
+    static func segmentSequences(_ directory: String) throws(SpoolError) -> [UInt64] {
         try SpoolFileSystem.list(directory).compactMap(sequence(ofSegment:)).sorted()
     }
 

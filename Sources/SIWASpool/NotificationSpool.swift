@@ -21,7 +21,7 @@ import Synchronization
 ///   spool renames each into the next segment number at its next replay (or start), so
 ///   only this process ever numbers segments.
 /// - `rejected/`: rejected records, which Redis refused for a reason about them (see
-///   `SpoolRejectedStore`).
+///   `SpoolSetAsideStore`).
 ///
 /// Two words, kept apart: a *torn* record is bytes that are not a whole, intact record
 /// (`SpoolTornRecord`, `.torn` files); a *rejected* record is a whole one Redis refused

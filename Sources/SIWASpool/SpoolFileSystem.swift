@@ -208,7 +208,7 @@ package enum SpoolFileSystem {
     }
 
     /// The file's size in bytes and its last modification (Unix seconds); nil when absent.
-    package static func status(_ path: String) -> (size: Int, modified: Int64)? {
+    static func status(_ path: String) -> (size: Int, modified: Int64)? {
         var status = stat()
         guard stat(path, &status) == 0 else { return nil }
         return (Int(status.st_size), Int64(status.st_mtim.tv_sec))
@@ -374,7 +374,7 @@ package enum SpoolFileSystem {
     /// unlink first removes a leftover of an earlier process that had this pid. A process
     /// killed between the create and the unlink (a liveness kill while an fsync hangs)
     /// leaves its file: `removeLeftoverWriteChecks` deletes those at the spool's start.
-    package static func canWrite(in directory: String, probeName: String = ".write-check") -> Bool {
+    static func canWrite(in directory: String, probeName: String = ".write-check") -> Bool {
         let check = writeCheckNumber.add(1, ordering: .relaxed).newValue
         let path = directory + "/" + probeName + ".\(getpid()).\(check)"
         unlink(path)

@@ -35,8 +35,8 @@ extension SpoolInspector {
             throw SpoolError(.directoryUnusable, "\(directory) does not exist")
         }
         var result: [Record] = []
-        let rejected = directory + "/" + SpoolRejectedStore.directoryName
-        for name in try SpoolRejectedStore.recordFiles(rejected) {
+        let rejected = directory + "/" + SpoolSetAsideStore.directoryName
+        for name in try SpoolSetAsideStore.recordFiles(rejected) {
             let path = rejected + "/" + name
             guard let status = SpoolFileSystem.regularFileStatus(path) else { continue }  // requeued meanwhile
             var notifications: [VerifiedNotification] = []
@@ -86,7 +86,7 @@ extension SpoolInspector {
     /// Puts one set-aside record back in line (behind what waits now), by one rename, as
     /// `requeue(spoolDirectory:)` does for all.
     public static func requeue(spoolDirectory directory: String, id: String) throws(SpoolError) -> OneRecordOutcome {
-        try requeue(spoolDirectory: directory, id: id, lockWait: SpoolRejectedStore.lockWait)
+        try requeue(spoolDirectory: directory, id: id, lockWait: SpoolSetAsideStore.lockWait)
     }
 
     static func requeue(spoolDirectory directory: String, id: String, lockWait: Duration) throws(SpoolError)
@@ -95,7 +95,7 @@ extension SpoolInspector {
         guard let record = try record(spoolDirectory: directory, id: id) else { return .notFound }
         guard record.kind == .setAside else { return .notARecord }
         let name = (record.path as NSString).lastPathComponent
-        let rejected = directory + "/" + SpoolRejectedStore.directoryName
+        let rejected = directory + "/" + SpoolSetAsideStore.directoryName
         // Under the lock on rejected/ that serve's scrub and retention sweep take: never
         // moved while one of them rewrites or deletes it.
         let moved = try SpoolFileSystem.withDirectoryLock(rejected, wait: lockWait) { () throws(SpoolError) in
@@ -103,13 +103,13 @@ extension SpoolInspector {
         }
         guard moved else { return .notFound }
         try SpoolFileSystem.syncDirectory(directory)
-        try SpoolFileSystem.syncDirectory(directory + "/" + SpoolRejectedStore.directoryName)
+        try SpoolFileSystem.syncDirectory(directory + "/" + SpoolSetAsideStore.directoryName)
         return .done(record)
     }
 
     /// Deletes one set-aside or torn record for good. The caller logs it.
     public static func discard(spoolDirectory directory: String, id: String) throws(SpoolError) -> OneRecordOutcome {
-        try discard(spoolDirectory: directory, id: id, lockWait: SpoolRejectedStore.lockWait)
+        try discard(spoolDirectory: directory, id: id, lockWait: SpoolSetAsideStore.lockWait)
     }
 
     static func discard(spoolDirectory directory: String, id: String, lockWait: Duration) throws(SpoolError)

@@ -31,9 +31,9 @@ public enum SpoolInspector {
             if depth == 0 && counted.count > 0 { oldest = counted.firstSpooledAt ?? modifiedMilliseconds(path) }
             depth += counted.count
         }
-        let rejected = directory + "/" + SpoolRejectedStore.directoryName
+        let rejected = directory + "/" + SpoolSetAsideStore.directoryName
         var setAside = 0
-        for name in try SpoolRejectedStore.recordFiles(rejected) {
+        for name in try SpoolSetAsideStore.recordFiles(rejected) {
             setAside += try SpoolSegmentReader.countRecords(path: rejected + "/" + name, from: 0).count
         }
         let torn = try SpoolFileSystem.list(directory).filter {
@@ -58,18 +58,18 @@ public enum SpoolInspector {
     /// Each file is counted and moved holding the lock on `rejected/` that `serve`'s scrub
     /// and retention sweep take too, so a file is never moved while it is being rewritten.
     public static func requeue(spoolDirectory directory: String) throws(SpoolError) -> Requeued {
-        try requeue(spoolDirectory: directory, lockWait: SpoolRejectedStore.lockWait)
+        try requeue(spoolDirectory: directory, lockWait: SpoolSetAsideStore.lockWait)
     }
 
     static func requeue(spoolDirectory directory: String, lockWait: Duration) throws(SpoolError) -> Requeued {
         guard SpoolFileSystem.status(directory) != nil else {
             throw SpoolError(.directoryUnusable, "\(directory) does not exist")
         }
-        let rejected = directory + "/" + SpoolRejectedStore.directoryName
+        let rejected = directory + "/" + SpoolSetAsideStore.directoryName
         var result = Requeued(files: 0, records: 0)
         var stoppedBy: SpoolError?
         do {
-            for name in try SpoolRejectedStore.recordFiles(rejected) {
+            for name in try SpoolSetAsideStore.recordFiles(rejected) {
                 let source = rejected + "/" + name
                 try SpoolFileSystem.withDirectoryLock(rejected, wait: lockWait) { () throws(SpoolError) in
                     let records = try SpoolSegmentReader.countRecords(path: source, from: 0).count
@@ -104,15 +104,15 @@ public enum SpoolInspector {
     /// A set-aside file is judged and deleted holding the lock on `rejected/` (see
     /// `requeue`); one held longer than `lockWait` by another process waits for the next sweep.
     public static func expire(spoolDirectory directory: String, olderThanDays days: Int, now: Int64) -> [Expired] {
-        expire(spoolDirectory: directory, olderThanDays: days, now: now, lockWait: SpoolRejectedStore.lockWait)
+        expire(spoolDirectory: directory, olderThanDays: days, now: now, lockWait: SpoolSetAsideStore.lockWait)
     }
 
     static func expire(spoolDirectory directory: String, olderThanDays days: Int, now: Int64, lockWait: Duration)
         -> [Expired]
     {
-        let rejected = directory + "/" + SpoolRejectedStore.directoryName
+        let rejected = directory + "/" + SpoolSetAsideStore.directoryName
         var candidates: [(String, String)] = []
-        for name in (try? SpoolRejectedStore.recordFiles(rejected)) ?? [] {
+        for name in (try? SpoolSetAsideStore.recordFiles(rejected)) ?? [] {
             candidates.append(("set_aside", rejected + "/" + name))
         }
         for name in (try? SpoolFileSystem.list(directory)) ?? [] where name.hasSuffix(NotificationSpool.tornSuffix) {

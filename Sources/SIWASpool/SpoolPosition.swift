@@ -4,11 +4,11 @@
 
 /// How far replay has got: every record of segment `sequence` before `offset` has been
 /// applied (or set aside). Sequence 0 means no segment has been replayed from yet.
-package struct SpoolPosition: Equatable {
-    package var sequence: UInt64
-    package var offset: Int
+struct SpoolPosition: Equatable {
+    var sequence: UInt64
+    var offset: Int
 
-    package init(sequence: UInt64, offset: Int) {
+    init(sequence: UInt64, offset: Int) {
         self.sequence = sequence
         self.offset = offset
     }
@@ -38,7 +38,7 @@ package struct SpoolPosition: Equatable {
 /// the previous position (replaying one record again is harmless: the Redis layer dedupes
 /// by jti). A file that exists but yields no valid slot, or cannot be read, stops the
 /// spool from opening (`positionUnreadable`): guessing could skip records.
-package struct SpoolPositionFile {
+struct SpoolPositionFile {
     static let slotSize = 64
     static let fileSize = 2 * slotSize
 
@@ -100,7 +100,7 @@ package struct SpoolPositionFile {
     /// The saved position of the file at `path`, without changing anything (what
     /// `spool status` reads): nil when there is no file; throws when it cannot be read or
     /// no slot checks out.
-    package static func read(_ path: String) throws(SpoolError) -> (
+    static func read(_ path: String) throws(SpoolError) -> (
         position: SpoolPosition, generation: UInt64, isLegacy: Bool
     )? {
         guard let descriptor = try SpoolFileSystem.openForReading(path, code: .positionUnreadable) else { return nil }

@@ -5,7 +5,7 @@ public enum SpoolReplayStep: Sendable, Hashable {
     /// Redis took the record, with this outcome (applied, a duplicate, stale...).
     case stored(NotificationStore.Outcome)
     /// Redis refused the record for a reason about that record alone (a rejected record): kept in
-    /// `rejected/` (see `SpoolRejectedStore`) and is not applied.
+    /// `rejected/` (see `SpoolSetAsideStore`) and is not applied.
     case rejected
 
     /// The name in the `spool_replayed` log line and the bench's counts.

@@ -19,7 +19,7 @@ import Synchronization
 public final class SpoolReplayer: Service {
     private let spool: NotificationSpool
     /// Where records Redis rejected for a reason about them are kept (`rejected/`).
-    private let rejected: SpoolRejectedStore
+    private let rejected: SpoolSetAsideStore
     /// The replayer's own store and connection (a hiredis context is not thread safe): its
     /// thread uses it, and a direct `replayOnce()` (the bench, the tests) while no thread runs.
     private let store: Mutex<UnsafeTransfer<any NotificationStoring>>
@@ -61,7 +61,7 @@ public final class SpoolReplayer: Service {
     /// `clock` gives the `updated_at` written for replayed notifications (its wall reading).
     /// `clientIDs` are the ones served now: a record for another is rejected (kept in `rejected/`), not applied.
     public init(
-        spool: NotificationSpool, rejected: SpoolRejectedStore, store: any NotificationStoring,
+        spool: NotificationSpool, rejected: SpoolSetAsideStore, store: any NotificationStoring,
         metrics: ServerMetrics,
         clientIDs: Set<String>, retentionDays: Int = defaultRetentionDays, clock: EndpointClock,
         log: EventLog.Sink = .standardError

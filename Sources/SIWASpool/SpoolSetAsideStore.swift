@@ -12,7 +12,7 @@ import Synchronization
 /// name and renamed into place, never appended to later. That is what lets
 /// `spool requeue` (another process) move files out while `serve` adds new ones: every
 /// change is one atomic rename.
-public final class SpoolRejectedStore: Sendable {
+public final class SpoolSetAsideStore: Sendable {
     public static let directoryName = "rejected"
     /// How long a change here waits for another process's (`spool requeue`) hold on the
     /// directory before giving up; each holds it for one file at a time.

@@ -141,12 +141,12 @@ struct ServeAssembly {
     /// missing), with a line for each leftover settled and for what waits to be replayed.
     static func openSpool(
         _ configuration: ServerConfiguration, clock: EndpointClock
-    ) throws(ConfigurationError) -> (NotificationSpool, SpoolRejectedStore) {
+    ) throws(ConfigurationError) -> (NotificationSpool, SpoolSetAsideStore) {
         let spool: NotificationSpool
-        let setAside: SpoolRejectedStore
+        let setAside: SpoolSetAsideStore
         do throws(SpoolError) {
             spool = try NotificationSpool(directory: configuration.spool.directory, clock: clock)
-            setAside = try SpoolRejectedStore(spoolDirectory: configuration.spool.directory, clock: clock)
+            setAside = try SpoolSetAsideStore(spoolDirectory: configuration.spool.directory, clock: clock)
         } catch {
             throw ServeCommand.spoolRefusal(error)
         }
