@@ -1,7 +1,11 @@
 import Foundation
+import SIWAGoogleAPI
 import SIWAJSON
 import SIWARedis
-import SIWAServer
+import SIWASettingKeys
+import SIWASettings
+import SIWAStore
+import SIWATelemetry
 
 /// `google register | status | verify | enable | disable`: the stream Google's Cross-Account
 /// Protection pushes to this endpoint, managed through the RISC management API with the

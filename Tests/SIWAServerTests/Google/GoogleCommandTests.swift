@@ -1,7 +1,9 @@
 import Foundation
+import SIWAGoogleAPI
 import SIWAJSON
 import SIWARedis
-import SIWAServer
+import SIWASettings
+import SIWAStore
 import Testing
 
 /// `siwa-endpoint google` end to end: the real binary, the stand-in for Google's management

@@ -1,7 +1,9 @@
 import Foundation
 import SIWACrypto
+import SIWAGoogleAPI
 import SIWAJSON
-import SIWAServer
+import SIWASettings
+import SIWAStore
 import Testing
 
 /// The RISC management API client `siwa-endpoint google` uses, in process, against the

@@ -1,8 +1,10 @@
 import Foundation
 import SIWACrypto
+import SIWAGoogleAPI
 import SIWAJSON
 import SIWARedis
-import SIWAServer
+import SIWASettings
+import SIWAStore
 
 /// A local stack for `siwa-endpoint google`: a stand-in for Google's RISC management API
 /// (deploy-tests/standins/google_risc_standin.py) over HTTPS under a test CA, a service

@@ -1,7 +1,9 @@
 import Foundation
 import Glibc
 import SIWACrypto
-import SIWAServer
+import SIWAGoogleAPI
+import SIWASettings
+import SIWAStore
 import Testing
 
 /// The service account's key file is a credential that can redirect the project's security

@@ -1,5 +1,6 @@
 import Foundation
 import SIWAFastCGI
+import SIWAGoogleAPI
 import SIWAHTTPS
 import SIWARedis
 import SIWASettingKeys

@@ -1,15 +1,7 @@
 import Foundation
+import SIWAGoogleAPI
 import SIWAHTTPS
-
-extension SettingKey where Value == String? {
-    public static var googleServiceAccountFile: Self { Self("SIWA_GOOGLE_SERVICE_ACCOUNT_FILE") }
-    public static var googleReceiverURL: Self { Self("SIWA_GOOGLE_RECEIVER_URL") }
-    public static var googleCAFile: Self { Self("SIWA_GOOGLE_CA_FILE") }
-}
-
-extension SettingKey where Value == String {
-    public static var googleRISCAPIURL: Self { Self("SIWA_GOOGLE_RISC_API_URL") }
-}
+import SIWASettingKeys
 
 /// The settings of `siwa-endpoint google`: the service account's key file, the management
 /// API, the receiver URL Google pushes to, plus serve's Redis settings (`google verify` reads

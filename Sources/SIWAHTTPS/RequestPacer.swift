@@ -1,11 +1,10 @@
 import Foundation
-import SIWAHTTPS
 import SIWASupport
 import Synchronization
 
-/// Spaces the starts of requests to Apple at least `interval` apart on the monotonic clock
-/// (`--rate` of reconcile, revoke and transfer), and holds every request back while Apple
-/// has asked to wait: a `429` halves the pace for the rest of the run and no request of
+/// Spaces the starts of requests to a remote API at least `interval` apart on the monotonic
+/// clock (`--rate` of reconcile, revoke and transfer), and holds every request back while the
+/// API (Apple's, Google's) has asked to wait: a `429` halves the pace for the rest of the run and no request of
 /// any user starts before its `Retry-After` has passed.
 public final class RequestPacer: Sendable {
     public let interval: Duration

@@ -34,7 +34,7 @@ public struct GoogleVerificationWatch {
 
     /// The verification record now, empty when none has arrived.
     public func read() throws(RedisError) -> [String: String] {
-        try connection.command("HGETALL", key).fieldMap ?? [:]
+        try StoreReader(connection: connection).hash(key)
     }
 
     /// How the wait ended.
