@@ -98,8 +98,8 @@ public struct GoogleManagementClient: Sendable {
     private func attempt(_ path: String, body: String?) -> (
         Result<[UInt8], GoogleManagementError>, retry: RequestRetries.Decision
     ) {
-        // The wait first: a Retry-After can outlast nothing here (the token lives an hour), but
-        // a token signed after the wait carries the time it is sent.
+        // The wait first, then the token: its `iat` is the time it is sent, however long Google
+        // asked to wait.
         pacer.wait()
         let token: String
         do {
@@ -123,7 +123,7 @@ public struct GoogleManagementClient: Sendable {
                     GoogleManagementError(
                         .unreachable,
                         "\(method) \(path): no answer from \(apiURL) (\(error.code.rawValue): \(error.message)); "
-                            + "check the outbound HTTPS route and SIWA_GOOGLE_RISC_API_URL")),
+                            + "check the outbound HTTPS route, SIWA_GOOGLE_RISC_API_URL and SIWA_GOOGLE_CA_FILE")),
                 .later
             )
         }
