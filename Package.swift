@@ -82,6 +82,12 @@ let package = Package(
             name: "SIWAAppleAPI",
             dependencies: ["SIWAVerification", "SIWACrypto", "SIWAJSON", "SIWASupport", "SIWAHTTPS"]
         ),
+        // Google's RISC management API (the service account's key, the authorisation JWT, the stream's
+        // calls): HTTPS and signing only, beside Apple's.
+        .target(
+            name: "SIWAGoogleAPI",
+            dependencies: ["SIWAVerification", "SIWACrypto", "SIWAJSON", "SIWASupport", "SIWAHTTPS"]
+        ),
         // The webhook deliverer: the store's streams in, signed HTTPS posts out; nothing of the responder.
         .target(
             name: "SIWAWebhooks",
@@ -94,7 +100,8 @@ let package = Package(
         .target(
             name: "SIWASettings",
             dependencies: [
-                "SIWASettingKeys", "SIWAStore", "SIWASpool", "SIWAKeys", "SIWAAppleAPI", "SIWAWebhooks",
+                "SIWASettingKeys", "SIWAStore", "SIWASpool", "SIWAKeys", "SIWAAppleAPI", "SIWAGoogleAPI",
+                "SIWAWebhooks",
                 "SIWAVerification", "SIWACrypto", "SIWAJSON", "SIWASupport", "SIWAFastCGI", "SIWARedis", "SIWAHTTPS",
             ]
         ),
@@ -113,7 +120,8 @@ let package = Package(
             dependencies: [
                 "SIWAVerification", "SIWATestKit", "SIWACrypto", "SIWAJSON", "SIWASupport", "SIWAFastCGI",
                 "SIWAFastCGIClient", "SIWARedis", "SIWAHTTPS", "SIWATelemetry", "SIWAStore", "SIWASpool",
-                "SIWAKeys", "SIWAAppleAPI", "SIWAWebhooks", "SIWASettingKeys", "SIWASettings", "SIWAResponder",
+                "SIWAKeys", "SIWAAppleAPI", "SIWAGoogleAPI", "SIWAWebhooks", "SIWASettingKeys", "SIWASettings",
+                "SIWAResponder",
             ]
         ),
 
@@ -140,7 +148,7 @@ let package = Package(
         .testTarget(
             name: "SIWAServerTests",
             dependencies: [
-                "SIWATelemetry", "SIWAStore", "SIWASpool", "SIWAKeys", "SIWAAppleAPI", "SIWAWebhooks",
+                "SIWATelemetry", "SIWAStore", "SIWASpool", "SIWAKeys", "SIWAAppleAPI", "SIWAGoogleAPI", "SIWAWebhooks",
                 "SIWASettingKeys", "SIWASettings", "SIWAResponder", "SIWAVerification", "SIWATestKit", "SIWACrypto",
                 "SIWAJSON",
                 "SIWASupport", "SIWAFastCGI", "SIWAFastCGIClient", "SIWARedis", "SIWAHTTPS", "SIWATestSupport",

@@ -4,7 +4,9 @@ It speaks just enough of the FastCGI protocol (BEGIN_REQUEST, PARAMS, STDIN in;
 STDOUT, END_REQUEST out; GET_VALUES and unknown types answered as the spec
 asks) to let nginx pass requests through a real unix socket. It answers like
 the real responder does for what these tests send: an unsigned notification is
-refused with 400, /healthz, /healthz/live, /healthz/ready and /metrics answer 200. It records the parameters
+refused with 400, /healthz, /healthz/live, /healthz/ready and /metrics answer 200; a POST to the
+Google location (/google/risc) is answered as RFC 8935 asks of a SET it cannot verify: 400,
+{"err": "invalid_request", "description"} with Content-Language. It records the parameters
 of every request so tests can check what nginx passed (REQUEST_ID, method).
 """
 
@@ -81,12 +83,14 @@ def _encode_pairs(pairs):
 class FastCGIStub:
     """Serves FastCGI on a unix socket from a background thread until stop()."""
 
-    def __init__(self, socket_path, notification_status="400 Bad Request", delay=0.0):
+    def __init__(self, socket_path, notification_status="400 Bad Request", delay=0.0, google_status=None):
         """notification_status: what a POSTed notification gets (a broken
         responder answering 2xx is one of the faults check-endpoint must catch);
+        google_status: the same for a SET posted to the Google location (an empty body);
         delay: seconds to wait before every answer (a slow responder)."""
         self.socket_path = socket_path
         self.notification_status = notification_status
+        self.google_status = google_status
         self.delay = delay
         self.requests = []
         self._lock = threading.Lock()
@@ -166,9 +170,16 @@ class FastCGIStub:
         status, payload = self._answer(params, body)
         if payload.get("error") == "signature_invalid" and self.notification_status != "400 Bad Request":
             status, payload = self.notification_status, {"status": "accepted", "request_id": payload["request_id"]}
-        text = json.dumps(payload) + "\n"
+        headers = ""
+        if "err" in payload:
+            # RFC 8935 section 2.3: a SET error names the language of its description.
+            headers = "Content-Language: en\r\n"
+            if self.google_status is not None:
+                status, payload = self.google_status, {}
+        # RFC 8935's success is 202 with an empty body.
+        text = "" if status.startswith("202") else json.dumps(payload) + "\n"
         response = (
-            f"Status: {status}\r\nContent-Type: application/json\r\n"
+            f"Status: {status}\r\nContent-Type: application/json\r\n{headers}"
             f"Content-Length: {len(text)}\r\n\r\n{text}"
         ).encode()
         conn.sendall(_record(STDOUT, request_id, response) + _record(STDOUT, request_id))
@@ -183,6 +194,9 @@ class FastCGIStub:
             # The stand-in cannot verify signatures, so like the real responder
             # facing an unsigned token it refuses every notification.
             return "400 Bad Request", {"error": "signature_invalid", "request_id": request_id}
+        if path == "/google/risc" and method == "POST":
+            # Neither can it verify a SET: refused as the responder refuses one with no token.
+            return "400 Bad Request", {"err": "invalid_request", "description": "the body is not a SET"}
         if path == "/healthz":
             return "200 OK", {"status": "ok", "request_id": request_id}
         if path in ("/healthz/live", "/healthz/ready"):

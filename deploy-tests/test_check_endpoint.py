@@ -196,3 +196,74 @@ def test_each_offered_certificate_is_reported(stack_factory, rsa_cert, ecdsa_cer
     code, rows, output = check(rsa_only.url, "--ca-file", str(pki.ca_cert))
     assert code == 0, output
     assert rows["cert-offered"][0] == "WARN" and "RSA only" in rows["cert-offered"][1], output
+
+
+def with_google_location(site):
+    """The shipped site with its Google location: the Apple location's block (same TLS, same
+    limits, the same responder) at /google/risc, unless the site already has one."""
+    if "location = /google/risc" in site:
+        return site + "\n# The Google location above is the shipped one.\n"
+    start = site.index("    location = /apple/notifications {")
+    end = site.index("\n    }\n", start) + len("\n    }\n")
+    block = site[start:end].replace("location = /apple/notifications", "location = /google/risc")
+    return site[:end] + "\n" + block + site[end:]
+
+
+def test_google_location_routes_to_the_responder(stack_factory, rsa_cert, pki):
+    stack = stack_factory(*rsa_cert, site_edit=with_google_location)
+    code, rows, output = check(stack.url, "--ca-file", str(pki.ca_cert), "--google")
+    assert code == 0, output
+    assert failures(rows) == set(), output
+    status, detail = rows["google-no-token"]
+    assert status == "PASS" and detail.startswith("400 invalid_request in "), output
+    assert detail.endswith(": the location routes to the responder"), output
+    assert rows["google-unsigned"][0] == "PASS" and rows["google-unsigned"][1].startswith("400 invalid_request in ")
+    # The responder saw both POSTs at the Google location, the token as the body.
+    google = [r for r in stack.backend.seen() if r["params"].get("DOCUMENT_URI") == "/google/risc"]
+    assert [(r["params"]["REQUEST_METHOD"], r["params"]["CONTENT_TYPE"], r["body_length"]) for r in google] == [
+        ("POST", "application/secevent+jwt", 0), ("POST", "application/secevent+jwt", 72)], google
+
+
+def test_google_location_not_served_fails(stack_factory, rsa_cert, pki):
+    stack = stack_factory(*rsa_cert, site_edit=with_google_location)
+    code, rows, output = check(stack.url, "--ca-file", str(pki.ca_cert), "--google", "/google/riscs")
+    assert code == 1
+    assert failures(rows) == {"google-no-token", "google-unsigned"}, output
+    assert rows["google-no-token"][1].startswith("404 in ") and "is not served" in rows["google-no-token"][1], output
+
+
+def test_google_location_accepting_everything_fails(stack_factory, rsa_cert, pki):
+    # A responder that answers 202 to anything at the Google location verifies nothing.
+    stack = stack_factory(*rsa_cert, site_edit=with_google_location, backend_options={"google_status": "202 Accepted"})
+    code, rows, output = check(stack.url, "--ca-file", str(pki.ca_cert), "--google")
+    assert code == 1
+    assert failures(rows) == {"google-no-token", "google-unsigned"}, output
+    assert rows["google-no-token"][1].endswith(": a POST without a token was ACCEPTED"), output
+    assert rows["google-unsigned"][1].endswith(": an unsigned SET was ACCEPTED"), output
+
+
+def test_google_location_on_another_host_is_refused_without_connecting(rsa_stack, pki):
+    code, rows, output = check(rsa_stack.url, "--ca-file", str(pki.ca_cert), "--google",
+                               "https://elsewhere.example/google/risc")
+    assert code == 1
+    assert rows["google-no-token"] == (
+        "FAIL", "--google must be a path, or an https URL on the host and port of URL (this script connects to "
+        "nothing else)"), output
+    assert "google-unsigned" not in rows
+
+
+def test_google_location_answered_by_nginx_itself_fails(stack_factory, rsa_cert, pki):
+    # A location that never reaches the responder (nginx's own 400 page): not the receiver.
+    def google_location_without_responder(site):
+        site = with_google_location(site)
+        start = site.index("    location = /google/risc {")
+        end = site.index("\n    }\n", start) + len("\n    }\n")
+        return site[:start] + "    location = /google/risc {\n        return 400;\n    }\n" + site[end:]
+
+    stack = stack_factory(*rsa_cert, site_edit=google_location_without_responder)
+    code, rows, output = check(stack.url, "--ca-file", str(pki.ca_cert), "--google")
+    assert code == 1
+    assert failures(rows) == {"google-no-token", "google-unsigned"}, output
+    assert rows["google-no-token"][1].endswith("expected 400 with RFC 8935's {\"err\": ...} body from the responder"), \
+        output
+    assert rows["google-unsigned"][1].endswith(": expected 400 with one of RFC 8935's error codes"), output

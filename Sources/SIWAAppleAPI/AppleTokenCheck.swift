@@ -38,9 +38,7 @@ public struct AppleTokenCheck: Sendable {
 
     /// Whether an attempt's answer is final, worth another attempt after the retry delay, or
     /// a `429` (the pacer already holds the next request back).
-    enum Retry {
-        case final, later, throttled
-    }
+    typealias Retry = RequestRetries.Decision
 
     public let tokenURL: String
     public let secret: AppleClientSecret
@@ -74,27 +72,12 @@ public struct AppleTokenCheck: Sendable {
     /// `retryDelayMilliseconds` before the first retry and twice as long before each next
     /// (at most a minute). A `429` is asked again once the pacer lets it (Apple's wait),
     /// without using up an attempt, up to `throttledAttempts` in a row. Shared by every call
-    /// to Apple's token endpoints.
+    /// to Apple's token endpoints (the loop itself is `RequestRetries`, Google's too).
     func retrying<Answer>(_ attempt: () -> (Answer, retry: Retry)) -> Answer {
-        var delay = retryDelayMilliseconds
-        var number = 1
-        var throttledInARow = 0
-        while true {
-            let (answer, retry) = attempt()
-            switch retry {
-            case .final:
-                return answer
-            case .throttled:
-                throttledInARow += 1
-                guard throttledInARow < Self.throttledAttempts else { return answer }
-            case .later:
-                throttledInARow = 0
-                guard number < attempts else { return answer }
-                usleep(UInt32(min(delay, 60_000)) * 1000)
-                delay = min(delay * 2, 60_000)
-                number += 1
-            }
-        }
+        RequestRetries(
+            attempts: attempts, retryDelayMilliseconds: retryDelayMilliseconds,
+            throttledAttempts: Self.throttledAttempts
+        ).run(attempt)
     }
 
     /// How one signed request to Apple ended before its status was read.
@@ -129,13 +112,7 @@ public struct AppleTokenCheck: Sendable {
         } catch {
             return .unreachable(error.code.rawValue)
         }
-        let asked = response.retryAfter.flatMap { RetryAfter.seconds($0, nowSeconds: nowSeconds()) }
-        if response.status == 429 {
-            pacer.throttled(hold: asked.map { .seconds($0) } ?? .milliseconds(retryDelayMilliseconds))
-        } else if response.status == 503, let asked {
-            // Unavailable, back then: the retry waits for that too.
-            pacer.unavailable(hold: .seconds(asked))
-        }
+        pacer.heed(response, nowSeconds: nowSeconds(), fallbackHold: .milliseconds(retryDelayMilliseconds))
         return .answered(response)
     }
 

@@ -1,7 +1,8 @@
 import COpenSSL
 import COpenSSLShim
 
-/// An RSA private key: the test kit's signing key. Production never signs.
+/// An RSA private key: the test kit's signing key, and the Google service account key that
+/// signs the RISC management API's authorisation JWT (`siwa-endpoint google`). serve never signs.
 // Unchecked: it holds an OpenSSL `EVP_PKEY` pointer, never mutated after init; every
 // signature uses its own `EVP_MD_CTX`.
 public final class RSAPrivateKey: @unchecked Sendable {

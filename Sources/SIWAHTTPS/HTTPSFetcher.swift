@@ -79,6 +79,21 @@ public struct HTTPSFetcher: Sendable {
             addressGuard: AddressGuard(allowPrivate: allowPrivateAddress), on: nil)
     }
 
+    /// A JSON API call: GETs `url` (`body` nil) or POSTs the JSON `body`, with `Accept:
+    /// application/json` and `Authorization: Bearer` when `bearerToken` is given, and returns
+    /// the response whatever its status: the caller decides what a status means (Google's RISC
+    /// management API). The address is not checked: the URL is an operator's setting, not a
+    /// destination a stranger chose. Neither the body nor the token is ever part of an error.
+    public func exchangeJSON(_ url: String, body: String?, bearerToken: String?) throws(HTTPSFetchError)
+        -> HTTPSResponse
+    {
+        let extras = RequestExtras(
+            headers: ["Accept: application/json"] + (body == nil ? [] : ["Content-Type: application/json", "Expect:"]),
+            userAgent: "siwa-endpoint", connectTimeoutSeconds: timeoutSeconds,
+            addressGuard: AddressGuard(allowPrivate: true))
+        return try perform(url, postBody: body, bearerToken: bearerToken, extras: extras)
+    }
+
     /// `postJSON` on `kept`'s handle (its connection reused when libcurl can), or on a handle of
     /// its own when nil. The address check is handed to the handle on every call, so each new
     /// connection of a kept handle is checked as a first one is.

@@ -23,6 +23,7 @@ enum SIWAEndpointCommand {
         ("transfer", "app transfer between teams: transfer export (sending team), transfer import (recipient)"),
         ("canary", "a real notification on demand: revoke a test user's token, wait for its consent-revoked"),
         ("deliver", "POST each event to configured webhook destinations (Standard Webhooks); status, replay, test"),
+        ("google", "Google's RISC stream: google register, status, enable, disable, verify (a SET on demand)"),
     ]
 
     static let usage = """
@@ -78,6 +79,7 @@ enum SIWAEndpointCommand {
             case "transfer": status = try TransferCommand.run(arguments)
             case "canary": status = try CanaryCommand.run(arguments)
             case "deliver": status = try DeliverCommand.run(arguments)
+            case "google": status = try GoogleCommand.run(arguments)
             default: throw UsageError("unknown subcommand \(subcommand)\n\n\(usage)")
             }
         } catch let error as UsageError {

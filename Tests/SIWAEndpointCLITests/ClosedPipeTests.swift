@@ -13,7 +13,7 @@ struct ClosedPipeTests {
     /// standard output through the one writer every command uses).
     static let subcommands = [
         "serve", "keygen", "sign", "verify", "bench", "load", "user", "status", "spool", "reconcile", "revoke",
-        "deletions", "transfer", "canary", "deliver",
+        "deletions", "transfer", "canary", "deliver", "google",
     ]
 
     @Test("each command's report into a closed pipe: exit 141, standard error silent")

@@ -1,5 +1,6 @@
 import Foundation
 import SIWAFastCGI
+import SIWAGoogleAPI
 import SIWAHTTPS
 import SIWARedis
 import SIWASettingKeys
@@ -279,6 +280,7 @@ struct SettingOwnerTableTests {
         "SIWA_APPLE_RETRY_DELAY_MS": Owned(
             defaultText: "\(AppleTokenCheck.defaultRetryDelayMilliseconds)",
             bounds: AppleTokenCheck.retryDelayMillisecondsRange),
+        "SIWA_GOOGLE_RISC_API_URL": Owned(defaultText: GoogleManagementClient.defaultAPIURL, bounds: nil),
     ]
 
     /// The rows no component has a default for, and why.
@@ -308,6 +310,9 @@ struct SettingOwnerTableTests {
         "SIWA_APPLE_KEY_ID": "required by reconcile",
         "SIWA_APPLE_PRIVATE_KEY_FILE": "required by reconcile",
         "SIWA_APPLE_CA_FILE": "unset: the system trust store",
+        "SIWA_GOOGLE_SERVICE_ACCOUNT_FILE": "required by google",
+        "SIWA_GOOGLE_RECEIVER_URL": "required by google register: the deployment's public URL",
+        "SIWA_GOOGLE_CA_FILE": "unset: the system trust store",
     ]
 
     static let minimal = ["SIWA_CLIENT_IDS": "com.example.app"]

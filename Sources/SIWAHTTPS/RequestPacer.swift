@@ -2,9 +2,9 @@ import Foundation
 import SIWASupport
 import Synchronization
 
-/// Spaces the starts of requests to Apple at least `interval` apart on the monotonic clock
-/// (`--rate` of reconcile, revoke and transfer), and holds every request back while Apple
-/// has asked to wait: a `429` halves the pace for the rest of the run and no request of
+/// Spaces the starts of requests to a remote API at least `interval` apart on the monotonic
+/// clock (`--rate` of reconcile, revoke and transfer), and holds every request back while the
+/// API (Apple's, Google's) has asked to wait: a `429` halves the pace for the rest of the run and no request of
 /// any user starts before its `Retry-After` has passed.
 public final class RequestPacer: Sendable {
     public let interval: Duration
@@ -41,6 +41,19 @@ public final class RequestPacer: Sendable {
     /// A `503` with a `Retry-After`: no request starts for `hold`; the pace stays.
     public func unavailable(hold: Duration) {
         self.hold(hold, slowingDown: false)
+    }
+
+    /// What a response asks of the pace: a `429` is `throttled` for its `Retry-After` (or
+    /// `fallbackHold` when it has none); a `503` with a `Retry-After` is `unavailable` for that
+    /// long (the retry waits for it too). Every caller of Apple's and Google's APIs reads a
+    /// response through this, so both honour `Retry-After` the same way.
+    public func heed(_ response: HTTPSResponse, nowSeconds: Int64, fallbackHold: Duration) {
+        let asked = response.retryAfter.flatMap { RetryAfter.seconds($0, nowSeconds: nowSeconds) }
+        if response.status == 429 {
+            throttled(hold: asked.map { .seconds($0) } ?? fallbackHold)
+        } else if response.status == 503, let asked {
+            unavailable(hold: .seconds(asked))
+        }
     }
 
     private func hold(_ hold: Duration, slowingDown: Bool) {
