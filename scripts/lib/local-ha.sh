@@ -85,19 +85,6 @@ ha_roles() {
   done | sed 's/  $/  (down)/'
 }
 
-# Drops NAME from the stack's lists (it was killed on purpose).
-ha_forget() {
-  local i pids=() names=()
-  for i in "${!STACK_NAMES[@]}"; do
-    if [ "${STACK_NAMES[$i]}" != "$1" ]; then
-      pids+=("${STACK_PIDS[$i]}")
-      names+=("${STACK_NAMES[$i]}")
-    fi
-  done
-  STACK_PIDS=("${pids[@]}")
-  STACK_NAMES=("${names[@]}")
-}
-
 ha_health() { curl -sS --cacert "$ca" "https://localhost:$https_port/healthz"; }
 
 ha_failed_over() {
@@ -129,7 +116,7 @@ ha_demonstrate_failover() {
   old_pid=$(stack_pid "redis-node-$old_index")
   kill -KILL "$old_pid"
   { wait "$old_pid"; } 2>/dev/null || true
-  ha_forget "redis-node-$old_index"
+  stack_forget_pid "$old_pid"
   local started=$SECONDS applied=0 spooled=0 other=0
   for ((i = 1; i <= count; i++)); do
     answer=$(curl -sS --cacert "$ca" -H 'Content-Type: application/json' --data-binary "@$work/kit/ha/$i.json" \

@@ -348,6 +348,23 @@ stack_stop_pid() {
   wait "$pid" 2>/dev/null || true
 }
 
+# stack_forget_pid PID: drops PID (and its name) from STACK_PIDS once the caller has
+# stopped or killed it on purpose, so stack_stop_all does not signal that number again
+# (by then the kernel may have given it to another process). The one place that edits
+# the lists besides stack_start and stack_stop_all.
+stack_forget_pid() {
+  local i pids=() names=()
+  for i in "${!STACK_PIDS[@]}"; do
+    if [ "${STACK_PIDS[$i]}" != "$1" ]; then
+      pids+=("${STACK_PIDS[$i]}")
+      names+=("${STACK_NAMES[$i]}")
+    fi
+  done
+  # The ${x[@]+...} form: an empty array is "unbound" to `set -u` in older bash.
+  STACK_PIDS=(${pids[@]+"${pids[@]}"})
+  STACK_NAMES=(${names[@]+"${names[@]}"})
+}
+
 # ---- siwa-endpoint serve, the one way the scripts and the deployment tests start it ----
 #
 # stack_write_endpoint_env FILE NAME=VALUE...: serve's settings for a local run, one per
@@ -394,17 +411,10 @@ stack_start_endpoint() {
 # stack_stop_endpoint [SECONDS]: stops the serve stack_start_endpoint started (SIGTERM,
 # then SIGKILL after SECONDS, default 15) and forgets it, so another can be started.
 stack_stop_endpoint() {
-  local pid i pids=() names=()
+  local pid
   pid=$(stack_pid serve) || return 0
   stack_stop_pid "$pid" "${1:-15}"
-  for i in "${!STACK_PIDS[@]}"; do
-    if [ "${STACK_PIDS[$i]}" != "$pid" ]; then
-      pids+=("${STACK_PIDS[$i]}")
-      names+=("${STACK_NAMES[$i]}")
-    fi
-  done
-  STACK_PIDS=(${pids[@]+"${pids[@]}"})
-  STACK_NAMES=(${names[@]+"${names[@]}"})
+  stack_forget_pid "$pid"
 }
 
 # True when a unix socket at PATH accepts a connection.
