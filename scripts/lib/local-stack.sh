@@ -2,9 +2,9 @@
 # The local-stack harness shared by scripts/run-local, scripts/bench-e2e,
 # scripts/bench-serve and the deployment tests (deploy-tests): processes, free
 # ports, the development certificates, the nginx site rendered for loopback
-# (redis-server, `siwa-endpoint serve`, nginx with the shipped site files) and the one
-# way serve is started (stack_start_endpoint, stack_exec_endpoint), every file in one
-# directory. Sourced, not run. Nothing here touches /etc, /run or /var: nginx runs
+# (redis-server, `siwa-endpoint serve`, nginx with the shipped site files), the one
+# way serve is started (stack_start_endpoint, stack_exec_endpoint) and the one way
+# redis-server is (stack_start_redis), every file in one directory. Sourced, not run. Nothing here touches /etc, /run or /var: nginx runs
 # from its own prefix, Redis from its own --dir, serve from its own env file.
 #
 # Every process started goes into STACK_PIDS (with its name in STACK_NAMES), so
@@ -363,6 +363,37 @@ stack_forget_pid() {
   # The ${x[@]+...} form: an empty array is "unbound" to `set -u` in older bash.
   STACK_PIDS=(${pids[@]+"${pids[@]}"})
   STACK_NAMES=(${names[@]+"${names[@]}"})
+}
+
+# ---- redis-server, the one way the scripts start it --------------------------------------
+#
+# stack_start_redis NAME PORT DIR LOG [CONFIG] [OPTION...]: redis-server on 127.0.0.1:PORT
+# in the foreground (recorded as NAME, so stack_stop_all stops it), its files in DIR (made
+# when missing), its log on LOG. CONFIG, when the first word is not an option, is a file
+# read first (deploy/redis-siwa.conf, a sentinel's file); OPTIONs come after ours and win
+# (--save "", --appendonly yes, --replicaof ..., --sentinel). Waits until it answers PING
+# (NOAUTH counts: it is up), at most 10 s; dies with the log's last lines if it exits first
+# or does not answer in time.
+stack_start_redis() {
+  local name=$1 port=$2 dir=$3 log=$4
+  shift 4
+  local config=()
+  if (($#)) && [[ $1 != --* ]]; then
+    config=("$1")
+    shift
+  fi
+  mkdir -p "$dir"
+  stack_start "$name" "$log" redis-server ${config[@]+"${config[@]}"} --bind 127.0.0.1 --port "$port" \
+    --dir "$dir" --daemonize no --logfile "$log" "$@"
+  local pid answer deadline=$((SECONDS + 10))
+  pid=$(stack_pid "$name")
+  while :; do
+    answer=$(redis-cli -h 127.0.0.1 -p "$port" PING 2>/dev/null || true)
+    case $answer in PONG | NOAUTH*) return 0 ;; esac
+    stack_alive "$pid" || stack_die "redis-server $name exited at start: $(tail -n 5 "$log")"
+    ((SECONDS < deadline)) || stack_die "redis-server $name did not answer within 10 s: $(tail -n 5 "$log")"
+    sleep 0.1
+  done
 }
 
 # ---- siwa-endpoint serve, the one way the scripts and the deployment tests start it ----
