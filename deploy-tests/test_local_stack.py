@@ -3,7 +3,8 @@ process the caller stopped on purpose (stack_forget_pid, which run-local --ha, b
 and stack_stop_endpoint use) leaves the record, so stack_stop_all never signals its number
 again, and everything else stays in it, names and order kept. The one way the scripts
 start redis-server (stack_start_redis): answering when it returns, the caller's options
-over its own, a configuration file read first, a server that cannot start named."""
+over its own, a configuration file read first, a server that cannot start named (also
+when another server answers on its port)."""
 
 import subprocess
 
@@ -79,3 +80,16 @@ def test_stack_start_redis_names_a_server_that_exits_at_start(tmp_path):
     assert result.stdout == ""
     assert "redis-server broken exited at start:" in result.stderr
     assert "no-such-option" in result.stderr
+
+
+def test_stack_start_redis_is_not_fooled_by_another_server_on_its_port(tmp_path):
+    # Another redis-server already holds the port: ours exits, and that server's PONG does not count.
+    script = ('set -euo pipefail; source "$0"; trap stack_stop_all EXIT; port=$(stack_free_port); '
+              'stack_start_redis squatter "$port" "$1/squatter" "$1/squatter.log" --save ""; '
+              'stack_start_redis ours "$port" "$1/ours" "$1/ours.log" --save ""; echo started')
+    result = subprocess.run(["bash", "-c", script, str(LOCAL_STACK), str(tmp_path)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert "redis-server ours exited at start:" in result.stderr
+    assert "Address already in use" in result.stderr

@@ -389,7 +389,15 @@ stack_start_redis() {
   pid=$(stack_pid "$name")
   while :; do
     answer=$(redis-cli -h 127.0.0.1 -p "$port" PING 2>/dev/null || true)
-    case $answer in PONG | NOAUTH*) return 0 ;; esac
+    # Another server may hold the port (ours then exits with "Address already in use"):
+    # a PONG counts when the server answering is ours.
+    case $answer in
+      PONG)
+        [ "$(redis-cli -h 127.0.0.1 -p "$port" INFO server 2>/dev/null | sed -n 's/^process_id:\([0-9]*\).*/\1/p')" \
+          != "$pid" ] || return 0
+        ;;
+      NOAUTH*) ! stack_alive "$pid" || return 0 ;;
+    esac
     stack_alive "$pid" || stack_die "redis-server $name exited at start: $(tail -n 5 "$log")"
     ((SECONDS < deadline)) || stack_die "redis-server $name did not answer within 10 s: $(tail -n 5 "$log")"
     sleep 0.1
