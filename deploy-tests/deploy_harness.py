@@ -123,7 +123,10 @@ class RedisServer:
             raise RuntimeError(f"redis-server exited: {self._log_text()}")
         answer = subprocess.run([*self.prefix, "redis-cli", "-p", str(self.port), "PING"], capture_output=True, text=True,
                                 timeout=5)
-        return answer.stdout.strip() == "PONG" or answer.stdout.startswith("NOAUTH")
+        if answer.stdout.startswith("NOAUTH"):
+            return True
+        # Another server may hold the port (ours then exits): a PONG counts from ours only.
+        return answer.stdout.strip() == "PONG" and f"process_id:{self.process.pid}" in self.cli("INFO", "server").split()
 
     def _log_text(self):
         return self.log.read_text() if self.log.exists() else ""
