@@ -1,6 +1,6 @@
 import Foundation
 import SIWAFastCGI
-import SIWAServer
+import SIWASettings
 import SIWASupport
 
 @testable import siwa_endpoint
