@@ -82,28 +82,37 @@ def stop_process(process, timeout=15):
 
 
 class RedisServer:
-    """redis-server on a free loopback port with its own --dir and log file. aof=True
-    (appendonly yes) is how run-local runs it; aof=False (no persistence at all) where a
-    test needs only a store. Checked at start: the server runs with the asked-for AOF."""
+    """redis-server on a free loopback port with its own --dir and log file: the one way
+    the deployment tests and the soak start it (data nodes, cluster nodes, sentinels, the
+    shipped configuration files). aof=True (appendonly yes) is how run-local runs it;
+    aof=False (no persistence at all) where a test needs only a store; aof=None leaves it
+    to the configuration file. Checked at start: the server answers PING (NOAUTH counts:
+    it is up) and runs with the asked-for AOF."""
 
-    def __init__(self, directory, aof=True, port=None, extra_args=(), network_namespace=None):
+    def __init__(self, directory, aof=True, port=None, extra_args=(), network_namespace=None, config=None,
+                 sentinel=False):
         """port: a given one (a node restarted where it was), else a free one; extra_args
         go to redis-server after the usual ones (for example --replicaof);
         network_namespace: the path of a network namespace (/proc/PID/ns/net) the server
-        and redis-cli run in, whose loopback is then the server's."""
+        and redis-cli run in, whose loopback is then the server's; config: a file
+        redis-server reads first (the usual options and extra_args win over it);
+        sentinel: run as a sentinel (config is then its own file, which it rewrites)."""
         self.dir = pathlib.Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
-        self.log = self.dir / "redis.log"
+        self.log = self.dir / ("sentinel.log" if sentinel else "redis.log")
         self.prefix = ["nsenter", f"--net={network_namespace}"] if network_namespace else []
+        persistence = [] if aof is None or sentinel else ["--appendonly", "yes" if aof else "no", "--save", ""]
         self.process = subprocess.Popen(
-            [*self.prefix, "redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir),
-             "--appendonly", "yes" if aof else "no", "--save", "", "--daemonize", "no", "--logfile", str(self.log),
-             *map(str, extra_args)],
+            [*self.prefix, "redis-server", *([str(config)] if config else []), "--bind", "127.0.0.1", "--port",
+             str(self.port), "--dir", str(self.dir), *persistence, "--daemonize", "no", "--logfile", str(self.log),
+             *(["--sentinel"] if sentinel else []), *map(str, extra_args)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if not wait_until(self._answers, timeout=10):
             self.stop()
             raise RuntimeError(f"redis-server did not answer within 10 s: {self._log_text()}")
+        if aof is None or sentinel:
+            return
         appendonly = self.cli("CONFIG", "GET", "appendonly").split()
         if appendonly != ["appendonly", "yes" if aof else "no"]:
             self.stop()
@@ -114,7 +123,10 @@ class RedisServer:
             raise RuntimeError(f"redis-server exited: {self._log_text()}")
         answer = subprocess.run([*self.prefix, "redis-cli", "-p", str(self.port), "PING"], capture_output=True, text=True,
                                 timeout=5)
-        return answer.stdout.strip() == "PONG"
+        if answer.stdout.startswith("NOAUTH"):
+            return True
+        # Another server may hold the port (ours then exits): a PONG counts from ours only.
+        return answer.stdout.strip() == "PONG" and f"process_id:{self.process.pid}" in self.cli("INFO", "server").split()
 
     def _log_text(self):
         return self.log.read_text() if self.log.exists() else ""

@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 
-from deploy_harness import Pki, RedisServer, free_port, stop_process, wait_until
+from deploy_harness import Pki, RedisServer, free_port, wait_until
 from soak_model import Notification, user_problems
 from stack import CLIENT_ID, KEY_ID, NOTIFICATION_PATH, JWKSNginxStack, ServeProcess, find_binary, run
 
@@ -156,11 +156,9 @@ class Sentinel:
                         f"sentinel monitor {MASTER} 127.0.0.1 {primary_port} 2\n"
                         f"sentinel down-after-milliseconds {MASTER} {DOWN_AFTER_MS}\n"
                         f"sentinel failover-timeout {MASTER} {FAILOVER_TIMEOUT_MS}\n")
-        self.process = subprocess.Popen(["redis-server", str(conf), "--sentinel"], stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL)
-        if not wait_until(lambda: (cli(self.port, "PING") or "").strip() == "PONG", timeout=10):
-            self.stop()
-            raise RuntimeError(f"sentinel on {self.port} did not answer within 10 s")
+        # Started, and waited for until it answers, by the harness's one starter.
+        self.server = RedisServer(self.dir, port=self.port, config=conf, sentinel=True)
+        self.process = self.server.process
 
     def master(self):
         """(fields of SENTINEL master) or {}."""
@@ -172,7 +170,7 @@ class Sentinel:
         return int(lines[1]) if len(lines) == 2 else None
 
     def stop(self):
-        stop_process(self.process)
+        self.server.stop()
 
 
 class SentinelSet:

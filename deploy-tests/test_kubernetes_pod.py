@@ -417,8 +417,10 @@ def start_sentinel(directory, network, master):
     configuration = directory / "sentinel.conf"
     configuration.write_text(f"port {SENTINEL_PORT}\nbind 127.0.0.1\ndir {directory}\n"
                              f"sentinel monitor {master} 127.0.0.1 {REDIS_PORT} 1\n")
-    process = subprocess.Popen(network.command(["redis-server", configuration, "--sentinel"]),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    # The harness's one Redis starter, in the pod's network (it waits until PING answers).
+    sentinel = RedisServer(directory, port=SENTINEL_PORT, config=configuration, sentinel=True,
+                           network_namespace=network.path)
+    process = sentinel.process
 
     def knows_the_primary():
         answer = subprocess.run(network.command(["redis-cli", "-p", SENTINEL_PORT, "SENTINEL",
@@ -427,7 +429,7 @@ def start_sentinel(directory, network, master):
         return answer.stdout.split() == ["127.0.0.1", str(REDIS_PORT)]
 
     assert wait_until(lambda: process.poll() is None and knows_the_primary(), 10), "redis-server --sentinel"
-    return process
+    return sentinel
 
 
 @pytest.fixture
@@ -571,7 +573,7 @@ def test_the_rendered_pod_runs_from_its_images_and_serves_a_signed_notification(
         if jwks is not None:
             stop(jwks)
         if sentinel is not None:
-            stop(sentinel)
+            sentinel.stop()
         if redis is not None:
             redis.stop()
         network.stop()

@@ -8,7 +8,7 @@ import re
 import shutil
 import subprocess
 
-from deploy_harness import free_port
+from deploy_harness import RedisServer, free_port
 from stack import wait_until
 
 SHIPPED = pathlib.Path(__file__).resolve().parents[1] / "deploy" / "redis-siwa.conf"
@@ -23,7 +23,7 @@ def test_shipped_redis_setting_turns_aof_on_with_everysec(workdir):
     config.write_text(
         f"port {port}\nbind 127.0.0.1\ndir {directory}\nsave \"\"\nappendonly no\nappendfsync no\n"
         f"include {SHIPPED}\n")
-    server = subprocess.Popen(["redis-server", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = RedisServer(directory, aof=None, port=port, config=config)
 
     def cli(*args):
         done = subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, text=True, timeout=10)
@@ -36,8 +36,7 @@ def test_shipped_redis_setting_turns_aof_on_with_everysec(workdir):
         assert cli("SET", "siwa:probe", "1") == "OK"
         assert wait_until(lambda: any(directory.rglob("*.aof")), timeout=10), "no append-only file written"
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        server.stop()
 
 
 USERS = SHIPPED.parent / "redis-siwa-users.conf"
@@ -66,14 +65,12 @@ def test_shipped_redis_users_load_by_include_and_keep_the_default_password(workd
         return (done.stdout + done.stderr).strip()
 
     def run_server():
-        server = subprocess.Popen(["redis-server", str(config)], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
+        server = RedisServer(directory, aof=None, port=port, config=config)
         assert wait_until(lambda: cli("PING") == "PONG", timeout=10), "redis-server did not start"
         return server
 
     def stop(server):
-        server.terminate()
-        server.wait(timeout=10)
+        server.stop()
 
     names = ["siwa-deletions", "siwa-deliver", "siwa-operator", "siwa-reader", "siwa-serve"]
     server = run_server()

@@ -13,8 +13,9 @@ import SIWATelemetry
 import SIWAVerification
 
 /// The composition root of `serve`: every part is built here, once, and handed what it
-/// needs; nothing here starts a thread or touches the network. `ServeCommand.serve` then
-/// starts the services in the order below, one `ServiceGroup.start` each, and stops them in reverse.
+/// needs; nothing here starts a thread or touches the network. `start(in:)` then starts the
+/// services in this order (for `ServeCommand.serve`, and for the tests that build serve in
+/// process); the group stops them in reverse.
 ///
 /// What starts before what, and why:
 /// 1. the JWKS refresher (its start loads the cache file and fetches once: keys before requests),
@@ -117,6 +118,18 @@ struct ServeAssembly {
             sentinelWatchers: ServeCommand.sentinelWatchers(locator), breaker: breaker, server: server,
             replayer: replayer, deletionDuty: deletionDuty,
             clientActivity: ClientActivityLoader(responder: responder), responder: responder, spool: spool)
+    }
+
+    /// Starts the services in the order above. A FastCGI server that cannot listen is thrown
+    /// before the services after it start; the caller stops what did start.
+    func start(in services: ServiceGroup) throws(FastCGIError) {
+        services.start(jwksRefresher)
+        for watcher in sentinelWatchers { services.start(watcher) }
+        services.start(breaker)
+        try services.start(server)
+        services.start(replayer)
+        services.start(deletionDuty)
+        services.start(clientActivity)
     }
 
     /// The FastCGI server's configuration from the settings, validated as the server's

@@ -193,12 +193,9 @@ enum ServeCommand {
             EventLog.event("signal_setup_failed", level: "error", [("message", .string(error.description))])
             return 1
         }
-        services.start(parts.jwksRefresher)
-        for watcher in parts.sentinelWatchers { services.start(watcher) }
-        services.start(parts.breaker)
         warnIfBacklogCapped(Int(fastCGI.server.backlog))
         do throws(FastCGIError) {
-            try services.start(parts.server)
+            try parts.start(in: services)
         } catch {
             // The socket could not be made (in use, a permission, a group): named, before `started`.
             services.stop(until: ContinuousClock.now + fastCGI.server.shutdownTimeout)
@@ -206,9 +203,6 @@ enum ServeCommand {
                 error.code == .unknownGroup ? SettingKey.fastCGISocketGroup.name : SettingKey.fastCGISocket.name
             return refuse(ConfigurationError(setting: setting, "cannot be listened on: \(error)")).exitStatus
         }
-        services.start(parts.replayer)
-        services.start(parts.deletionDuty)
-        services.start(parts.clientActivity)
         EventLog.event(
             "started",
             [

@@ -1,5 +1,6 @@
 import Foundation
 import SIWAJSON
+import SIWATestSupport
 import SIWAVerification
 import Testing
 

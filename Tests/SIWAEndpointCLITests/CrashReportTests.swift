@@ -1,4 +1,5 @@
 import Foundation
+import SIWATestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -58,22 +59,21 @@ final class CrashReportTests {
     func crashReport(backtrace: String?) throws -> (status: Int32, report: String) {
         let keys = try EndpointBinary.run(["keygen", "--out", directory.path, "--kid", "crash-test-key"])
         #expect(keys.status == 0)
-        let process = Process()
-        process.executableURL = EndpointBinary.url
-        process.arguments = [
-            "verify", "--jwks", directory.appendingPathComponent("test-jwks.json").path, "--client-id",
-            "com.example.crash", "-",
-        ]
         var environment = ProcessInfo.processInfo.environment
         environment["SWIFT_BACKTRACE"] = backtrace
-        process.environment = environment
+        // Standard input a pipe nobody writes to, so verify blocks reading it.
         let input = Pipe()
-        let error = Pipe()
-        process.standardInput = input
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = error
-        try process.run()
-        defer { try? input.fileHandleForWriting.close() }
+        let errorURL = directory.appendingPathComponent("crash-\(UUID().uuidString).err")
+        let process = try EndpointProcess(
+            [
+                "verify", "--jwks", directory.appendingPathComponent("test-jwks.json").path, "--client-id",
+                "com.example.crash", "-",
+            ], environment: environment, standardError: errorURL, standardInput: input.fileHandleForReading
+        ).process
+        defer {
+            try? input.fileHandleForWriting.close()
+            try? input.fileHandleForReading.close()
+        }
         // Waits (bounded) until the binary blocks reading its standard input: by then the
         // runtime has long installed its crash handlers.
         let deadline = Date().addingTimeInterval(30)
@@ -85,8 +85,8 @@ final class CrashReportTests {
         }
         #expect(reading, "verify never blocked reading its standard input")
         kill(process.processIdentifier, SIGILL)
-        let report = String(decoding: error.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
+        let report = (try? String(contentsOf: errorURL, encoding: .utf8)) ?? ""
         return (process.terminationStatus, report)
     }
 

@@ -124,19 +124,13 @@ struct SettingsRefusalTests {
         #expect(FileManager.default.createFile(atPath: path, contents: nil))
         var status = stat()
         #expect(stat(path, &status) == 0)
-        let errors = try #require(FileHandle(forWritingAtPath: path))
         var environment = environment
         environment["JOURNAL_STREAM"] = asJournal ? "\(status.st_dev):\(status.st_ino)" : "\(status.st_dev):1"
-        let process = Process()
-        process.executableURL = EndpointBinary.url
-        process.arguments = arguments
-        process.environment = environment
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = errors
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
+        // Standard error is that very file (its device and inode are what JOURNAL_STREAM names).
+        let process = try EndpointProcess(
+            arguments, environment: environment, standardError: URL(fileURLWithPath: path)
+        ).process
         process.waitUntilExit()
-        try errors.close()
         return (process.terminationStatus, try String(contentsOfFile: path, encoding: .utf8))
     }
 

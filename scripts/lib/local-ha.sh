@@ -9,21 +9,23 @@
 HA_MASTER=siwa-local
 HA_NODE_PORTS=()
 HA_SENTINEL_PORTS=()
+# Each data node's own options (AOF; the replicas' --replicaof), kept to start it again,
+# and the directory their files are in.
 HA_NODE_ARGS=()
+HA_NODE_DIR=""
 
 # Starts the three data nodes and the three sentinels and waits until the sentinels
 # know both replicas and each other.
 ha_start_redis() {
   local dir=$1 logs=$2 i port
   for i in 0 1 2; do HA_NODE_PORTS+=("$(stack_free_port)"); done
+  HA_NODE_DIR=$dir
   for i in 0 1 2; do
-    port=${HA_NODE_PORTS[$i]}
-    mkdir -p "$dir/node-$i"
-    local args=(--bind 127.0.0.1 --port "$port" --dir "$dir/node-$i" --appendonly yes --appendfsync everysec
-      --save "" --daemonize no --logfile "$logs/redis-node-$i.log")
+    local args=(--appendonly yes --appendfsync everysec)
     if ((i > 0)); then args+=(--replicaof 127.0.0.1 "${HA_NODE_PORTS[0]}"); fi
     HA_NODE_ARGS+=("${args[*]}")
-    stack_start "redis-node-$i" "$logs/redis-node-$i.log" redis-server "${args[@]}"
+    stack_start_redis "redis-node-$i" "${HA_NODE_PORTS[$i]}" "$dir/node-$i" "$logs/redis-node-$i.log" --save "" \
+      "${args[@]}"
   done
   step "started redis-server primary on 127.0.0.1:${HA_NODE_PORTS[0]}, replicas on ${HA_NODE_PORTS[1]} and ${HA_NODE_PORTS[2]}"
   for i in 0 1 2; do
@@ -40,8 +42,8 @@ sentinel monitor $HA_MASTER 127.0.0.1 ${HA_NODE_PORTS[0]} 2
 sentinel down-after-milliseconds $HA_MASTER 2000
 sentinel failover-timeout $HA_MASTER 10000
 CONF
-    stack_start "redis-sentinel-$i" "$logs/redis-sentinel-$i.log" \
-      redis-server "$dir/sentinel-$i/sentinel.conf" --sentinel
+    stack_start_redis "redis-sentinel-$i" "$port" "$dir/sentinel-$i" "$logs/redis-sentinel-$i.log" \
+      "$dir/sentinel-$i/sentinel.conf" --sentinel
   done
   step "started three sentinels on 127.0.0.1:$(ha_sentinel_list | sed 's/127.0.0.1://g; s/,/, /g') (quorum 2, down after 2 s)"
   stack_wait_until 30 ha_formed || stack_die "the sentinels did not see the replicas and each other within 30 s"
@@ -85,19 +87,6 @@ ha_roles() {
   done | sed 's/  $/  (down)/'
 }
 
-# Drops NAME from the stack's lists (it was killed on purpose).
-ha_forget() {
-  local i pids=() names=()
-  for i in "${!STACK_NAMES[@]}"; do
-    if [ "${STACK_NAMES[$i]}" != "$1" ]; then
-      pids+=("${STACK_PIDS[$i]}")
-      names+=("${STACK_NAMES[$i]}")
-    fi
-  done
-  STACK_PIDS=("${pids[@]}")
-  STACK_NAMES=("${names[@]}")
-}
-
 ha_health() { curl -sS --cacert "$ca" "https://localhost:$https_port/healthz"; }
 
 ha_failed_over() {
@@ -129,7 +118,7 @@ ha_demonstrate_failover() {
   old_pid=$(stack_pid "redis-node-$old_index")
   kill -KILL "$old_pid"
   { wait "$old_pid"; } 2>/dev/null || true
-  ha_forget "redis-node-$old_index"
+  stack_forget_pid "$old_pid"
   local started=$SECONDS applied=0 spooled=0 other=0
   for ((i = 1; i <= count; i++)); do
     answer=$(curl -sS --cacert "$ca" -H 'Content-Type: application/json' --data-binary "@$work/kit/ha/$i.json" \
@@ -166,7 +155,8 @@ ha_demonstrate_failover() {
 
   step "the old primary comes back: the sentinels make it a replica of the new one"
   # shellcheck disable=SC2086 # the saved arguments are plain words
-  stack_start "redis-node-$old_index" "$logs/redis-node-$old_index.log" redis-server ${HA_NODE_ARGS[$old_index]}
+  stack_start_redis "redis-node-$old_index" "$HA_OLD_PORT" "$HA_NODE_DIR/node-$old_index" \
+    "$logs/redis-node-$old_index.log" --save "" ${HA_NODE_ARGS[$old_index]}
   stack_wait_until 30 ha_old_is_replica || stack_die "127.0.0.1:$HA_OLD_PORT did not become a replica within 30 s"
   ha_roles
 }

@@ -2,9 +2,9 @@
 # The local-stack harness shared by scripts/run-local, scripts/bench-e2e,
 # scripts/bench-serve and the deployment tests (deploy-tests): processes, free
 # ports, the development certificates, the nginx site rendered for loopback
-# (redis-server, `siwa-endpoint serve`, nginx with the shipped site files) and the one
-# way serve is started (stack_start_endpoint, stack_exec_endpoint), every file in one
-# directory. Sourced, not run. Nothing here touches /etc, /run or /var: nginx runs
+# (redis-server, `siwa-endpoint serve`, nginx with the shipped site files), the one
+# way serve is started (stack_start_endpoint, stack_exec_endpoint) and the one way
+# redis-server is (stack_start_redis), every file in one directory. Sourced, not run. Nothing here touches /etc, /run or /var: nginx runs
 # from its own prefix, Redis from its own --dir, serve from its own env file.
 #
 # Every process started goes into STACK_PIDS (with its name in STACK_NAMES), so
@@ -348,6 +348,62 @@ stack_stop_pid() {
   wait "$pid" 2>/dev/null || true
 }
 
+# stack_forget_pid PID: drops PID (and its name) from STACK_PIDS once the caller has
+# stopped or killed it on purpose, so stack_stop_all does not signal that number again
+# (by then the kernel may have given it to another process). The one place that edits
+# the lists besides stack_start and stack_stop_all.
+stack_forget_pid() {
+  local i pids=() names=()
+  for i in "${!STACK_PIDS[@]}"; do
+    if [ "${STACK_PIDS[$i]}" != "$1" ]; then
+      pids+=("${STACK_PIDS[$i]}")
+      names+=("${STACK_NAMES[$i]}")
+    fi
+  done
+  # The ${x[@]+...} form: an empty array is "unbound" to `set -u` in older bash.
+  STACK_PIDS=(${pids[@]+"${pids[@]}"})
+  STACK_NAMES=(${names[@]+"${names[@]}"})
+}
+
+# ---- redis-server, the one way the scripts start it --------------------------------------
+#
+# stack_start_redis NAME PORT DIR LOG [CONFIG] [OPTION...]: redis-server on 127.0.0.1:PORT
+# in the foreground (recorded as NAME, so stack_stop_all stops it), its files in DIR (made
+# when missing), its log on LOG. CONFIG, when the first word is not an option, is a file
+# read first (deploy/redis-siwa.conf, a sentinel's file); OPTIONs come after ours and win
+# (--save "", --appendonly yes, --replicaof ..., --sentinel). Waits until it answers PING
+# (NOAUTH counts: it is up), at most 10 s; dies with the log's last lines if it exits first
+# or does not answer in time.
+stack_start_redis() {
+  local name=$1 port=$2 dir=$3 log=$4
+  shift 4
+  local config=()
+  if (($#)) && [[ $1 != --* ]]; then
+    config=("$1")
+    shift
+  fi
+  mkdir -p "$dir"
+  stack_start "$name" "$log" redis-server ${config[@]+"${config[@]}"} --bind 127.0.0.1 --port "$port" \
+    --dir "$dir" --daemonize no --logfile "$log" "$@"
+  local pid answer deadline=$((SECONDS + 10))
+  pid=$(stack_pid "$name")
+  while :; do
+    answer=$(redis-cli -h 127.0.0.1 -p "$port" PING 2>/dev/null || true)
+    # Another server may hold the port (ours then exits with "Address already in use"):
+    # a PONG counts when the server answering is ours.
+    case $answer in
+      PONG)
+        [ "$(redis-cli -h 127.0.0.1 -p "$port" INFO server 2>/dev/null | sed -n 's/^process_id:\([0-9]*\).*/\1/p')" \
+          != "$pid" ] || return 0
+        ;;
+      NOAUTH*) ! stack_alive "$pid" || return 0 ;;
+    esac
+    stack_alive "$pid" || stack_die "redis-server $name exited at start: $(tail -n 5 "$log")"
+    ((SECONDS < deadline)) || stack_die "redis-server $name did not answer within 10 s: $(tail -n 5 "$log")"
+    sleep 0.1
+  done
+}
+
 # ---- siwa-endpoint serve, the one way the scripts and the deployment tests start it ----
 #
 # stack_write_endpoint_env FILE NAME=VALUE...: serve's settings for a local run, one per
@@ -394,17 +450,10 @@ stack_start_endpoint() {
 # stack_stop_endpoint [SECONDS]: stops the serve stack_start_endpoint started (SIGTERM,
 # then SIGKILL after SECONDS, default 15) and forgets it, so another can be started.
 stack_stop_endpoint() {
-  local pid i pids=() names=()
+  local pid
   pid=$(stack_pid serve) || return 0
   stack_stop_pid "$pid" "${1:-15}"
-  for i in "${!STACK_PIDS[@]}"; do
-    if [ "${STACK_PIDS[$i]}" != "$pid" ]; then
-      pids+=("${STACK_PIDS[$i]}")
-      names+=("${STACK_NAMES[$i]}")
-    fi
-  done
-  STACK_PIDS=(${pids[@]+"${pids[@]}"})
-  STACK_NAMES=(${names[@]+"${names[@]}"})
+  stack_forget_pid "$pid"
 }
 
 # True when a unix socket at PATH accepts a connection.

@@ -52,7 +52,7 @@ struct ClusterFaultTests {
         environment["SIWA_REDIS_REPLICA_TIMEOUT_MS"] = "200"
         environment["SIWA_REDIS_TIMEOUT_MS"] = "1000"
         environment["SIWA_WORKERS"] = String(Self.clients)
-        let stack = try ServeStack(extraEnvironment: environment)
+        let stack = try ServeStack(extraEnvironment: environment, inProcess: true)
         defer { stack.shutdown() }
         let oldOwner = try #require(cluster.slotOwnerPort())
         let metrics = try Self.run(cluster, stack, faultAfter: 150) {
@@ -81,7 +81,7 @@ struct ClusterFaultTests {
         defer { cluster.shutdown() }
         var environment = ClusterServeTests.environment(cluster)
         environment["SIWA_WORKERS"] = String(Self.clients)
-        let stack = try ServeStack(extraEnvironment: environment)
+        let stack = try ServeStack(extraEnvironment: environment, inProcess: true)
         defer { stack.shutdown() }
         let source = try #require(cluster.slotOwnerPort())
         let ports = cluster.nodes.map(\.port)

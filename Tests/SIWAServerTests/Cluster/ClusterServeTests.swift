@@ -27,7 +27,8 @@ struct ClusterServeTests {
         defer { cluster.shutdown() }
         let deadPort = try LoopbackPort.free()
         let stack = try ServeStack(
-            extraEnvironment: Self.environment(cluster, seeds: "127.0.0.1:\(deadPort)," + cluster.nodeList))
+            extraEnvironment: Self.environment(cluster, seeds: "127.0.0.1:\(deadPort)," + cluster.nodeList),
+            inProcess: true)
         defer { stack.shutdown() }
 
         let response = try stack.post(try stack.body(type: "consent-revoked", sub: "001.cluster.1"))
@@ -125,7 +126,7 @@ struct ClusterServeTests {
         #expect(cluster.tls != nil)
         // The same cluster, refused (one cluster for both: the suite is slow enough).
         try Self.checkRefusedCertificates(cluster)
-        let stack = try ServeStack(extraEnvironment: Self.environment(cluster))
+        let stack = try ServeStack(extraEnvironment: Self.environment(cluster), inProcess: true)
         defer { stack.shutdown() }
 
         let response = try stack.post(try stack.body(type: "consent-revoked", sub: "001.cluster.tls"))
@@ -158,7 +159,7 @@ struct ClusterServeTests {
         ]
         for (index, refused) in cases.enumerated() {
             let environment = Self.environment(cluster).merging(refused.extra) { _, new in new }
-            let stack = try ServeStack(extraEnvironment: environment, startingServe: false)
+            let stack = try ServeStack(extraEnvironment: environment, startingServe: false, inProcess: true)
             defer { stack.shutdown() }
             let check = try CommandRun.endpoint(["serve", "--check"], environment: stack.environment)
             #expect(check.status == 3, "\(refused.name): \(check.errors)")
@@ -197,7 +198,7 @@ struct ClusterServeTests {
     func replayPacedWhileTheSlotMoves() throws {
         let cluster = try RedisClusterNodes()
         defer { cluster.shutdown() }
-        let stack = try ServeStack(extraEnvironment: Self.environment(cluster))
+        let stack = try ServeStack(extraEnvironment: Self.environment(cluster), inProcess: true)
         defer { stack.shutdown() }
         // A first notification: the contract's keys exist, the slot has keys to move.
         #expect(

@@ -20,21 +20,16 @@ struct ClosedDescriptorTests {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let socket = directory.appendingPathComponent("fcgi.sock").path
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", "exec \"$0\" serve <&- >&- 2>&-", ServeProcess.binaryURL.path]
-        process.environment = [
-            "PATH": "/usr/bin:/bin", "SIWA_CLIENT_IDS": "com.example.app", "SIWA_REDIS_URL": redis.url(),
-            "SIWA_FCGI_SOCKET": socket, "SIWA_JWKS_URL": "http://127.0.0.1:9/auth/keys",
-            "SIWA_SPOOL_DIR": directory.appendingPathComponent("spool").path,
-        ]
-        try process.run()
-        defer {
-            if process.isRunning {
-                kill(process.processIdentifier, SIGKILL)
-                process.waitUntilExit()
-            }
-        }
+        // The shell closes the three descriptors, then becomes serve.
+        let serve = try EndpointProcess(
+            ["serve"],
+            environment: [
+                "PATH": "/usr/bin:/bin", "SIWA_CLIENT_IDS": "com.example.app", "SIWA_REDIS_URL": redis.url(),
+                "SIWA_FCGI_SOCKET": socket, "SIWA_JWKS_URL": "http://127.0.0.1:9/auth/keys",
+                "SIWA_SPOOL_DIR": directory.appendingPathComponent("spool").path,
+            ], launcher: ["/bin/sh", "-c", "exec \"$0\" \"$@\" <&- >&- 2>&-"])
+        defer { serve.stop() }
+        let process = serve.process
         #expect(waitUntil(timeout: 20) { FileManager.default.fileExists(atPath: socket) }, "serve started")
         let descriptors = (0...2).map { number in
             (try? FileManager.default.destinationOfSymbolicLink(

@@ -89,7 +89,8 @@ struct ContractTests {
     @Test("what the real responder writes has exactly the contract's keys, fields, units and message members")
     func responderWritesTheContract() throws {
         let contract = try ExampleFiles.Contract()
-        let stack = try ServeStack()
+        // What the responder writes is the same in a process and in process.
+        let stack = try ServeStack(inProcess: true)
         defer { stack.shutdown() }
         let subscriber = try RedisTestSubscriber(port: stack.redis.port, channel: "siwa:notifications")
         let posts: [(String, String, String?)] = [
@@ -185,7 +186,7 @@ struct ContractTests {
         #expect(setting == "SIWA_REDIS_CLUSTER_NODES")
         let cluster = try RedisClusterNodes()
         defer { cluster.shutdown() }
-        let stack = try ServeStack(extraEnvironment: ClusterServeTests.environment(cluster))
+        let stack = try ServeStack(extraEnvironment: ClusterServeTests.environment(cluster), inProcess: true)
         defer { stack.shutdown() }
         for (type, sub) in [("consent-revoked", "000031.c.0001"), ("account-deleted", "000031.c.0002")] {
             #expect(try stack.post(try stack.body(type: type, sub: sub)).status == 200)

@@ -29,29 +29,19 @@ struct LoadCommandTests {
     static func load(_ stack: ServeStack, clientID: String = ServeStack.clientID, extra: [String]) throws -> Run {
         let keyPath = stack.directory.appendingPathComponent("load-key.pem").path
         try Data(try stack.key.privateKey.pem().utf8).write(to: URL(fileURLWithPath: keyPath))
-        let process = Process()
-        process.executableURL = ServeProcess.binaryURL
-        process.arguments =
+        let outputURL = stack.directory.appendingPathComponent("load-\(UUID().uuidString).out")
+        // Standard output and error in one file, in the order written.
+        let load = try EndpointProcess(
             [
                 "load", "--socket", stack.socketPath, "--key", keyPath, "--kid", stack.key.keyID, "--client-id",
                 clientID,
-            ] + extra
-        let outputURL = stack.directory.appendingPathComponent("load-\(UUID().uuidString).out")
-        _ = FileManager.default.createFile(atPath: outputURL.path, contents: nil)
-        let output = try FileHandle(forWritingTo: outputURL)
-        defer { try? output.close() }
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let deadline = Date().addingTimeInterval(60)
-        while process.isRunning && Date() < deadline { usleep(20_000) }
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
+            ] + extra, environment: ProcessInfo.processInfo.environment, standardOutput: outputURL,
+            standardError: outputURL)
+        guard let status = load.waitForExit(timeout: 60) else {
+            load.stop()
             throw Timeout(description: "load did not finish within 60 s")
         }
-        return Run(
-            status: process.terminationStatus, output: try String(contentsOf: outputURL, encoding: .utf8))
+        return Run(status: status, output: try String(contentsOf: outputURL, encoding: .utf8))
     }
 
     @Test("20 notifications and 20 health checks: every one 2xx, every notification applied, 20 stream entries")

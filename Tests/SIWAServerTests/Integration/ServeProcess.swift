@@ -4,18 +4,11 @@ import Glibc
 /// The real `siwa-endpoint serve` binary, started as a child process with its own
 /// environment, its log on a file, stopped by SIGTERM or killed by SIGKILL.
 final class ServeProcess {
-    let process: Process
+    /// The child, started by the tests' one launcher.
+    let endpoint: EndpointProcess
+    var process: Process { endpoint.process }
     let logURL: URL
     let socketPath: String
-
-    /// Beside the test bundle in the build products directory.
-    static let binaryURL: URL = {
-        if let override = ProcessInfo.processInfo.environment["SIWA_ENDPOINT_BINARY"] {
-            return URL(fileURLWithPath: override)
-        }
-        let testBundle = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
-        return testBundle.deletingLastPathComponent().appendingPathComponent("siwa-endpoint")
-    }()
 
     struct StartFailure: Error, CustomStringConvertible { let description: String }
 
@@ -27,23 +20,9 @@ final class ServeProcess {
     ) throws {
         self.socketPath = socketPath
         self.logURL = logURL
-        if !FileManager.default.fileExists(atPath: logURL.path) {
-            _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
-        }
-        let log = try FileHandle(forWritingTo: logURL)
-        log.seekToEndOfFile()
-        process = Process()
-        if let program = launcher.first {
-            process.executableURL = URL(fileURLWithPath: program)
-            process.arguments = Array(launcher.dropFirst()) + [Self.binaryURL.path, "serve"]
-        } else {
-            process.executableURL = Self.binaryURL
-            process.arguments = ["serve"]
-        }
-        process.environment = environment.merging(["PATH": "/usr/bin:/bin"]) { current, _ in current }
-        process.standardError = log
-        process.standardOutput = log
-        try process.run()
+        endpoint = try EndpointProcess(
+            ["serve"], environment: environment.merging(["PATH": "/usr/bin:/bin"]) { current, _ in current },
+            standardOutput: logURL, standardError: logURL, launcher: launcher)
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             guard process.isRunning else {
@@ -81,18 +60,10 @@ final class ServeProcess {
         logText.split(separator: "\n").map(String.init).filter { $0.contains(#""event":"\#(name)""#) }
     }
 
-    func terminate() { Glibc.kill(process.processIdentifier, SIGTERM) }
+    func terminate() { endpoint.send(SIGTERM) }
 
-    func kill() {
-        guard process.isRunning else { return }
-        Glibc.kill(process.processIdentifier, SIGKILL)
-        _ = waitForExit(timeout: 5)
-    }
+    func kill() { endpoint.stop() }
 
     /// The exit status, or nil if still running at the deadline.
-    func waitForExit(timeout: TimeInterval) -> Int32? {
-        let deadline = Date().addingTimeInterval(timeout)
-        while process.isRunning && Date() < deadline { usleep(20_000) }
-        return process.isRunning ? nil : process.terminationStatus
-    }
+    func waitForExit(timeout: TimeInterval) -> Int32? { endpoint.waitForExit(timeout: timeout) }
 }

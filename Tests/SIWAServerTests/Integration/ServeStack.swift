@@ -7,7 +7,9 @@ import SIWAVerification
 
 /// A whole local stack for one test: a real redis-server, a real nginx serving the
 /// test JWKS over HTTPS under a test CA (standing in for appleid.apple.com, which
-/// cannot be reached from here), and the real `siwa-endpoint serve` on a unix socket.
+/// cannot be reached from here), and the real `siwa-endpoint serve` on a unix socket: a
+/// process, or with `inProcess` the same assembly built in the test's process (for what
+/// needs no process of its own: no signal, exit status or log line of serve's asserted).
 final class ServeStack {
     static let clientID = "com.example.app"
 
@@ -16,6 +18,9 @@ final class ServeStack {
     let jwks: JWKSTestServer
     let key: TestSigningKey
     var serve: ServeProcess?
+    /// Serve built in process (`inProcess`), in place of `serve`.
+    private(set) var inProcessServe: InProcessServe?
+    let inProcess: Bool
     let extraEnvironment: [String: String]
     /// The SIWA_REDIS_URL serve gets, when not the test Redis's default user.
     var serveRedisURL: String?
@@ -27,8 +32,9 @@ final class ServeStack {
 
     init(
         appendOnlyRedis: Bool = false, extraEnvironment: [String: String] = [:], startingServe: Bool = true,
-        launcher: [String] = [], initialJWKSDocument: String? = nil
+        launcher: [String] = [], initialJWKSDocument: String? = nil, inProcess: Bool = false
     ) throws {
+        self.inProcess = inProcess
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("siwa-serve-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         self.extraEnvironment = extraEnvironment
@@ -55,6 +61,10 @@ final class ServeStack {
     }
 
     func startServe() throws {
+        if inProcess {
+            inProcessServe = try InProcessServe(environment: environment)
+            return
+        }
         serve = try ServeProcess(
             environment: environment, socketPath: socketPath, logURL: directory.appendingPathComponent("serve.log"),
             launcher: launcher)
@@ -125,6 +135,7 @@ final class ServeStack {
 
     func shutdown() {
         serve?.kill()
+        inProcessServe?.stop()
         jwks.shutdown()
         redis.shutdown()
         try? FileManager.default.removeItem(at: directory)

@@ -38,7 +38,7 @@ struct SpoolOpeningRefusalTests {
             ]
             let run = try CommandRun.run(
                 URL(fileURLWithPath: "/usr/bin/setpriv"),
-                ["--reuid=\(Self.nobody)", "--regid=\(Self.nobody)", "--clear-groups", ServeProcess.binaryURL.path]
+                ["--reuid=\(Self.nobody)", "--regid=\(Self.nobody)", "--clear-groups", EndpointBinary.url.path]
                     + arguments,
                 environment: environment, timeout: .seconds(30))
             let name = arguments.joined(separator: " ")

@@ -331,7 +331,7 @@ struct TransferCorrectionTests {
         try stack.start()
         let users = (1...3).map { "000094.\($0)" }
         let run = try CommandRun.runIntoClosedPipe(
-            ServeProcess.binaryURL, try stack.arguments("export", users), environment: stack.environment(.sender))
+            EndpointBinary.url, try stack.arguments("export", users), environment: stack.environment(.sender))
         #expect(run.status == 141, "\(run.errors)")
         #expect(!run.errors.contains("Fatal error") && !run.errors.contains("siwa-endpoint transfer"), "\(run.errors)")
         // The first user is whole (its lines and its record came before its report); the others pending.

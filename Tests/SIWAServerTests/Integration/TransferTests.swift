@@ -224,18 +224,13 @@ struct TransferTests {
         let identifiers = ["tr.k.0001", "tr.k.0002", "tr.k.0003"]
 
         // A client timeout longer than the stall: the run waits on k2's request until killed.
-        let process = Process()
-        process.executableURL = ServeProcess.binaryURL
-        process.arguments = try stack.arguments("import", identifiers)
-        process.environment = stack.environment(.recipient).merging(["SIWA_APPLE_TIMEOUT_SECONDS": "30"]) { $1 }
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let run = try EndpointProcess(
+            try stack.arguments("import", identifiers),
+            environment: stack.environment(.recipient).merging(["SIWA_APPLE_TIMEOUT_SECONDS": "30"]) { $1 })
         let stalled = try waitUntil(timeout: 30) {
             try stack.migrationLog().contains { $0["label"] == "k2" && $0["answer"] == "stall" }
         }
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
+        run.stop()
         #expect(stalled)
 
         #expect(try stack.hash("siwa:transfer-id:{\(Self.client):tr.k.0001}")["sub"] == "000062.new.1")
@@ -280,16 +275,12 @@ struct TransferTests {
         let identifiers = ["000068.1", "000068.2", "000068.3"]
         let output = stack.base.directory.appendingPathComponent("mid-run.out")
         let errors = stack.base.directory.appendingPathComponent("mid-run.err")
-        for file in [output, errors] { _ = FileManager.default.createFile(atPath: file.path, contents: nil) }
-        let process = Process()
-        process.executableURL = ServeProcess.binaryURL
-        process.arguments = try stack.arguments("export", identifiers)
-        process.environment = stack.environment(.sender).merging([
-            "SIWA_APPLE_TIMEOUT_SECONDS": "10", "SIWA_REDIS_TIMEOUT_MS": "500",
-        ]) { $1 }
-        process.standardOutput = try FileHandle(forWritingTo: output)
-        process.standardError = try FileHandle(forWritingTo: errors)
-        try process.run()
+        let run = try EndpointProcess(
+            try stack.arguments("export", identifiers),
+            environment: stack.environment(.sender).merging([
+                "SIWA_APPLE_TIMEOUT_SECONDS": "10", "SIWA_REDIS_TIMEOUT_MS": "500",
+            ]) { $1 }, standardOutput: output, standardError: errors)
+        let process = run.process
         // While Apple holds m2's answer, Redis goes away.
         let stalled = try waitUntil(timeout: 30) {
             try stack.migrationLog().contains { $0["label"] == "m2" && $0["answer"] == "stall" }
@@ -381,7 +372,7 @@ struct TransferTests {
         for index in 1...3 { stack.exporting("000067.\(index)", label: "p\(index)", transferSub: "tr.p.000\(index)") }
         try stack.start()
         // script(1) gives the command a terminal; what it wrote there comes out on script's stdout.
-        let command = ([ServeProcess.binaryURL.path] + (try stack.arguments("export", (1...3).map { "000067.\($0)" })))
+        let command = ([EndpointBinary.url.path] + (try stack.arguments("export", (1...3).map { "000067.\($0)" })))
             .joined(separator: " ")
         let run = try CommandRun.run(
             URL(fileURLWithPath: "/usr/bin/script"), ["-qefc", command, "/dev/null"],

@@ -33,13 +33,14 @@ struct SentinelFailoverTests {
         let started = ContinuousClock.now
         let cluster = try RedisSentinelCluster(downAfterMilliseconds: 1000)
         defer { cluster.shutdown() }
-        let stack = try ServeStack(extraEnvironment: [
-            "SIWA_REDIS_SENTINELS": cluster.sentinelList,
-            "SIWA_REDIS_SENTINEL_MASTER": RedisSentinelCluster.masterName,
-            "SIWA_REDIS_MIN_REPLICAS": String(minimumReplicas),
-            "SIWA_REDIS_REPLICA_TIMEOUT_MS": "100",
-            "SIWA_WORKERS": String(clients),
-        ])
+        let stack = try ServeStack(
+            extraEnvironment: [
+                "SIWA_REDIS_SENTINELS": cluster.sentinelList,
+                "SIWA_REDIS_SENTINEL_MASTER": RedisSentinelCluster.masterName,
+                "SIWA_REDIS_MIN_REPLICAS": String(minimumReplicas),
+                "SIWA_REDIS_REPLICA_TIMEOUT_MS": "100",
+                "SIWA_WORKERS": String(clients),
+            ], inProcess: true)
         defer { stack.shutdown() }
 
         let load = try FaultUnderLoad(

@@ -21,25 +21,14 @@ struct SentinelSettingsTests {
     /// Runs `serve` and waits (bounded) for it to exit at start: its status and its output.
     static func failedStart(_ stack: ServeStack, _ environment: [String: String]) throws -> (Int32?, String) {
         let logURL = stack.directory.appendingPathComponent("failed-start-\(UUID().uuidString).log")
-        _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
-        let log = try FileHandle(forWritingTo: logURL)
-        defer { try? log.close() }
-        let process = Process()
-        process.executableURL = ServeProcess.binaryURL
-        process.arguments = ["serve"]
-        process.environment = stack.environment.merging(environment) { _, new in new }
-            .merging(["PATH": "/usr/bin:/bin"]) { current, _ in current }
-        process.standardOutput = log
-        process.standardError = log
-        try process.run()
-        let deadline = Date().addingTimeInterval(20)
-        while process.isRunning && Date() < deadline { usleep(20_000) }
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-            return (nil, (try? String(contentsOf: logURL, encoding: .utf8)) ?? "")
-        }
-        return (process.terminationStatus, (try? String(contentsOf: logURL, encoding: .utf8)) ?? "")
+        let serve = try EndpointProcess(
+            ["serve"],
+            environment: stack.environment.merging(environment) { _, new in new }
+                .merging(["PATH": "/usr/bin:/bin"]) { current, _ in current }, standardOutput: logURL,
+            standardError: logURL)
+        let status = serve.waitForExit(timeout: 20)
+        serve.stop()
+        return (status, (try? String(contentsOf: logURL, encoding: .utf8)) ?? "")
     }
 
     @Test(

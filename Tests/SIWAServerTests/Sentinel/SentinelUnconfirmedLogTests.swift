@@ -29,7 +29,7 @@ struct SentinelUnconfirmedLogTests {
         """.write(toFile: configuration, atomically: true, encoding: .utf8)
         let sentinel = RedisSentinelCluster.Node(
             port: sentinelPort, arguments: [configuration, "--sentinel"],
-            logPath: directory.path + "/sentinel.log", serverPath: RedisFlavor.underTest.serverPath)
+            logPath: directory.path + "/sentinel.log", flavor: .underTest)
         try sentinel.start()
         defer { sentinel.kill() }
         #expect(

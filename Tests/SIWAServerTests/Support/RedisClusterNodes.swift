@@ -70,7 +70,7 @@ final class RedisClusterNodes: @unchecked Sendable {
                     "--cluster-enabled", "yes", "--cluster-config-file", nodeDirectory + "/nodes.conf",
                     "--cluster-node-timeout", String(nodeTimeoutMilliseconds),
                 ] + (tls.map { Self.tlsArguments($0, port: port) } ?? []),
-                logPath: nodeDirectory + "/redis.log", serverPath: flavor.serverPath)
+                logPath: nodeDirectory + "/redis.log", flavor: flavor)
         }
         do {
             for node in nodes { try node.start() }
@@ -216,7 +216,7 @@ final class RedisClusterNodes: @unchecked Sendable {
                     "--port", String(port), "--bind", "127.0.0.1", "--dir", nodeDirectory, "--save", "",
                     "--appendonly", "no", "--daemonize", "no", "--logfile", nodeDirectory + "/redis.log",
                     "--cluster-enabled", "yes", "--cluster-config-file", nodeDirectory + "/nodes.conf",
-                ], logPath: nodeDirectory + "/redis.log", serverPath: flavor.serverPath)
+                ], logPath: nodeDirectory + "/redis.log", flavor: flavor)
         }
         extras += made
         for node in made { try node.start() }

@@ -12,29 +12,24 @@ final class RedisSentinelCluster: @unchecked Sendable {
 
     struct StartError: Error, CustomStringConvertible { let description: String }
 
-    /// One redis-server process (data node or sentinel).
+    /// One redis-server process (data node or sentinel; a cluster node too).
     final class Node: @unchecked Sendable {
         let port: Int
         let arguments: [String]
         let logPath: String
-        let serverPath: String
+        let flavor: RedisFlavor
         private(set) var process: Process?
 
-        init(port: Int, arguments: [String], logPath: String, serverPath: String) {
+        init(port: Int, arguments: [String], logPath: String, flavor: RedisFlavor) {
             self.port = port
             self.arguments = arguments
             self.logPath = logPath
-            self.serverPath = serverPath
+            self.flavor = flavor
         }
 
+        /// Started by the tests' one Redis launcher; the group waits until it has formed.
         func start() throws {
-            let server = Process()
-            server.executableURL = URL(fileURLWithPath: serverPath)
-            server.arguments = arguments
-            server.standardOutput = FileHandle.nullDevice
-            server.standardError = FileHandle.nullDevice
-            try server.run()
-            process = server
+            process = try RedisServerProcess.launch(flavor, arguments)
         }
 
         /// A lost machine: SIGKILL, nothing flushed, no connection closed politely.
@@ -101,7 +96,7 @@ final class RedisSentinelCluster: @unchecked Sendable {
             if tls != nil { arguments += ["--tls-port", String(port)] + tlsArguments }
             if index > 0 { arguments += ["--replicaof", "127.0.0.1", String(primaryPort)] }
             return Node(
-                port: port, arguments: arguments, logPath: nodeDirectory + "/redis.log", serverPath: flavor.serverPath)
+                port: port, arguments: arguments, logPath: nodeDirectory + "/redis.log", flavor: flavor)
         }
         sentinels = try (0..<3).map { index in
             let port = try LoopbackPort.free()
@@ -130,7 +125,7 @@ final class RedisSentinelCluster: @unchecked Sendable {
             try config.write(toFile: configPath, atomically: true, encoding: .utf8)
             return Node(
                 port: port, arguments: [configPath, "--sentinel"], logPath: nodeDirectory + "/sentinel.log",
-                serverPath: flavor.serverPath)
+                flavor: flavor)
         }
         do {
             for node in dataNodes { try node.start() }
@@ -274,7 +269,7 @@ final class RedisSentinelCluster: @unchecked Sendable {
         try config.write(toFile: configPath, atomically: true, encoding: .utf8)
         let node = Node(
             port: sentinelPort, arguments: [configPath, "--sentinel"], logPath: nodeDirectory + "/sentinel.log",
-            serverPath: flavor.serverPath)
+            flavor: flavor)
         try node.start()
         staleSentinels.append(node)
         let deadline = Date().addingTimeInterval(20)

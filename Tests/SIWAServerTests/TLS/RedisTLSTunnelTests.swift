@@ -69,20 +69,19 @@ struct RedisTLSTunnelTests {
         let authority = try TestCertificateAuthority(in: authorityDirectory)
         let wrongAuthority = try TestCertificateAuthority(in: wrongDirectory)
 
-        let tlsPort = try LoopbackPort.free()
-        let socketPath = directory.appendingPathComponent("redis.sock").path
-        let redis = try Child(
-            "/usr/bin/redis-server",
-            [
-                "--port", "0", "--tls-port", String(tlsPort), "--bind", "127.0.0.1", "--dir", directory.path,
-                "--save", "", "--appendonly", "no", "--tls-cert-file", authority.serverCertificatePath,
-                "--tls-key-file", authority.serverKeyPath, "--tls-ca-cert-file", authority.caCertificatePath,
-                "--tls-auth-clients", "no", "--unixsocket", socketPath, "--unixsocketperm", "700",
-            ], logPath: directory.appendingPathComponent("redis.log").path)
-        defer { redis.kill() }
+        // TLS only (no plain TCP port), Redis itself in both passes of the suite, as ever.
+        let redis = try RedisServerProcess(
+            tls: .init(
+                certificatePath: authority.serverCertificatePath, keyPath: authority.serverKeyPath,
+                caPath: authority.caCertificatePath),
+            flavor: .redis)
+        defer { redis.shutdown() }
+        let tlsPort = redis.port
         // The test reads Redis over its unix socket; serve can only reach it through stunnel.
-        let inspector = RedisConnection(endpoint: RedisEndpoint(address: .unixSocket(path: socketPath)))
-        #expect(waitUntil(timeout: 10) { (try? inspector.command("PING"))?.string == "PONG" }, "\(redis.log)")
+        let inspector = redis.unixSocketConnection()
+        #expect(
+            waitUntil(timeout: 10) { (try? inspector.command("PING"))?.string == "PONG" },
+            "\((try? String(contentsOf: redis.directory.appendingPathComponent("redis.log"), encoding: .utf8)) ?? "")")
 
         let acceptPort = try LoopbackPort.free()
         func startTunnel(caFile: String, name: String) throws -> Child {

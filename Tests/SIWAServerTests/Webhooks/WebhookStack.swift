@@ -226,20 +226,17 @@ final class WebhookReceiver: @unchecked Sendable {
 
 /// A running `siwa-endpoint deliver`.
 final class DelivererProcess: @unchecked Sendable {
-    let process = Process()
+    /// The child, started by the tests' one launcher.
+    let endpoint: EndpointProcess
+    var process: Process { endpoint.process }
     let errorPath: String
     let metricsAddress: String
 
     init(environment: [String: String], directory: URL) throws {
         errorPath = directory.appendingPathComponent("deliver-\(UUID().uuidString).err").path
-        _ = FileManager.default.createFile(atPath: errorPath, contents: nil)
         metricsAddress = environment["SIWA_WEBHOOK_METRICS_LISTEN"] ?? ""
-        process.executableURL = ServeProcess.binaryURL
-        process.arguments = ["deliver"]
-        process.environment = environment
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errorPath))
-        try process.run()
+        endpoint = try EndpointProcess(
+            ["deliver"], environment: environment, standardError: URL(fileURLWithPath: errorPath))
     }
 
     func errorText() -> String { (try? String(contentsOfFile: errorPath, encoding: .utf8)) ?? "" }
@@ -247,7 +244,7 @@ final class DelivererProcess: @unchecked Sendable {
 
     func kill(_ signal: Int32) {
         if process.isRunning {
-            Glibc.kill(process.processIdentifier, signal)
+            endpoint.send(signal)
             process.waitUntilExit()
         }
     }

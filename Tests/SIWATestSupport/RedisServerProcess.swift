@@ -1,62 +1,65 @@
 import Foundation
 import Glibc
-import SIWARedis
 
 /// A real `redis-server` for tests: its own free loopback port, its own temporary
 /// directory, no persistence (`--save "" --appendonly no`), and a Unix socket in that
 /// directory. It can be stopped, killed and restarted on the same port and directory
 /// so a test can simulate an outage. Always call `shutdown()` (a `defer` right after
-/// creating it); `deinit` does it too as a backstop.
-final class RedisServerProcess: @unchecked Sendable {
-    struct StartError: Error, CustomStringConvertible {
-        let description: String
+/// creating it); `deinit` does it too as a backstop. The one way the tests start a Redis
+/// server: this type, or `launch` for the sentinels and cluster nodes that need their own
+/// arguments.
+public final class RedisServerProcess: @unchecked Sendable {
+    public struct StartError: Error, CustomStringConvertible {
+        public let description: String
     }
 
     /// A TLS-only server (`--port 0 --tls-port`): its certificate, key and the CA it
     /// trusts for clients' certificates, which it requires when `requireClientCertificates`.
-    struct TLSFiles {
-        let certificatePath: String
-        let keyPath: String
-        let caPath: String
-        var requireClientCertificates = false
+    public struct TLSFiles: Sendable {
+        public let certificatePath: String
+        public let keyPath: String
+        public let caPath: String
+        public var requireClientCertificates = false
+
+        public init(certificatePath: String, keyPath: String, caPath: String, requireClientCertificates: Bool = false) {
+            self.certificatePath = certificatePath
+            self.keyPath = keyPath
+            self.caPath = caPath
+            self.requireClientCertificates = requireClientCertificates
+        }
     }
 
     /// Fixed once started: restarts reuse it.
-    private(set) var port = 0
-    let directory: URL
-    let password: String?
+    public private(set) var port = 0
+    public let directory: URL
+    public let password: String?
     /// AOF on with `appendfsync always`: state survives a SIGKILL and a restart.
-    let appendOnly: Bool
+    public let appendOnly: Bool
     /// TLS only on `port` (no plain TCP port) when set; the unix socket stays plain. A test
     /// may change it between a `stop()` and a `start()` (another certificate, same port).
-    var tls: TLSFiles? {
+    public var tls: TLSFiles? {
         get { lock.withLock { tlsFiles } }
         set { lock.withLock { tlsFiles = newValue } }
     }
     private var tlsFiles: TLSFiles?
     /// `redis-server`, or `valkey-server`.
-    let flavor: RedisFlavor
+    public let flavor: RedisFlavor
     private var process: Process?
     private let lock = NSLock()
 
     /// The Unix socket Redis also listens on.
-    var unixSocketPath: String { directory.appendingPathComponent("redis.sock").path }
+    public var unixSocketPath: String { directory.appendingPathComponent("redis.sock").path }
 
     /// `redis://127.0.0.1:<port>/<database>` (with TLS `rediss://localhost:...`, the name its
     /// test certificate holds), with the password when one is set.
-    func url(database: Int = 0) -> String {
+    public func url(database: Int = 0) -> String {
         let credentials = password.map { ":\($0)@" } ?? ""
         if tls != nil { return "rediss://\(credentials)localhost:\(port)/\(database)" }
         return "redis://\(credentials)127.0.0.1:\(port)/\(database)"
     }
 
-    /// A plain connection over the unix socket, for the test's own reads (with TLS too).
-    func unixSocketConnection() -> RedisConnection {
-        RedisConnection(endpoint: RedisEndpoint(address: .unixSocket(path: unixSocketPath), password: password))
-    }
-
     /// Starts redis-server; retries on a new port if the chosen one was taken meanwhile.
-    init(
+    public init(
         password: String? = nil, appendOnly: Bool = false, startTimeout: TimeInterval = 10, tls: TLSFiles? = nil,
         flavor: RedisFlavor = .underTest
     ) throws {
@@ -86,12 +89,10 @@ final class RedisServerProcess: @unchecked Sendable {
     deinit { shutdown() }
 
     /// Starts (or restarts) the server on the same port and directory and waits until it answers PING.
-    func start(timeout: TimeInterval = 10) throws {
+    public func start(timeout: TimeInterval = 10) throws {
         lock.lock()
         defer { lock.unlock() }
         if let process, process.isRunning { return }
-        let server = Process()
-        server.executableURL = URL(fileURLWithPath: flavor.serverPath)
         var arguments = [
             "--port", tlsFiles == nil ? String(port) : "0", "--bind", "127.0.0.1", "--dir", directory.path,
             "--save", "", "--appendonly", "no", "--daemonize", "no",
@@ -106,10 +107,7 @@ final class RedisServerProcess: @unchecked Sendable {
                 "--tls-ca-cert-file", tls.caPath, "--tls-auth-clients", tls.requireClientCertificates ? "yes" : "no",
             ]
         }
-        server.arguments = arguments
-        server.standardOutput = FileHandle.nullDevice
-        server.standardError = FileHandle.nullDevice
-        try server.run()
+        let server = try Self.launch(flavor, arguments)
         process = server
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
@@ -130,7 +128,7 @@ final class RedisServerProcess: @unchecked Sendable {
     ///
     /// Not SIGTERM: a child spawned from a Swift Testing worker thread inherits that
     /// thread's signal mask, in which SIGTERM is blocked, so redis-server never sees it.
-    func stop(timeout: TimeInterval = 5) {
+    public func stop(timeout: TimeInterval = 5) {
         lock.lock()
         defer { lock.unlock() }
         guard let process else { return }
@@ -144,7 +142,7 @@ final class RedisServerProcess: @unchecked Sendable {
     }
 
     /// Sends `signal` to redis-server (SIGSTOP makes a Redis that hangs; SIGCONT resumes it).
-    func send(_ signal: Int32) {
+    public func send(_ signal: Int32) {
         lock.lock()
         defer { lock.unlock() }
         guard let process, process.isRunning else { return }
@@ -152,7 +150,7 @@ final class RedisServerProcess: @unchecked Sendable {
     }
 
     /// A crash: SIGKILL, no chance to close connections cleanly.
-    func kill() {
+    public func kill() {
         lock.lock()
         defer { lock.unlock() }
         guard let process else { return }
@@ -162,15 +160,29 @@ final class RedisServerProcess: @unchecked Sendable {
     }
 
     /// Stop, then start again on the same port and directory.
-    func restart(timeout: TimeInterval = 10) throws {
+    public func restart(timeout: TimeInterval = 10) throws {
         stop()
         try start(timeout: timeout)
     }
 
     /// Stops the server and removes its directory.
-    func shutdown() {
+    public func shutdown() {
         stop()
         try? FileManager.default.removeItem(at: directory)
+    }
+
+    /// Runs `flavor`'s server with `arguments`, its output discarded (each server is given
+    /// its own `--logfile` or a configuration naming one), and returns at once: the one place a
+    /// test spawns redis-server or valkey-server. Waiting until it answers is the caller's
+    /// (`start` waits for PING; a sentinel group or a cluster waits until it has formed).
+    public static func launch(_ flavor: RedisFlavor, _ arguments: [String]) throws -> Process {
+        let server = Process()
+        server.executableURL = URL(fileURLWithPath: flavor.serverPath)
+        server.arguments = arguments
+        server.standardOutput = FileHandle.nullDevice
+        server.standardError = FileHandle.nullDevice
+        try server.run()
+        return server
     }
 
     /// Waits up to `timeout` for the process to exit by itself, then sends `signal` and waits again.
@@ -209,18 +221,18 @@ final class RedisServerProcess: @unchecked Sendable {
 
 /// Which server the test support starts: Redis, or Valkey (its fork, the same protocol,
 /// Lua and ACL as Redis 7.2), from bookworm-backports on Debian 12.
-enum RedisFlavor: String, CaseIterable, CustomStringConvertible {
+public enum RedisFlavor: String, CaseIterable, CustomStringConvertible, Sendable {
     case redis
     case valkey
 
-    var serverPath: String { self == .redis ? "/usr/bin/redis-server" : "/usr/bin/valkey-server" }
+    public var serverPath: String { self == .redis ? "/usr/bin/redis-server" : "/usr/bin/valkey-server" }
     /// The command-line client, which also makes a cluster (`--cluster create`).
-    var cliPath: String { self == .redis ? "/usr/bin/redis-cli" : "/usr/bin/valkey-cli" }
+    public var cliPath: String { self == .redis ? "/usr/bin/redis-cli" : "/usr/bin/valkey-cli" }
 
     /// The server the suites run against: `SIWA_TEST_REDIS_SERVER=valkey` (set by
     /// `scripts/test` for its Valkey pass) or Redis by default.
-    static let underTest: RedisFlavor =
+    public static let underTest: RedisFlavor =
         ProcessInfo.processInfo.environment["SIWA_TEST_REDIS_SERVER"].flatMap(RedisFlavor.init(rawValue:)) ?? .redis
 
-    var description: String { rawValue }
+    public var description: String { rawValue }
 }

@@ -1,7 +1,8 @@
 import Foundation
+import Glibc
 
 /// A TCP connection to 127.0.0.1:`port` with a receive timeout, or nil. The caller closes it.
-func connectToLoopback(port: Int, receiveTimeoutMicroseconds: Int) -> Int32? {
+public func connectToLoopback(port: Int, receiveTimeoutMicroseconds: Int) -> Int32? {
     let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     guard descriptor >= 0 else { return nil }
     var timeout = timeval(tv_sec: 0, tv_usec: receiveTimeoutMicroseconds)
@@ -23,7 +24,7 @@ func connectToLoopback(port: Int, receiveTimeoutMicroseconds: Int) -> Int32? {
 }
 
 /// A connection to the unix socket at `path` with a receive timeout, or nil. The caller closes it.
-func connectToUnixSocket(path: String, receiveTimeoutMicroseconds: Int) -> Int32? {
+public func connectToUnixSocket(path: String, receiveTimeoutMicroseconds: Int) -> Int32? {
     let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
     guard descriptor >= 0 else { return nil }
     var timeout = timeval(tv_sec: 0, tv_usec: receiveTimeoutMicroseconds)
