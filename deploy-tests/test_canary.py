@@ -100,19 +100,20 @@ def test_nothing_in_time_says_what_to_check(canary_stack):
     assert any(entry.get("label") == "silent" and entry.get("answer") == "valid" for entry in standin_log(canary_stack))
 
 
-def test_apple_refusing_our_secret_is_exit_3(canary_stack):
+def test_apple_refusing_our_secret_is_exit_2(canary_stack):
+    # invalid_client is a settings mistake (exit 2), as in reconcile, revoke and transfer.
     result = canary(canary_stack, SILENT, SUB_SILENT,
                     SIWA_APPLE_PRIVATE_KEY_FILE=str(canary_stack.apple_dir / "AuthKey_OTHER.p8"))
-    assert result.returncode == 3, result.stdout + result.stderr
+    assert result.returncode == 2, result.stdout + result.stderr
     assert "Apple refused our client (invalid_client)" in result.stderr
     assert standin_log(canary_stack)[-1]["problem"] == "signature"
 
 
-def test_redis_unreachable_is_exit_4_and_spends_nothing(canary_stack):
+def test_redis_unreachable_is_exit_3_and_spends_nothing(canary_stack):
     before = len(standin_log(canary_stack))
     result = canary(canary_stack, ARRIVES, SUB_ARRIVES, SIWA_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0",
                     SIWA_REDIS_TIMEOUT_MS="300")
-    assert result.returncode == 4, result.stdout + result.stderr
+    assert result.returncode == 3, result.stdout + result.stderr
     assert "Redis does not answer" in result.stderr and "the token is kept" in result.stderr
     assert len(standin_log(canary_stack)) == before  # nothing was sent to Apple
 

@@ -2,6 +2,7 @@ import Foundation
 import SIWAJSON
 import SIWARedis
 import SIWAServer
+import SIWASupport
 import SIWAVerification
 
 #if canImport(Glibc)
@@ -33,28 +34,21 @@ enum CanaryCommand {
 
         Redis is read first: when it does not answer, nothing is revoked (the token is kept).
 
-        Exit status: 0 arrived; 1 nothing arrived in time (the registration or the network:
-        it says what to check); 2 a usage or settings mistake; 3 Apple refused or did not
-        confirm the revocation (invalid_client: our client secret); 4 Redis unreachable.
+        Exit status (the table of every command: docs/operations.md, "Exit status"):
+        0 arrived; 1 nothing arrived in time (the registration or the network: it says what
+        to check); 2 a usage or settings mistake (invalid_client: our client secret);
+        3 Redis did not answer; 4 Apple refused or did not confirm the revocation.
 
         settings: those of reconcile and revoke (see `siwa-endpoint revoke --help`)
         """
 
-    enum Exit: Int32 {
-        case arrived = 0
-        case nothingArrived = 1
-        case usage = 2
-        case appleRefused = 3
-        case redisUnreachable = 4
-    }
-
     /// How often Redis is read while waiting.
     static let pollInterval: Duration = .milliseconds(250)
 
-    static func run(_ words: [String]) throws -> Int32 {
+    static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--help") {
             Output.line(help)
-            return 0
+            return .success
         }
         let arguments = try CommandLineArguments(
             words, valueOptions: ["--env-file", "--client-id", "--sub", "--token-file", "--timeout"],
@@ -74,8 +68,8 @@ enum CanaryCommand {
         }
         let timeout = try arguments.integer("--timeout") ?? 120
         guard (5...3600).contains(timeout) else { throw UsageError("--timeout must be 5 to 3600 seconds") }
-        guard let configuration = ReconcileCommand.loadConfiguration(arguments) else { return Exit.usage.rawValue }
-        guard let token = readToken(tokenFile) else { return Exit.usage.rawValue }
+        guard let configuration = ReconcileCommand.loadConfiguration(arguments) else { return .usage }
+        guard let token = readToken(tokenFile) else { return .usage }
 
         let connection = OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.keyPrefix)
         let userKey = RedisKeyLayout(prefix: configuration.keyPrefix).user(clientID: clientID, subject: subject)
@@ -86,7 +80,7 @@ enum CanaryCommand {
             Output.error(
                 "siwa-endpoint canary: Redis does not answer (\(error.code.rawValue): \(error.operatorMessage)); "
                     + "nothing was revoked, the token is kept")
-            return Exit.redisUnreachable.rawValue
+            return .unreachable
         }
 
         let revokedAt = Int64(Date().timeIntervalSince1970 * 1000)
@@ -100,17 +94,17 @@ enum CanaryCommand {
                 "siwa-endpoint canary: Apple refused our client (\(code)): check \(SettingKey.appleTeamID.name), "
                     + "\(SettingKey.appleKeyID.name), \(SettingKey.applePrivateKeyFile.name) and that \(clientID) belongs to that team; "
                     + "nothing was revoked")
-            return Exit.appleRefused.rawValue
+            return .usage
         case .refused(let code):
             Output.error(
                 "siwa-endpoint canary: Apple refused the revocation (\(code)): the token is not one Apple "
                     + "issued to \(clientID), or is already spent; get a fresh one")
-            return Exit.appleRefused.rawValue
+            return .appleRefused
         case .unknown(let reason):
             Output.error(
                 "siwa-endpoint canary: Apple did not confirm the revocation (\(reason)): the token may or may "
                     + "not be spent; check SIWA_APPLE_REVOKE_URL and the outbound HTTPS route")
-            return Exit.appleRefused.rawValue
+            return .appleRefused
         }
 
         let deadline = started + .seconds(timeout)
@@ -135,7 +129,7 @@ enum CanaryCommand {
                 "siwa-endpoint canary: Redis stopped answering after the revocation (\(lastError.code.rawValue)); "
                     + "whether the notification arrived is unknown: `siwa-endpoint user \(clientID) \(subject)` "
                     + "once Redis answers")
-            return Exit.redisUnreachable.rawValue
+            return .unreachable
         }
         Output.error(
             """
@@ -147,11 +141,11 @@ enum CanaryCommand {
               - the endpoint's own log and `siwa-endpoint status`
             The token is spent: the next run needs a fresh sign-in.
             """)
-        return Exit.nothingArrived.rawValue
+        return .failed
     }
 
     /// The consent-revoked is in: prints the times and returns 0.
-    static func arrived(_ hash: [String: String], revokedAt: Int64, seen: Duration, subject: String) -> Int32 {
+    static func arrived(_ hash: [String: String], revokedAt: Int64, seen: Duration, subject: String) -> ExitStatus {
         var fields: [(String, JSONValue)] = [("outcome", .string("arrived")), ("sub", .string(subject))]
         fields.append(("revoked_at", .integer(revokedAt)))
         if let received = hash["updated_at"].flatMap({ Int64($0) }) {
@@ -163,7 +157,7 @@ enum CanaryCommand {
                     + "\(String(format: "%.2f", seen.inSeconds)) s)")
         }
         Output.line(JSONWriter.object(fields))
-        return Exit.arrived.rawValue
+        return .success
     }
 
     /// The first line of the file (or standard input), trimmed; nil after saying why.

@@ -2,6 +2,7 @@ import Foundation
 import SIWAJSON
 import SIWARedis
 import SIWAServer
+import SIWASupport
 
 /// `deletions`: the audit view of the deletion duty. Each deletion a consumer group has not
 /// acknowledged (who, when, which consumer holds it, how many deliveries), per group the
@@ -40,10 +41,10 @@ enum DeletionsCommand {
         let deliveries: Int
     }
 
-    static func run(_ words: [String]) throws -> Int32 {
+    static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--help") {
             Output.line(help)
-            return 0
+            return .success
         }
         let arguments = try CommandLineArguments(
             words, valueOptions: ["--env-file", "--group", "--older-than", "--limit"], flagOptions: ["--json"])
@@ -53,13 +54,10 @@ enum DeletionsCommand {
         guard (1...100_000).contains(limit) else { throw UsageError("--limit must be between 1 and 100000") }
         let onlyGroup = arguments.value("--group")
 
-        let configuration: ServerConfiguration
-        do {
-            // The client ID stands in for SIWA_CLIENT_IDS, which this command does not use.
-            configuration = try OperatorSettings.load(arguments.value("--env-file"), clientID: "deletions.audit")
-        } catch {
-            return ServeCommand.refuse(error).exitStatus
-        }
+        guard
+            let configuration = OperatorSettings.load(
+                ServerConfiguration.self, envFile: arguments.value("--env-file"), clientIDStandIn: "deletions.audit")
+        else { return .usage }
         let connection = OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.store.keyPrefix)
         let key = RedisKeyLayout(prefix: configuration.store.keyPrefix).deletions
         let now = Int64(Date().timeIntervalSince1970 * 1000)
@@ -83,7 +81,7 @@ enum DeletionsCommand {
         } catch {
             Output.error(
                 "siwa-endpoint deletions: Redis did not answer (\(error.code.rawValue)): \(error.operatorMessage)")
-            return 3
+            return .unreachable
         }
 
         let unread = reading.groups.isEmpty && reading.entries > 0
@@ -104,14 +102,14 @@ enum DeletionsCommand {
         }
         if missingGroup {
             Output.error("siwa-endpoint deletions: no consumer group \(onlyGroup ?? "") reads \(key)")
-            return 1
+            return .failed
         }
         if unread {
             Output.error(
                 "siwa-endpoint deletions: \(reading.entries) deletions wait in \(key) and no consumer group reads it")
-            return 1
+            return .failed
         }
-        return overdue ? 1 : 0
+        return overdue ? .failed : .success
     }
 
     /// The group's deletions not acknowledged: delivered ones (XPENDING), then the ones not

@@ -37,10 +37,10 @@ enum DeliverCommand {
           settings: as for serve
         """
 
-    static func run(_ words: [String]) throws -> Int32 {
+    static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--help") {
             Output.line(help)
-            return 0
+            return .success
         }
         switch words.first {
         case "status": return try status(Array(words.dropFirst()))
@@ -54,27 +54,19 @@ enum DeliverCommand {
         guard arguments.positionals.isEmpty else {
             throw UsageError("unknown deliver command \(arguments.positionals[0])")
         }
-        guard let configuration = load(arguments) else { return 2 }
+        guard let configuration = load(arguments) else { return .usage }
         if arguments.has("--check") {
             Output.line(
                 "siwa-endpoint deliver: settings and \(configuration.destinations.count) destination(s) are valid: "
                     + configuration.destinations.map(\.name).joined(separator: ", "))
-            return 0
+            return .success
         }
         return serve(configuration)
     }
 
     /// The settings and destinations (key files read); a refusal is serve's one line (nil: exit 2).
     static func load(_ arguments: CommandLineArguments) -> WebhookConfiguration? {
-        do {
-            let configuration = try WebhookConfiguration(
-                environment: ProcessInfo.processInfo.environment, envFile: arguments.value("--env-file"))
-            OperatorSettings.warnUnknown(configuration.unknownSettings)
-            return configuration
-        } catch {
-            ServeCommand.refuse(error)
-            return nil
-        }
+        OperatorSettings.load(WebhookConfiguration.self, envFile: arguments.value("--env-file"))
     }
 
     static func connection(_ configuration: WebhookConfiguration) -> RedisConnection {
@@ -87,14 +79,14 @@ enum DeliverCommand {
             userAgent: "siwa-endpoint/\(EndpointVersion.current)", keptConnectionIdle: configuration.keepAlive)
     }
 
-    static func serve(_ configuration: WebhookConfiguration) -> Int32 {
+    static func serve(_ configuration: WebhookConfiguration) -> ExitStatus {
         let metrics = WebhookMetrics(destinations: configuration.destinations.map(\.name))
         let services = ServiceGroup()
         do throws(SignalSetupError) {
             try services.handleSignals()
         } catch {
             EventLog.event("signal_setup_failed", level: "error", [("message", .string(error.description))])
-            return 1
+            return .failed
         }
         let listener = WebhookMetricsListener(
             host: configuration.metricsListen.host, port: configuration.metricsListen.port, metrics: metrics)
@@ -123,7 +115,7 @@ enum DeliverCommand {
         // unacknowledged: it is sent again after a restart, with the same webhook-id.
         let stopped = services.run(shutdownTimeout: configuration.timeout + .seconds(2))
         EventLog.event("deliver_stopped", [("all_returned", .bool(stopped.allReturned))])
-        return 0
+        return .success
     }
 
     // MARK: - Operator commands
@@ -140,14 +132,14 @@ enum DeliverCommand {
         return destination
     }
 
-    static func redisFailed(_ error: RedisError) -> Int32 {
+    static func redisFailed(_ error: RedisError) -> ExitStatus {
         Output.error("siwa-endpoint deliver: Redis did not answer (\(error.code.rawValue)): \(error.operatorMessage)")
-        return 3
+        return .unreachable
     }
 
-    static func status(_ words: [String]) throws -> Int32 {
+    static func status(_ words: [String]) throws -> ExitStatus {
         let arguments = try CommandLineArguments(words, valueOptions: ["--env-file"], flagOptions: ["--json"])
-        guard let configuration = load(arguments) else { return 2 }
+        guard let configuration = load(arguments) else { return .usage }
         let redis = connection(configuration)
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         var items: [JSONValue] = []
@@ -193,12 +185,12 @@ enum DeliverCommand {
             return redisFailed(error)
         }
         if arguments.has("--json") { Output.line(JSONWriter.object([("destinations", .array(items))])) }
-        return 0
+        return .success
     }
 
-    static func enable(_ words: [String]) throws -> Int32 {
+    static func enable(_ words: [String]) throws -> ExitStatus {
         let arguments = try CommandLineArguments(words, valueOptions: ["--env-file", "--destination"])
-        guard let configuration = load(arguments) else { return 2 }
+        guard let configuration = load(arguments) else { return .usage }
         let destination = try destination(arguments, configuration)
         let store = WebhookDeliveryStore(
             connection: connection(configuration), keyPrefix: configuration.keyPrefix, destination: destination.name)
@@ -208,15 +200,15 @@ enum DeliverCommand {
                 "webhook_destination_enabled",
                 [("destination", .string(destination.name)), ("was_disabled", .bool(was))])
             Output.line("\(destination.name): " + (was ? "enabled" : "was not disabled"))
-            return 0
+            return .success
         } catch {
             return redisFailed(error)
         }
     }
 
-    static func test(_ words: [String]) throws -> Int32 {
+    static func test(_ words: [String]) throws -> ExitStatus {
         let arguments = try CommandLineArguments(words, valueOptions: ["--env-file", "--destination"])
-        guard let configuration = load(arguments) else { return 2 }
+        guard let configuration = load(arguments) else { return .usage }
         let destination = try destination(arguments, configuration)
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let message = try WebhookMessage.test(now: now)
@@ -230,11 +222,11 @@ enum DeliverCommand {
         switch outcome {
         case .delivered(let status):
             Output.line("\(destination.name): siwa.test \(message.id) delivered, HTTP \(status)")
-            return 0
+            return .success
         case .failed(let cause, let status, _):
             Output.line(
                 "\(destination.name): siwa.test \(message.id) failed: \(cause)" + (status.map { ", HTTP \($0)" } ?? ""))
-            return 1
+            return .failed
         }
     }
 
@@ -249,7 +241,7 @@ enum DeliverCommand {
         throw UsageError("\(option) must be RFC 3339 (2026-12-05T05:00:00Z) or Unix milliseconds, got \(text)")
     }
 
-    static func replay(_ words: [String]) throws -> Int32 {
+    static func replay(_ words: [String]) throws -> ExitStatus {
         let arguments = try CommandLineArguments(
             words, valueOptions: ["--env-file", "--destination", "--since", "--until", "--type"])
         guard let sinceText = arguments.value("--since") else { throw UsageError("--since T is required") }
@@ -258,7 +250,7 @@ enum DeliverCommand {
         if let type = arguments.value("--type"), !WebhookEvent.types.contains(type) {
             throw UsageError("--type must be one of \(WebhookEvent.types.joined(separator: ", ")), got \(type)")
         }
-        guard let configuration = load(arguments) else { return 2 }
+        guard let configuration = load(arguments) else { return .usage }
         let destination = try destination(arguments, configuration)
         let store = WebhookDeliveryStore(
             connection: connection(configuration), keyPrefix: configuration.keyPrefix, destination: destination.name)
@@ -305,10 +297,10 @@ enum DeliverCommand {
                 ("failed", .integer(Int64(failed))),
             ])
         Output.line("\(destination.name): replayed \(sent), delivered \(sent - failed), failed \(failed)")
-        return failed > 0 ? 1 : 0
+        return failed > 0 ? .failed : .success
     }
 
-    static func keygen(_ words: [String]) throws -> Int32 {
+    static func keygen(_ words: [String]) throws -> ExitStatus {
         let arguments = try CommandLineArguments(words, valueOptions: ["--scheme", "--out"])
         guard let scheme = arguments.value("--scheme"), scheme == "ed25519" || scheme == "hmac" else {
             throw UsageError("--scheme must be ed25519 or hmac")
@@ -318,7 +310,7 @@ enum DeliverCommand {
         let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
             Output.error("siwa-endpoint deliver keygen: cannot create \(path): \(String(cString: strerror(errno)))")
-            return 2
+            return .usage
         }
         let bytes = Array((line + "\n").utf8)
         let written = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
@@ -326,13 +318,13 @@ enum DeliverCommand {
         close(descriptor)
         guard written == bytes.count else {
             Output.error("siwa-endpoint deliver keygen: writing \(path) failed")
-            return 1
+            return .failed
         }
         if let publicKey = try WebhookSigningKey(text: line).publicKeyText() {
             Output.line(publicKey)
         } else {
             Output.line("\(path): an HMAC secret (whsec_); the receiver needs the same line")
         }
-        return 0
+        return .success
     }
 }

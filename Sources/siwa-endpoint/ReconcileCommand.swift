@@ -1,6 +1,7 @@
 import Foundation
 import SIWAHTTPS
 import SIWAJSON
+import SIWARedis
 import SIWAServer
 import SIWASupport
 import SIWAVerification
@@ -30,8 +31,10 @@ enum ReconcileCommand {
         --rate N   at most N requests per second (default 5; from 0.01, one request
                    every 100 seconds, to 100)
 
-        Exit status: 0 every line decided or skipped; 1 some user unknown (or Redis
-        failed); 2 a configuration or usage error (invalid_client included).
+        Exit status (the table of every command: docs/operations.md, "Exit status"):
+        0 every line decided or skipped; 1 some user unknown; 2 a configuration or usage
+        error (invalid_client included); 3 Redis did not answer (rerun: checked users are
+        skipped).
 
         settings (SIWA_* environment variables; the environment wins over --env-file):
         \(ReconcileConfiguration.helpLines.joined(separator: "\n"))
@@ -42,10 +45,10 @@ enum ReconcileCommand {
     /// Requests per second `--rate` accepts: the slowest is one request every 100 seconds.
     static let allowedRates: ClosedRange<Double> = 0.01...100
 
-    static func run(_ words: [String]) throws -> Int32 {
+    static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--help") {
             Output.line(help)
-            return 0
+            return .success
         }
         let arguments = try CommandLineArguments(words, valueOptions: ["--env-file", "--rate"])
         guard arguments.positionals.count == 1, let input = arguments.positionals.first else {
@@ -54,7 +57,7 @@ enum ReconcileCommand {
         let rate = try self.rate(arguments)
         guard let configuration = loadConfiguration(arguments),
             let file = openInput(input, command: "reconcile")
-        else { return 2 }
+        else { return .usage }
         defer { fclose(file) }
         return Run(configuration: configuration, rate: rate).reconcile(file)
     }
@@ -96,16 +99,7 @@ enum ReconcileCommand {
     /// `configuration_invalid` line naming the setting, by serve's one writer, and nothing else
     /// (nil: exit 2); unknown settings warned.
     static func loadConfiguration(_ arguments: CommandLineArguments) -> ReconcileConfiguration? {
-        let configuration: ReconcileConfiguration
-        do {
-            configuration = try ReconcileConfiguration(
-                environment: ProcessInfo.processInfo.environment, envFile: arguments.value("--env-file"))
-        } catch {
-            ServeCommand.refuse(error)
-            return nil
-        }
-        OperatorSettings.warnUnknown(configuration.unknownSettings)
-        return configuration
+        OperatorSettings.load(ReconcileConfiguration.self, envFile: arguments.value("--env-file"))
     }
 
     /// The users file (or standard input for `-`); nil: exit 2.
@@ -118,26 +112,17 @@ enum ReconcileCommand {
     }
 }
 
-/// One reconcile run: reads lines, checks users, keeps the counts.
+/// One reconcile run: reads lines, checks users (a user checked in the last 24 hours is
+/// skipped: a rerun resumes), and prints the counts.
 private final class Run {
-    struct Counts {
-        var checked = 0
-        var valid = 0
-        var refused = 0
-        var skipped = 0
-        var unknown = 0
-        var malformed = 0
-
-        var summary: String {
-            "checked=\(checked) still_valid=\(valid) refused=\(refused) skipped=\(skipped) unknown=\(unknown) malformed=\(malformed)"
-        }
-    }
-
     let configuration: ReconcileConfiguration
     let store: ReconcileStore
     let check: AppleTokenCheck
-    let progress = isatty(2) == 1
-    var counts = Counts()
+    /// Malformed lines are skipped and a refused token is a decision: only an unknown user
+    /// leaves the run unfinished.
+    let batch = BatchRun(
+        name: "reconcile", outcomes: ["still_valid", "refused", "skipped", "unknown", "malformed"],
+        finished: ["still_valid", "refused", "skipped", "malformed"])
 
     init(configuration: ReconcileConfiguration, rate: Double) {
         self.configuration = configuration
@@ -147,33 +132,37 @@ private final class Run {
         check = ReconcileCommand.appleClient(configuration, pacer: ReconcileCommand.pacer(rate: rate))
     }
 
-    func reconcile(_ file: UnsafeMutablePointer<FILE>) -> Int32 {
+    /// Users asked of Apple: every one not skipped or malformed.
+    var checked: Int { ["still_valid", "refused", "unknown"].map { batch.counts[$0] ?? 0 }.reduce(0, +) }
+
+    func reconcile(_ file: UnsafeMutablePointer<FILE>) -> ExitStatus {
         EventLog.event(
             "reconcile_started",
             [("token_url", .string(configuration.tokenURL)), ("team_id", .string(configuration.teamID))])
-        let stopped = InputLines.each(
-            file, failed: { stop("reading the input failed at line \($0)", status: 1) }
-        ) { bytes, lineNumber in
-            let status = process(bytes, lineNumber: lineNumber)
-            if status == nil { showProgress() }
-            return status
+        do {
+            try batch.checkRedisAnswers(store.connection)
+            try InputLines.each(file) { bytes, lineNumber throws(BatchRun.Stop) in
+                try process(bytes, lineNumber: lineNumber)
+            }
+        } catch {
+            finish()
+            return batch.stopped(error)
         }
-        if let stopped { return stopped }
         finish()
-        return counts.unknown > 0 ? 1 : 0
+        return batch.status
     }
 
-    /// Handles one non-blank line; returns an exit status when the run must stop.
-    private func process(_ bytes: [UInt8], lineNumber: Int) -> Int32? {
+    /// Handles one non-blank line; throws when the run must stop.
+    private func process(_ bytes: [UInt8], lineNumber: Int) throws(BatchRun.Stop) {
         let user: ReconcileLine
         do {
             user = try ReconcileLine(parsing: bytes)
         } catch {
-            counts.malformed += 1
-            log(
+            batch.log(
                 "reconcile_line_malformed", level: "warning",
                 [("line", .integer(Int64(lineNumber))), ("reason", .string(error.code))])
-            return nil
+            batch.count("malformed")
+            return
         }
         // The input line names the user; the log never does (no `sub`: see the privacy table).
         let identity: [(String, JSONValue)] = [
@@ -181,73 +170,55 @@ private final class Run {
         ]
         do {
             if try store.wasCheckedRecently(clientID: user.clientID, subject: user.subject) {
-                counts.skipped += 1
-                return nil
+                batch.count("skipped")
+                return
             }
             let verdict = check.check(clientID: user.clientID, refreshToken: user.refreshToken)
             let checkedAt = Int64(Date().timeIntervalSince1970 * 1000)
             switch verdict {
             case .valid:
-                counts.checked += 1
-                counts.valid += 1
                 try store.record(clientID: user.clientID, subject: user.subject, refused: false, checkedAt: checkedAt)
+                batch.count("still_valid")
             case .refused:
-                counts.checked += 1
-                counts.refused += 1
                 let moved = try store.record(
                     clientID: user.clientID, subject: user.subject, refused: true, checkedAt: checkedAt)
-                log("reconcile_refused", identity + [("sessions_revoked_at_moved", .bool(moved))])
+                batch.log("reconcile_refused", identity + [("sessions_revoked_at_moved", .bool(moved))])
+                batch.count("refused")
             case .unknown(let reason):
-                counts.checked += 1
-                counts.unknown += 1
-                log("reconcile_unknown", level: "warning", identity + [("reason", .string(reason))])
+                batch.log("reconcile_unknown", level: "warning", identity + [("reason", .string(reason))])
+                batch.count("unknown")
                 if reason == "http_429" {
-                    return stop(
-                        "Apple answered 429 (too many requests) \(AppleTokenCheck.throttledAttempts) times in a row "
-                            + "at line \(lineNumber), each after its Retry-After: the run stopped; rerun later "
-                            + "(checked users are skipped)", status: 1)
+                    throw BatchRun.Stop(
+                        status: .failed,
+                        message: "Apple answered 429 (too many requests) \(AppleTokenCheck.throttledAttempts) times "
+                            + "in a row at line \(lineNumber), each after its Retry-After: the run stopped; rerun later "
+                            + "(checked users are skipped)")
                 }
             case .configurationError(let code):
-                log("reconcile_client_refused", level: "error", identity + [("error", .string(code))])
-                return stop(
-                    "Apple refused the client (\(code)) for client ID \(user.clientID) at line \(lineNumber): "
-                        + "check SIWA_APPLE_TEAM_ID, SIWA_APPLE_KEY_ID, SIWA_APPLE_PRIVATE_KEY_FILE and the client ID",
-                    status: 2)
+                batch.log("reconcile_client_refused", level: "error", identity + [("error", .string(code))])
+                throw BatchRun.Stop(
+                    status: .usage,
+                    message: "Apple refused the client (\(code)) for client ID \(user.clientID) at line \(lineNumber): "
+                        + "check SIWA_APPLE_TEAM_ID, SIWA_APPLE_KEY_ID, SIWA_APPLE_PRIVATE_KEY_FILE and the client ID")
             }
-        } catch {
-            log(
+        } catch let error as RedisError {
+            batch.log(
                 "redis_error", level: "error",
                 [("error", .string(error.code.rawValue)), ("message", .string(error.operatorMessage))])
-            return stop("Redis failed at line \(lineNumber) (\(error.code.rawValue)); the run stopped", status: 1)
+            throw BatchRun.Stop(
+                status: .unreachable,
+                message: "Redis failed at line \(lineNumber) (\(error.code.rawValue)); the run stopped (a rerun "
+                    + "skips the users already checked)")
+        } catch let stop as BatchRun.Stop {
+            throw stop
+        } catch {
+            throw BatchRun.Stop(status: .failed, message: "\(error)")
         }
-        return nil
     }
 
-    private func stop(_ message: String, status: Int32) -> Int32 {
-        finish()
-        Output.error("siwa-endpoint reconcile: \(message)")
-        return status
-    }
-
+    /// The finished line, and the summary on standard output (`checked=` first).
     private func finish() {
-        if progress { Output.progress("\r\u{1B}[K") }
-        EventLog.event(
-            "reconcile_finished", level: counts.unknown > 0 ? "warning" : "info",
-            [
-                ("checked", .integer(Int64(counts.checked))), ("still_valid", .integer(Int64(counts.valid))),
-                ("refused", .integer(Int64(counts.refused))), ("skipped", .integer(Int64(counts.skipped))),
-                ("unknown", .integer(Int64(counts.unknown))), ("malformed", .integer(Int64(counts.malformed))),
-            ])
-        Output.line("reconcile: \(counts.summary)")
-    }
-
-    private func log(_ name: String, level: String = "info", _ fields: [(String, JSONValue)]) {
-        if progress { Output.progress("\r\u{1B}[K") }
-        EventLog.event(name, level: level, fields)
-    }
-
-    private func showProgress() {
-        guard progress else { return }
-        Output.progress("\r\u{1B}[Kreconcile: \(counts.summary)")
+        batch.finish("reconcile_finished", [("checked", .integer(Int64(checked)))])
+        Output.line("reconcile: checked=\(checked) \(batch.summary)")
     }
 }

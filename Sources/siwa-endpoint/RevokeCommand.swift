@@ -2,6 +2,7 @@ import Foundation
 import SIWAHTTPS
 import SIWAJSON
 import SIWAServer
+import SIWASupport
 
 #if canImport(Glibc)
     import Glibc
@@ -31,17 +32,18 @@ enum RevokeCommand {
 
         --rate N   at most N requests per second (default 5; from 0.01 to 100)
 
-        Exit status: 0 every user revoked; 1 some user refused, unknown or malformed, or
-        Redis failed; 2 a configuration or usage error (invalid_client included).
+        Exit status (the table of every command: docs/operations.md, "Exit status"):
+        0 every user revoked; 1 some user refused, unknown or malformed; 2 a configuration
+        or usage error (invalid_client included); 3 Redis did not answer.
 
         settings: those of reconcile (see `siwa-endpoint reconcile --help`), and
           SIWA_APPLE_REVOKE_URL (default: \(AppleTokenRevocation.defaultRevokeURL))
         """
 
-    static func run(_ words: [String]) throws -> Int32 {
+    static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--help") {
             Output.line(help)
-            return 0
+            return .success
         }
         let arguments = try CommandLineArguments(words, valueOptions: ["--env-file", "--rate"])
         guard arguments.positionals.count == 1, let input = arguments.positionals.first else {
@@ -50,7 +52,7 @@ enum RevokeCommand {
         let rate = try ReconcileCommand.rate(arguments)
         guard let configuration = ReconcileCommand.loadConfiguration(arguments),
             let file = ReconcileCommand.openInput(input, command: "revoke")
-        else { return 2 }
+        else { return .usage }
         defer { fclose(file) }
         return RevokeRun(configuration: configuration, rate: rate).revoke(file)
     }
@@ -68,10 +70,11 @@ extension RevokeCommand {
 
 /// One revoke run: reads lines, revokes tokens, records what Apple accepted.
 private final class RevokeRun {
-    var counts: [String: Int] = ["revoked": 0, "refused": 0, "unknown": 0, "malformed": 0]
     let store: ReconcileStore
     let revocation: AppleTokenRevocation
     let configuration: ReconcileConfiguration
+    let batch = BatchRun(
+        name: "revoke", outcomes: ["revoked", "refused", "unknown", "malformed"], finished: ["revoked"])
 
     init(configuration: ReconcileConfiguration, rate: Double) {
         self.configuration = configuration
@@ -81,29 +84,36 @@ private final class RevokeRun {
         revocation = RevokeCommand.revocation(configuration, rate: rate)
     }
 
-    func revoke(_ file: UnsafeMutablePointer<FILE>) -> Int32 {
+    func revoke(_ file: UnsafeMutablePointer<FILE>) -> ExitStatus {
         EventLog.event(
             "revoke_started",
             [("revoke_url", .string(configuration.revokeURL)), ("team_id", .string(configuration.teamID))])
-        let stopped = InputLines.each(file, failed: { stop("reading the input failed at line \($0)", status: 1) }) {
-            bytes, lineNumber in process(bytes, lineNumber: lineNumber)
+        do {
+            // Before any token is revoked: a revocation Redis could not record would leave
+            // sessions Apple ended still valid here.
+            try batch.checkRedisAnswers(store.connection)
+            try InputLines.each(file) { bytes, lineNumber throws(BatchRun.Stop) in
+                try process(bytes, lineNumber: lineNumber)
+            }
+        } catch {
+            batch.finish("revoke_finished")
+            return batch.stopped(error)
         }
-        if let stopped { return stopped }
-        finish()
-        return counts["revoked"] == counts.values.reduce(0, +) ? 0 : 1
+        batch.finish("revoke_finished")
+        return batch.status
     }
 
-    /// One user; returns an exit status when the run must stop.
-    private func process(_ bytes: [UInt8], lineNumber: Int) -> Int32? {
+    /// One user; throws when the run must stop.
+    private func process(_ bytes: [UInt8], lineNumber: Int) throws(BatchRun.Stop) {
         let user: RevokeLine
         do {
             user = try RevokeLine(parsing: bytes)
         } catch {
-            counts["malformed", default: 0] += 1
-            EventLog.event(
+            batch.log(
                 "revoke_line_malformed", level: "warning",
                 [("line", .integer(Int64(lineNumber))), ("reason", .string(error.code))])
-            return nil
+            batch.count("malformed")
+            return
         }
         let verdict = revocation.revoke(clientID: user.clientID, token: user.token, kind: user.kind)
         let revokedAt = Int64(Date().timeIntervalSince1970 * 1000)
@@ -116,7 +126,6 @@ private final class RevokeRun {
             do {
                 let moved = try store.recordRevocation(
                     clientID: user.clientID, subject: user.subject, revokedAt: revokedAt)
-                counts["revoked", default: 0] += 1
                 result += [
                     ("outcome", .string("revoked")), ("revoked_at", .integer(revokedAt)),
                     ("sessions_revoked_at_moved", .bool(moved)),
@@ -124,56 +133,54 @@ private final class RevokeRun {
             } catch {
                 // Apple revoked the token; Redis does not know yet. Said on the user's line,
                 // so a rerun of that line (a 200 again) records it.
-                result += [("outcome", .string("revoked")), ("recorded", .bool(false))]
-                Output.line(JSONWriter.object(result))
-                EventLog.event(
+                batch.report(result + [("outcome", .string("revoked")), ("recorded", .bool(false))])
+                batch.log(
                     "redis_error", level: "error",
                     [("error", .string(error.code.rawValue)), ("message", .string(error.operatorMessage))])
-                return stop(
-                    "Redis failed at line \(lineNumber) (\(error.code.rawValue)) after Apple revoked the token: "
-                        + "run that line again once Redis answers; the run stopped", status: 1)
+                throw BatchRun.Stop(
+                    status: .unreachable,
+                    message: "Redis failed at line \(lineNumber) (\(error.code.rawValue)) after Apple revoked the "
+                        + "token: run that line again once Redis answers; the run stopped")
             }
         case .refused(let code):
-            counts["refused", default: 0] += 1
             result += [("outcome", .string("refused")), ("error", .string(code))]
         case .unknown(let reason):
-            counts["unknown", default: 0] += 1
             result += [("outcome", .string("unknown")), ("reason", .string(reason))]
             if reason == "http_429" {
                 // Every next user would meet the same, at a pace halved each time.
-                Output.line(JSONWriter.object(result))
-                return stop(
-                    "Apple answered 429 (too many requests) \(AppleTokenCheck.throttledAttempts) times in a row at "
-                        + "line \(lineNumber), each after its Retry-After: the run stopped; run this line and the "
-                        + "ones after it again later", status: 1)
+                batch.report(result)
+                batch.count("unknown")
+                throw BatchRun.Stop(
+                    status: .failed,
+                    message: "Apple answered 429 (too many requests) \(AppleTokenCheck.throttledAttempts) times in a "
+                        + "row at line \(lineNumber), each after its Retry-After: the run stopped; run this line and "
+                        + "the ones after it again later")
             }
         case .configurationError(let code):
-            EventLog.event(
+            batch.log(
                 "revoke_client_refused", level: "error",
                 [
                     ("line", .integer(Int64(lineNumber))), ("client_id", .string(user.clientID)),
                     ("error", .string(code)),
                 ])
-            return stop(
-                "Apple refused the client (\(code)) for client ID \(user.clientID) at line \(lineNumber): "
-                    + "check SIWA_APPLE_TEAM_ID, SIWA_APPLE_KEY_ID, SIWA_APPLE_PRIVATE_KEY_FILE and the client ID",
-                status: 2)
+            throw BatchRun.Stop(
+                status: .usage,
+                message: "Apple refused the client (\(code)) for client ID \(user.clientID) at line \(lineNumber): "
+                    + "check SIWA_APPLE_TEAM_ID, SIWA_APPLE_KEY_ID, SIWA_APPLE_PRIVATE_KEY_FILE and the client ID")
         }
-        Output.line(JSONWriter.object(result))
-        return nil
+        batch.report(result)
+        batch.count(verdict.outcome)
     }
+}
 
-    private func stop(_ message: String, status: Int32) -> Int32 {
-        finish()
-        Output.error("siwa-endpoint revoke: \(message)")
-        return status
-    }
-
-    private func finish() {
-        let names = ["revoked", "refused", "unknown", "malformed"]
-        let unfinished = (counts["refused"] ?? 0) + (counts["unknown"] ?? 0) + (counts["malformed"] ?? 0)
-        EventLog.event(
-            "revoke_finished", level: unfinished > 0 ? "warning" : "info",
-            names.map { ($0, .integer(Int64(counts[$0] ?? 0))) })
+extension AppleTokenRevocation.Verdict {
+    /// The outcome a run counts (and prints on the user's line).
+    fileprivate var outcome: String {
+        switch self {
+        case .revoked: "revoked"
+        case .refused: "refused"
+        case .unknown: "unknown"
+        case .configurationError: "configuration_error"
+        }
     }
 }

@@ -1,9 +1,10 @@
 import SIWARedis
 import SIWAServer
+import SIWASupport
 
 /// A start that did not get far enough to serve: the exit status to return.
 struct StartRefused: Error {
-    let exitStatus: Int32
+    let exitStatus: ExitStatus
 }
 
 extension ServeCommand {

@@ -1,6 +1,7 @@
 import Foundation
 import SIWAJSON
 import SIWAServer
+import SIWASupport
 import SIWAVerification
 
 /// `spool status`, `list`, `show`, `requeue` and `discard`: look into a spool directory,
@@ -41,10 +42,10 @@ enum SpoolCommand {
         settings mistake.
         """
 
-    static func run(_ words: [String]) throws -> Int32 {
+    static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--help") {
             Output.line(help)
-            return 0
+            return .success
         }
         let arguments = try CommandLineArguments(
             words, valueOptions: ["--spool-dir", "--reason", "--env-file"], flagOptions: ["--show-address"])
@@ -62,11 +63,10 @@ enum SpoolCommand {
             directory = given
         } else {
             // Serve's setting, read and checked as serve reads it.
+            guard let settings = OperatorSettings.load(CommandSettings.self, envFile: arguments.value("--env-file"))
+            else { return .usage }
             do throws(ConfigurationError) {
-                let settings = try CommandSettings(
-                    environment: ProcessInfo.processInfo.environment, envFile: arguments.value("--env-file"))
                 directory = try settings[.spoolDirectory]
-                OperatorSettings.warnUnknown(settings.unknownSettings)
             } catch {
                 return ServeCommand.refuse(error).exitStatus
             }
@@ -120,12 +120,12 @@ enum SpoolCommand {
             }
         } catch let error as SpoolError {
             Output.error("siwa-endpoint spool \(action): \(error.description)")
-            return 1
+            return .failed
         }
-        return 0
+        return .success
     }
 
-    static func discard(_ id: String, reason: String?, directory: String) throws -> Int32 {
+    static func discard(_ id: String, reason: String?, directory: String) throws -> ExitStatus {
         let reason = (reason ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
         guard !reason.isEmpty else {
             throw UsageError("spool discard needs --reason TEXT: it loses a notification that was answered 200")
@@ -156,14 +156,15 @@ enum SpoolCommand {
                     "siwa-endpoint spool discard: the record is discarded, but the audit file could not be written: "
                         + error.description)
                 _ = report(outcome, "discard", directory)
-                return 1
+                return .failed
             }
         }
         return report(outcome, "discard", directory)
     }
 
     /// One JSON object for a done action; a message and exit 1 otherwise.
-    static func report(_ outcome: SpoolInspector.OneRecordOutcome, _ action: String, _ directory: String) -> Int32 {
+    static func report(_ outcome: SpoolInspector.OneRecordOutcome, _ action: String, _ directory: String) -> ExitStatus
+    {
         switch outcome {
         case .done(let record):
             Output.line(
@@ -171,22 +172,22 @@ enum SpoolCommand {
                     ("spool_dir", .string(directory)), ("id", .string(record.id)),
                     (action == "discard" ? "discarded" : "requeued", .integer(Int64(record.notifications.count))),
                 ]))
-            return 0
+            return .success
         case .notFound:
             return notFound(action, "")
         case .notARecord:
             Output.error(
                 "siwa-endpoint spool \(action): torn bytes are not a record and cannot be requeued; "
                     + "read them with spool show, then spool discard them")
-            return 1
+            return .failed
         }
     }
 
-    static func notFound(_ action: String, _ id: String) -> Int32 {
+    static func notFound(_ action: String, _ id: String) -> ExitStatus {
         Output.error(
             "siwa-endpoint spool \(action): no set-aside or torn record with that ID (already requeued or discarded?); "
                 + "spool list shows them")
-        return 1
+        return .failed
     }
 
     /// The record as one JSON object; the address masked unless `showAddress`.

@@ -2,6 +2,7 @@ import Foundation
 import SIWAFastCGIClient
 import SIWAJSON
 import SIWAServer
+import SIWASupport
 import SIWAVerification
 
 /// `status`: asks a running responder for its health over its FastCGI socket, as nginx
@@ -24,10 +25,10 @@ enum StatusCommand {
         mistake, 3 no answer (nothing listens on the socket, or it does not speak FastCGI).
         """
 
-    static func run(_ words: [String]) throws -> Int32 {
+    static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--help") {
             Output.line(help)
-            return 0
+            return .success
         }
         let arguments = try CommandLineArguments(
             words, valueOptions: ["--socket", "--timeout", "--env-file"], flagOptions: ["--json"])
@@ -37,11 +38,10 @@ enum StatusCommand {
             socket = given
         } else {
             // Serve's setting, read and checked as serve reads it.
+            guard let settings = OperatorSettings.load(CommandSettings.self, envFile: arguments.value("--env-file"))
+            else { return .usage }
             do throws(ConfigurationError) {
-                let settings = try CommandSettings(
-                    environment: ProcessInfo.processInfo.environment, envFile: arguments.value("--env-file"))
                 _ = try settings[.fastCGISocket]
-                OperatorSettings.warnUnknown(settings.unknownSettings)
                 socket = settings.text(of: SettingKey.fastCGISocket)
             } catch {
                 return ServeCommand.refuse(error).exitStatus
@@ -57,11 +57,11 @@ enum StatusCommand {
                 params: FastCGIClient.params(method: "GET", uri: "/healthz"))
         } catch {
             Output.error("siwa-endpoint status: no answer on \(socket): \(error)")
-            return 3
+            return .unreachable
         }
         guard case .object(let members)? = try? StrictJSONParser.parse(response.body) else {
             Output.error("siwa-endpoint status: \(socket) answered \(response.status) without a health document")
-            return 3
+            return .unreachable
         }
         let document = members
         let healthy = response.status == 200 && document["status"] == .string("ok")
@@ -85,7 +85,7 @@ enum StatusCommand {
                 printTable(clientRows(metrics.bodyText))
             }
         }
-        return healthy ? 0 : 1
+        return healthy ? .success : .failed
     }
 
     static func printTable(_ rows: [(String, String)]) {

@@ -3,6 +3,7 @@ import SIWAHTTPS
 import SIWAJSON
 import SIWARedis
 import SIWAServer
+import SIWASupport
 import SIWAVerification
 
 #if canImport(Glibc)
@@ -66,10 +67,10 @@ enum TransferCommand {
           beside SIWA_APPLE_TOKEN_URL when that does not name Apple
         """
 
-    static func run(_ words: [String]) throws -> Int32 {
+    static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--help") {
             Output.line(help)
-            return 0
+            return .success
         }
         let arguments = try CommandLineArguments(
             words,
@@ -109,12 +110,12 @@ enum TransferCommand {
         let rate = try ReconcileCommand.rate(arguments)
         guard let configuration = ReconcileCommand.loadConfiguration(arguments),
             let file = ReconcileCommand.openInput(input, command: "transfer")
-        else { return 2 }
+        else { return .usage }
         let entries = readEntries(file)
         fclose(file)
         guard let entries else {
             Output.error("siwa-endpoint transfer: reading \(input) failed")
-            return 1
+            return .failed
         }
         let run = TransferRun(
             direction: direction, target: target, clientID: clientID, configuration: configuration, rate: rate)
@@ -124,12 +125,15 @@ enum TransferCommand {
     /// Every non-blank line, trimmed, with its number; nil when reading failed.
     static func readEntries(_ file: UnsafeMutablePointer<FILE>) -> [(line: Int, identifier: String)]? {
         var entries: [(line: Int, identifier: String)] = []
-        let failed = InputLines.each(file, failed: { _ in 1 }) { bytes, lineNumber in
-            let text = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespaces)
-            entries.append((lineNumber, text))
+        do throws(BatchRun.Stop) {
+            try InputLines.each(file) { bytes, lineNumber throws(BatchRun.Stop) in
+                entries.append(
+                    (lineNumber, String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespaces)))
+            }
+        } catch {
             return nil
         }
-        return failed == nil ? entries : nil
+        return entries
     }
 
     /// `YYYY-MM-DD` as Unix milliseconds at 00:00 UTC.
@@ -291,10 +295,7 @@ private final class AppendedLines {
 
 /// One transfer run, export or import.
 private final class TransferRun {
-    struct Stop: Error {
-        let status: Int32
-        let message: String
-    }
+    typealias Stop = BatchRun.Stop
 
     let direction: TransferStore.Direction
     let target: String?
@@ -302,11 +303,7 @@ private final class TransferRun {
     let configuration: ReconcileConfiguration
     let store: TransferStore
     let migration: AppleUserMigration
-    let progress = isatty(2) == 1
-    var counts: [String: Int] = [:]
-    let started = ContinuousClock.now
-    var toDo = 0
-    var handled = 0
+    let batch: BatchRun
     /// The settings an `apple_unreachable` line already named (one line each per run).
     var unreachableNamed: Set<String> = []
 
@@ -320,6 +317,9 @@ private final class TransferRun {
         self.target = target
         self.clientID = clientID
         self.configuration = configuration
+        batch = BatchRun(
+            name: "transfer \(direction.rawValue)", outcomes: Self.outcomes,
+            finished: ["exported", "exchanged", "skipped"])
         store = TransferStore(
             connection: OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.keyPrefix),
             keyPrefix: configuration.keyPrefix, clientID: clientID)
@@ -328,10 +328,8 @@ private final class TransferRun {
             client: ReconcileCommand.appleClient(configuration, pacer: ReconcileCommand.pacer(rate: rate)))
     }
 
-    var name: String { "transfer \(direction.rawValue)" }
-
     func run(_ entries: [(line: Int, identifier: String)], date: Int64?, correcting: Bool, outDirectory: String)
-        -> Int32
+        -> ExitStatus
     {
         do {
             try refuseClosedWindow(date)
@@ -342,7 +340,7 @@ private final class TransferRun {
             do {
                 directory = try OutputDirectory(outDirectory)
             } catch {
-                throw Stop(status: 2, message: error.message)
+                throw Stop(status: .usage, message: error.message)
             }
             let files = try openFiles(directory)
             let window = try self.window(date, correcting: correcting) {
@@ -351,11 +349,11 @@ private final class TransferRun {
                 // again; users done for the old team are exported again, those done for the
                 // new one have their lines written again from Redis).
                 for file in files where !file.startOver() {
-                    throw Stop(status: 1, message: "emptying \(file.path) failed; the run stopped")
+                    throw Stop(status: .failed, message: "emptying \(file.path) failed; the run stopped")
                 }
             }
             let done = try markPending(entries, legacyTarget: window.legacyTarget, expiresAt: window.expiresAt)
-            toDo = entries.count - done.count
+            batch.toDo = entries.count - done.count
             EventLog.event(
                 "transfer_started",
                 [
@@ -380,26 +378,21 @@ private final class TransferRun {
                         try writeImportLineAgain(entry, subject: answer, file: mapping)
                         continue
                     }
-                    counts["skipped", default: 0] += 1
                     report([("line", .integer(Int64(entry.line))), (idName, .string(entry.identifier))], "skipped")
                     continue
                 }
                 try process(entry, files: files, expiresAt: window.expiresAt)
-                handled += 1
-                showProgress()
             }
         } catch let stop as Stop {
             finish()
-            Output.error("siwa-endpoint \(name): \(stop.message)")
-            return stop.status
+            return batch.stopped(stop)
         } catch {
             finish()
-            return 1
+            return .failed
         }
         finish()
         warnIfEveryUserRefused()
-        let unfinished = (counts["refused"] ?? 0) + (counts["unknown"] ?? 0) + (counts["malformed"] ?? 0)
-        return unfinished > 0 ? 1 : 0
+        return batch.status
     }
 
     /// The identifier's name in the output: the input's kind of identifier.
@@ -410,7 +403,7 @@ private final class TransferRun {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         if let date, now >= date + TransferStore.window.wholeMilliseconds {
             throw Stop(
-                status: 2,
+                status: .usage,
                 message: "the transfer window of a transfer on \(UserCommand.utcDate(date)) closed at "
                     + "\(UserCommand.utcDate(date + TransferStore.window.wholeMilliseconds)): Apple no longer "
                     + "exchanges its identifiers")
@@ -453,14 +446,14 @@ private final class TransferRun {
             recorded = try store.recordedWindow()
             if let date, let recordedDate = recorded.date, date != recordedDate, !correcting {
                 throw Stop(
-                    status: 2,
+                    status: .usage,
                     message: "the transfer date recorded for \(clientID) is \(UserCommand.utcDate(recordedDate)), "
                         + "not \(UserCommand.utcDate(date)): it is recorded once; if it was mistyped, run again with "
                         + "--correct and the right --transfer-date")
             }
             if let target, let recordedTarget = recorded.target, target != recordedTarget, !correcting {
                 throw Stop(
-                    status: 2,
+                    status: .usage,
                     message: "the users of \(clientID) were exported for team \(recordedTarget), not \(target); if "
                         + "\(recordedTarget) was a mistake, run again with --correct: every user is exported again for "
                         + "\(target) and the export files are written anew (hand over only the new transfer-ids.txt)")
@@ -474,7 +467,8 @@ private final class TransferRun {
         }
         guard let stored else {
             throw Stop(
-                status: 2, message: "no transfer date is recorded for \(clientID): give --transfer-date YYYY-MM-DD")
+                status: .usage, message: "no transfer date is recorded for \(clientID): give --transfer-date YYYY-MM-DD"
+            )
         }
         let targetReplaced = correcting && recorded.target != nil && target != nil && recorded.target != target
         if correcting, stored != recorded.date || targetReplaced {
@@ -489,7 +483,7 @@ private final class TransferRun {
         let closesAt = stored + TransferStore.window.wholeMilliseconds
         if now >= closesAt {
             throw Stop(
-                status: 2,
+                status: .usage,
                 message: "the transfer window of \(clientID) closed at \(UserCommand.utcDate(closesAt)): "
                     + "Apple no longer exchanges its identifiers")
         }
@@ -529,7 +523,7 @@ private final class TransferRun {
             do {
                 files.append(try directory.file(name, mode: mode))
             } catch {
-                throw Stop(status: 2, message: error.message)
+                throw Stop(status: .usage, message: error.message)
             }
         }
         return files
@@ -546,8 +540,8 @@ private final class TransferRun {
     /// Every user asked was refused: the shape of an import run before the transfer
     /// completed (or an export for a team or client Apple does not know); said once, plainly.
     private func warnIfEveryUserRefused() {
-        let refused = counts["refused"] ?? 0
-        let answered = refused + (counts["exported"] ?? 0) + (counts["exchanged"] ?? 0)
+        let refused = batch.counts["refused"] ?? 0
+        let answered = refused + (batch.counts["exported"] ?? 0) + (batch.counts["exchanged"] ?? 0)
         guard refused > 0, refused == answered else { return }
         let why =
             direction == .import
@@ -555,7 +549,7 @@ private final class TransferRun {
             : "check --target (the recipient's team ID) and --client-id"
         log("transfer_every_user_refused", level: "warning", [("refused", .integer(Int64(refused)))])
         Output.error(
-            "siwa-endpoint \(name): Apple refused every user asked (\(refused)): \(why) (refused users are asked again)"
+            "siwa-endpoint \(batch.name): Apple refused every user asked (\(refused)): \(why) (refused users are asked again)"
         )
     }
 
@@ -564,7 +558,6 @@ private final class TransferRun {
             ("line", .integer(Int64(entry.line))), (idName, .string(entry.identifier)),
         ]
         guard UserKeyPart.isValidSubject(entry.identifier), !entry.identifier.contains(" ") else {
-            counts["malformed", default: 0] += 1
             result[1] = (idName, .string(""))
             report(result + [("reason", .string("not_an_identifier"))], "malformed")
             return
@@ -587,7 +580,6 @@ private final class TransferRun {
                 } catch {
                     throw redisStop(error, "at line \(entry.line), after its lines were written")
                 }
-                counts["exported", default: 0] += 1
                 report(result, "exported")
             } else {
                 try recordExchange(entry, answer: answer, files: files, result: result, now: now, expiresAt: expiresAt)
@@ -609,18 +601,16 @@ private final class TransferRun {
             } catch {
                 throw redisStop(error, "at line \(entry.line), after its line was written")
             }
-            counts["refused", default: 0] += 1
             report(result + [("error", .string(code))], "refused")
         case .unknown(let reason):
             nameUnreachableSetting(reason)
-            counts["unknown", default: 0] += 1
             report(result + [("reason", .string(reason))], "unknown")
             if reason == "http_429" || reason == "token_http_429" {
                 // A 429 each time, after each Retry-After: the next user would meet the same,
                 // at a pace halved each time; the run stops rather than go on for days.
                 log("transfer_throttled", level: "error", [("line", .integer(Int64(entry.line)))])
                 throw Stop(
-                    status: 1,
+                    status: .failed,
                     message: "Apple answered 429 (too many requests) \(AppleTokenCheck.throttledAttempts) times in a "
                         + "row at line \(entry.line), each after its Retry-After: the run stopped; rerun later "
                         + "(done users are skipped)")
@@ -630,13 +620,13 @@ private final class TransferRun {
                 "transfer_client_refused", level: "error",
                 [("line", .integer(Int64(entry.line))), ("client_id", .string(clientID)), ("error", .string(code))])
             throw Stop(
-                status: 2,
+                status: .usage,
                 message: "Apple refused the client (\(code)) for client ID \(clientID) at line \(entry.line): "
                     + "check SIWA_APPLE_TEAM_ID, SIWA_APPLE_KEY_ID, SIWA_APPLE_PRIVATE_KEY_FILE and the client ID")
         case .tokenRefused:
             log("transfer_token_refused", level: "error", [("line", .integer(Int64(entry.line)))])
             throw Stop(
-                status: 1,
+                status: .failed,
                 message: "Apple refused a freshly renewed access token (invalid_grant) at line \(entry.line): "
                     + "the transfer window may have closed; the run stopped (rerun: done users are skipped)")
         }
@@ -682,18 +672,15 @@ private final class TransferRun {
             if let fromSubject { mapping.append(("from_sub", .string(fromSubject))) }
             try write([file], [JSONWriter.object(mapping)], line: entry.line)
             mappedTransferSubjects?.insert(entry.identifier)
-            counts["skipped", default: 0] += 1
             report(result + [("sub", .string(subject)), ("written_again", .bool(true))], "skipped")
         case .configurationError(let code):
             throw Stop(
-                status: 2,
+                status: .usage,
                 message: "Apple refused the client (\(code)) for client ID \(clientID) at line \(entry.line): "
                     + "check SIWA_APPLE_TEAM_ID, SIWA_APPLE_KEY_ID, SIWA_APPLE_PRIVATE_KEY_FILE and the client ID")
         case .unknown(let reason):
-            counts["unknown", default: 0] += 1
             report(result + [("reason", .string("mapping_line_not_written_again_" + reason))], "unknown")
         default:
-            counts["unknown", default: 0] += 1
             report(result + [("reason", .string("mapping_line_not_written_again"))], "unknown")
         }
     }
@@ -722,7 +709,6 @@ private final class TransferRun {
         } catch {
             throw redisStop(error, "at line \(entry.line), after its line was written")
         }
-        counts["exchanged", default: 0] += 1
         var line = result + [("sub", .string(subject))]
         if let fromSubject { line.append(("from_sub", .string(fromSubject))) }
         let held = (found?.fields ?? [:]).sorted { $0.key < $1.key }.map { ($0.key, JSONValue.string($0.value)) }
@@ -761,7 +747,7 @@ private final class TransferRun {
     /// Appends `lines` to `files` in order (one each), synced; a failure stops the run.
     private func write(_ files: some Collection<AppendedLines>, _ lines: [String], line: Int) throws {
         for (file, text) in zip(files, lines) where !file.append(text) {
-            throw Stop(status: 1, message: "writing \(file.path) failed at line \(line); the run stopped")
+            throw Stop(status: .failed, message: "writing \(file.path) failed at line \(line); the run stopped")
         }
     }
 
@@ -770,38 +756,26 @@ private final class TransferRun {
             "redis_error", level: "error",
             [("error", .string(error.code.rawValue)), ("message", .string(error.operatorMessage))])
         return Stop(
-            status: 3,
+            status: .unreachable,
             message: "Redis failed (\(error.code.rawValue)) \(when); the run stopped: run it again once Redis "
                 + "answers (done users are skipped)")
     }
 
+    /// The user's result line, with its outcome third; the outcome counted.
     private func report(_ fields: [(String, JSONValue)], _ outcome: String) {
-        if progress { Output.progress("\r\u{1B}[K") }
         var fields = fields
         fields.insert(("outcome", .string(outcome)), at: 2)
-        Output.line(JSONWriter.object(fields))
+        batch.report(fields)
+        batch.count(outcome)
     }
 
     private func log(_ event: String, level: String = "info", _ fields: [(String, JSONValue)]) {
-        if progress { Output.progress("\r\u{1B}[K") }
-        EventLog.event(event, level: level, fields)
-    }
-
-    private func showProgress() {
-        guard progress, toDo > 0 else { return }
-        let elapsed = Double((ContinuousClock.now - started).components.seconds)
-        let left = Int(elapsed / Double(max(1, handled)) * Double(toDo - handled))
-        let estimate = left >= 3600 ? "\(left / 3600)h\(left % 3600 / 60)m" : "\(left / 60)m\(left % 60)s"
-        Output.progress("\r\u{1B}[K\(name): \(handled)/\(toDo), about \(estimate) left")
+        batch.log(event, level: level, fields)
     }
 
     private func finish() {
-        if progress { Output.progress("\r\u{1B}[K") }
-        let unfinished = (counts["refused"] ?? 0) + (counts["unknown"] ?? 0) + (counts["malformed"] ?? 0)
-        EventLog.event(
-            "transfer_finished", level: unfinished > 0 ? "warning" : "info",
-            [("direction", .string(direction.rawValue))]
-                + Self.outcomes.map { ($0, .integer(Int64(counts[$0] ?? 0))) }
-                + [("access_tokens", .integer(Int64(migration.tokensObtained)))])
+        batch.finish(
+            "transfer_finished", [("direction", .string(direction.rawValue))],
+            after: [("access_tokens", .integer(Int64(migration.tokensObtained)))])
     }
 }

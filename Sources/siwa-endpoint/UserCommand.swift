@@ -1,6 +1,7 @@
 import Foundation
 import SIWARedis
 import SIWAServer
+import SIWASupport
 import SIWAVerification
 
 #if canImport(Glibc)
@@ -44,10 +45,10 @@ enum UserCommand {
     /// contract does (`refresh_token_refused_at`, written by reconcile, included).
     static func isTimeField(_ field: String) -> Bool { field.hasSuffix("_at") }
 
-    static func run(_ words: [String]) throws -> Int32 {
+    static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--help") {
             Output.line(help)
-            return 0
+            return .success
         }
         let arguments = try CommandLineArguments(
             words, valueOptions: ["--env-file", "--session-started", "--recent"])
@@ -67,12 +68,10 @@ enum UserCommand {
             throw UsageError("--recent must be between 1 and \(maximumRecent), got \(recent)")
         }
 
-        let configuration: ServerConfiguration
-        do {
-            configuration = try OperatorSettings.load(arguments.value("--env-file"), clientID: clientID)
-        } catch {
-            return ServeCommand.refuse(error).exitStatus
-        }
+        guard
+            let configuration = OperatorSettings.load(
+                ServerConfiguration.self, envFile: arguments.value("--env-file"), clientIDStandIn: clientID)
+        else { return .usage }
         let connection = OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.store.keyPrefix)
         let keys = RedisKeyLayout(prefix: configuration.store.keyPrefix)
 
@@ -100,7 +99,7 @@ enum UserCommand {
                 connection, stream: keys.events, clientID: clientID, sub: sub, count: recent)
         } catch {
             Output.error("siwa-endpoint user: Redis: \(error.operatorMessage)")
-            return 3
+            return .unreachable
         }
 
         Output.line("key \(userKey)")
@@ -122,7 +121,7 @@ enum UserCommand {
         for entry in entries {
             Output.line("  " + describe(entry))
         }
-        return hash.isEmpty && entries.isEmpty ? 1 : 0
+        return hash.isEmpty && entries.isEmpty ? .failed : .success
     }
 
     /// The state hash, one field a line (times with their UTC date).
