@@ -35,6 +35,9 @@ enum SIWAEndpointCommand {
 
         Run `siwa-endpoint <subcommand> --help` for its options, `siwa-endpoint --version` for
         the version.
+
+        exit status, the same table for every command (docs/operations.md, "Exit status"):
+        \(ExitStatus.allCases.map { "  " + String($0.rawValue).padding(toLength: 5, withPad: " ", startingAt: 0) + $0.meaning }.joined(separator: "\n"))
         """
 
     static func main() {
