@@ -92,10 +92,11 @@ final class BatchRun {
     /// finish), `extra` before them.
     func finish(_ event: String, _ extra: [(String, JSONValue)] = [], after: [(String, JSONValue)] = []) {
         clearProgress()
-        EventLog.event(
-            event, level: unfinished > 0 ? "warning" : "info",
-            extra + outcomes.map { ($0, .integer(Int64(counts[$0] ?? 0))) } + after)
+        EventLog.event(event, level: unfinished > 0 ? "warning" : "info", extra + countFields + after)
     }
+
+    /// The count of each outcome, in the order of `outcomes`.
+    var countFields: [(String, JSONValue)] { outcomes.map { ($0, .integer(Int64(counts[$0] ?? 0))) } }
 
     /// The run stopped: its message on standard error; the status to exit with.
     func stopped(_ stop: Stop) -> ExitStatus {

@@ -16,7 +16,7 @@ import SIWAVerification
 enum CanaryCommand {
     static let help = """
         usage: siwa-endpoint canary --client-id ID --sub SUB --token-file FILE
-                                    [--access-token] [--timeout SECONDS] [--env-file FILE]
+                                    [--access-token] [--timeout SECONDS] [--env-file FILE] [--json]
 
         Revokes a test user's refresh token at Apple (/auth/revoke, with the configured
         client secret, as `revoke` does), then waits until the endpoint has verified and
@@ -31,6 +31,11 @@ enum CanaryCommand {
         --token-file FILE  the token (first line), or - for standard input; never an argument
         --access-token     the token is an access token (default: a refresh token)
         --timeout SECONDS  how long to wait for the notification (default 120, 5 to 3600)
+        --json             one JSON document on standard output, whatever the outcome:
+                           {"outcome","sub",...} with outcome arrived (revoked_at, applied_at,
+                           seconds_to_applied), not_arrived, refused, unconfirmed,
+                           client_refused, redis_unreachable or redis_lost; the messages
+                           stay on standard error
 
         Redis is read first: when it does not answer, nothing is revoked (the token is kept).
 
@@ -52,7 +57,7 @@ enum CanaryCommand {
         }
         let arguments = try CommandLineArguments(
             words, valueOptions: ["--env-file", "--client-id", "--sub", "--token-file", "--timeout"],
-            flagOptions: ["--access-token"])
+            flagOptions: ["--access-token", CommandLineArguments.json])
         guard arguments.positionals.isEmpty else {
             throw UsageError(
                 "canary takes no positional arguments; the token comes from --token-file, never the command line")
@@ -71,6 +76,13 @@ enum CanaryCommand {
         guard let configuration = ReconcileCommand.loadConfiguration(arguments) else { return .usage }
         guard let token = readToken(tokenFile) else { return .usage }
 
+        let json = arguments.wantsJSON
+        /// The run's end: with `--json`, its one document on standard output (the messages
+        /// stay on standard error); the exit status.
+        func end(_ outcome: String, _ status: ExitStatus, _ fields: [(String, JSONValue)] = []) -> ExitStatus {
+            if json { Output.json([("outcome", .string(outcome)), ("sub", .string(subject))] + fields) }
+            return status
+        }
         let connection = OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.keyPrefix)
         let userKey = RedisKeyLayout(prefix: configuration.keyPrefix).user(clientID: clientID, subject: subject)
         let before: [String: String]
@@ -80,31 +92,35 @@ enum CanaryCommand {
             Output.error(
                 "siwa-endpoint canary: Redis does not answer (\(error.code.rawValue): \(error.operatorMessage)); "
                     + "nothing was revoked, the token is kept")
-            return .unreachable
+            return end("redis_unreachable", .unreachable, [("revoked", .bool(false))])
         }
 
         let revokedAt = Int64(Date().timeIntervalSince1970 * 1000)
         let started = ContinuousClock.now
         let kind: AppleTokenRevocation.TokenKind = arguments.has("--access-token") ? .accessToken : .refreshToken
         switch RevokeCommand.revocation(configuration, rate: 5).revoke(clientID: clientID, token: token, kind: kind) {
+        case .revoked where !json:
+            Output.line(
+                "revoked at Apple at \(UTCTime.format(milliseconds: revokedAt)); waiting up to \(timeout) s for its "
+                    + "consent-revoked")
         case .revoked:
-            Output.line("revoked at Apple at \(isoTime(revokedAt)); waiting up to \(timeout) s for its consent-revoked")
+            break
         case .configurationError(let code):
             Output.error(
                 "siwa-endpoint canary: Apple refused our client (\(code)): check \(SettingKey.appleTeamID.name), "
                     + "\(SettingKey.appleKeyID.name), \(SettingKey.applePrivateKeyFile.name) and that \(clientID) belongs to that team; "
                     + "nothing was revoked")
-            return .usage
+            return end("client_refused", .usage, [("error", .string(code)), ("revoked", .bool(false))])
         case .refused(let code):
             Output.error(
                 "siwa-endpoint canary: Apple refused the revocation (\(code)): the token is not one Apple "
                     + "issued to \(clientID), or is already spent; get a fresh one")
-            return .appleRefused
+            return end("refused", .appleRefused, [("error", .string(code))])
         case .unknown(let reason):
             Output.error(
                 "siwa-endpoint canary: Apple did not confirm the revocation (\(reason)): the token may or may "
                     + "not be spent; check SIWA_APPLE_REVOKE_URL and the outbound HTTPS route")
-            return .appleRefused
+            return end("unconfirmed", .appleRefused, [("reason", .string(reason))])
         }
 
         let deadline = started + .seconds(timeout)
@@ -116,7 +132,8 @@ enum CanaryCommand {
                 everRead = true
                 lastError = nil
                 if let revoked = now["consent_revoked_at"], revoked != before["consent_revoked_at"] {
-                    return arrived(now, revokedAt: revokedAt, seen: ContinuousClock.now - started, subject: subject)
+                    return arrived(
+                        now, revokedAt: revokedAt, seen: ContinuousClock.now - started, subject: subject, json: json)
                 }
             } catch {
                 lastError = error
@@ -129,7 +146,7 @@ enum CanaryCommand {
                 "siwa-endpoint canary: Redis stopped answering after the revocation (\(lastError.code.rawValue)); "
                     + "whether the notification arrived is unknown: `siwa-endpoint user \(clientID) \(subject)` "
                     + "once Redis answers")
-            return .unreachable
+            return end("redis_lost", .unreachable, [("revoked_at", .integer(revokedAt))])
         }
         Output.error(
             """
@@ -141,22 +158,27 @@ enum CanaryCommand {
               - the endpoint's own log and `siwa-endpoint status`
             The token is spent: the next run needs a fresh sign-in.
             """)
-        return .failed
+        return end(
+            "not_arrived", .failed, [("revoked_at", .integer(revokedAt)), ("timeout_seconds", .integer(timeout))])
     }
 
-    /// The consent-revoked is in: prints the times and returns 0.
-    static func arrived(_ hash: [String: String], revokedAt: Int64, seen: Duration, subject: String) -> ExitStatus {
+    /// The consent-revoked is in: prints the times (`json`: only the JSON document) and returns 0.
+    static func arrived(_ hash: [String: String], revokedAt: Int64, seen: Duration, subject: String, json: Bool)
+        -> ExitStatus
+    {
         var fields: [(String, JSONValue)] = [("outcome", .string("arrived")), ("sub", .string(subject))]
         fields.append(("revoked_at", .integer(revokedAt)))
         if let received = hash["updated_at"].flatMap({ Int64($0) }) {
             fields.append(("applied_at", .integer(received)))
             fields.append(("seconds_to_applied", .number(Double(max(0, received - revokedAt)) / 1000)))
-            Output.line(
-                "consent-revoked for \(subject) applied \(String(format: "%.2f", Double(max(0, received - revokedAt)) / 1000)) s "
-                    + "after the revocation (received \(isoTime(received)); seen in Redis after "
-                    + "\(String(format: "%.2f", seen.inSeconds)) s)")
+            if !json {
+                Output.line(
+                    "consent-revoked for \(subject) applied \(String(format: "%.2f", Double(max(0, received - revokedAt)) / 1000)) s "
+                        + "after the revocation (received \(UTCTime.format(milliseconds: received)); seen in Redis after "
+                        + "\(String(format: "%.2f", seen.inSeconds)) s)")
+            }
         }
-        Output.line(JSONWriter.object(fields))
+        Output.json(fields)
         return .success
     }
 
@@ -184,9 +206,5 @@ enum CanaryCommand {
 
     static func userHash(_ connection: RedisConnection, _ key: String) throws(RedisError) -> [String: String] {
         try connection.command("HGETALL", key).fieldMap ?? [:]
-    }
-
-    static func isoTime(_ milliseconds: Int64) -> String {
-        ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(milliseconds) / 1000))
     }
 }

@@ -173,7 +173,7 @@ enum DeletionsCommand {
 
     static func describe(_ pending: Pending, now: Int64) -> String {
         let recorded = DeletionDutyReading.entryMilliseconds(pending.id) ?? now
-        let eventTime = pending.fields["event_time"].flatMap(Int64.init).map(isoDate) ?? "?"
+        let eventTime = pending.fields["event_time"].flatMap(Int64.init).map(UTCTime.format(milliseconds:)) ?? "?"
         return
             "client_id=\(pending.fields["client_id"] ?? "?") sub=\(pending.fields["sub"] ?? "?") event_time=\(eventTime) "
             + "age=\(age(now - recorded)) consumer=\(pending.consumer ?? "-") deliveries=\(pending.deliveries) id=\(pending.id)"
@@ -217,7 +217,7 @@ enum DeletionsCommand {
             ("groups", .array(groups)), ("overdue", .bool(overdue)),
         ]
         if noGroup { members.append(("unread", deletions(listed[""] ?? []))) }
-        Output.line(JSONWriter.object(members))
+        Output.json(members)
     }
 
     /// `90m`, `36h`, `7d`, `45s`: seconds.
@@ -235,10 +235,5 @@ enum DeletionsCommand {
         if seconds >= 3600 { return "\(seconds / 3600)h\((seconds % 3600) / 60)m" }
         if seconds >= 60 { return "\(seconds / 60)m\(seconds % 60)s" }
         return "\(seconds)s"
-    }
-
-    static func isoDate(_ milliseconds: Int64) -> String {
-        let formatter = ISO8601DateFormatter()
-        return formatter.string(from: Date(timeIntervalSince1970: Double(milliseconds) / 1000))
     }
 }

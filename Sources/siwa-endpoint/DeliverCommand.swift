@@ -151,7 +151,7 @@ enum DeliverCommand {
                 let state = try store.state()
                 let age = backlog.oldestAt.map { max(0, now - $0) / 1000 }
                 func time(_ field: String) -> JSONValue {
-                    state[field].flatMap(Int64.init).map { .string(WebhookMessage.rfc3339(milliseconds: $0)) } ?? .null
+                    state[field].flatMap(Int64.init).map { .string(UTCTime.format(milliseconds: $0)) } ?? .null
                 }
                 let item: [(String, JSONValue)] = [
                     ("destination", .string(destination.name)), ("pending", .integer(Int64(backlog.pending))),
@@ -184,7 +184,7 @@ enum DeliverCommand {
         } catch {
             return redisFailed(error)
         }
-        if arguments.has("--json") { Output.line(JSONWriter.object([("destinations", .array(items))])) }
+        if arguments.has("--json") { Output.json([("destinations", .array(items))]) }
         return .success
     }
 
@@ -233,11 +233,7 @@ enum DeliverCommand {
     /// T: Unix milliseconds, or RFC 3339.
     static func parseTime(_ text: String, option: String) throws -> Int64 {
         if let milliseconds = Int64(text), milliseconds >= 0 { return milliseconds }
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        if let date = formatter.date(from: text) { return Int64(date.timeIntervalSince1970 * 1000) }
-        formatter.formatOptions = [.withInternetDateTime]
-        if let date = formatter.date(from: text) { return Int64(date.timeIntervalSince1970 * 1000) }
+        if let milliseconds = UTCTime.parse(text) { return milliseconds }
         throw UsageError("\(option) must be RFC 3339 (2026-12-05T05:00:00Z) or Unix milliseconds, got \(text)")
     }
 

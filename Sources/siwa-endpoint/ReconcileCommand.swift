@@ -16,7 +16,7 @@ import Synchronization
 /// is refused (a revocation no notification brought). See docs/operations.md, "Reconcile: revocations no notification brought".
 enum ReconcileCommand {
     static let help = """
-        usage: siwa-endpoint reconcile [--env-file FILE] [--rate N] FILE
+        usage: siwa-endpoint reconcile [--env-file FILE] [--rate N] [--json] FILE
 
         FILE (or - for standard input): one user per line,
           {"client_id": "...", "sub": "...", "refresh_token": "..."}
@@ -30,6 +30,8 @@ enum ReconcileCommand {
 
         --rate N   at most N requests per second (default 5; from 0.01, one request
                    every 100 seconds, to 100)
+        --json     the summary as one JSON object ({"checked","still_valid","refused",
+                   "skipped","unknown","malformed"}) instead of the `reconcile:` line
 
         Exit status (the table of every command: docs/operations.md, "Exit status"):
         0 every line decided or skipped; 1 some user unknown; 2 a configuration or usage
@@ -50,7 +52,8 @@ enum ReconcileCommand {
             Output.line(help)
             return .success
         }
-        let arguments = try CommandLineArguments(words, valueOptions: ["--env-file", "--rate"])
+        let arguments = try CommandLineArguments(
+            words, valueOptions: ["--env-file", "--rate"], flagOptions: [CommandLineArguments.json])
         guard arguments.positionals.count == 1, let input = arguments.positionals.first else {
             throw UsageError("reconcile takes one FILE (or - for standard input)")
         }
@@ -59,7 +62,7 @@ enum ReconcileCommand {
             let file = openInput(input, command: "reconcile")
         else { return .usage }
         defer { fclose(file) }
-        return Run(configuration: configuration, rate: rate).reconcile(file)
+        return Run(configuration: configuration, rate: rate, json: arguments.wantsJSON).reconcile(file)
     }
 
     /// `--rate` (reconcile's and revoke's): requests per second within `allowedRates`, 5 by default.
@@ -124,8 +127,12 @@ private final class Run {
         name: "reconcile", outcomes: ["still_valid", "refused", "skipped", "unknown", "malformed"],
         finished: ["still_valid", "refused", "skipped", "malformed"])
 
-    init(configuration: ReconcileConfiguration, rate: Double) {
+    /// The summary as one JSON object (`--json`), not the `reconcile:` line.
+    let json: Bool
+
+    init(configuration: ReconcileConfiguration, rate: Double, json: Bool) {
         self.configuration = configuration
+        self.json = json
         store = ReconcileStore(
             connection: OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.keyPrefix),
             keyPrefix: configuration.keyPrefix, streamMaximumLength: configuration.streamMaximumLength)
@@ -218,7 +225,12 @@ private final class Run {
 
     /// The finished line, and the summary on standard output (`checked=` first).
     private func finish() {
-        batch.finish("reconcile_finished", [("checked", .integer(Int64(checked)))])
-        Output.line("reconcile: checked=\(checked) \(batch.summary)")
+        let checked: [(String, JSONValue)] = [("checked", .integer(Int64(self.checked)))]
+        batch.finish("reconcile_finished", checked)
+        if json {
+            Output.json(checked + batch.countFields)
+        } else {
+            Output.line("reconcile: checked=\(self.checked) \(batch.summary)")
+        }
     }
 }

@@ -13,7 +13,7 @@ import SIWASupport
 /// sessions in Redis at the revoke time. See docs/operations.md, "Revoke: ending a user's tokens at Apple".
 enum RevokeCommand {
     static let help = """
-        usage: siwa-endpoint revoke [--env-file FILE] [--rate N] FILE
+        usage: siwa-endpoint revoke [--env-file FILE] [--rate N] [--json] FILE
 
         FILE (or - for standard input): one user per line,
           {"client_id": "...", "sub": "...", "refresh_token": "..."}
@@ -28,7 +28,8 @@ enum RevokeCommand {
         printed). A revoked user's sessions end at
         the revoke time (sessions_revoked_at only moves forward), with a stream entry and
         a message of type app-revoked-tokens (source revoke, not Apple-signed).
-        400 invalid_client: a configuration error, the run stops at once.
+        400 invalid_client: a configuration error, the run stops at once. The lines are
+        JSON with or without --json (accepted, as by every command that reports).
 
         --rate N   at most N requests per second (default 5; from 0.01 to 100)
 
@@ -45,7 +46,8 @@ enum RevokeCommand {
             Output.line(help)
             return .success
         }
-        let arguments = try CommandLineArguments(words, valueOptions: ["--env-file", "--rate"])
+        let arguments = try CommandLineArguments(
+            words, valueOptions: ["--env-file", "--rate"], flagOptions: [CommandLineArguments.json])
         guard arguments.positionals.count == 1, let input = arguments.positionals.first else {
             throw UsageError("revoke takes one FILE (or - for standard input); tokens are never arguments")
         }

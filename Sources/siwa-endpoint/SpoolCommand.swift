@@ -17,7 +17,8 @@ enum SpoolCommand {
 
         The spool directory is --spool-dir, else serve's SIWA_SPOOL_DIR (from the
         environment and --env-file, the environment wins), else
-        /var/lib/siwa-endpoint/spool. Each prints one JSON object.
+        /var/lib/siwa-endpoint/spool. Each prints JSON (one object; list one a line):
+        --json is accepted, as by every command that reports, and changes nothing.
 
         status   records waiting (depth), the age of the oldest one in seconds,
                  records set aside in rejected/ (Redis refused them for a reason about
@@ -48,7 +49,8 @@ enum SpoolCommand {
             return .success
         }
         let arguments = try CommandLineArguments(
-            words, valueOptions: ["--spool-dir", "--reason", "--env-file"], flagOptions: ["--show-address"])
+            words, valueOptions: ["--spool-dir", "--reason", "--env-file"],
+            flagOptions: ["--show-address", CommandLineArguments.json])
         guard let action = arguments.positionals.first, arguments.positionals.count <= 2 else {
             throw UsageError("spool takes one action: status, list, show, requeue or discard\n\n\(help)")
         }
@@ -77,29 +79,29 @@ enum SpoolCommand {
                 let status = try SpoolInspector.status(spoolDirectory: directory)
                 let now = Int64(Date().timeIntervalSince1970 * 1000)
                 let age: JSONValue = status.oldestSpooledAt.map { .integer(max(0, now - $0) / 1000) } ?? .null
-                Output.line(
-                    JSONWriter.object([
+                Output.json(
+                    [
                         ("spool_dir", .string(directory)), ("depth", .integer(Int64(status.depth))),
                         ("oldest_age_seconds", age), ("rejected", .integer(Int64(status.setAside))),
                         // The former name of `rejected`, for one release.
                         ("set_aside", .integer(Int64(status.setAside))),
                         ("torn_files", .integer(Int64(status.tornFiles))),
                         ("torn_bytes", .integer(Int64(status.tornBytes))),
-                    ]))
+                    ])
             case "requeue" where id != nil:
                 return report(try SpoolInspector.requeue(spoolDirectory: directory, id: id ?? ""), action, directory)
             case "list":
                 let now = Int64(Date().timeIntervalSince1970 * 1000)
                 for record in try SpoolInspector.records(spoolDirectory: directory) {
                     let first = record.notifications.first
-                    Output.line(
-                        JSONWriter.object([
+                    Output.json(
+                        [
                             ("id", .string(record.id)), ("kind", .string(record.kind.rawValue)),
                             ("why", .string(record.why)), ("type", first.map { .string($0.type.name) } ?? .null),
                             ("client_id", first.map { .string($0.clientID) } ?? .null),
                             ("age_seconds", .integer(max(0, now - record.setAsideAt) / 1000)),
                             ("records", .integer(Int64(record.notifications.count))),
-                        ]))
+                        ])
                 }
             case "show":
                 guard let record = try SpoolInspector.record(spoolDirectory: directory, id: id ?? "") else {
@@ -110,11 +112,11 @@ enum SpoolCommand {
                 return try discard(id ?? "", reason: arguments.value("--reason"), directory: directory)
             case "requeue":
                 let requeued = try SpoolInspector.requeue(spoolDirectory: directory)
-                Output.line(
-                    JSONWriter.object([
+                Output.json(
+                    [
                         ("spool_dir", .string(directory)), ("requeued", .integer(Int64(requeued.records))),
                         ("files", .integer(Int64(requeued.files))),
-                    ]))
+                    ])
             default:
                 throw UsageError("unknown action \(action): status, list, show, requeue or discard")
             }
@@ -167,11 +169,11 @@ enum SpoolCommand {
     {
         switch outcome {
         case .done(let record):
-            Output.line(
-                JSONWriter.object([
+            Output.json(
+                [
                     ("spool_dir", .string(directory)), ("id", .string(record.id)),
                     (action == "discard" ? "discarded" : "requeued", .integer(Int64(record.notifications.count))),
-                ]))
+                ])
             return .success
         case .notFound:
             return notFound(action, "")

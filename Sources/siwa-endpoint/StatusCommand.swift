@@ -126,7 +126,8 @@ enum StatusCommand {
             let threshold = Int64(figures["siwa_client_silence_alert_seconds"] ?? 0)
             var detail = "\(genuine) genuine since start; "
             if let last = figures["siwa_client_last_notification_timestamp_seconds"] {
-                detail += "last \(isoTime(last)) (\(duration(silence)) ago)"
+                let lastAt = UTCTime.format(milliseconds: Int64(last.rounded(.down)) * 1000)
+                detail += "last \(lastAt) (\(duration(silence)) ago)"
             } else {
                 detail += "none yet (served for \(duration(silence)))"
             }
@@ -150,10 +151,6 @@ enum StatusCommand {
                     : "\(unlisted) Apple-signed notifications REFUSED for a client ID not in SIWA_CLIENT_IDS (a Services ID missing there? the log's aud_not_served lines name it)"
             ))
         return rows
-    }
-
-    static func isoTime(_ seconds: Double) -> String {
-        ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: seconds.rounded(.down)))
     }
 
     /// `40 s`, `5 min`, `5 h 2 min`, `3 d 4 h`.

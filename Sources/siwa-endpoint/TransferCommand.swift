@@ -34,7 +34,8 @@ enum TransferCommand {
           database, and records transfer_sub -> sub in Redis; where the export ran against
           the same Redis (one organisation), also links the old sub (from_sub) to the new one.
 
-        One JSON line per user on standard output: {"line","outcome",...} with outcome
+        One JSON line per user on standard output (with or without --json, accepted as by
+        every command that reports): {"line","outcome",...} with outcome
         exported, exchanged, refused (Apple's "error", such as invalid_request: a user who
         cannot be migrated, or every user of an import run before the transfer completed),
         unknown (a "reason", after the retries), skipped (done by an earlier run; its lines
@@ -75,7 +76,7 @@ enum TransferCommand {
         let arguments = try CommandLineArguments(
             words,
             valueOptions: ["--env-file", "--rate", "--target", "--client-id", "--out", "--transfer-date"],
-            flagOptions: ["--correct"])
+            flagOptions: ["--correct", CommandLineArguments.json])
         guard arguments.positionals.count == 2,
             let direction = TransferStore.Direction(rawValue: arguments.positionals[0])
         else {
@@ -101,7 +102,7 @@ enum TransferCommand {
             // Apple answers the recipient only once the transfer has completed: asked before,
             // it refuses every user, and recording the day would start a window not yet open.
             throw UsageError(
-                "--transfer-date \(UserCommand.utcDate(date).prefix(10)) is after today: import only once the "
+                "--transfer-date \(UTCTime.day(milliseconds: date)) is after today: import only once the "
                     + "transfer has completed (Apple refuses every user before)")
         }
         if arguments.has("--correct"), date == nil, target == nil {
@@ -138,18 +139,10 @@ enum TransferCommand {
 
     /// `YYYY-MM-DD` as Unix milliseconds at 00:00 UTC.
     static func parseDate(_ text: String) throws(UsageError) -> Int64 {
-        let parts = text.split(separator: "-", omittingEmptySubsequences: false)
-        guard parts.count == 3, parts[0].count == 4, parts[1].count == 2, parts[2].count == 2,
-            let year = Int32(parts[0]), let month = Int32(parts[1]), let day = Int32(parts[2]),
-            (2000...2100).contains(year), (1...12).contains(month), (1...31).contains(day)
-        else { throw UsageError("--transfer-date must be a day such as 2026-11-30, got \(text)") }
-        var fields = tm()
-        fields.tm_year = year - 1900
-        fields.tm_mon = month - 1
-        fields.tm_mday = day
-        let seconds = timegm(&fields)
-        guard fields.tm_mday == day else { throw UsageError("--transfer-date \(text) is not a day of the calendar") }
-        return Int64(seconds) * 1000
+        guard let milliseconds = UTCTime.parseDay(text), text >= "2000-01-01", text <= "2100-12-31" else {
+            throw UsageError("--transfer-date must be a day such as 2026-11-30, got \(text)")
+        }
+        return milliseconds
     }
 }
 
@@ -404,8 +397,8 @@ private final class TransferRun {
         if let date, now >= date + TransferStore.window.wholeMilliseconds {
             throw Stop(
                 status: .usage,
-                message: "the transfer window of a transfer on \(UserCommand.utcDate(date)) closed at "
-                    + "\(UserCommand.utcDate(date + TransferStore.window.wholeMilliseconds)): Apple no longer "
+                message: "the transfer window of a transfer on \(UTCTime.format(milliseconds: date)) closed at "
+                    + "\(UTCTime.format(milliseconds: date + TransferStore.window.wholeMilliseconds)): Apple no longer "
                     + "exchanges its identifiers")
         }
     }
@@ -447,8 +440,9 @@ private final class TransferRun {
             if let date, let recordedDate = recorded.date, date != recordedDate, !correcting {
                 throw Stop(
                     status: .usage,
-                    message: "the transfer date recorded for \(clientID) is \(UserCommand.utcDate(recordedDate)), "
-                        + "not \(UserCommand.utcDate(date)): it is recorded once; if it was mistyped, run again with "
+                    message: "the transfer date recorded for \(clientID) is "
+                        + "\(UTCTime.format(milliseconds: recordedDate)), not \(UTCTime.format(milliseconds: date)): "
+                        + "it is recorded once; if it was mistyped, run again with "
                         + "--correct and the right --transfer-date")
             }
             if let target, let recordedTarget = recorded.target, target != recordedTarget, !correcting {
@@ -484,7 +478,7 @@ private final class TransferRun {
         if now >= closesAt {
             throw Stop(
                 status: .usage,
-                message: "the transfer window of \(clientID) closed at \(UserCommand.utcDate(closesAt)): "
+                message: "the transfer window of \(clientID) closed at \(UTCTime.format(milliseconds: closesAt)): "
                     + "Apple no longer exchanges its identifiers")
         }
         return Window(

@@ -48,15 +48,15 @@ enum VerifyCommand {
         let verifier = NotificationVerifier(keys: keys, clientIDs: Set(clientIDs))
         do {
             let notification = try verifier.verify(body: Array(body), now: now)
-            Output.line(JSONWriter.object(report(notification)))
+            Output.json(report(notification))
             return .success
         } catch {
-            Output.line(
-                JSONWriter.object([
+            Output.json(
+                [
                     ("error", .string(error.code.rawValue)),
                     ("http_status", .integer(Int64(NotificationResponder.httpStatus(for: error)))),
                     ("message", .string(error.message)),
-                ]))
+                ])
             return .failed
         }
     }
