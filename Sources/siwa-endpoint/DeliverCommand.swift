@@ -11,9 +11,9 @@ enum DeliverCommand {
                siwa-endpoint deliver --check [--env-file FILE]  check the settings and destinations
                siwa-endpoint deliver status [--json]            per destination: pending, oldest, last
                                                                 success and failure, disabled
-               siwa-endpoint deliver replay --destination NAME --since T [--until T] [--type TYPE]
-               siwa-endpoint deliver test --destination NAME    send one signed siwa.test event
-               siwa-endpoint deliver enable --destination NAME  re-enable a disabled destination
+               siwa-endpoint deliver replay --destination NAME --since T [--until T] [--type TYPE] [--json]
+               siwa-endpoint deliver test --destination NAME [--json]    send one signed siwa.test event
+               siwa-endpoint deliver enable --destination NAME [--json]  re-enable a disabled destination
                siwa-endpoint deliver keygen --scheme ed25519|hmac --out FILE
 
         Reads the events stream through one consumer group per destination (deliver:NAME)
@@ -25,7 +25,9 @@ enum DeliverCommand {
         replay: re-sends, once each, the events recorded from --since to --until (T: RFC 3339
         or Unix ms; the time the endpoint recorded the event) that the destination takes, with
         their own webhook-ids. Exit 1 when one was not delivered.
-        test: exit 0 on a 2xx, 1 otherwise. keygen: writes a fresh key (mode 0600, the file
+        test: exit 0 on a 2xx, 1 otherwise. --json: status one document; test and enable one
+        object; replay one object per event ({"webhook_id","outcome","http_status","cause",
+        "type"}), then the counts ({"destination","replayed","delivered","failed"}). keygen: writes a fresh key (mode 0600, the file
         must not exist) and prints the public whpk_ key of an ed25519 one.
 
         Exit status: 0 done; 1 a delivery (test, replay) failed; 2 a usage or settings
@@ -189,7 +191,8 @@ enum DeliverCommand {
     }
 
     static func enable(_ words: [String]) throws -> ExitStatus {
-        let arguments = try CommandLineArguments(words, valueOptions: ["--env-file", "--destination"])
+        let arguments = try CommandLineArguments(
+            words, valueOptions: ["--env-file", "--destination"], flagOptions: [CommandLineArguments.json])
         guard let configuration = load(arguments) else { return .usage }
         let destination = try destination(arguments, configuration)
         let store = WebhookDeliveryStore(
@@ -199,7 +202,11 @@ enum DeliverCommand {
             EventLog.event(
                 "webhook_destination_enabled",
                 [("destination", .string(destination.name)), ("was_disabled", .bool(was))])
-            Output.line("\(destination.name): " + (was ? "enabled" : "was not disabled"))
+            if arguments.wantsJSON {
+                Output.json([("destination", .string(destination.name)), ("was_disabled", .bool(was))])
+            } else {
+                Output.line("\(destination.name): " + (was ? "enabled" : "was not disabled"))
+            }
             return .success
         } catch {
             return redisFailed(error)
@@ -207,7 +214,8 @@ enum DeliverCommand {
     }
 
     static func test(_ words: [String]) throws -> ExitStatus {
-        let arguments = try CommandLineArguments(words, valueOptions: ["--env-file", "--destination"])
+        let arguments = try CommandLineArguments(
+            words, valueOptions: ["--env-file", "--destination"], flagOptions: [CommandLineArguments.json])
         guard let configuration = load(arguments) else { return .usage }
         let destination = try destination(arguments, configuration)
         let now = Int64(Date().timeIntervalSince1970 * 1000)
@@ -219,6 +227,10 @@ enum DeliverCommand {
                 ("destination", .string(destination.name)), ("webhook_id", .string(message.id)),
                 ("cause", outcome.cause.map(JSONValue.string) ?? .null),
             ])
+        if arguments.wantsJSON {
+            Output.json([("destination", .string(destination.name))] + delivery(message, outcome))
+            return outcome.cause == nil ? .success : .failed
+        }
         switch outcome {
         case .delivered(let status):
             Output.line("\(destination.name): siwa.test \(message.id) delivered, HTTP \(status)")
@@ -230,6 +242,20 @@ enum DeliverCommand {
         }
     }
 
+    /// One POST's result for `--json`: its webhook-id, the outcome, the HTTP status, the cause.
+    static func delivery(_ message: WebhookMessage, _ outcome: WebhookPoster.Outcome) -> [(String, JSONValue)] {
+        let status: Int?
+        switch outcome {
+        case .delivered(let code): status = code
+        case .failed(_, let code, _): status = code
+        }
+        return [
+            ("webhook_id", .string(message.id)), ("outcome", .string(outcome.cause == nil ? "delivered" : "failed")),
+            ("http_status", status.map { .integer(Int64($0)) } ?? .null),
+            ("cause", outcome.cause.map(JSONValue.string) ?? .null),
+        ]
+    }
+
     /// T: Unix milliseconds, or RFC 3339.
     static func parseTime(_ text: String, option: String) throws -> Int64 {
         if let milliseconds = Int64(text), milliseconds >= 0 { return milliseconds }
@@ -239,7 +265,8 @@ enum DeliverCommand {
 
     static func replay(_ words: [String]) throws -> ExitStatus {
         let arguments = try CommandLineArguments(
-            words, valueOptions: ["--env-file", "--destination", "--since", "--until", "--type"])
+            words, valueOptions: ["--env-file", "--destination", "--since", "--until", "--type"],
+            flagOptions: [CommandLineArguments.json])
         guard let sinceText = arguments.value("--since") else { throw UsageError("--since T is required") }
         let since = try parseTime(sinceText, option: "--since")
         let until = try arguments.value("--until").map { try parseTime($0, option: "--until") }
@@ -271,6 +298,11 @@ enum DeliverCommand {
                     let message = WebhookMessage(event: event, email: email)
                     let outcome = poster.post(message, timestamp: Int64(Date().timeIntervalSince1970))
                     sent += 1
+                    if arguments.wantsJSON {
+                        if outcome.cause != nil { failed += 1 }
+                        Output.json(delivery(message, outcome) + [("type", .string(event.type))])
+                        continue
+                    }
                     switch outcome {
                     case .delivered(let status):
                         Output.line("\(message.id) \(event.type) delivered HTTP \(status)")
@@ -292,7 +324,14 @@ enum DeliverCommand {
                 ("destination", .string(destination.name)), ("sent", .integer(Int64(sent))),
                 ("failed", .integer(Int64(failed))),
             ])
-        Output.line("\(destination.name): replayed \(sent), delivered \(sent - failed), failed \(failed)")
+        if arguments.wantsJSON {
+            Output.json([
+                ("destination", .string(destination.name)), ("replayed", .integer(Int64(sent))),
+                ("delivered", .integer(Int64(sent - failed))), ("failed", .integer(Int64(failed))),
+            ])
+        } else {
+            Output.line("\(destination.name): replayed \(sent), delivered \(sent - failed), failed \(failed)")
+        }
         return failed > 0 ? .failed : .success
     }
 

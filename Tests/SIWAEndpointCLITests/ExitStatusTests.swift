@@ -128,6 +128,30 @@ final class ExitStatusTests {
         }
     }
 
+    @Test("--json is taken by every command that reports; canary and reconcile then write one JSON document")
+    func jsonEverywhere() throws {
+        for command in redisCommands {
+            let run = try run(command.arguments + ["--json"], input: command.input, environment: environment)
+            #expect(run.status == 3, "\(command.arguments.prefix(2)) --json: \(run.errors)")
+        }
+        let canary = try run(
+            redisCommands[8].arguments + ["--json"], input: redisCommands[8].input, environment: environment)
+        #expect(
+            canary.output == #"{"outcome":"redis_unreachable","sub":"000111.a.b","revoked":false}"# + "\n",
+            "\(canary.errors)")
+        let reconcile = try run(["reconcile", "--json", "-"], input: Self.userLine, environment: environment)
+        #expect(
+            reconcile.output
+                == #"{"checked":0,"still_valid":0,"refused":0,"skipped":0,"unknown":0,"malformed":0}"# + "\n")
+        let spool = try run(
+            ["spool", "status", "--json", "--spool-dir", directory.path], input: nil, environment: environment)
+        #expect(spool.status != 2, "\(spool.errors)")
+        let status = try run(
+            ["status", "--json", "--socket", directory.appendingPathComponent("none.sock").path], input: nil,
+            environment: environment)
+        #expect(status.status == 3, "\(status.errors)")
+    }
+
     @Test("status: nothing listening on the socket is exit 3, the deployment not answering")
     func statusWithoutResponderIsThree() throws {
         let run = try run(

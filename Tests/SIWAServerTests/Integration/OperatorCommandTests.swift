@@ -1,4 +1,5 @@
 import Foundation
+import SIWAJSON
 import SIWAServer
 import SIWATestKit
 import SIWAVerification
@@ -45,6 +46,28 @@ struct UserCommandTests {
         #expect(!later.lines.contains("session not valid"))
         let offset = try user(stack, [ServeStack.clientID, sub, "--session-started", "2026-11-30T01:53:20+01:00"])
         #expect(offset.lines.contains("session not valid"))
+
+        // --json: the same as one document, and nothing else on standard output.
+        let json = try user(stack, [ServeStack.clientID, sub, "--session-started", String(Self.revokedAt), "--json"])
+        #expect(json.status == 0, "\(json.errors)")
+        #expect(json.lines.count == 2 && json.lines[1].isEmpty, "one line: \(json.output)")
+        guard case .object(let document) = try StrictJSONParser.parse(Array(json.lines[0].utf8)),
+            case .object(let state)? = document["state"], case .array(let entries)? = document["entries"],
+            case .object(let entry)? = entries.first
+        else {
+            Issue.record("not the user document: \(json.output)")
+            return
+        }
+        #expect(document["client_id"] == .string(ServeStack.clientID) && document["sub"] == .string(sub))
+        #expect(document["key"] == .string("siwa:user:{com.example.app:000020.u.0001}"))
+        #expect(state["sessions_revoked_at"] == .string("1796000000000"))
+        #expect(state["last_event_type"] == .string("consent-revoked"))
+        #expect(document["session"] == .object(["started_at": .integer(Self.revokedAt), "valid": .bool(false)]))
+        #expect(document["stream"] == .string("siwa:events") && document["newest"] == .integer(1000))
+        #expect(entries.count == 1)
+        #expect(entry["type"] == .string("consent-revoked") && entry["event_time"] == .integer(Self.revokedAt))
+        #expect(entry["applied"] == .string("1") && entry["email_present"] == .bool(false))
+        #expect(document["transfer_sub"] == nil && document["transferred_to"] == nil)
     }
 
     @Test("no email address from the stream when the hash holds none; the hash's own is shown")
