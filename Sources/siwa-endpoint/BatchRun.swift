@@ -14,11 +14,16 @@ import SIWASupport
 /// anything is asked of Apple), resumption (a user an earlier run finished is counted
 /// `skipped` and not asked again: each command's store says which are), the stop with its
 /// message and exit status, and the `<name>_finished` line with the counts.
-final class BatchRun {
+public final class BatchRun {
     /// Ends a run early: the message goes to standard error, the status is the exit status.
-    struct Stop: Error {
-        let status: ExitStatus
-        let message: String
+    public struct Stop: Error {
+        public let status: ExitStatus
+        public let message: String
+
+        public init(status: ExitStatus, message: String) {
+            self.status = status
+            self.message = message
+        }
     }
 
     /// `reconcile`, `revoke`, `transfer export`: the command's words, for messages.
@@ -31,14 +36,14 @@ final class BatchRun {
     /// Users this run will ask (0: not known beforehand; progress then shows the counts).
     var toDo = 0
     private(set) var handled = 0
-    private let showsProgress: Bool
+    private let output: CommandOutput
     private let started = ContinuousClock.now
 
-    init(name: String, outcomes: [String], finished: Set<String>, showsProgress: Bool = isatty(2) == 1) {
+    init(name: String, outcomes: [String], finished: Set<String>, output: CommandOutput) {
         self.name = name
         self.outcomes = outcomes
         self.finished = finished
-        self.showsProgress = showsProgress
+        self.output = output
         counts = Dictionary(uniqueKeysWithValues: outcomes.map { ($0, 0) })
     }
 
@@ -79,7 +84,7 @@ final class BatchRun {
     /// A user's result line on standard output (one JSON object), after the progress line is cleared.
     func report(_ fields: [(String, JSONValue)]) {
         clearProgress()
-        Output.json(fields)
+        output.json(fields)
     }
 
     /// One log line (standard error), after the progress line is cleared.
@@ -101,23 +106,23 @@ final class BatchRun {
     /// The run stopped: its message on standard error; the status to exit with.
     func stopped(_ stop: Stop) -> ExitStatus {
         clearProgress()
-        Output.error("siwa-endpoint \(name): \(stop.message)")
+        output.error("siwa-endpoint \(name): \(stop.message)")
         return stop.status
     }
 
     private func clearProgress() {
-        if showsProgress { Output.progress("\r\u{1B}[K") }
+        if output.showsProgress { output.progress("\r\u{1B}[K") }
     }
 
     private func showProgress() {
-        guard showsProgress else { return }
+        guard output.showsProgress else { return }
         guard toDo > 0 else {
-            Output.progress("\r\u{1B}[K\(name): \(summary)")
+            output.progress("\r\u{1B}[K\(name): \(summary)")
             return
         }
         let elapsed = Double((ContinuousClock.now - started).components.seconds)
         let left = Int(elapsed / Double(max(1, handled)) * Double(max(0, toDo - handled)))
         let estimate = left >= 3600 ? "\(left / 3600)h\(left % 3600 / 60)m" : "\(left / 60)m\(left % 60)s"
-        Output.progress("\r\u{1B}[K\(name): \(handled)/\(toDo), about \(estimate) left")
+        output.progress("\r\u{1B}[K\(name): \(handled)/\(toDo), about \(estimate) left")
     }
 }

@@ -154,3 +154,10 @@ enum Output {
         }
     }
 }
+
+extension CommandOutput {
+    /// The binary's: through `Output`, the progress line only on a terminal.
+    static let standard = CommandOutput(
+        line: { Output.line($0) }, error: { Output.error($0) }, progress: { Output.progress($0) },
+        showsProgress: isatty(2) == 1)
+}
