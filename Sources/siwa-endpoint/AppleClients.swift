@@ -20,6 +20,13 @@ extension ReconcileConfiguration {
         AppleTokenRevocation(revokeURL: revokeURL, client: appleClient(rate: rate))
     }
 
+    /// What the runs read of these settings.
+    var runSettings: AppleRunSettings {
+        AppleRunSettings(
+            teamID: teamID, tokenURL: tokenURL, revokeURL: revokeURL, migrationURL: migrationURL, keyPrefix: keyPrefix,
+            streamMaximumLength: streamMaximumLength)
+    }
+
     /// The pacer of `rate` requests a second; each wait Apple asks for with a `429` is one
     /// `apple_asked_to_wait` line, so a long pause is never silent.
     static func pacer(rate: Double) -> RequestPacer {

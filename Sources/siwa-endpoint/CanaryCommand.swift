@@ -75,7 +75,8 @@ enum CanaryCommand {
 
         let kind: AppleTokenRevocation.TokenKind = arguments.has("--access-token") ? .accessToken : .refreshToken
         let run = CanaryRun(
-            configuration: configuration, clientID: clientID, subject: subject, json: arguments.wantsJSON,
+            settings: configuration.runSettings, revocation: configuration.revocation(rate: 5), clientID: clientID,
+            subject: subject, json: arguments.wantsJSON,
             output: .standard,
             connection: OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.keyPrefix))
         return run.run(token: token, kind: kind, timeout: timeout)

@@ -11,7 +11,8 @@ public final class CanaryRun {
     /// How often Redis is read while waiting.
     static let pollInterval: Duration = .milliseconds(250)
 
-    let configuration: ReconcileConfiguration
+    let settings: AppleRunSettings
+    let revocation: AppleTokenRevocation
     let clientID: String
     let subject: String
     /// One JSON document on standard output (`--json`), not the lines of text.
@@ -21,10 +22,11 @@ public final class CanaryRun {
 
     /// `connection`: serve's Redis, found as serve finds it.
     public init(
-        configuration: ReconcileConfiguration, clientID: String, subject: String, json: Bool, output: CommandOutput,
-        connection: RedisConnection
+        settings: AppleRunSettings, revocation: AppleTokenRevocation, clientID: String, subject: String, json: Bool,
+        output: CommandOutput, connection: RedisConnection
     ) {
-        self.configuration = configuration
+        self.settings = settings
+        self.revocation = revocation
         self.clientID = clientID
         self.subject = subject
         self.json = json
@@ -40,7 +42,7 @@ public final class CanaryRun {
             if json { output.json([("outcome", .string(outcome)), ("sub", .string(subject))] + fields) }
             return status
         }
-        let userKey = RedisKeyLayout(prefix: configuration.keyPrefix).user(clientID: clientID, subject: subject)
+        let userKey = RedisKeyLayout(prefix: settings.keyPrefix).user(clientID: clientID, subject: subject)
         let before: [String: String]
         do {
             before = try userHash(connection, userKey)
@@ -53,7 +55,7 @@ public final class CanaryRun {
 
         let revokedAt = Int64(Date().timeIntervalSince1970 * 1000)
         let started = ContinuousClock.now
-        switch configuration.revocation(rate: 5).revoke(clientID: clientID, token: token, kind: kind) {
+        switch revocation.revoke(clientID: clientID, token: token, kind: kind) {
         case .revoked where !json:
             output.line(
                 "revoked at Apple at \(UTCTime.format(milliseconds: revokedAt)); waiting up to \(timeout) s for its "

@@ -63,7 +63,9 @@ enum ReconcileCommand {
         else { return .usage }
         defer { fclose(file) }
         return ReconcileRun(
-            configuration: configuration, rate: rate, json: arguments.wantsJSON, output: .standard,
+            settings: configuration.runSettings, check: configuration.appleClient(rate: rate),
+            json: arguments.wantsJSON,
+            output: .standard,
             connection: OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.keyPrefix)
         ).reconcile(file)
     }

@@ -11,7 +11,7 @@ import SIWASupport
 /// One reconcile run: reads lines, checks users (a user checked in the last 24 hours is
 /// skipped: a rerun resumes), and prints the counts.
 public final class ReconcileRun {
-    let configuration: ReconcileConfiguration
+    let settings: AppleRunSettings
     let store: ReconcileStore
     let check: AppleTokenCheck
     /// Malformed lines are skipped and a refused token is a decision: only an unknown user
@@ -24,19 +24,18 @@ public final class ReconcileRun {
 
     /// `connection`: serve's Redis, found as serve finds it.
     public init(
-        configuration: ReconcileConfiguration, rate: Double, json: Bool, output: CommandOutput,
+        settings: AppleRunSettings, check: AppleTokenCheck, json: Bool, output: CommandOutput,
         connection: RedisConnection
     ) {
-        self.configuration = configuration
+        self.settings = settings
         self.json = json
         self.output = output
         batch = BatchRun(
             name: "reconcile", outcomes: ["still_valid", "refused", "skipped", "unknown", "malformed"],
             finished: ["still_valid", "refused", "skipped", "malformed"], output: output)
         store = ReconcileStore(
-            connection: connection, keyPrefix: configuration.keyPrefix,
-            streamMaximumLength: configuration.streamMaximumLength)
-        check = configuration.appleClient(rate: rate)
+            connection: connection, keyPrefix: settings.keyPrefix, streamMaximumLength: settings.streamMaximumLength)
+        self.check = check
     }
 
     /// Users asked of Apple: every one not skipped or malformed.
@@ -46,7 +45,7 @@ public final class ReconcileRun {
     public func reconcile(_ file: UnsafeMutablePointer<FILE>) -> ExitStatus {
         EventLog.event(
             "reconcile_started",
-            [("token_url", .string(configuration.tokenURL)), ("team_id", .string(configuration.teamID))])
+            [("token_url", .string(settings.tokenURL)), ("team_id", .string(settings.teamID))])
         do {
             try batch.checkRedisAnswers(store.connection)
             try InputLines.each(file) { bytes, lineNumber throws(BatchRun.Stop) in

@@ -57,7 +57,7 @@ enum RevokeCommand {
         else { return .usage }
         defer { fclose(file) }
         return RevokeRun(
-            configuration: configuration, rate: rate, output: .standard,
+            settings: configuration.runSettings, revocation: configuration.revocation(rate: rate), output: .standard,
             connection: OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.keyPrefix)
         ).revoke(file)
     }

@@ -12,28 +12,28 @@ import SIWASupport
 public final class RevokeRun {
     let store: ReconcileStore
     let revocation: AppleTokenRevocation
-    let configuration: ReconcileConfiguration
+    let settings: AppleRunSettings
     let batch: BatchRun
 
     /// `connection`: serve's Redis, found as serve finds it.
     public init(
-        configuration: ReconcileConfiguration, rate: Double, output: CommandOutput, connection: RedisConnection
+        settings: AppleRunSettings, revocation: AppleTokenRevocation, output: CommandOutput,
+        connection: RedisConnection
     ) {
-        self.configuration = configuration
+        self.settings = settings
         batch = BatchRun(
             name: "revoke", outcomes: ["revoked", "refused", "unknown", "malformed"], finished: ["revoked"],
             output: output)
         store = ReconcileStore(
-            connection: connection, keyPrefix: configuration.keyPrefix,
-            streamMaximumLength: configuration.streamMaximumLength)
-        revocation = configuration.revocation(rate: rate)
+            connection: connection, keyPrefix: settings.keyPrefix, streamMaximumLength: settings.streamMaximumLength)
+        self.revocation = revocation
     }
 
     /// Reads `file` to its end (or the run's stop); the exit status.
     public func revoke(_ file: UnsafeMutablePointer<FILE>) -> ExitStatus {
         EventLog.event(
             "revoke_started",
-            [("revoke_url", .string(configuration.revokeURL)), ("team_id", .string(configuration.teamID))])
+            [("revoke_url", .string(settings.revokeURL)), ("team_id", .string(settings.teamID))])
         do {
             // Before any token is revoked: a revocation Redis could not record would leave
             // sessions Apple ended still valid here.

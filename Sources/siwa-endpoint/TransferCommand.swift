@@ -118,11 +118,29 @@ enum TransferCommand {
             Output.error("siwa-endpoint transfer: reading \(input) failed")
             return .failed
         }
+        warnOfMixedURLs(configuration)
         let run = TransferRun(
-            direction: direction, target: target, clientID: clientID, configuration: configuration, rate: rate,
-            output: .standard,
+            direction: direction, target: target, clientID: clientID, settings: configuration.runSettings,
+            client: configuration.appleClient(rate: rate), output: .standard,
             connection: OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.keyPrefix))
         return run.run(entries, date: date, correcting: arguments.has("--correct"), outDirectory: outDirectory)
+    }
+
+    /// One of Apple's two URLs moved to a stand-in or proxy and the other left at Apple's
+    /// address is almost always a forgotten setting: said before any request.
+    static func warnOfMixedURLs(_ configuration: ReconcileConfiguration) {
+        let tokenIsApple = configuration.tokenURL == ReconcileConfiguration.defaultTokenURL
+        let migrationIsApple = configuration.migrationURL == AppleUserMigration.defaultMigrationURL
+        guard tokenIsApple != migrationIsApple else { return }
+        EventLog.event(
+            "apple_urls_differ", level: "warning",
+            [
+                (
+                    "message",
+                    .string("SIWA_APPLE_TOKEN_URL and SIWA_APPLE_MIGRATION_URL name different servers: set both")
+                ),
+                ("token_url", .string(configuration.tokenURL)), ("migration_url", .string(configuration.migrationURL)),
+            ])
     }
 
     /// Every non-blank line, trimmed, with its number; nil when reading failed.

@@ -156,7 +156,7 @@ public final class TransferRun {
     let direction: TransferStore.Direction
     let target: String?
     let clientID: String
-    let configuration: ReconcileConfiguration
+    let settings: AppleRunSettings
     let store: TransferStore
     let migration: AppleUserMigration
     let batch: BatchRun
@@ -169,20 +169,19 @@ public final class TransferRun {
 
     /// `target`: export's recipient team. `connection`: serve's Redis, found as serve finds it.
     public init(
-        direction: TransferStore.Direction, target: String?, clientID: String, configuration: ReconcileConfiguration,
-        rate: Double, output: CommandOutput, connection: RedisConnection
+        direction: TransferStore.Direction, target: String?, clientID: String, settings: AppleRunSettings,
+        client: AppleTokenCheck, output: CommandOutput, connection: RedisConnection
     ) {
         self.direction = direction
         self.target = target
         self.clientID = clientID
-        self.configuration = configuration
+        self.settings = settings
         self.output = output
         batch = BatchRun(
             name: "transfer \(direction.rawValue)", outcomes: Self.outcomes,
             finished: ["exported", "exchanged", "skipped"], output: output)
-        store = TransferStore(connection: connection, keyPrefix: configuration.keyPrefix, clientID: clientID)
-        migration = AppleUserMigration(
-            migrationURL: configuration.migrationURL, clientID: clientID, client: configuration.appleClient(rate: rate))
+        store = TransferStore(connection: connection, keyPrefix: settings.keyPrefix, clientID: clientID)
+        migration = AppleUserMigration(migrationURL: settings.migrationURL, clientID: clientID, client: client)
     }
 
     /// Exchanges `entries` (each non-blank input line, trimmed, with its number) at Apple,
@@ -192,7 +191,6 @@ public final class TransferRun {
     {
         do {
             try refuseClosedWindow(date)
-            warnOfMixedURLs()
             // The directory and its files before Redis: a refusal here records nothing, not
             // even the date.
             let directory: OutputDirectory
@@ -217,7 +215,7 @@ public final class TransferRun {
                 "transfer_started",
                 [
                     ("direction", .string(direction.rawValue)), ("client_id", .string(clientID)),
-                    ("team_id", .string(configuration.teamID)), ("users", .integer(Int64(entries.count))),
+                    ("team_id", .string(settings.teamID)), ("users", .integer(Int64(entries.count))),
                     ("already_done", .integer(Int64(done.count))), ("transfer_date", .integer(window.date)),
                     ("closes_at", .integer(window.date + TransferStore.window.wholeMilliseconds)),
                 ] + (target.map { [("target", JSONValue.string($0))] } ?? []))
@@ -267,23 +265,6 @@ public final class TransferRun {
                     + "\(UTCTime.format(milliseconds: date + TransferStore.window.wholeMilliseconds)): Apple no longer "
                     + "exchanges its identifiers")
         }
-    }
-
-    /// One of Apple's two URLs moved to a stand-in or proxy and the other left at Apple's
-    /// address is almost always a forgotten setting: said before any request.
-    private func warnOfMixedURLs() {
-        let tokenIsApple = configuration.tokenURL == ReconcileConfiguration.defaultTokenURL
-        let migrationIsApple = configuration.migrationURL == AppleUserMigration.defaultMigrationURL
-        guard tokenIsApple != migrationIsApple else { return }
-        log(
-            "apple_urls_differ", level: "warning",
-            [
-                (
-                    "message",
-                    .string("SIWA_APPLE_TOKEN_URL and SIWA_APPLE_MIGRATION_URL name different servers: set both")
-                ),
-                ("token_url", .string(configuration.tokenURL)), ("migration_url", .string(configuration.migrationURL)),
-            ])
     }
 
     /// What the run works with: the transfer date recorded, the records' expiry, and the
@@ -587,8 +568,8 @@ public final class TransferRun {
         guard !code.hasPrefix("http_"), code != "answer_invalid" else { return }
         let (setting, url) =
             reason.hasPrefix("token_")
-            ? ("SIWA_APPLE_TOKEN_URL", configuration.tokenURL)
-            : ("SIWA_APPLE_MIGRATION_URL", configuration.migrationURL)
+            ? ("SIWA_APPLE_TOKEN_URL", settings.tokenURL)
+            : ("SIWA_APPLE_MIGRATION_URL", settings.migrationURL)
         guard unreachableNamed.insert(setting).inserted else { return }
         let tls = code.hasPrefix("tls_") || code == "ca_file_unusable"
         log(
