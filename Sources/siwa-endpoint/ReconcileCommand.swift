@@ -35,8 +35,8 @@ enum ReconcileCommand {
 
         Exit status (the table of every command: docs/operations.md, "Exit status"):
         0 every line decided or skipped; 1 some user unknown; 2 a configuration or usage
-        error (invalid_client included); 3 Redis did not answer (rerun: checked users are
-        skipped).
+        error (invalid_client included); 3 Redis did not answer (checked at the start, before
+        Apple is asked; rerun: checked users are skipped).
 
         settings (SIWA_* environment variables; the environment wins over --env-file):
         \(ReconcileConfiguration.helpLines.joined(separator: "\n"))

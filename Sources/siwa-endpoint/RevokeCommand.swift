@@ -35,7 +35,8 @@ enum RevokeCommand {
 
         Exit status (the table of every command: docs/operations.md, "Exit status"):
         0 every user revoked; 1 some user refused, unknown or malformed; 2 a configuration
-        or usage error (invalid_client included); 3 Redis did not answer.
+        or usage error (invalid_client included); 3 Redis did not answer (at the start:
+        nothing was asked of Apple).
 
         settings: those of reconcile (see `siwa-endpoint reconcile --help`), and
           SIWA_APPLE_REVOKE_URL (default: \(AppleTokenRevocation.defaultRevokeURL))
