@@ -6,13 +6,39 @@
 public enum UTCTime {
     /// `2026-12-05T05:00:00.123Z`: always UTC, always three fraction digits.
     public static func format(milliseconds: Int64) -> String {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(24)
+        append(milliseconds: milliseconds, to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// `format(milliseconds:)`'s bytes appended to `output`, with no String made: the event
+    /// log writes one per line, on the request path.
+    public static func append(milliseconds: Int64, to output: inout [UInt8]) {
         let (days, inDay) = floorDivision(milliseconds, 86_400_000)
         let (year, month, day) = civil(fromDays: days)
-        let hour = inDay / 3_600_000
-        let minute = inDay / 60_000 % 60
-        let second = inDay / 1000 % 60
-        return "\(padded(year, 4))-\(padded(month, 2))-\(padded(day, 2))T\(padded(hour, 2)):\(padded(minute, 2)):"
-            + "\(padded(second, 2)).\(padded(inDay % 1000, 3))Z"
+        func digits(_ value: Int64, _ count: Int) {
+            var divisor: Int64 = 1
+            for _ in 1..<count { divisor *= 10 }
+            while divisor > 0 {
+                output.append(UInt8(ascii: "0") + UInt8(truncatingIfNeeded: value / divisor % 10))
+                divisor /= 10
+            }
+        }
+        digits(year, 4)
+        output.append(UInt8(ascii: "-"))
+        digits(month, 2)
+        output.append(UInt8(ascii: "-"))
+        digits(day, 2)
+        output.append(UInt8(ascii: "T"))
+        digits(inDay / 3_600_000, 2)
+        output.append(UInt8(ascii: ":"))
+        digits(inDay / 60_000 % 60, 2)
+        output.append(UInt8(ascii: ":"))
+        digits(inDay / 1000 % 60, 2)
+        output.append(UInt8(ascii: "."))
+        digits(inDay % 1000, 3)
+        output.append(UInt8(ascii: "Z"))
     }
 
     /// `2026-12-05`: the day of `milliseconds`, in UTC.
@@ -122,10 +148,5 @@ public enum UTCTime {
             value = value * 10 + Int64(digit - UInt8(ascii: "0"))
         }
         return value
-    }
-
-    private static func padded(_ value: Int64, _ width: Int) -> String {
-        let text = String(value)
-        return text.count >= width ? text : String(repeating: "0", count: width - text.count) + text
     }
 }
