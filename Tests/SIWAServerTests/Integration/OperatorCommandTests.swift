@@ -1,5 +1,6 @@
 import Foundation
 import SIWAJSON
+import SIWARedis
 import SIWAServer
 import SIWATestKit
 import SIWAVerification
@@ -101,6 +102,21 @@ struct UserCommandTests {
         let kept = try user(stack, [ServeStack.clientID, forwarding])
         #expect(kept.lines.contains("  email                kept@privaterelay.appleid.com"))
         #expect(kept.output.components(separatedBy: "@").count == 2, "the address once, from the hash")
+
+        // --json shows no more: no address for the deleted user, the hash's own once; an
+        // address in a stream entry (as an older writer left one) is never shown, only its
+        // presence.
+        _ = try RedisConnection(endpoint: try RedisEndpoint(parsing: stack.redis.url())).command(
+            "XADD", "siwa:events", "*", "client_id", ServeStack.clientID, "sub", deleted, "type", "email-enabled",
+            "event_time", String(Self.revokedAt - 1000), "applied", "0", "email", "old@privaterelay.appleid.com")
+        let goneJSON = try user(stack, [ServeStack.clientID, deleted, "--json"])
+        #expect(goneJSON.status == 0)
+        #expect(!goneJSON.output.contains("@") && !goneJSON.output.contains("private"), "\(goneJSON.output)")
+        #expect(goneJSON.output.contains(#""email_present":true"#), "\(goneJSON.output)")
+        #expect(!(try user(stack, [ServeStack.clientID, deleted])).output.contains("@"))
+        let keptJSON = try user(stack, [ServeStack.clientID, forwarding, "--json"])
+        #expect(keptJSON.output.components(separatedBy: "@").count == 2, "the address once, from the hash")
+        #expect(keptJSON.output.contains(#""email":"kept@privaterelay.appleid.com""#))
     }
 
     @Test("a refresh token reconcile found refused: its time with the UTC date, its entry marked source=reconcile")
