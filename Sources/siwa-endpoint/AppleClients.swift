@@ -1,5 +1,7 @@
+import SIWAAppleAPI
 import SIWAHTTPS
-import SIWAServer
+import SIWASettings
+import SIWATelemetry
 
 extension ReconcileConfiguration {
     /// The client every command that calls Apple's token endpoints uses (reconcile, revoke,

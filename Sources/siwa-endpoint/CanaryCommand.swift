@@ -1,7 +1,9 @@
 import Foundation
+import SIWAAppleAPI
 import SIWAJSON
 import SIWARedis
-import SIWAServer
+import SIWASettingKeys
+import SIWAStore
 import SIWASupport
 import SIWAVerification
 
@@ -103,5 +105,4 @@ enum CanaryCommand {
         }
         return line
     }
-
 }

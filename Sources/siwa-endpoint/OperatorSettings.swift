@@ -1,7 +1,9 @@
 import Foundation
 import SIWAJSON
 import SIWARedis
-import SIWAServer
+import SIWASettingKeys
+import SIWASettings
+import SIWATelemetry
 
 /// Settings a command reads the way serve reads its own: `SIWA_*` from the environment and
 /// `--env-file` (the environment wins), each value by its row of the one table.

@@ -1,4 +1,5 @@
 import Foundation
+import SIWAAppleAPI
 import SIWAJSON
 import SIWASupport
 

@@ -1,7 +1,9 @@
 import Foundation
 import SIWAJSON
-import SIWAServer
+import SIWASettings
+import SIWASpool
 import SIWASupport
+import SIWATelemetry
 import SIWAVerification
 
 /// `spool status`, `list`, `show`, `requeue` and `discard`: look into a spool directory,

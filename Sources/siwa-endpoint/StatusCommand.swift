@@ -1,7 +1,8 @@
 import Foundation
 import SIWAFastCGIClient
 import SIWAJSON
-import SIWAServer
+import SIWASettingKeys
+import SIWASettings
 import SIWASupport
 import SIWAVerification
 

@@ -1,9 +1,13 @@
 import Foundation
+import SIWAAppleAPI
 import SIWAHTTPS
 import SIWAJSON
 import SIWARedis
-import SIWAServer
+import SIWASettingKeys
+import SIWASettings
+import SIWAStore
 import SIWASupport
+import SIWATelemetry
 import SIWAVerification
 
 #if canImport(Glibc)

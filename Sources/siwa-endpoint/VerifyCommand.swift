@@ -1,6 +1,6 @@
 import Foundation
 import SIWAJSON
-import SIWAServer
+import SIWAResponder
 import SIWASupport
 import SIWAVerification
 

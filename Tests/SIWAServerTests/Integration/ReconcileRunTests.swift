@@ -1,13 +1,11 @@
 import Foundation
 import Glibc
+import SIWAAppleAPI
 import SIWACrypto
 import SIWAHTTPS
-import SIWAServer
 import SIWASupport
 import Synchronization
 import Testing
-
-@testable import siwa_endpoint
 
 /// A reconcile run built and run in process (no binary started): a real redis-server, the
 /// stand-in for Apple's token endpoint over HTTPS, and the run's output caught in memory.
