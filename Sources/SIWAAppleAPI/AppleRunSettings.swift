@@ -2,12 +2,12 @@
 /// `ReconcileConfiguration`) and handed in: the team, the endpoints its lines name, and
 /// the store's key prefix and stream length. The clients themselves are handed in beside it.
 public struct AppleRunSettings: Sendable {
-    public let teamID: String
-    public let tokenURL: String
-    public let revokeURL: String
-    public let migrationURL: String
-    public let keyPrefix: String
-    public let streamMaximumLength: Int
+    let teamID: String
+    let tokenURL: String
+    let revokeURL: String
+    let migrationURL: String
+    let keyPrefix: String
+    let streamMaximumLength: Int
 
     public init(
         teamID: String, tokenURL: String, revokeURL: String, migrationURL: String, keyPrefix: String,

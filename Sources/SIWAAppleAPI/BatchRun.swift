@@ -17,8 +17,8 @@ import SIWATelemetry
 public final class BatchRun {
     /// Ends a run early: the message goes to standard error, the status is the exit status.
     public struct Stop: Error {
-        public let status: ExitStatus
-        public let message: String
+        let status: ExitStatus
+        let message: String
 
         public init(status: ExitStatus, message: String) {
             self.status = status

@@ -5,13 +5,13 @@ import SIWAJSON
 /// writer (`Output`) in the binary, and into memory in a test that runs them in process.
 public struct CommandOutput: Sendable {
     /// One line of the report (standard output).
-    public let line: @Sendable (String) -> Void
+    let line: @Sendable (String) -> Void
     /// One message line (standard error).
-    public let error: @Sendable (String) -> Void
+    let error: @Sendable (String) -> Void
     /// Text rewritten in place on standard error (the progress line).
-    public let progress: @Sendable (String) -> Void
+    let progress: @Sendable (String) -> Void
     /// Whether to draw the progress line (standard error is a terminal).
-    public let showsProgress: Bool
+    let showsProgress: Bool
 
     public init(
         line: @escaping @Sendable (String) -> Void, error: @escaping @Sendable (String) -> Void,
