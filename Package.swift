@@ -77,10 +77,14 @@ let package = Package(
             name: "SIWAKeys",
             dependencies: ["SIWATelemetry", "SIWAVerification", "SIWACrypto", "SIWASupport", "SIWAHTTPS"]
         ),
-        // Apple's REST API (client secret, token check, revoke, user migration, pacer): HTTPS and signing only.
+        // Apple's REST API (client secret, token check, revoke, user migration, pacer) and the runs of reconcile,
+        // revoke, transfer and canary over it and the store (testable in process; their commands parse and print).
         .target(
             name: "SIWAAppleAPI",
-            dependencies: ["SIWAVerification", "SIWACrypto", "SIWAJSON", "SIWASupport", "SIWAHTTPS"]
+            dependencies: [
+                "SIWASettingKeys", "SIWAStore", "SIWATelemetry", "SIWAVerification", "SIWACrypto", "SIWAJSON",
+                "SIWASupport", "SIWARedis", "SIWAHTTPS",
+            ]
         ),
         // Google's RISC management API (the service account's key, the authorisation JWT, the stream's
         // calls): HTTPS and signing only, beside Apple's.

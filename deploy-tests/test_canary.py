@@ -53,7 +53,7 @@ def canary_stack(workdir, pki, rsa_cert):
     stack.stop()
 
 
-def canary(stack, token, sub, timeout=30, **settings):
+def canary(stack, token, sub, timeout=30, arguments=(), **settings):
     environment = {
         "PATH": "/usr/bin:/bin",
         "SIWA_APPLE_TEAM_ID": TEAM_ID, "SIWA_APPLE_KEY_ID": APPLE_KEY_ID,
@@ -63,7 +63,7 @@ def canary(stack, token, sub, timeout=30, **settings):
     }
     # The token on standard input, never an argument.
     return subprocess.run([str(stack.binary), "canary", "--client-id", CLIENT_ID, "--sub", sub, "--token-file", "-",
-                           "--timeout", str(timeout)], input=token + "\n", env=environment,
+                           "--timeout", str(timeout), *arguments], input=token + "\n", env=environment,
                           capture_output=True, text=True, timeout=timeout + 30)
 
 
@@ -100,19 +100,30 @@ def test_nothing_in_time_says_what_to_check(canary_stack):
     assert any(entry.get("label") == "silent" and entry.get("answer") == "valid" for entry in standin_log(canary_stack))
 
 
-def test_apple_refusing_our_secret_is_exit_3(canary_stack):
+def test_apple_refusing_our_secret_is_exit_2(canary_stack):
+    # invalid_client is a settings mistake (exit 2), as in reconcile, revoke and transfer.
     result = canary(canary_stack, SILENT, SUB_SILENT,
                     SIWA_APPLE_PRIVATE_KEY_FILE=str(canary_stack.apple_dir / "AuthKey_OTHER.p8"))
-    assert result.returncode == 3, result.stdout + result.stderr
+    assert result.returncode == 2, result.stdout + result.stderr
     assert "Apple refused our client (invalid_client)" in result.stderr
     assert standin_log(canary_stack)[-1]["problem"] == "signature"
 
 
-def test_redis_unreachable_is_exit_4_and_spends_nothing(canary_stack):
+def test_apple_refusing_the_token_is_exit_4_and_json_is_one_document(canary_stack):
+    # A token Apple did not issue (or already spent): Apple's refusal, not a usage mistake.
+    result = canary(canary_stack, "rt.canary-unknown.5c1d0e", SUB_SILENT, arguments=["--json"])
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert json.loads(result.stdout) == {"outcome": "refused", "sub": SUB_SILENT, "error": "invalid_grant"}
+    assert result.stdout.count("\n") == 1
+    assert "Apple refused the revocation (invalid_grant)" in result.stderr
+    assert standin_log(canary_stack)[-1]["label"] == "unlisted"
+
+
+def test_redis_unreachable_is_exit_3_and_spends_nothing(canary_stack):
     before = len(standin_log(canary_stack))
     result = canary(canary_stack, ARRIVES, SUB_ARRIVES, SIWA_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0",
                     SIWA_REDIS_TIMEOUT_MS="300")
-    assert result.returncode == 4, result.stdout + result.stderr
+    assert result.returncode == 3, result.stdout + result.stderr
     assert "Redis does not answer" in result.stderr and "the token is kept" in result.stderr
     assert len(standin_log(canary_stack)) == before  # nothing was sent to Apple
 

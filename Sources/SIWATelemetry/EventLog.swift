@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import SIWAJSON
+import SIWASupport
 import SIWAVerification
 import Synchronization
 
@@ -178,44 +179,14 @@ public enum EventLog {
     /// A wall time given in Unix milliseconds, in the lines' own format (a field such as
     /// `since`).
     public static func wallTime(milliseconds: Int64) -> String {
-        var bytes: [UInt8] = []
-        appendTimestamp(
-            to: &bytes,
-            at: timespec(tv_sec: Int(milliseconds / 1000), tv_nsec: Int(milliseconds % 1000) * 1_000_000))
-        return String(decoding: bytes, as: UTF8.self)
+        UTCTime.format(milliseconds: milliseconds)
     }
 
-    /// The same text as `timestamp()`, from `clock_gettime` and `gmtime_r`: Foundation's
-    /// ISO 8601 formatter showed in the profile of every request.
-    private static func appendTimestamp(to output: inout [UInt8], at time: timespec? = nil) {
+    /// The same text as `timestamp()`, the one time format (`UTCTime`), written as bytes from
+    /// `clock_gettime`: Foundation's ISO 8601 formatter showed in the profile of every request.
+    private static func appendTimestamp(to output: inout [UInt8]) {
         var now = timespec()
-        if let time { now = time } else { clock_gettime(CLOCK_REALTIME, &now) }
-        var seconds = now.tv_sec
-        var parts = tm()
-        gmtime_r(&seconds, &parts)
-        func digits(_ value: Int, _ count: Int) {
-            var divisor = 1
-            for _ in 1..<count { divisor *= 10 }
-            var value = value
-            while divisor > 0 {
-                output.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
-                value %= divisor
-                divisor /= 10
-            }
-        }
-        digits(Int(parts.tm_year) + 1900, 4)
-        output.append(UInt8(ascii: "-"))
-        digits(Int(parts.tm_mon) + 1, 2)
-        output.append(UInt8(ascii: "-"))
-        digits(Int(parts.tm_mday), 2)
-        output.append(UInt8(ascii: "T"))
-        digits(Int(parts.tm_hour), 2)
-        output.append(UInt8(ascii: ":"))
-        digits(Int(parts.tm_min), 2)
-        output.append(UInt8(ascii: ":"))
-        digits(Int(parts.tm_sec), 2)
-        output.append(UInt8(ascii: "."))
-        digits(now.tv_nsec / 1_000_000, 3)
-        output.append(UInt8(ascii: "Z"))
+        clock_gettime(CLOCK_REALTIME, &now)
+        UTCTime.append(milliseconds: Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec / 1_000_000), to: &output)
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import SIWACrypto
 import SIWAJSON
 import SIWAStore
+import SIWASupport
 
 /// The body and headers of one Standard Webhooks 1.0 call.
 public struct WebhookMessage: Sendable {
@@ -20,7 +21,7 @@ public struct WebhookMessage: Sendable {
         out += #"{"type":"#.utf8
         JSONWriter.writeString(typePrefix + event.type, to: &out)
         out += #","timestamp":"#.utf8
-        JSONWriter.writeString(Self.rfc3339(milliseconds: event.eventTime), to: &out)
+        JSONWriter.writeString(UTCTime.format(milliseconds: event.eventTime), to: &out)
         out += #","version":1,"data":"#.utf8
         var data: [(String, JSONValue)] = [
             ("client_id", .string(event.clientID)), ("sub", .string(event.subject)),
@@ -74,28 +75,6 @@ public struct WebhookMessage: Sendable {
         var signatures: [String] = []
         for key in keys { signatures.append(try key.signature(content)) }
         return signatures.joined(separator: " ")
-    }
-
-    /// `2026-12-05T05:00:00.123Z`.
-    public static func rfc3339(milliseconds: Int64) -> String {
-        var seconds = time_t(milliseconds.quotientRoundingDown(1000))
-        let fraction = milliseconds - Int64(seconds) * 1000
-        var parts = tm()
-        gmtime_r(&seconds, &parts)
-        let date =
-            "\(String(Int(parts.tm_year) + 1900).leftPadded(4))-\(String(parts.tm_mon + 1).leftPadded(2))-"
-            + "\(String(parts.tm_mday).leftPadded(2))"
-        let time =
-            "\(String(parts.tm_hour).leftPadded(2)):\(String(parts.tm_min).leftPadded(2)):"
-            + "\(String(parts.tm_sec).leftPadded(2)).\(String(fraction).leftPadded(3))"
-        return date + "T" + time + "Z"
-    }
-}
-
-extension Int64 {
-    fileprivate func quotientRoundingDown(_ divisor: Int64) -> Int64 {
-        let quotient = self / divisor
-        return (self % divisor < 0) ? quotient - 1 : quotient
     }
 }
 

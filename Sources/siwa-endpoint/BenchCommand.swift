@@ -18,12 +18,12 @@ enum BenchCommand {
         -c release for meaningful figures. Defaults: N = 2000, R = 7.
         """
 
-    static func run(_ words: [String]) throws -> Int32 {
+    static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--replay") { return try BenchReplayCommand.run(words) }
         if words.contains("--webhooks") { return try BenchWebhooksCommand.run(words) }
         if words.contains("--help") {
             Output.line(help)
-            return 0
+            return .success
         }
         let arguments = try CommandLineArguments(words, valueOptions: ["--iterations", "--rounds"])
         let iterations = Int(try arguments.integer("--iterations") ?? 2000)
@@ -51,7 +51,7 @@ enum BenchCommand {
             publicKey.isValidRS256Signature(signature, for: signingInput)
         else {
             Output.error("bench: the benchmark notification does not verify")
-            return 1
+            return .failed
         }
 
         var fullTimes: [Double] = []
@@ -74,7 +74,7 @@ enum BenchCommand {
         }
         guard verified == 2 * rounds * iterations else {
             Output.error("bench: a verification failed during the run")
-            return 1
+            return .failed
         }
         let fullRate = Double(iterations) / median(fullTimes)
         let bareRate = Double(iterations) / median(bareTimes)
@@ -88,7 +88,7 @@ enum BenchCommand {
             full verification CPU time: \(format(fullCPUMicroseconds, digits: 1)) us each (this thread's, so other load on the machine counts less)
             ratio full/bare: \(format(ratio, digits: 3)) (target >= 0.70)
             """)
-        return 0
+        return .success
     }
 
     private static func seconds(_ work: () -> Void) -> Double {

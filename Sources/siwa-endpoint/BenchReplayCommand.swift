@@ -20,10 +20,10 @@ enum BenchReplayCommand {
         The spool lives in a temporary directory, deleted afterwards. Default: N = 2000.
         """
 
-    static func run(_ words: [String]) throws -> Int32 {
+    static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--help") {
             Output.line(help)
-            return 0
+            return .success
         }
         let arguments = try CommandLineArguments(
             words.filter { $0 != "--replay" }, valueOptions: ["--records", "--redis-url"])
@@ -61,7 +61,7 @@ enum BenchReplayCommand {
             Output.error(
                 "bench: the replay took \(report.taken) of \(count) records (remaining \(report.remaining)): "
                     + "\(report.stop.map { "\($0)" } ?? report.spoolError.map { "\($0)" } ?? "stopped")")
-            return 1
+            return .failed
         }
 
         let directStore = NotificationStore(
@@ -86,7 +86,7 @@ enum BenchReplayCommand {
             direct apply (baseline):          \(format(directRate)) records/s
             ratio replay/direct: \(format(replayRate / directRate, digits: 3))
             """)
-        return 0
+        return .success
     }
 
     private static func seconds(since start: ContinuousClock.Instant) -> Double {

@@ -1,6 +1,7 @@
 import Foundation
 import SIWARedis
 import SIWAStore
+import SIWASupport
 import SIWAVerification
 import Synchronization
 
@@ -27,10 +28,10 @@ enum BenchWebhooksCommand {
         an event did not arrive within 60 s.
         """
 
-    static func run(_ words: [String]) throws -> Int32 {
+    static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--help") {
             Output.line(help)
-            return 0
+            return .success
         }
         let arguments = try CommandLineArguments(
             words.filter { $0 != "--webhooks" },
@@ -86,7 +87,7 @@ enum BenchWebhooksCommand {
         }
         guard let arrived = waitForArrivals(log, ids: Set(written.keys)) else {
             Output.error("bench --webhooks: not every event reached the receiver within 60 s")
-            return 1
+            return .failed
         }
         let pubsub = written.compactMap { jti, at in published.times.withLock { $0[jti] }.map { $0 - at } }
         let webhook = written.compactMap { jti, at in arrived[jti].map { $0 - at } }
@@ -120,7 +121,7 @@ enum BenchWebhooksCommand {
         let floodStart = delivererPID == nil ? writeStart : nowMilliseconds()
         guard let floodArrived = waitForArrivals(log, ids: floodIDs), let last = floodArrived.values.max() else {
             Output.error("bench --webhooks: the flood did not reach the receiver within 60 s")
-            return 1
+            return .failed
         }
         // Read once every event has arrived: the last POST's answer and acknowledgement are a few
         // microseconds of CPU against the flood's seconds.
@@ -132,7 +133,7 @@ enum BenchWebhooksCommand {
             line += "; deliverer CPU \(rounded((cpuAtEnd - cpuAtStart) * 1000 / Double(flood))) ms/event"
         }
         Output.line(line)
-        return 0
+        return .success
     }
 
     /// User plus system CPU seconds of process `pid`, every thread (fields 14 and 15 of

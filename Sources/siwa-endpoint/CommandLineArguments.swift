@@ -56,6 +56,13 @@ struct CommandLineArguments {
     }
 
     func has(_ flag: String) -> Bool { flags.contains(flag) }
+
+    /// `--json`: every command that reports takes it the same way (one JSON document, or
+    /// where a command reports per user, one JSON object a line), written by `Output.json`.
+    static let json = "--json"
+
+    /// Whether `--json` was given.
+    var wantsJSON: Bool { has(Self.json) }
 }
 
 /// A mistake in how the command was called: exit status 2.

@@ -4,6 +4,7 @@ import SIWARedis
 import SIWASettingKeys
 import SIWASettings
 import SIWAStore
+import SIWASupport
 
 /// `deletions`: the audit view of the deletion duty. Each deletion a consumer group has not
 /// acknowledged (who, when, which consumer holds it, how many deliveries), per group the
@@ -42,10 +43,10 @@ enum DeletionsCommand {
         let deliveries: Int
     }
 
-    static func run(_ words: [String]) throws -> Int32 {
+    static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--help") {
             Output.line(help)
-            return 0
+            return .success
         }
         let arguments = try CommandLineArguments(
             words, valueOptions: ["--env-file", "--group", "--older-than", "--limit"], flagOptions: ["--json"])
@@ -55,13 +56,10 @@ enum DeletionsCommand {
         guard (1...100_000).contains(limit) else { throw UsageError("--limit must be between 1 and 100000") }
         let onlyGroup = arguments.value("--group")
 
-        let configuration: ServerConfiguration
-        do {
-            // The client ID stands in for SIWA_CLIENT_IDS, which this command does not use.
-            configuration = try OperatorSettings.load(arguments.value("--env-file"), clientID: "deletions.audit")
-        } catch {
-            return ServeCommand.refuse(error).exitStatus
-        }
+        guard
+            let configuration = OperatorSettings.load(
+                ServerConfiguration.self, envFile: arguments.value("--env-file"), clientIDStandIn: "deletions.audit")
+        else { return .usage }
         let connection = OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.store.keyPrefix)
         let key = RedisKeyLayout(prefix: configuration.store.keyPrefix).deletions
         let now = Int64(Date().timeIntervalSince1970 * 1000)
@@ -85,7 +83,7 @@ enum DeletionsCommand {
         } catch {
             Output.error(
                 "siwa-endpoint deletions: Redis did not answer (\(error.code.rawValue)): \(error.operatorMessage)")
-            return 3
+            return .unreachable
         }
 
         let unread = reading.groups.isEmpty && reading.entries > 0
@@ -106,14 +104,14 @@ enum DeletionsCommand {
         }
         if missingGroup {
             Output.error("siwa-endpoint deletions: no consumer group \(onlyGroup ?? "") reads \(key)")
-            return 1
+            return .failed
         }
         if unread {
             Output.error(
                 "siwa-endpoint deletions: \(reading.entries) deletions wait in \(key) and no consumer group reads it")
-            return 1
+            return .failed
         }
-        return overdue ? 1 : 0
+        return overdue ? .failed : .success
     }
 
     /// The group's deletions not acknowledged: delivered ones (XPENDING), then the ones not
@@ -169,7 +167,7 @@ enum DeletionsCommand {
 
     static func describe(_ pending: Pending, now: Int64) -> String {
         let recorded = DeletionDutyReading.entryMilliseconds(pending.id) ?? now
-        let eventTime = pending.fields["event_time"].flatMap(Int64.init).map(isoDate) ?? "?"
+        let eventTime = pending.fields["event_time"].flatMap(Int64.init).map(UTCTime.format(milliseconds:)) ?? "?"
         return
             "client_id=\(pending.fields["client_id"] ?? "?") sub=\(pending.fields["sub"] ?? "?") event_time=\(eventTime) "
             + "age=\(age(now - recorded)) consumer=\(pending.consumer ?? "-") deliveries=\(pending.deliveries) id=\(pending.id)"
@@ -213,7 +211,7 @@ enum DeletionsCommand {
             ("groups", .array(groups)), ("overdue", .bool(overdue)),
         ]
         if noGroup { members.append(("unread", deletions(listed[""] ?? []))) }
-        Output.line(JSONWriter.object(members))
+        Output.json(members)
     }
 
     /// `90m`, `36h`, `7d`, `45s`: seconds.
@@ -231,10 +229,5 @@ enum DeletionsCommand {
         if seconds >= 3600 { return "\(seconds / 3600)h\((seconds % 3600) / 60)m" }
         if seconds >= 60 { return "\(seconds / 60)m\(seconds % 60)s" }
         return "\(seconds)s"
-    }
-
-    static func isoDate(_ milliseconds: Int64) -> String {
-        let formatter = ISO8601DateFormatter()
-        return formatter.string(from: Date(timeIntervalSince1970: Double(milliseconds) / 1000))
     }
 }

@@ -15,9 +15,9 @@ enum DeliverCommand {
                siwa-endpoint deliver --check [--env-file FILE]  check the settings and destinations
                siwa-endpoint deliver status [--json]            per destination: pending, oldest, last
                                                                 success and failure, disabled
-               siwa-endpoint deliver replay --destination NAME --since T [--until T] [--type TYPE]
-               siwa-endpoint deliver test --destination NAME    send one signed siwa.test event
-               siwa-endpoint deliver enable --destination NAME  re-enable a disabled destination
+               siwa-endpoint deliver replay --destination NAME --since T [--until T] [--type TYPE] [--json]
+               siwa-endpoint deliver test --destination NAME [--json]    send one signed siwa.test event
+               siwa-endpoint deliver enable --destination NAME [--json]  re-enable a disabled destination
                siwa-endpoint deliver keygen --scheme ed25519|hmac --out FILE
 
         Reads the events stream through one consumer group per destination (deliver:NAME)
@@ -29,7 +29,9 @@ enum DeliverCommand {
         replay: re-sends, once each, the events recorded from --since to --until (T: RFC 3339
         or Unix ms; the time the endpoint recorded the event) that the destination takes, with
         their own webhook-ids. Exit 1 when one was not delivered.
-        test: exit 0 on a 2xx, 1 otherwise. keygen: writes a fresh key (mode 0600, the file
+        test: exit 0 on a 2xx, 1 otherwise. --json: status one document; test and enable one
+        object; replay one object per event ({"webhook_id","outcome","http_status","cause",
+        "type"}), then the counts ({"destination","replayed","delivered","failed"}). keygen: writes a fresh key (mode 0600, the file
         must not exist) and prints the public whpk_ key of an ed25519 one.
 
         Exit status: 0 done; 1 a delivery (test, replay) failed; 2 a usage or settings
@@ -41,10 +43,10 @@ enum DeliverCommand {
           settings: as for serve
         """
 
-    static func run(_ words: [String]) throws -> Int32 {
+    static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--help") {
             Output.line(help)
-            return 0
+            return .success
         }
         switch words.first {
         case "status": return try status(Array(words.dropFirst()))
@@ -58,27 +60,19 @@ enum DeliverCommand {
         guard arguments.positionals.isEmpty else {
             throw UsageError("unknown deliver command \(arguments.positionals[0])")
         }
-        guard let configuration = load(arguments) else { return 2 }
+        guard let configuration = load(arguments) else { return .usage }
         if arguments.has("--check") {
             Output.line(
                 "siwa-endpoint deliver: settings and \(configuration.destinations.count) destination(s) are valid: "
                     + configuration.destinations.map(\.name).joined(separator: ", "))
-            return 0
+            return .success
         }
         return serve(configuration)
     }
 
     /// The settings and destinations (key files read); a refusal is serve's one line (nil: exit 2).
     static func load(_ arguments: CommandLineArguments) -> WebhookConfiguration? {
-        do {
-            let configuration = try WebhookConfiguration(
-                environment: ProcessInfo.processInfo.environment, envFile: arguments.value("--env-file"))
-            OperatorSettings.warnUnknown(configuration.unknownSettings)
-            return configuration
-        } catch {
-            ServeCommand.refuse(error)
-            return nil
-        }
+        OperatorSettings.load(WebhookConfiguration.self, envFile: arguments.value("--env-file"))
     }
 
     static func connection(_ configuration: WebhookConfiguration) -> RedisConnection {
@@ -91,14 +85,14 @@ enum DeliverCommand {
             userAgent: "siwa-endpoint/\(EndpointVersion.current)", keptConnectionIdle: configuration.keepAlive)
     }
 
-    static func serve(_ configuration: WebhookConfiguration) -> Int32 {
+    static func serve(_ configuration: WebhookConfiguration) -> ExitStatus {
         let metrics = WebhookMetrics(destinations: configuration.destinations.map(\.name))
         let services = ServiceGroup()
         do throws(SignalSetupError) {
             try services.handleSignals()
         } catch {
             EventLog.event("signal_setup_failed", level: "error", [("message", .string(error.description))])
-            return 1
+            return .failed
         }
         let listener = WebhookMetricsListener(
             host: configuration.metricsListen.host, port: configuration.metricsListen.port, metrics: metrics)
@@ -127,7 +121,7 @@ enum DeliverCommand {
         // unacknowledged: it is sent again after a restart, with the same webhook-id.
         let stopped = services.run(shutdownTimeout: configuration.timeout + .seconds(2))
         EventLog.event("deliver_stopped", [("all_returned", .bool(stopped.allReturned))])
-        return 0
+        return .success
     }
 
     // MARK: - Operator commands
@@ -144,14 +138,14 @@ enum DeliverCommand {
         return destination
     }
 
-    static func redisFailed(_ error: RedisError) -> Int32 {
+    static func redisFailed(_ error: RedisError) -> ExitStatus {
         Output.error("siwa-endpoint deliver: Redis did not answer (\(error.code.rawValue)): \(error.operatorMessage)")
-        return 3
+        return .unreachable
     }
 
-    static func status(_ words: [String]) throws -> Int32 {
+    static func status(_ words: [String]) throws -> ExitStatus {
         let arguments = try CommandLineArguments(words, valueOptions: ["--env-file"], flagOptions: ["--json"])
-        guard let configuration = load(arguments) else { return 2 }
+        guard let configuration = load(arguments) else { return .usage }
         let redis = connection(configuration)
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         var items: [JSONValue] = []
@@ -163,7 +157,7 @@ enum DeliverCommand {
                 let state = try store.state()
                 let age = backlog.oldestAt.map { max(0, now - $0) / 1000 }
                 func time(_ field: String) -> JSONValue {
-                    state[field].flatMap(Int64.init).map { .string(WebhookMessage.rfc3339(milliseconds: $0)) } ?? .null
+                    state[field].flatMap(Int64.init).map { .string(UTCTime.format(milliseconds: $0)) } ?? .null
                 }
                 let item: [(String, JSONValue)] = [
                     ("destination", .string(destination.name)), ("pending", .integer(Int64(backlog.pending))),
@@ -196,13 +190,14 @@ enum DeliverCommand {
         } catch {
             return redisFailed(error)
         }
-        if arguments.has("--json") { Output.line(JSONWriter.object([("destinations", .array(items))])) }
-        return 0
+        if arguments.has("--json") { Output.json([("destinations", .array(items))]) }
+        return .success
     }
 
-    static func enable(_ words: [String]) throws -> Int32 {
-        let arguments = try CommandLineArguments(words, valueOptions: ["--env-file", "--destination"])
-        guard let configuration = load(arguments) else { return 2 }
+    static func enable(_ words: [String]) throws -> ExitStatus {
+        let arguments = try CommandLineArguments(
+            words, valueOptions: ["--env-file", "--destination"], flagOptions: [CommandLineArguments.json])
+        guard let configuration = load(arguments) else { return .usage }
         let destination = try destination(arguments, configuration)
         let store = WebhookDeliveryStore(
             connection: connection(configuration), keyPrefix: configuration.keyPrefix, destination: destination.name)
@@ -211,16 +206,21 @@ enum DeliverCommand {
             EventLog.event(
                 "webhook_destination_enabled",
                 [("destination", .string(destination.name)), ("was_disabled", .bool(was))])
-            Output.line("\(destination.name): " + (was ? "enabled" : "was not disabled"))
-            return 0
+            if arguments.wantsJSON {
+                Output.json([("destination", .string(destination.name)), ("was_disabled", .bool(was))])
+            } else {
+                Output.line("\(destination.name): " + (was ? "enabled" : "was not disabled"))
+            }
+            return .success
         } catch {
             return redisFailed(error)
         }
     }
 
-    static func test(_ words: [String]) throws -> Int32 {
-        let arguments = try CommandLineArguments(words, valueOptions: ["--env-file", "--destination"])
-        guard let configuration = load(arguments) else { return 2 }
+    static func test(_ words: [String]) throws -> ExitStatus {
+        let arguments = try CommandLineArguments(
+            words, valueOptions: ["--env-file", "--destination"], flagOptions: [CommandLineArguments.json])
+        guard let configuration = load(arguments) else { return .usage }
         let destination = try destination(arguments, configuration)
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let message = try WebhookMessage.test(now: now)
@@ -231,38 +231,53 @@ enum DeliverCommand {
                 ("destination", .string(destination.name)), ("webhook_id", .string(message.id)),
                 ("cause", outcome.cause.map(JSONValue.string) ?? .null),
             ])
+        if arguments.wantsJSON {
+            Output.json([("destination", .string(destination.name))] + delivery(message, outcome))
+            return outcome.cause == nil ? .success : .failed
+        }
         switch outcome {
         case .delivered(let status):
             Output.line("\(destination.name): siwa.test \(message.id) delivered, HTTP \(status)")
-            return 0
+            return .success
         case .failed(let cause, let status, _):
             Output.line(
                 "\(destination.name): siwa.test \(message.id) failed: \(cause)" + (status.map { ", HTTP \($0)" } ?? ""))
-            return 1
+            return .failed
         }
+    }
+
+    /// One POST's result for `--json`: its webhook-id, the outcome, the HTTP status, the cause.
+    static func delivery(_ message: WebhookMessage, _ outcome: WebhookPoster.Outcome) -> [(String, JSONValue)] {
+        let status: Int?
+        switch outcome {
+        case .delivered(let code): status = code
+        case .failed(_, let code, _): status = code
+        }
+        return [
+            ("webhook_id", .string(message.id)), ("outcome", .string(outcome.cause == nil ? "delivered" : "failed")),
+            ("http_status", status.map { .integer(Int64($0)) } ?? .null),
+            ("cause", outcome.cause.map(JSONValue.string) ?? .null),
+        ]
     }
 
     /// T: Unix milliseconds, or RFC 3339.
     static func parseTime(_ text: String, option: String) throws -> Int64 {
         if let milliseconds = Int64(text), milliseconds >= 0 { return milliseconds }
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        if let date = formatter.date(from: text) { return Int64(date.timeIntervalSince1970 * 1000) }
-        formatter.formatOptions = [.withInternetDateTime]
-        if let date = formatter.date(from: text) { return Int64(date.timeIntervalSince1970 * 1000) }
+        if let milliseconds = UTCTime.parse(text) { return milliseconds }
         throw UsageError("\(option) must be RFC 3339 (2026-12-05T05:00:00Z) or Unix milliseconds, got \(text)")
     }
 
-    static func replay(_ words: [String]) throws -> Int32 {
+    static func replay(_ words: [String]) throws -> ExitStatus {
         let arguments = try CommandLineArguments(
-            words, valueOptions: ["--env-file", "--destination", "--since", "--until", "--type"])
+            words, valueOptions: ["--env-file", "--destination", "--since", "--until", "--type"],
+            flagOptions: [CommandLineArguments.json])
         guard let sinceText = arguments.value("--since") else { throw UsageError("--since T is required") }
         let since = try parseTime(sinceText, option: "--since")
         let until = try arguments.value("--until").map { try parseTime($0, option: "--until") }
         if let type = arguments.value("--type"), !WebhookEvent.types.contains(type) {
             throw UsageError("--type must be one of \(WebhookEvent.types.joined(separator: ", ")), got \(type)")
         }
-        guard let configuration = load(arguments) else { return 2 }
+        guard let configuration = load(arguments) else { return .usage }
         let destination = try destination(arguments, configuration)
         let store = WebhookDeliveryStore(
             connection: connection(configuration), keyPrefix: configuration.keyPrefix, destination: destination.name)
@@ -287,6 +302,11 @@ enum DeliverCommand {
                     let message = WebhookMessage(event: event, email: email)
                     let outcome = poster.post(message, timestamp: Int64(Date().timeIntervalSince1970))
                     sent += 1
+                    if arguments.wantsJSON {
+                        if outcome.cause != nil { failed += 1 }
+                        Output.json(delivery(message, outcome) + [("type", .string(event.type))])
+                        continue
+                    }
                     switch outcome {
                     case .delivered(let status):
                         Output.line("\(message.id) \(event.type) delivered HTTP \(status)")
@@ -308,11 +328,18 @@ enum DeliverCommand {
                 ("destination", .string(destination.name)), ("sent", .integer(Int64(sent))),
                 ("failed", .integer(Int64(failed))),
             ])
-        Output.line("\(destination.name): replayed \(sent), delivered \(sent - failed), failed \(failed)")
-        return failed > 0 ? 1 : 0
+        if arguments.wantsJSON {
+            Output.json([
+                ("destination", .string(destination.name)), ("replayed", .integer(Int64(sent))),
+                ("delivered", .integer(Int64(sent - failed))), ("failed", .integer(Int64(failed))),
+            ])
+        } else {
+            Output.line("\(destination.name): replayed \(sent), delivered \(sent - failed), failed \(failed)")
+        }
+        return failed > 0 ? .failed : .success
     }
 
-    static func keygen(_ words: [String]) throws -> Int32 {
+    static func keygen(_ words: [String]) throws -> ExitStatus {
         let arguments = try CommandLineArguments(words, valueOptions: ["--scheme", "--out"])
         guard let scheme = arguments.value("--scheme"), scheme == "ed25519" || scheme == "hmac" else {
             throw UsageError("--scheme must be ed25519 or hmac")
@@ -322,7 +349,7 @@ enum DeliverCommand {
         let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
             Output.error("siwa-endpoint deliver keygen: cannot create \(path): \(String(cString: strerror(errno)))")
-            return 2
+            return .usage
         }
         let bytes = Array((line + "\n").utf8)
         let written = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
@@ -330,13 +357,13 @@ enum DeliverCommand {
         close(descriptor)
         guard written == bytes.count else {
             Output.error("siwa-endpoint deliver keygen: writing \(path) failed")
-            return 1
+            return .failed
         }
         if let publicKey = try WebhookSigningKey(text: line).publicKeyText() {
             Output.line(publicKey)
         } else {
             Output.line("\(path): an HMAC secret (whsec_); the receiver needs the same line")
         }
-        return 0
+        return .success
     }
 }

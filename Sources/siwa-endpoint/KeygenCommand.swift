@@ -1,4 +1,5 @@
 import Foundation
+import SIWASupport
 import SIWATestKit
 
 /// `keygen --out DIR [--kid KID]`: a test signing key and its JWKS.
@@ -11,10 +12,10 @@ enum KeygenCommand {
         keys are never on your machine; never deploy with these.
         """
 
-    static func run(_ words: [String]) throws -> Int32 {
+    static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--help") {
             Output.line(help)
-            return 0
+            return .success
         }
         let arguments = try CommandLineArguments(words, valueOptions: ["--out", "--kid"])
         let directory = URL(fileURLWithPath: try arguments.required("--out"), isDirectory: true)
@@ -33,6 +34,6 @@ enum KeygenCommand {
 
         Output.line(
             #"{"kid":"\#(keyID)","private_key":"\#(keyFile.path)","jwks":"\#(jwksFile.path)"}"#)
-        return 0
+        return .success
     }
 }

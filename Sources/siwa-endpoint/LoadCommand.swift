@@ -43,10 +43,10 @@ enum LoadCommand {
     static let requestTimeout: Duration = .seconds(10)
     static let eventTypes = ["email-disabled", "email-enabled", "consent-revoked", "account-deleted"]
 
-    static func run(_ words: [String]) throws -> Int32 {
+    static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--help") {
             Output.line(help)
-            return 0
+            return .success
         }
         let arguments = try CommandLineArguments(
             words,
@@ -100,14 +100,14 @@ enum LoadCommand {
         report(baseline, label: "phase A (baseline, GET /healthz)")
         report(notifications, label: "phase B (notifications, POST \(path))")
         Output.line("ratio B/A of requests/s: \(format(notifications.rate / baseline.rate, 3))")
-        return baseline.failures == 0 && notifications.failures == 0 ? 0 : 1
+        return baseline.failures == 0 && notifications.failures == 0 ? .success : .failed
     }
 
     /// Phase A: notifications with Redis answering; phase B: as many while the Redis process
     /// is stopped. B/A is the capacity a hanging Redis leaves, B's p99 what a request waits.
     private static func runWithHangingRedis(
         plan: Plan, redisPID: pid_t, key: TestSigningKey, clientID: String, path: String
-    ) throws -> Int32 {
+    ) throws -> ExitStatus {
         guard kill(redisPID, 0) == 0 else {
             throw UsageError("--hang-redis \(redisPID): no such process this user may signal")
         }
@@ -127,7 +127,7 @@ enum LoadCommand {
         report(answering, label: "phase A (baseline, notifications, Redis answering)")
         report(hanging, label: "phase B (notifications, Redis stopped with SIGSTOP)")
         Output.line("ratio B/A of requests/s: \(format(hanging.rate / answering.rate, 3))")
-        return answering.failures == 0 && hanging.failures == 0 ? 0 : 1
+        return answering.failures == 0 && hanging.failures == 0 ? .success : .failed
     }
 
     /// The FastCGI parameters of each notification POST, built before any clock starts.

@@ -1,4 +1,7 @@
 import Foundation
+import SIWAAppleAPI
+import SIWAJSON
+import SIWASupport
 
 #if canImport(Glibc)
     import Glibc
@@ -34,6 +37,9 @@ enum SIWAEndpointCommand {
 
         Run `siwa-endpoint <subcommand> --help` for its options, `siwa-endpoint --version` for
         the version.
+
+        exit status, the same table for every command (docs/operations.md, "Exit status"):
+        \(ExitStatus.allCases.map { "  " + String($0.rawValue).padding(toLength: 5, withPad: " ", startingAt: 0) + $0.meaning }.joined(separator: "\n"))
         """
 
     static func main() {
@@ -45,23 +51,23 @@ enum SIWAEndpointCommand {
         // socket opened would take that number, and log lines would go into it (serve's
         // Redis connection, an output file). /dev/null holds each closed one first.
         for descriptor in Int32(0)...2 where fcntl(descriptor, F_GETFD) < 0 && errno == EBADF {
-            guard open("/dev/null", O_RDWR) == descriptor else { _exit(2) }
+            guard open("/dev/null", O_RDWR) == descriptor else { _exit(ExitStatus.usage.rawValue) }
         }
         var arguments = Array(CommandLine.arguments.dropFirst())
         guard let subcommand = arguments.first else {
             Output.error(usage)
-            exit(2)
+            exit(ExitStatus.usage.rawValue)
         }
         arguments.removeFirst()
         if subcommand == "--help" || subcommand == "-h" || subcommand == "help" {
             Output.line(usage)
-            exit(0)
+            exit(ExitStatus.success.rawValue)
         }
         if subcommand == "--version" {
             Output.line("siwa-endpoint \(EndpointVersion.current)")
-            exit(0)
+            exit(ExitStatus.success.rawValue)
         }
-        let status: Int32
+        let status: ExitStatus
         do {
             switch subcommand {
             case "serve": status = try ServeCommand.run(arguments)
@@ -84,12 +90,12 @@ enum SIWAEndpointCommand {
             }
         } catch let error as UsageError {
             Output.error("siwa-endpoint \(subcommand): \(error.description)")
-            exit(2)
+            exit(ExitStatus.usage.rawValue)
         } catch {
             Output.error("siwa-endpoint \(subcommand): \(error)")
-            exit(1)
+            exit(ExitStatus.failed.rawValue)
         }
-        exit(status)
+        exit(status.rawValue)
     }
 }
 
@@ -103,7 +109,7 @@ enum SIWAEndpointCommand {
 /// dropped and the command goes on, as serve's log lines are.
 enum Output {
     /// 128 + SIGPIPE.
-    static let closedPipeStatus: Int32 = 141
+    static let closedPipeStatus = ExitStatus.closedPipe.rawValue
 
     static func line(_ text: String) {
         write(text + "\n")
@@ -115,7 +121,13 @@ enum Output {
         if failure == EPIPE { _exit(closedPipeStatus) }
         _ = writeAll(
             2, Array("siwa-endpoint: writing standard output failed: \(String(cString: strerror(failure)))\n".utf8))
-        _exit(1)
+        _exit(ExitStatus.failed.rawValue)
+    }
+
+    /// One JSON object on one line of standard output: the one way every command writes
+    /// JSON (a `--json` document, a result line of a batch run).
+    static func json(_ members: [(String, JSONValue)]) {
+        line(JSONWriter.object(members))
     }
 
     static func error(_ text: String) {
@@ -144,4 +156,11 @@ enum Output {
             return nil
         }
     }
+}
+
+extension CommandOutput {
+    /// The binary's: through `Output`, the progress line only on a terminal.
+    static let standard = CommandOutput(
+        line: { Output.line($0) }, error: { Output.error($0) }, progress: { Output.progress($0) },
+        showsProgress: isatty(2) == 1)
 }

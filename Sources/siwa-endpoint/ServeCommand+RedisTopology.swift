@@ -1,10 +1,11 @@
 import SIWARedis
 import SIWASettings
 import SIWAStore
+import SIWASupport
 
 /// A start that did not get far enough to serve: the exit status to return.
 struct StartRefused: Error {
-    let exitStatus: Int32
+    let exitStatus: ExitStatus
 }
 
 extension ServeCommand {

@@ -32,10 +32,10 @@ enum ServeCommand {
         \(ServerConfiguration.settings.map { "  \($0.name) (default: \($0.defaultValue ?? "required")): \($0.meaning)" }.joined(separator: "\n"))
         """
 
-    static func run(_ words: [String]) throws -> Int32 {
+    static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--help") {
             Output.line(help)
-            return 0
+            return .success
         }
         let arguments = try CommandLineArguments(
             words, valueOptions: ["--env-file"], flagOptions: ["--check", "--offline"])
@@ -44,7 +44,7 @@ enum ServeCommand {
         let offline = arguments.has("--offline")
         guard checkOnly || !offline else { throw UsageError("--offline goes with --check") }
 
-        guard let configuration = loadConfiguration(envFile: arguments.value("--env-file")) else { return 2 }
+        guard let configuration = loadConfiguration(envFile: arguments.value("--env-file")) else { return .usage }
         let redis: RedisAtStart
         if offline {
             redis = RedisAtStart(locator: .single, certificateRefusal: nil)
@@ -60,7 +60,7 @@ enum ServeCommand {
             _ = try ServeAssembly.fastCGIServerConfiguration(configuration)
         } catch {
             refuse(error)
-            return 2
+            return .usage
         }
         if checkOnly {
             // A refused server certificate: the settings are valid, but serve would start into
@@ -73,7 +73,7 @@ enum ServeCommand {
                 String(
                     decoding: EventLog.eventLine("configuration_valid", [("checked_as", .string(checker))]),
                     as: UTF8.self))
-            return 0
+            return .success
         }
         return serve(configuration, redisAtStart: redis)
     }
@@ -92,7 +92,7 @@ enum ServeCommand {
     /// `serve --check`'s exit status when every setting is valid but a Redis server's (or a
     /// sentinel's) certificate is refused: not 2 (nothing in the settings need be wrong: a
     /// renewal ends it), not 0 (serve would start into an outage).
-    static let certificateRefusedStatus: Int32 = 3
+    static let certificateRefusedStatus: ExitStatus = .unreachable
 
     /// The start-up checks `serve` and `serve --check` both run, after the settings: the
     /// sentinels or cluster nodes (`locateAtStart`), what Redis lets this user do, and the spool as
@@ -145,12 +145,8 @@ enum ServeCommand {
     /// checks against this machine. A refusal is one `configuration_invalid` line naming the
     /// setting; nil then, and the caller exits 2.
     static func loadConfiguration(envFile: String?) -> ServerConfiguration? {
+        guard let configuration = OperatorSettings.load(ServerConfiguration.self, envFile: envFile) else { return nil }
         do throws(ConfigurationError) {
-            let configuration = try ServerConfiguration(
-                environment: ProcessInfo.processInfo.environment, envFile: envFile)
-            for name in configuration.unknownSettings {
-                EventLog.event("unknown_setting", level: "warning", [("setting", .string(name))])
-            }
             try configuration.checkHost()
             return configuration
         } catch {
@@ -166,7 +162,7 @@ enum ServeCommand {
     static func refuse(setting: String, message: String) -> StartRefused {
         EventLog.event(
             "configuration_invalid", level: "error", [("setting", .string(setting)), ("message", .string(message))])
-        return StartRefused(exitStatus: 2)
+        return StartRefused(exitStatus: .usage)
     }
 
     /// A setting refused by the table or the host checks: its message begins with its name.
@@ -177,7 +173,7 @@ enum ServeCommand {
 
     /// Serves until SIGTERM or SIGINT: the graph built by `ServeAssembly`, then its services
     /// started in order (see `ServeAssembly` for why this order), then one stop for all.
-    static func serve(_ configuration: ServerConfiguration, redisAtStart: RedisAtStart) -> Int32 {
+    static func serve(_ configuration: ServerConfiguration, redisAtStart: RedisAtStart) -> ExitStatus {
         let parts: ServeAssembly
         do throws(ConfigurationError) {
             parts = try ServeAssembly.build(configuration, redisAtStart: redisAtStart)
@@ -191,7 +187,7 @@ enum ServeCommand {
             try services.handleSignals(onHangUp: { reloadKeys(parts.keys) })
         } catch {
             EventLog.event("signal_setup_failed", level: "error", [("message", .string(error.description))])
-            return 1
+            return .failed
         }
         warnIfBacklogCapped(Int(fastCGI.server.backlog))
         do throws(FastCGIError) {
@@ -229,8 +225,8 @@ enum ServeCommand {
         }
         let drained = parts.server.hasDrained
         EventLog.event("stopped", level: drained ? "info" : "warning", [("drained", .bool(drained))])
-        if case .serviceReturned = stopped.cause { return 1 }
-        return 0
+        if case .serviceReturned = stopped.cause { return .failed }
+        return .success
     }
 
     /// SIGHUP: the JWKS cache file is read again (an operator may have put keys there);

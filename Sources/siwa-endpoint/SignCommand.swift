@@ -1,5 +1,6 @@
 import Foundation
 import SIWACrypto
+import SIWASupport
 import SIWATestKit
 
 /// `sign`: prints a request body exactly as Apple sends one, signed with a test key.
@@ -21,10 +22,10 @@ enum SignCommand {
 
     static let maximumCount: Int64 = 100_000
 
-    static func run(_ words: [String]) throws -> Int32 {
+    static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--help") {
             Output.line(help)
-            return 0
+            return .success
         }
         let arguments = try CommandLineArguments(
             words,
@@ -64,7 +65,7 @@ enum SignCommand {
             shape: arguments.has("--documented-shape") ? .documented : .apple)
         guard let count else {
             Output.line(try notification.requestBody(signedWith: key))
-            return 0
+            return .success
         }
         let subject = notification.subject
         var lines = ""
@@ -74,6 +75,6 @@ enum SignCommand {
             lines += try notification.requestBody(signedWith: key) + "\n"
         }
         Output.write(lines)
-        return 0
+        return .success
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import SIWAJSON
 import SIWASettings
 import SIWASpool
+import SIWASupport
 import SIWATelemetry
 import SIWAVerification
 
@@ -18,7 +19,8 @@ enum SpoolCommand {
 
         The spool directory is --spool-dir, else serve's SIWA_SPOOL_DIR (from the
         environment and --env-file, the environment wins), else
-        /var/lib/siwa-endpoint/spool. Each prints one JSON object.
+        /var/lib/siwa-endpoint/spool. Each prints JSON (one object; list one a line):
+        --json is accepted, as by every command that reports, and changes nothing.
 
         status   records waiting (depth), the age of the oldest one in seconds,
                  records set aside in rejected/ (Redis refused them for a reason about
@@ -43,13 +45,14 @@ enum SpoolCommand {
         settings mistake.
         """
 
-    static func run(_ words: [String]) throws -> Int32 {
+    static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--help") {
             Output.line(help)
-            return 0
+            return .success
         }
         let arguments = try CommandLineArguments(
-            words, valueOptions: ["--spool-dir", "--reason", "--env-file"], flagOptions: ["--show-address"])
+            words, valueOptions: ["--spool-dir", "--reason", "--env-file"],
+            flagOptions: ["--show-address", CommandLineArguments.json])
         guard let action = arguments.positionals.first, arguments.positionals.count <= 2 else {
             throw UsageError("spool takes one action: status, list, show, requeue or discard\n\n\(help)")
         }
@@ -64,11 +67,10 @@ enum SpoolCommand {
             directory = given
         } else {
             // Serve's setting, read and checked as serve reads it.
+            guard let settings = OperatorSettings.load(CommandSettings.self, envFile: arguments.value("--env-file"))
+            else { return .usage }
             do throws(ConfigurationError) {
-                let settings = try CommandSettings(
-                    environment: ProcessInfo.processInfo.environment, envFile: arguments.value("--env-file"))
                 directory = try settings[.spoolDirectory]
-                OperatorSettings.warnUnknown(settings.unknownSettings)
             } catch {
                 return ServeCommand.refuse(error).exitStatus
             }
@@ -79,29 +81,29 @@ enum SpoolCommand {
                 let status = try SpoolInspector.status(spoolDirectory: directory)
                 let now = Int64(Date().timeIntervalSince1970 * 1000)
                 let age: JSONValue = status.oldestSpooledAt.map { .integer(max(0, now - $0) / 1000) } ?? .null
-                Output.line(
-                    JSONWriter.object([
+                Output.json(
+                    [
                         ("spool_dir", .string(directory)), ("depth", .integer(Int64(status.depth))),
                         ("oldest_age_seconds", age), ("rejected", .integer(Int64(status.setAside))),
                         // The former name of `rejected`, for one release.
                         ("set_aside", .integer(Int64(status.setAside))),
                         ("torn_files", .integer(Int64(status.tornFiles))),
                         ("torn_bytes", .integer(Int64(status.tornBytes))),
-                    ]))
+                    ])
             case "requeue" where id != nil:
                 return report(try SpoolInspector.requeue(spoolDirectory: directory, id: id ?? ""), action, directory)
             case "list":
                 let now = Int64(Date().timeIntervalSince1970 * 1000)
                 for record in try SpoolInspector.records(spoolDirectory: directory) {
                     let first = record.notifications.first
-                    Output.line(
-                        JSONWriter.object([
+                    Output.json(
+                        [
                             ("id", .string(record.id)), ("kind", .string(record.kind.rawValue)),
                             ("why", .string(record.why)), ("type", first.map { .string($0.type.name) } ?? .null),
                             ("client_id", first.map { .string($0.clientID) } ?? .null),
                             ("age_seconds", .integer(max(0, now - record.setAsideAt) / 1000)),
                             ("records", .integer(Int64(record.notifications.count))),
-                        ]))
+                        ])
                 }
             case "show":
                 guard let record = try SpoolInspector.record(spoolDirectory: directory, id: id ?? "") else {
@@ -112,22 +114,22 @@ enum SpoolCommand {
                 return try discard(id ?? "", reason: arguments.value("--reason"), directory: directory)
             case "requeue":
                 let requeued = try SpoolInspector.requeue(spoolDirectory: directory)
-                Output.line(
-                    JSONWriter.object([
+                Output.json(
+                    [
                         ("spool_dir", .string(directory)), ("requeued", .integer(Int64(requeued.records))),
                         ("files", .integer(Int64(requeued.files))),
-                    ]))
+                    ])
             default:
                 throw UsageError("unknown action \(action): status, list, show, requeue or discard")
             }
         } catch let error as SpoolError {
             Output.error("siwa-endpoint spool \(action): \(error.description)")
-            return 1
+            return .failed
         }
-        return 0
+        return .success
     }
 
-    static func discard(_ id: String, reason: String?, directory: String) throws -> Int32 {
+    static func discard(_ id: String, reason: String?, directory: String) throws -> ExitStatus {
         let reason = (reason ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
         guard !reason.isEmpty else {
             throw UsageError("spool discard needs --reason TEXT: it loses a notification that was answered 200")
@@ -158,37 +160,38 @@ enum SpoolCommand {
                     "siwa-endpoint spool discard: the record is discarded, but the audit file could not be written: "
                         + error.description)
                 _ = report(outcome, "discard", directory)
-                return 1
+                return .failed
             }
         }
         return report(outcome, "discard", directory)
     }
 
     /// One JSON object for a done action; a message and exit 1 otherwise.
-    static func report(_ outcome: SpoolInspector.OneRecordOutcome, _ action: String, _ directory: String) -> Int32 {
+    static func report(_ outcome: SpoolInspector.OneRecordOutcome, _ action: String, _ directory: String) -> ExitStatus
+    {
         switch outcome {
         case .done(let record):
-            Output.line(
-                JSONWriter.object([
+            Output.json(
+                [
                     ("spool_dir", .string(directory)), ("id", .string(record.id)),
                     (action == "discard" ? "discarded" : "requeued", .integer(Int64(record.notifications.count))),
-                ]))
-            return 0
+                ])
+            return .success
         case .notFound:
             return notFound(action, "")
         case .notARecord:
             Output.error(
                 "siwa-endpoint spool \(action): torn bytes are not a record and cannot be requeued; "
                     + "read them with spool show, then spool discard them")
-            return 1
+            return .failed
         }
     }
 
-    static func notFound(_ action: String, _ id: String) -> Int32 {
+    static func notFound(_ action: String, _ id: String) -> ExitStatus {
         Output.error(
             "siwa-endpoint spool \(action): no set-aside or torn record with that ID (already requeued or discarded?); "
                 + "spool list shows them")
-        return 1
+        return .failed
     }
 
     /// The record as one JSON object; the address masked unless `showAddress`.

@@ -3,6 +3,7 @@ import SIWAFastCGIClient
 import SIWAJSON
 import SIWASettingKeys
 import SIWASettings
+import SIWASupport
 import SIWAVerification
 
 /// `status`: asks a running responder for its health over its FastCGI socket, as nginx
@@ -25,10 +26,10 @@ enum StatusCommand {
         mistake, 3 no answer (nothing listens on the socket, or it does not speak FastCGI).
         """
 
-    static func run(_ words: [String]) throws -> Int32 {
+    static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--help") {
             Output.line(help)
-            return 0
+            return .success
         }
         let arguments = try CommandLineArguments(
             words, valueOptions: ["--socket", "--timeout", "--env-file"], flagOptions: ["--json"])
@@ -38,11 +39,10 @@ enum StatusCommand {
             socket = given
         } else {
             // Serve's setting, read and checked as serve reads it.
+            guard let settings = OperatorSettings.load(CommandSettings.self, envFile: arguments.value("--env-file"))
+            else { return .usage }
             do throws(ConfigurationError) {
-                let settings = try CommandSettings(
-                    environment: ProcessInfo.processInfo.environment, envFile: arguments.value("--env-file"))
                 _ = try settings[.fastCGISocket]
-                OperatorSettings.warnUnknown(settings.unknownSettings)
                 socket = settings.text(of: SettingKey.fastCGISocket)
             } catch {
                 return ServeCommand.refuse(error).exitStatus
@@ -58,11 +58,11 @@ enum StatusCommand {
                 params: FastCGIClient.params(method: "GET", uri: "/healthz"))
         } catch {
             Output.error("siwa-endpoint status: no answer on \(socket): \(error)")
-            return 3
+            return .unreachable
         }
         guard case .object(let members)? = try? StrictJSONParser.parse(response.body) else {
             Output.error("siwa-endpoint status: \(socket) answered \(response.status) without a health document")
-            return 3
+            return .unreachable
         }
         let document = members
         let healthy = response.status == 200 && document["status"] == .string("ok")
@@ -86,7 +86,7 @@ enum StatusCommand {
                 printTable(clientRows(metrics.bodyText))
             }
         }
-        return healthy ? 0 : 1
+        return healthy ? .success : .failed
     }
 
     static func printTable(_ rows: [(String, String)]) {
@@ -127,7 +127,8 @@ enum StatusCommand {
             let threshold = Int64(figures["siwa_client_silence_alert_seconds"] ?? 0)
             var detail = "\(genuine) genuine since start; "
             if let last = figures["siwa_client_last_notification_timestamp_seconds"] {
-                detail += "last \(isoTime(last)) (\(duration(silence)) ago)"
+                let lastAt = UTCTime.format(milliseconds: Int64(last.rounded(.down)) * 1000)
+                detail += "last \(lastAt) (\(duration(silence)) ago)"
             } else {
                 detail += "none yet (served for \(duration(silence)))"
             }
@@ -151,10 +152,6 @@ enum StatusCommand {
                     : "\(unlisted) Apple-signed notifications REFUSED for a client ID not in SIWA_CLIENT_IDS (a Services ID missing there? the log's aud_not_served lines name it)"
             ))
         return rows
-    }
-
-    static func isoTime(_ seconds: Double) -> String {
-        ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: seconds.rounded(.down)))
     }
 
     /// `40 s`, `5 min`, `5 h 2 min`, `3 d 4 h`.

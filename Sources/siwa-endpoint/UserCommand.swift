@@ -1,8 +1,10 @@
 import Foundation
+import SIWAJSON
 import SIWARedis
 import SIWASettingKeys
 import SIWASettings
 import SIWAStore
+import SIWASupport
 import SIWAVerification
 
 #if canImport(Glibc)
@@ -16,7 +18,7 @@ import SIWAVerification
 /// holds them, are).
 enum UserCommand {
     static let help = """
-        usage: siwa-endpoint user CLIENT_ID SUB|TRANSFER_SUB [--env-file FILE]
+        usage: siwa-endpoint user CLIENT_ID SUB|TRANSFER_SUB [--env-file FILE] [--json]
                                   [--session-started ISO8601|MS] [--recent N]
 
         Prints what siwa-endpoint holds in Redis for one user of one app: the state
@@ -33,6 +35,11 @@ enum UserCommand {
         (a line `transferred to sub Y`) also shows the new sub's state, where its events
         arrive now, and the session check counts both.
 
+        --json prints the same as one JSON object: client_id, sub (and transfer_sub when
+        one was resolved), key, state (the hash, every value a string), transferred_to
+        {sub, key, state}, session {started_at, valid}, stream, newest, entries (id, type,
+        raw_type, event_time, applied, jti, source, email_present: never an address).
+
         Redis is reached with serve's settings (SIWA_REDIS_URL, SIWA_REDIS_TIMEOUT_MS,
         SIWA_KEY_PREFIX; from the environment and --env-file, the environment wins).
 
@@ -46,13 +53,14 @@ enum UserCommand {
     /// contract does (`refresh_token_refused_at`, written by reconcile, included).
     static func isTimeField(_ field: String) -> Bool { field.hasSuffix("_at") }
 
-    static func run(_ words: [String]) throws -> Int32 {
+    static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--help") {
             Output.line(help)
-            return 0
+            return .success
         }
         let arguments = try CommandLineArguments(
-            words, valueOptions: ["--env-file", "--session-started", "--recent"])
+            words, valueOptions: ["--env-file", "--session-started", "--recent"],
+            flagOptions: [CommandLineArguments.json])
         guard arguments.positionals.count == 2 else { throw UsageError("user takes CLIENT_ID and SUB\n\n\(help)") }
         let clientID = arguments.positionals[0]
         let identifier = arguments.positionals[1]
@@ -69,12 +77,10 @@ enum UserCommand {
             throw UsageError("--recent must be between 1 and \(maximumRecent), got \(recent)")
         }
 
-        let configuration: ServerConfiguration
-        do {
-            configuration = try OperatorSettings.load(arguments.value("--env-file"), clientID: clientID)
-        } catch {
-            return ServeCommand.refuse(error).exitStatus
-        }
+        guard
+            let configuration = OperatorSettings.load(
+                ServerConfiguration.self, envFile: arguments.value("--env-file"), clientIDStandIn: clientID)
+        else { return .usage }
         let connection = OperatorSettings.redisConnection(configuration.redis, keyPrefix: configuration.store.keyPrefix)
         let keys = RedisKeyLayout(prefix: configuration.store.keyPrefix)
 
@@ -82,6 +88,7 @@ enum UserCommand {
         var userKey = keys.user(clientID: clientID, subject: sub)
         var hash: [String: String]
         var linked: (sub: String, key: String, hash: [String: String])?
+        var resolvedFrom: String?
         let entries: [(id: String, fields: [String: String])]
         let reader = StoreReader(connection: connection)
         do {
@@ -89,7 +96,7 @@ enum UserCommand {
             if let resolved = try reader.field("sub", of: keys.transferID(clientID: clientID, transferSubject: sub)),
                 UserKeyPart.isValidSubject(resolved)
             {
-                Output.line("transfer_sub \(sub) resolves to sub \(resolved)")
+                resolvedFrom = sub
                 sub = resolved
                 userKey = keys.user(clientID: clientID, subject: sub)
             }
@@ -103,9 +110,37 @@ enum UserCommand {
                 connection, stream: keys.events, clientID: clientID, sub: sub, count: recent)
         } catch {
             Output.error("siwa-endpoint user: Redis: \(error.operatorMessage)")
-            return 3
+            return .unreachable
         }
 
+        // The contract's rule: a session that began at or before sessions_revoked_at is
+        // invalid (after a transfer, the later of the old and the new sub's).
+        let revokedAt = [hash, linked?.hash ?? [:]].compactMap { $0["sessions_revoked_at"].flatMap { Int64($0) } }.max()
+        let sessionValid = sessionStarted.map { started in revokedAt.map { started > $0 } ?? true }
+        let status: ExitStatus = hash.isEmpty && entries.isEmpty ? .failed : .success
+        if arguments.wantsJSON {
+            var document: [(String, JSONValue)] = [("client_id", .string(clientID)), ("sub", .string(sub))]
+            if let resolvedFrom { document.append(("transfer_sub", .string(resolvedFrom))) }
+            document += [("key", .string(userKey)), ("state", state(hash))]
+            if let linked {
+                document.append(
+                    (
+                        "transferred_to",
+                        .object(["sub": .string(linked.sub), "key": .string(linked.key), "state": state(linked.hash)])
+                    ))
+            }
+            if let sessionStarted, let sessionValid {
+                document.append(
+                    ("session", .object(["started_at": .integer(sessionStarted), "valid": .bool(sessionValid)])))
+            }
+            document += [
+                ("stream", .string(keys.events)), ("newest", .integer(recent)),
+                ("entries", .array(entries.map(entryDocument))),
+            ]
+            Output.json(document)
+            return status
+        }
+        if let resolvedFrom { Output.line("transfer_sub \(resolvedFrom) resolves to sub \(sub)") }
         Output.line("key \(userKey)")
         printState(hash)
         if let linked {
@@ -113,19 +148,34 @@ enum UserCommand {
             Output.line("key \(linked.key)")
             printState(linked.hash)
         }
-        if let sessionStarted {
-            Output.line("session started at \(sessionStarted)  \(utcDate(sessionStarted))")
-            // The contract's rule: a session that began at or before sessions_revoked_at is
-            // invalid (after a transfer, the later of the old and the new sub's).
-            let revokedAt = [hash, linked?.hash ?? [:]].compactMap { $0["sessions_revoked_at"].flatMap { Int64($0) } }
-                .max()
-            Output.line(revokedAt.map { sessionStarted > $0 } ?? true ? "session valid" : "session not valid")
+        if let sessionStarted, let sessionValid {
+            Output.line("session started at \(sessionStarted)  \(UTCTime.format(milliseconds: sessionStarted))")
+            Output.line(sessionValid ? "session valid" : "session not valid")
         }
         Output.line("stream entries for this user among the newest \(recent) of \(keys.events): \(entries.count)")
         for entry in entries {
             Output.line("  " + describe(entry))
         }
-        return hash.isEmpty && entries.isEmpty ? 1 : 0
+        return status
+    }
+
+    /// The state hash as a JSON object: every field a string, as Redis holds it.
+    static func state(_ hash: [String: String]) -> JSONValue {
+        .object(hash.mapValues(JSONValue.string))
+    }
+
+    /// One stream entry as a JSON object: the fields `describe` prints, the email address
+    /// never (only whether the entry carried one).
+    static func entryDocument(_ entry: (id: String, fields: [String: String])) -> JSONValue {
+        let fields = entry.fields
+        var members: [String: JSONValue] = [
+            "id": .string(entry.id), "type": fields["type"].map(JSONValue.string) ?? .null,
+            "applied": fields["applied"].map(JSONValue.string) ?? .null,
+            "email_present": .bool(fields["email"] != nil || fields["is_private_email"] != nil),
+        ]
+        for name in ["raw_type", "jti", "source"] { if let value = fields[name] { members[name] = .string(value) } }
+        if let time = fields["event_time"].flatMap({ Int64($0) }) { members["event_time"] = .integer(time) }
+        return .object(members)
     }
 
     /// The state hash, one field a line (times with their UTC date).
@@ -140,7 +190,7 @@ enum UserCommand {
             let value = hash[field] ?? ""
             var line = "  " + field.padding(toLength: width, withPad: " ", startingAt: 0) + "  " + value
             if isTimeField(field), let milliseconds = Int64(value) {
-                line += "  " + utcDate(milliseconds)
+                line += "  " + UTCTime.format(milliseconds: milliseconds)
             }
             Output.line(line)
         }
@@ -151,12 +201,12 @@ enum UserCommand {
         let fields = entry.fields
         var parts = [entry.id]
         if let milliseconds = entry.id.split(separator: "-").first.flatMap({ Int64($0) }) {
-            parts.append("received \(utcDate(milliseconds))")
+            parts.append("received \(UTCTime.format(milliseconds: milliseconds))")
         }
         parts.append(fields["type"] ?? "?")
         if let raw = fields["raw_type"], raw != fields["type"] { parts.append("raw_type=\(raw)") }
         if let time = fields["event_time"], let milliseconds = Int64(time) {
-            parts.append("event_time=\(time) \(utcDate(milliseconds))")
+            parts.append("event_time=\(time) \(UTCTime.format(milliseconds: milliseconds))")
         }
         parts.append("applied=\(fields["applied"] ?? "?")")
         if let jti = fields["jti"] { parts.append("jti=\(jti)") }
@@ -189,32 +239,8 @@ enum UserCommand {
             }
             return milliseconds
         }
-        for options: ISO8601DateFormatter.Options in [
-            [.withInternetDateTime, .withFractionalSeconds], [.withInternetDateTime],
-        ] {
-            let formatter = ISO8601DateFormatter()
-            formatter.formatOptions = options
-            if let date = formatter.date(from: text) {
-                return Int64((date.timeIntervalSince1970 * 1000).rounded())
-            }
-        }
+        if let milliseconds = UTCTime.parse(text) { return milliseconds }
         throw UsageError(
             "--session-started must be Unix milliseconds or an ISO 8601 time such as 2026-11-30T08:00:00Z")
-    }
-
-    /// `2026-11-30T08:00:00.000Z`.
-    static func utcDate(_ milliseconds: Int64) -> String {
-        var seconds = time_t(milliseconds.quotientAndRemainder(dividingBy: 1000).quotient)
-        var remainder = milliseconds % 1000
-        if remainder < 0 {
-            seconds -= 1
-            remainder += 1000
-        }
-        var parts = tm()
-        guard gmtime_r(&seconds, &parts) != nil else { return "?" }
-        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
-        let millisecondsText = String(remainder + 1000).dropFirst()
-        return "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))T\(two(parts.tm_hour)):"
-            + "\(two(parts.tm_min)):\(two(parts.tm_sec)).\(millisecondsText)Z"
     }
 }

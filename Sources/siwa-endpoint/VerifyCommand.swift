@@ -1,6 +1,7 @@
 import Foundation
 import SIWAJSON
 import SIWAResponder
+import SIWASupport
 import SIWAVerification
 
 /// `verify`: checks one captured request body, so an operator can see why a
@@ -15,10 +16,10 @@ enum VerifyCommand {
         on success (exit 0), or {"error","http_status","message"} (exit 1).
         """
 
-    static func run(_ words: [String]) throws -> Int32 {
+    static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--help") {
             Output.line(help)
-            return 0
+            return .success
         }
         let arguments = try CommandLineArguments(words, valueOptions: ["--jwks", "--client-id", "--at"])
         let clientIDs = arguments.all("--client-id")
@@ -47,16 +48,16 @@ enum VerifyCommand {
         let verifier = NotificationVerifier(keys: keys, clientIDs: Set(clientIDs))
         do {
             let notification = try verifier.verify(body: Array(body), now: now)
-            Output.line(JSONWriter.object(report(notification)))
-            return 0
+            Output.json(report(notification))
+            return .success
         } catch {
-            Output.line(
-                JSONWriter.object([
+            Output.json(
+                [
                     ("error", .string(error.code.rawValue)),
                     ("http_status", .integer(Int64(NotificationResponder.httpStatus(for: error)))),
                     ("message", .string(error.message)),
-                ]))
-            return 1
+                ])
+            return .failed
         }
     }
 

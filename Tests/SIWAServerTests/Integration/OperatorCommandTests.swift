@@ -1,4 +1,6 @@
 import Foundation
+import SIWAJSON
+import SIWARedis
 import SIWAStore
 import SIWATestKit
 import SIWAVerification
@@ -45,6 +47,28 @@ struct UserCommandTests {
         #expect(!later.lines.contains("session not valid"))
         let offset = try user(stack, [ServeStack.clientID, sub, "--session-started", "2026-11-30T01:53:20+01:00"])
         #expect(offset.lines.contains("session not valid"))
+
+        // --json: the same as one document, and nothing else on standard output.
+        let json = try user(stack, [ServeStack.clientID, sub, "--session-started", String(Self.revokedAt), "--json"])
+        #expect(json.status == 0, "\(json.errors)")
+        #expect(json.lines.count == 2 && json.lines[1].isEmpty, "one line: \(json.output)")
+        guard case .object(let document) = try StrictJSONParser.parse(Array(json.lines[0].utf8)),
+            case .object(let state)? = document["state"], case .array(let entries)? = document["entries"],
+            case .object(let entry)? = entries.first
+        else {
+            Issue.record("not the user document: \(json.output)")
+            return
+        }
+        #expect(document["client_id"] == .string(ServeStack.clientID) && document["sub"] == .string(sub))
+        #expect(document["key"] == .string("siwa:user:{com.example.app:000020.u.0001}"))
+        #expect(state["sessions_revoked_at"] == .string("1796000000000"))
+        #expect(state["last_event_type"] == .string("consent-revoked"))
+        #expect(document["session"] == .object(["started_at": .integer(Self.revokedAt), "valid": .bool(false)]))
+        #expect(document["stream"] == .string("siwa:events") && document["newest"] == .integer(1000))
+        #expect(entries.count == 1)
+        #expect(entry["type"] == .string("consent-revoked") && entry["event_time"] == .integer(Self.revokedAt))
+        #expect(entry["applied"] == .string("1") && entry["email_present"] == .bool(false))
+        #expect(document["transfer_sub"] == nil && document["transferred_to"] == nil)
     }
 
     @Test("no email address from the stream when the hash holds none; the hash's own is shown")
@@ -78,6 +102,21 @@ struct UserCommandTests {
         let kept = try user(stack, [ServeStack.clientID, forwarding])
         #expect(kept.lines.contains("  email                kept@privaterelay.appleid.com"))
         #expect(kept.output.components(separatedBy: "@").count == 2, "the address once, from the hash")
+
+        // --json shows no more: no address for the deleted user, the hash's own once; an
+        // address in a stream entry (as an older writer left one) is never shown, only its
+        // presence.
+        _ = try RedisConnection(endpoint: try RedisEndpoint(parsing: stack.redis.url())).command(
+            "XADD", "siwa:events", "*", "client_id", ServeStack.clientID, "sub", deleted, "type", "email-enabled",
+            "event_time", String(Self.revokedAt - 1000), "applied", "0", "email", "old@privaterelay.appleid.com")
+        let goneJSON = try user(stack, [ServeStack.clientID, deleted, "--json"])
+        #expect(goneJSON.status == 0)
+        #expect(!goneJSON.output.contains("@") && !goneJSON.output.contains("private"), "\(goneJSON.output)")
+        #expect(goneJSON.output.contains(#""email_present":true"#), "\(goneJSON.output)")
+        #expect(!(try user(stack, [ServeStack.clientID, deleted])).output.contains("@"))
+        let keptJSON = try user(stack, [ServeStack.clientID, forwarding, "--json"])
+        #expect(keptJSON.output.components(separatedBy: "@").count == 2, "the address once, from the hash")
+        #expect(keptJSON.output.contains(#""email":"kept@privaterelay.appleid.com""#))
     }
 
     @Test("a refresh token reconcile found refused: its time with the UTC date, its entry marked source=reconcile")

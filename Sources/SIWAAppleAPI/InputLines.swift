@@ -1,23 +1,25 @@
 import Foundation
+import SIWASupport
 
 #if canImport(Glibc)
     import Glibc
 #endif
 
-/// The JSON-lines input of `reconcile` and `revoke`: a file, or standard input for `-`.
-enum InputLines {
+/// The line input of the batch commands (`reconcile`, `revoke`, `transfer`): a file, or
+/// standard input for `-`.
+public enum InputLines {
     /// Opens `input` for reading, or nil when it cannot be read.
-    static func open(_ input: String) -> UnsafeMutablePointer<FILE>? {
+    public static func open(_ input: String) -> UnsafeMutablePointer<FILE>? {
         input == "-" ? fdopen(dup(0), "r") : fopen(input, "r")
     }
 
     /// Calls `handle` with each non-blank line (without its line end) and its number, until
-    /// the input ends or `handle` returns an exit status. Returns that status, nil at the
-    /// end, or 1 when reading failed (`failed` is told the line number first).
-    static func each(
-        _ file: UnsafeMutablePointer<FILE>, failed: (Int) -> Int32,
-        _ handle: (_ bytes: [UInt8], _ lineNumber: Int) -> Int32?
-    ) -> Int32? {
+    /// the input ends or `handle` stops the run. Reading that fails stops it too (exit 1,
+    /// naming the line).
+    public static func each(
+        _ file: UnsafeMutablePointer<FILE>,
+        _ handle: (_ bytes: [UInt8], _ lineNumber: Int) throws(BatchRun.Stop) -> Void
+    ) throws(BatchRun.Stop) {
         var buffer: UnsafeMutablePointer<CChar>?
         var capacity = 0
         defer { free(buffer) }
@@ -29,9 +31,10 @@ enum InputLines {
             var bytes = Array(UnsafeRawBufferPointer(start: buffer, count: length))
             while let last = bytes.last, last == 0x0A || last == 0x0D { bytes.removeLast() }
             if bytes.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { continue }
-            if let status = handle(bytes, lineNumber) { return status }
+            try handle(bytes, lineNumber)
         }
-        if ferror(file) != 0 { return failed(lineNumber + 1) }
-        return nil
+        if ferror(file) != 0 {
+            throw BatchRun.Stop(status: .failed, message: "reading the input failed at line \(lineNumber + 1)")
+        }
     }
 }
