@@ -73,12 +73,12 @@ public final class CanaryRun {
             output.error(
                 "siwa-endpoint canary: Apple refused the revocation (\(code)): the token is not one Apple "
                     + "issued to \(clientID), or is already spent; get a fresh one")
-            return end("refused", .appleRefused, [("error", .string(code))])
+            return end("refused", .providerRefused, [("error", .string(code))])
         case .unknown(let reason):
             output.error(
                 "siwa-endpoint canary: Apple did not confirm the revocation (\(reason)): the token may or may "
                     + "not be spent; check SIWA_APPLE_REVOKE_URL and the outbound HTTPS route")
-            return end("unconfirmed", .appleRefused, [("reason", .string(reason))])
+            return end("unconfirmed", .providerRefused, [("reason", .string(reason))])
         }
 
         let deadline = started + .seconds(timeout)

@@ -16,9 +16,13 @@ public enum ExitStatus: Int32, Sendable, CaseIterable {
     /// `serve --check`: a Redis server's certificate refused, the outage serve would
     /// start into. Rerun once it answers.
     case unreachable = 3
-    /// Apple refused, or did not confirm, the request the command exists for (`canary`'s
-    /// revocation): not a mistake in the call, not the endpoint's fault.
-    case appleRefused = 4
+    /// The provider (Apple, Google) refused, or did not confirm, the request the command
+    /// exists for (`canary`'s revocation, a `google` call): not a mistake in the call, not
+    /// the endpoint's fault.
+    case providerRefused = 4
+    /// The provider's API did not answer, or answered 429 or 5xx to every try (`google`):
+    /// nothing is wrong with the call; run it again later.
+    case providerUnavailable = 5
     /// Standard output was closed under the command (`| head`): 128 + SIGPIPE, what a
     /// shell reports for a command a closed pipe ended. Every record written is whole.
     case closedPipe = 141
@@ -30,7 +34,8 @@ public enum ExitStatus: Int32, Sendable, CaseIterable {
         case .failed: "the thing checked is bad, or some of the work was not done"
         case .usage: "a usage or settings mistake (invalid_client included); nothing was changed"
         case .unreachable: "the deployment did not answer: Redis (status: the responder's socket)"
-        case .appleRefused: "Apple refused or did not confirm the request (canary)"
+        case .providerRefused: "Apple or Google refused or did not confirm the request (canary, google)"
+        case .providerUnavailable: "Google's API did not answer, or answered 429 or 5xx to every try (google)"
         case .closedPipe: "standard output was closed (as by | head); the records written are whole"
         }
     }

@@ -5,6 +5,7 @@ import SIWARedis
 import SIWASettingKeys
 import SIWASettings
 import SIWAStore
+import SIWASupport
 import SIWATelemetry
 
 /// `google register | status | verify | enable | disable`: the stream Google's Cross-Account
@@ -35,43 +36,24 @@ enum GoogleCommand {
         503 waits its Retry-After, unless Google asks for more than 60 s.
 
         Exit status:
-          \(Exit.done.rawValue)  done (verify: the verification SET arrived)
-          \(Exit.nothingArrived.rawValue)  verify: Google accepted the request but no SET arrived in time
-          \(Exit.usage.rawValue)  a usage or settings mistake, the key file refused
-          \(Exit.redisUnreachable.rawValue)  verify: Redis did not answer
-          \(Exit.googleRefused.rawValue)  Google refused the request (400, 401, 403, 404)
-          \(Exit.googleUnavailable.rawValue)  Google did not answer, or answered 429 or 5xx to every try
+          \(ExitStatus.success.rawValue)  done (verify: the verification SET arrived)
+          \(ExitStatus.failed.rawValue)  verify: Google accepted the request but no SET arrived in time
+          \(ExitStatus.usage.rawValue)  a usage or settings mistake, the key file refused
+          \(ExitStatus.unreachable.rawValue)  verify: Redis did not answer
+          \(ExitStatus.providerRefused.rawValue)  Google refused the request (400, 401, 403, 404)
+          \(ExitStatus.providerUnavailable.rawValue)  Google did not answer, or answered 429 or 5xx to every try
 
         settings (SIWA_* environment variables; the environment wins over --env-file):
         \(GoogleManagementConfiguration.helpLines.joined(separator: "\n"))
           and serve's Redis settings (verify)
         """
 
-    /// The exit statuses of `google`, in one place: 0, 1, 2 and 3 mean what they mean in the
-    /// other commands (done; the thing checked is bad; usage or settings; Redis unreachable).
-    enum Exit: Int32 {
-        case done = 0
-        case nothingArrived = 1
-        case usage = 2
-        case redisUnreachable = 3
-        case googleRefused = 4
-        case googleUnavailable = 5
-
-        init(_ error: GoogleManagementError) {
-            if error.code == .signingFailed {
-                self = .usage
-            } else {
-                self = error.isRefusal ? .googleRefused : .googleUnavailable
-            }
-        }
-    }
-
     static let actions = ["register", "status", "verify", "enable", "disable"]
 
-    static func run(_ words: [String]) throws -> Int32 {
+    static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--help") || words.first == "help" {
             Output.line(help)
-            return 0
+            return .success
         }
         guard let action = words.first, actions.contains(action) else {
             throw UsageError(
@@ -109,7 +91,7 @@ enum GoogleCommand {
                 environment: ProcessInfo.processInfo.environment, envFile: arguments.value("--env-file"))
         } catch {
             ServeCommand.refuse(error)
-            return Exit.usage.rawValue
+            return ExitStatus.usage
         }
         OperatorSettings.warnUnknown(configuration.unknownSettings)
         let key: GoogleServiceAccountKey
@@ -119,7 +101,7 @@ enum GoogleCommand {
             Output.error(
                 "siwa-endpoint google \(action): \(SettingKey.googleServiceAccountFile.name) refused "
                     + "(\(error.code.rawValue)): \(error.message); nothing was sent to Google")
-            return Exit.usage.rawValue
+            return ExitStatus.usage
         }
         let client = GoogleManagementClient(
             apiURL: configuration.apiURL, authorization: GoogleManagementAuthorization(key: key),
@@ -136,7 +118,7 @@ enum GoogleCommand {
                 Output.error(
                     "siwa-endpoint google register: \(SettingKey.googleReceiverURL.name) is required: the public "
                         + "https URL of this endpoint's Google location (e.g. https://example.com/google/risc)")
-                return Exit.usage.rawValue
+                return ExitStatus.usage
             }
             return run.register(receiverURL: receiverURL, eventTypes: eventTypes)
         case "status": return run.status()
@@ -155,12 +137,12 @@ enum GoogleCommand {
         let json: Bool
 
         /// Says why Google did not do it, and the exit status that says so.
-        func failed(_ error: GoogleManagementError) -> Int32 {
+        func failed(_ error: GoogleManagementError) -> ExitStatus {
             Output.error("siwa-endpoint google \(action): \(error.code.rawValue): \(error.message)")
-            return Exit(error).rawValue
+            return ExitStatus(error)
         }
 
-        func register(receiverURL: String, eventTypes: [String]) -> Int32 {
+        func register(receiverURL: String, eventTypes: [String]) -> ExitStatus {
             do {
                 try client.updateStream(receiverURL: receiverURL, eventTypes: eventTypes)
             } catch {
@@ -181,10 +163,10 @@ enum GoogleCommand {
                 }
                 Output.line("next: `siwa-endpoint google verify` proves that Google's SETs reach this endpoint")
             }
-            return Exit.done.rawValue
+            return ExitStatus.success
         }
 
-        func status() -> Int32 {
+        func status() -> ExitStatus {
             let stream: [String: JSONValue]
             do {
                 stream = try client.stream()
@@ -193,7 +175,7 @@ enum GoogleCommand {
             }
             if json {
                 Output.line(JSONWriter.serialize(.object(stream)))
-                return Exit.done.rawValue
+                return ExitStatus.success
             }
             func strings(_ value: JSONValue?) -> [String] {
                 guard case .array(let items)? = value else { return [] }
@@ -217,10 +199,10 @@ enum GoogleCommand {
                     "events delivered: \(strings(stream["events_delivered"]).map(GoogleManagementEvents.name).joined(separator: ", "))"
                 )
             }
-            return Exit.done.rawValue
+            return ExitStatus.success
         }
 
-        func setStatus(enabled: Bool) -> Int32 {
+        func setStatus(enabled: Bool) -> ExitStatus {
             do {
                 try client.updateStatus(enabled: enabled)
             } catch {
@@ -235,10 +217,10 @@ enum GoogleCommand {
                         ? "enabled: Google pushes to the registered URL"
                         : "disabled: Google sends nothing and keeps nothing for later")
             }
-            return Exit.done.rawValue
+            return ExitStatus.success
         }
 
-        func verify(connection: RedisConnection, keyPrefix: String, timeout: Duration) -> Int32 {
+        func verify(connection: RedisConnection, keyPrefix: String, timeout: Duration) -> ExitStatus {
             let state = GoogleVerificationWatch.freshState()
             let watch = GoogleVerificationWatch(connection: connection, keyPrefix: keyPrefix, state: state)
             do {
@@ -247,7 +229,7 @@ enum GoogleCommand {
                 Output.error(
                     "siwa-endpoint google verify: Redis does not answer (\(error.code.rawValue): \(error.operatorMessage)); "
                         + "nothing was asked of Google")
-                return Exit.redisUnreachable.rawValue
+                return ExitStatus.unreachable
             }
             let requestedAt = Int64(Date().timeIntervalSince1970 * 1000)
             let started = ContinuousClock.now
@@ -257,7 +239,7 @@ enum GoogleCommand {
                 Output.error(
                     "siwa-endpoint google verify: Google refused the request, so no SET was sent: "
                         + "\(error.code.rawValue): \(error.message)")
-                return Exit(error).rawValue
+                return ExitStatus(error)
             }
             if !json {
                 Output.line(
@@ -288,12 +270,12 @@ enum GoogleCommand {
                             + " (seen in Redis after \(String(format: "%.2f", (ContinuousClock.now - started).inSeconds)) s"
                             + (record["client_id"].map { ", client ID \($0)" } ?? "") + ")")
                 }
-                return Exit.done.rawValue
+                return ExitStatus.success
             case .redisFailed(let error):
                 Output.error(
                     "siwa-endpoint google verify: Redis stopped answering after Google accepted the request "
                         + "(\(error.code.rawValue)); whether the SET arrived is unknown")
-                return Exit.redisUnreachable.rawValue
+                return ExitStatus.unreachable
             case .nothingArrived:
                 if json {
                     Output.line(
@@ -311,8 +293,20 @@ enum GoogleCommand {
                       - the certificate and the route from Google to nginx (its access log shows each POST to the location)
                       - the endpoint's own log and `siwa-endpoint status`
                     """)
-                return Exit.nothingArrived.rawValue
+                return ExitStatus.failed
             }
+        }
+    }
+}
+
+extension ExitStatus {
+    /// The table's row for a refusal of the management API: Google refused (4) or did not
+    /// answer (5); a key that cannot sign is the caller's mistake (2).
+    init(_ error: GoogleManagementError) {
+        if error.code == .signingFailed {
+            self = .usage
+        } else {
+            self = error.isRefusal ? .providerRefused : .providerUnavailable
         }
     }
 }

@@ -170,7 +170,7 @@ final class ExitStatusTests {
             guard parts.count == 2, let status = Int(parts[0]), (0...255).contains(status) else { return nil }
             return (String(parts[0]), String(parts[1]))
         }
-        #expect(rows.map(\.0) == ["0", "1", "2", "3", "4", "141"], "\(help.output)")
+        #expect(rows.map(\.0) == ["0", "1", "2", "3", "4", "5", "141"], "\(help.output)")
         let docs = try String(
             contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
                 .deletingLastPathComponent().appendingPathComponent("docs/operations.md"), encoding: .utf8)
