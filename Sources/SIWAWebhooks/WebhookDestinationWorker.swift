@@ -15,6 +15,8 @@ import SIWATelemetry
 /// promised: the body carries Apple's `event_time`, by which receivers apply. At most
 /// `maximumHeld` events wait for a retry at once; beyond that, new events wait unread in the
 /// stream (which keeps them: see the trimming rule in docs/contract.md).
+// Unchecked: its `private var`s (the events held for a retry, the pauses and last times) are
+// read and written by `run()`'s thread alone; other threads only ask for the stop, through a Latch.
 public final class WebhookDestinationWorker: Service, @unchecked Sendable {
     /// The retry schedule: the delay before each attempt after the first (about three days in all).
     public static let schedule: [Duration] = [
