@@ -34,7 +34,7 @@ public final class NotificationResponder: Sendable {
     /// The last reading of the deletions stream, for /metrics (nil: no deletion figures).
     let deletionDuty: DeletionDutyMonitor?
     /// Per client ID: genuine notifications, the last one's time, refusals by reason.
-    public let clientTraffic: ClientTraffic
+    let clientTraffic: ClientTraffic
     /// Where its lines go: each request's, and what it sees happen.
     let log: EventLog.Sink
     /// Each probe path's last answer: its line is written when that changes.
@@ -259,7 +259,7 @@ public final class NotificationResponder: Sendable {
 
     /// Reads `P:clients` once (when Redis answers), so a silence that began before this
     /// process started, or on another node, is not forgotten.
-    public func loadClientActivity() {
+    func loadClientActivity() {
         guard clientTraffic.needsLoading, !breaker.isOpen else { return }
         do {
             let activity = try stores.withStore { store throws(RedisError) in

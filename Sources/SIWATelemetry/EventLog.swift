@@ -177,7 +177,7 @@ public enum EventLog {
 
     /// A wall time given in Unix milliseconds, in the lines' own format (a field such as
     /// `since`).
-    public static func wallTime(milliseconds: Int64) -> String {
+    static func wallTime(milliseconds: Int64) -> String {
         var bytes: [UInt8] = []
         appendTimestamp(
             to: &bytes,

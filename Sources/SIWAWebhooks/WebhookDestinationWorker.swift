@@ -24,9 +24,9 @@ public final class WebhookDestinationWorker: Service, @unchecked Sendable {
         .seconds(50_400), .seconds(72_000), .seconds(86_400),
     ]
     /// Attempts in all: the first, then one per delay of the schedule.
-    public static var maximumAttempts: Int { schedule.count + 1 }
+    static var maximumAttempts: Int { schedule.count + 1 }
     /// The longest `Retry-After` honoured (scaled like the schedule).
-    public static let retryAfterCap: Duration = .seconds(3600)
+    static let retryAfterCap: Duration = .seconds(3600)
     static let maximumHeld = 1000
 
     public let destination: WebhookDestination

@@ -19,7 +19,7 @@ public final class WebhookMetricsListener: Service, @unchecked Sendable {
     }
 
     public static let defaultRequestDeadline: Duration = .seconds(2)
-    public static let maximumConnections = 32
+    static let maximumConnections = 32
     static let maximumRequestBytes = 4096
 
     public let name = "deliver-metrics"

@@ -1,10 +1,12 @@
 import Foundation
 import SIWARedis
-import SIWASpool
 import SIWASupport
-import SIWATelemetry
 import SIWAVerification
 import Testing
+
+@testable import SIWASpool
+@testable import SIWAStore
+@testable import SIWATelemetry
 
 /// The replayer driven by the in-process store double (no Redis): what it does with each
 /// record, in order, and when a refusal sets one record aside or blocks them all.
