@@ -205,7 +205,7 @@ public final class SpoolReplayer: Service {
     /// After an `account-deleted` was stored live: the request path only notes the user and
     /// nudges; the service's thread scrubs that user's set-aside records (it lists and
     /// rewrites `rejected/` under the directory lock, which no request waits on).
-    public func accountDeleted(_ notification: VerifiedNotification) {
+    public func queueSetAsideScrub(after notification: VerifiedNotification) {
         guard notification.type == .accountDeleted else { return }
         pendingScrubs.withLock {
             $0.append(UserOfClient(clientID: notification.clientID, subject: notification.subject))
@@ -213,7 +213,7 @@ public final class SpoolReplayer: Service {
         task.nudge()
     }
 
-    /// Scrubs every user noted by `accountDeleted` so far (on the service's thread, or by a
+    /// Scrubs every user noted by `queueSetAsideScrub(after:)` so far (on the service's thread, or by a
     /// caller while no thread runs, as `replayOnce()`).
     func scrubPending() {
         let users = pendingScrubs.withLock { pending in

@@ -116,7 +116,7 @@ struct ServeAssembly {
             // announces a failover.
             sentinelWatchers: ServeCommand.sentinelWatchers(locator), breaker: breaker, server: server,
             replayer: replayer, deletionDuty: deletionDuty,
-            clientActivity: ClientActivityLoader(responder: responder), responder: responder, spool: spool)
+            clientActivity: ClientActivityLoader(record: responder.clientActivity), responder: responder, spool: spool)
     }
 
     /// The FastCGI server's configuration from the settings, validated as the server's

@@ -140,7 +140,7 @@ struct SpoolReplayerTests {
                 issuedAt: 1_796_000_101, expiresAt: 1_796_086_501, email: nil, isPrivateEmail: nil)
 
             // What the request path calls: rejected/ is neither listed nor rewritten by it.
-            replayer.accountDeleted(deleted)
+            replayer.queueSetAsideScrub(after: deleted)
             #expect(try String(contentsOfFile: path, encoding: .utf8).contains(address))
 
             // The service, once running, does the scrub (nudged: no poll interval to wait for).

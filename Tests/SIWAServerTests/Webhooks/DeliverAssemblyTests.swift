@@ -25,6 +25,8 @@ struct DeliverAssemblyTests {
         #expect(parts.workers.map(\.name) == ["deliver-billing"])
         let services = ServiceGroup()
         try parts.start(in: services)
+        // The worker's group starts at the stream's end: an event added before it exists is not its.
+        #expect(waitUntil(timeout: 10) { (try? stack.pending("deliver:billing")) == 0 })
         try stack.add("consent-revoked", jti: "jti-in-process")
         #expect(waitUntil(timeout: 10) { billing.ids() == ["jti-in-process"] })
         let delivered = #"siwa_webhook_delivered_total{destination="billing"} 1"#
