@@ -238,7 +238,7 @@ public final class NotificationResponder: Sendable {
             result.outcome = "spooled"
             drain?.nudge()
         } catch {
-            return Self.storeUnavailable(result, error)
+            return storeUnavailable(result, error)
         }
         result.body = Self.json(status: result.outcome)
         return result
