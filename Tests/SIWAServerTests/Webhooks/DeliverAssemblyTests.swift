@@ -73,5 +73,10 @@ struct DeliverAssemblyTests {
         // Every service started has returned once this does: a worker that ran has counted.
         #expect(services.stop(until: .now + .seconds(5)))
         #expect(connectionsMade.withLock { $0 } == 0)
+        // The command around it: exit 2, the setting named, nothing delivered.
+        let command = try CommandRun.endpoint(["deliver"], environment: environment, timeout: .seconds(20))
+        #expect(command.status == 2)
+        #expect(command.errors.contains("SIWA_WEBHOOK_METRICS_LISTEN"))
+        #expect(billing.ids().isEmpty)
     }
 }
