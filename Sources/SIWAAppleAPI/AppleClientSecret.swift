@@ -12,7 +12,7 @@ import SIWAVerification
 /// after (signing costs well under a millisecond).
 public struct AppleClientSecret: Sendable {
     public static let audience = "https://appleid.apple.com"
-    public static let lifetimeSeconds: Int64 = 300
+    static let lifetimeSeconds: Int64 = 300
 
     public let teamID: String
     public let keyID: String

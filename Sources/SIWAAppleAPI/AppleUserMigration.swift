@@ -23,7 +23,7 @@ import SIWAVerification
 /// Nothing here logs; nothing returned holds the token or the secret.
 public final class AppleUserMigration {
     public static let defaultMigrationURL = "https://appleid.apple.com/auth/usermigrationinfo"
-    public static let scope = "user.migration"
+    static let scope = "user.migration"
 
     public enum Verdict: Sendable, Equatable {
         /// Apple's answer: `transfer_sub` (export), or `sub` with `email` and
@@ -64,7 +64,7 @@ public final class AppleUserMigration {
 
     /// Gets an access token now when none is held or the held one is due for renewal;
     /// nil when one is ready, else the verdict that stops the run.
-    public func prepareToken() -> Verdict? {
+    func prepareToken() -> Verdict? {
         if let token, ContinuousClock.now < token.renewAt { return nil }
         token = nil
         return client.retrying { tokenAttempt() }

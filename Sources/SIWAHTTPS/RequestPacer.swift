@@ -12,7 +12,7 @@ public final class RequestPacer: Sendable {
     public static let slowest: Duration = .seconds(100)
     /// The longest `Retry-After` honoured as given; a longer one (or a date further ahead)
     /// is held for this long, so a wrong header cannot park a run for days.
-    public static let longestHold: Duration = .seconds(3600)
+    static let longestHold: Duration = .seconds(3600)
 
     private struct State {
         var current: Duration
@@ -30,11 +30,11 @@ public final class RequestPacer: Sendable {
     }
 
     /// The interval between request starts now.
-    public var currentInterval: Duration { state.withLock { $0.current } }
+    var currentInterval: Duration { state.withLock { $0.current } }
 
     /// A `429`: the pace halves (down to `slowest`) and no request starts for `hold`
     /// (Apple's `Retry-After`, at most `longestHold`).
-    public func throttled(hold: Duration) {
+    func throttled(hold: Duration) {
         self.hold(hold, slowingDown: true)
     }
 

@@ -27,16 +27,16 @@ public struct JWKSFailure: Error, Sendable, Equatable, CustomStringConvertible {
         public var description: String { rawValue }
 
         /// The HTTPS GET of the JWKS URL failed (the cause is the fetch's error).
-        public static let fetchFailed = Code("jwks_fetch_failed")
+        static let fetchFailed = Code("jwks_fetch_failed")
         /// A document was read but gives no usable key.
-        public static let documentUnusable = Code("jwks_document_unusable")
+        static let documentUnusable = Code("jwks_document_unusable")
         /// The cache file could not be read, or holds no usable key.
-        public static let cacheLoadFailed = Code("jwks_cache_load_failed")
+        static let cacheLoadFailed = Code("jwks_cache_load_failed")
         /// The cache file could not be written (the keys held are good).
-        public static let cacheWriteFailed = Code("jwks_cache_write_failed")
+        static let cacheWriteFailed = Code("jwks_cache_write_failed")
         /// A reload was asked for, but no cache file is configured.
-        public static let noCacheFile = Code("jwks_no_cache_file")
+        static let noCacheFile = Code("jwks_no_cache_file")
         /// A reload was asked for, but the cache file does not exist.
-        public static let cacheFileMissing = Code("jwks_cache_file_missing")
+        static let cacheFileMissing = Code("jwks_cache_file_missing")
     }
 }

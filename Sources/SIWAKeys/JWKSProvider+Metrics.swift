@@ -10,7 +10,7 @@ extension JWKSProvider {
         public let usableKeyCount: Int
         /// Entries of the last document taken (fetched or read from the cache file) that
         /// cannot verify, counting those under which an older key was kept.
-        public let unusableKeyCount: Int
+        let unusableKeyCount: Int
         /// The plain message of the most recent failure, for the application to log.
         public let lastFailure: JWKSFailure?
     }

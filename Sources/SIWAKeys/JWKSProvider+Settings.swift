@@ -27,13 +27,13 @@ extension JWKSProvider {
         /// How long a good key set is used before the scheduled refresh.
         public var refreshInterval: Duration
         /// How soon a scheduled refresh is tried again after a failure.
-        public var failedRefreshRetryInterval: Duration
+        var failedRefreshRetryInterval: Duration
         /// The least time between two fetches caused by an unknown `kid`: a stranger
         /// sending made-up kids must not turn us into a load generator against Apple.
         public var unknownKeyIDRefreshInterval: Duration
         /// The longest a request with an unknown kid waits for the fetch it caused or joined;
         /// then it is answered 503 `keys_unavailable` (Apple retries) while the fetch goes on.
-        public var unknownKeyIDWaitLimit: Duration
+        var unknownKeyIDWaitLimit: Duration
         /// How many requests with an unknown kid may wait for a fetch at once; the others are
         /// answered 503 at once. Kept below the worker count, so that made-up kids never hold
         /// every worker: known kids and `/healthz` always find one.

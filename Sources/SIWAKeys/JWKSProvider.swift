@@ -103,7 +103,7 @@ public final class JWKSProvider: Sendable {
     /// Fetches when the scheduled interval has passed since the last fetch (or the
     /// shorter retry interval, when that fetch failed).
     @discardableResult
-    public func refreshIfDue() -> JWKSRefreshOutcome {
+    func refreshIfDue() -> JWKSRefreshOutcome {
         let settings = settings
         return refresh { state, now in
             guard let lastAttemptAt = state.lastAttemptAt else { return true }
@@ -115,7 +115,7 @@ public final class JWKSProvider: Sendable {
     /// Fetches now when no usable key is held (a cold start without a cache file while the
     /// network is not up yet): the refresher calls it with a short backoff until keys load.
     @discardableResult
-    public func refreshIfEmpty() -> JWKSRefreshOutcome {
+    func refreshIfEmpty() -> JWKSRefreshOutcome {
         refresh { state, _ in state.keySet.usableKeyIDs.isEmpty }
     }
 

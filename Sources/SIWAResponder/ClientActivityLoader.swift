@@ -5,20 +5,21 @@ import SIWASupport
 /// scrape never waits on Redis for them. Run it in a `ServiceGroup`.
 public final class ClientActivityLoader: Service {
     public let name = "client-activity-loader"
-    private let responder: NotificationResponder
+    private let record: ClientActivityRecord
     private let interval: Duration
     private let task = PeriodicTask()
 
-    public init(responder: NotificationResponder, interval: Duration = .seconds(15)) {
-        self.responder = responder
+    /// `record`: the responder's (`NotificationResponder.clientActivity`); nothing else of it.
+    public init(record: ClientActivityRecord, interval: Duration = .seconds(15)) {
+        self.record = record
         self.interval = interval
     }
 
     public func run() {
         task.run {
-            responder.loadClientActivity()
+            record.loadOnce()
             // Once read, nothing is left to do but wait for the stop.
-            return responder.clientTraffic.needsLoading ? interval : .seconds(3600)
+            return record.traffic.needsLoading ? interval : .seconds(3600)
         }
     }
 

@@ -42,12 +42,12 @@ public final class ClientTraffic: Sendable {
     }
 
     /// The label of a refusal whose `aud` is not one of ours.
-    public static let unlistedLabel = RequestSettings.unlistedClientLabel
+    static let unlistedLabel = RequestSettings.unlistedClientLabel
     /// The label of a refusal whose `aud` could not be read.
-    public static let noneLabel = RequestSettings.noneClientLabel
+    static let noneLabel = RequestSettings.noneClientLabel
 
     /// How often, at most, one process writes a client ID's last genuine notification to Redis.
-    public static let recordInterval: Int64 = 60_000
+    static let recordInterval: Int64 = 60_000
 
     struct Client {
         var genuine = 0
@@ -68,7 +68,7 @@ public final class ClientTraffic: Sendable {
 
     public let clientIDs: [String]
     /// Seconds of silence before the alert, per client ID (0: no silence alert).
-    public let silenceAlertSeconds: [String: Int]
+    let silenceAlertSeconds: [String: Int]
     private let state: Mutex<State>
 
     /// `silenceAlertSeconds` holds every client ID served.
@@ -84,7 +84,7 @@ public final class ClientTraffic: Sendable {
 
     /// A genuine notification for `clientID` at `now` (ms). True when this process should
     /// write it to Redis now (at most once a `recordInterval` per client ID).
-    public func recordGenuine(clientID: String, at now: Int64) -> Bool {
+    func recordGenuine(clientID: String, at now: Int64) -> Bool {
         state.withLock { state in
             guard var client = state.clients[clientID] else { return false }
             client.genuine += 1
@@ -97,7 +97,7 @@ public final class ClientTraffic: Sendable {
     }
 
     /// A refusal: `label` from `label(ofAudience:)`.
-    public func recordRefusal(label: String, reason: RefusalReason) {
+    func recordRefusal(label: String, reason: RefusalReason) {
         state.withLock { $0.refusals[label, default: [:]][reason, default: 0] += 1 }
     }
 
@@ -111,7 +111,7 @@ public final class ClientTraffic: Sendable {
     }
 
     /// Whether Redis's record still has to be read.
-    public var needsLoading: Bool { state.withLock { !$0.loaded } }
+    var needsLoading: Bool { state.withLock { !$0.loaded } }
 
     /// Merges what Redis holds (see `NotificationStore.clientActivity()`): the later of the
     /// last genuine times, the earlier of the serving starts.
@@ -133,14 +133,14 @@ public final class ClientTraffic: Sendable {
     public struct Figures: Sendable, Equatable {
         public let clientID: String
         public let genuine: Int
-        public let lastGenuineAt: Int64?
+        let lastGenuineAt: Int64?
         public let servedSince: Int64
         public let refusals: [RefusalReason: Int]
-        public let silenceAlertSeconds: Int
+        let silenceAlertSeconds: Int
 
         /// Seconds since the last genuine notification, or since the client ID was first
         /// served when none has come.
-        public func silenceSeconds(now: Int64) -> Double {
+        func silenceSeconds(now: Int64) -> Double {
             Double(max(0, now - (lastGenuineAt ?? servedSince))) / 1000
         }
     }

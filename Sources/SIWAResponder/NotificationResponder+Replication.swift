@@ -39,7 +39,7 @@ extension NotificationResponder {
             drain?.nudge()
             return nil
         } catch {
-            return Self.storeUnavailable(result, error)
+            return storeUnavailable(result, error)
         }
     }
 

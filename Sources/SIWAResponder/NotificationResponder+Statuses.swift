@@ -40,9 +40,9 @@ extension NotificationResponder {
 
     /// Neither Redis nor the spool can take the record: 503 `store_unavailable`, nothing
     /// answered 2xx, so Apple retries.
-    static func storeUnavailable(_ result: Reply, _ spoolError: SpoolError) -> Reply {
-        EventLog.event("spool_append_failed", level: "error", spoolError.logFields)
-        return unavailable(result, errorCode: "store_unavailable")
+    func storeUnavailable(_ result: Reply, _ spoolError: SpoolError) -> Reply {
+        log.event("spool_append_failed", level: "error", spoolError.logFields)
+        return Self.unavailable(result, errorCode: "store_unavailable")
     }
 
     /// A 503 for the store: the request's type and client stay on its log line.

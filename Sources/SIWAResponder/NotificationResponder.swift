@@ -34,7 +34,10 @@ public final class NotificationResponder: Sendable {
     /// The last reading of the deletions stream, for /metrics (nil: no deletion figures).
     let deletionDuty: DeletionDutyMonitor?
     /// Per client ID: genuine notifications, the last one's time, refusals by reason.
-    public let clientTraffic: ClientTraffic
+    let clientTraffic: ClientTraffic
+    /// `P:clients`, the silence figures' record: the one Redis write of a request besides the
+    /// notification's own (at most once a minute per client ID), and the read the loader makes.
+    public let clientActivity: ClientActivityRecord
     /// Where its lines go: each request's, and what it sees happen.
     let log: EventLog.Sink
     /// Each probe path's last answer: its line is written when that changes.
@@ -64,6 +67,8 @@ public final class NotificationResponder: Sendable {
         self.clientTraffic = ClientTraffic(
             silenceAlertSeconds: configuration.silence.alertSeconds(clientIDs: configuration.clientIDs),
             startedAt: clock.wallMilliseconds())
+        self.clientActivity = ClientActivityRecord(
+            traffic: clientTraffic, stores: stores, breaker: breaker, clock: clock, log: log)
     }
 
     /// What one request came to, for the response, the metrics and the log line.
@@ -86,7 +91,7 @@ public final class NotificationResponder: Sendable {
         if result.status == 200, request.path == configuration.requests.notificationPath,
             let clientID = result.clientID
         {
-            recordGenuine(clientID: clientID, stored: result.outcome != "spooled")
+            clientActivity.recordGenuine(clientID: clientID, stored: result.outcome != "spooled")
         }
         let elapsed = clock.monotonic() - started
         let seconds = elapsed.inSeconds
@@ -196,7 +201,7 @@ public final class NotificationResponder: Sendable {
             {
                 return unavailable
             }
-            drain?.accountDeleted(notification)
+            drain?.queueSetAsideScrub(after: notification)
             if notification.type == .accountDeleted { deletionDuty?.nudge() }
         } catch {
             metrics.recordRedisError()
@@ -233,47 +238,10 @@ public final class NotificationResponder: Sendable {
             result.outcome = "spooled"
             drain?.nudge()
         } catch {
-            return Self.storeUnavailable(result, error)
+            return storeUnavailable(result, error)
         }
         result.body = Self.json(status: result.outcome)
         return result
-    }
-
-    /// A genuine notification answered 200: counted; written to `P:clients` at most once a
-    /// minute per client ID when it reached Redis (best effort: the figures are about
-    /// delivery, a failed write loses nothing a user needs).
-    func recordGenuine(clientID: String, stored: Bool) {
-        let now = clock.wallMilliseconds()
-        guard clientTraffic.recordGenuine(clientID: clientID, at: now), stored, !breaker.isOpen else { return }
-        loadClientActivity()
-        do {
-            try stores.withStore { store throws(RedisError) in
-                try store.recordClientNotification(clientID: clientID, at: now)
-            }
-        } catch {
-            log.event(
-                "client_activity_not_recorded", level: "warning",
-                [("error", .string(error.code.rawValue)), ("client_id", .string(clientID))])
-        }
-    }
-
-    /// Reads `P:clients` once (when Redis answers), so a silence that began before this
-    /// process started, or on another node, is not forgotten.
-    public func loadClientActivity() {
-        guard clientTraffic.needsLoading, !breaker.isOpen else { return }
-        do {
-            let activity = try stores.withStore { store throws(RedisError) in
-                try store.clientActivity(clientIDs: clientTraffic.clientIDs, now: clock.wallMilliseconds())
-            }
-            clientTraffic.load(activity)
-        } catch {
-            // A refusal (an ACL without HSETNX or HGETALL) would come back at every try:
-            // said once, and this process's own figures are used from then on.
-            if !error.isConnectionError { clientTraffic.load([:]) }
-            log.event(
-                "client_activity_not_read", level: "warning",
-                [("error", .string(error.code.rawValue)), ("reason", .string(error.operatorMessage))])
-        }
     }
 
     func health() -> Reply {

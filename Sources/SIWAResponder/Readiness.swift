@@ -22,13 +22,13 @@ public struct Readiness: Sendable, Equatable {
 
     /// What was found, each part read only when the answer needs it.
     public struct Observation: Sendable, Equatable {
-        public var signingKeys: Int
+        var signingKeys: Int
         public var redisAnswers: Bool
         /// Nil when not looked at (Redis answered, so the spool's state did not matter).
-        public var spoolWritable: Bool?
+        var spoolWritable: Bool?
         public var spoolDepth: Int
         /// Nil when not looked at (no age limit, or nothing waits) or unknown.
-        public var oldestRecordAge: Duration?
+        var oldestRecordAge: Duration?
 
         public init(
             signingKeys: Int, redisAnswers: Bool, spoolWritable: Bool?, spoolDepth: Int, oldestRecordAge: Duration?
@@ -42,7 +42,7 @@ public struct Readiness: Sendable, Equatable {
     }
 
     public let reasons: [Reason]
-    public var isReady: Bool { reasons.isEmpty }
+    var isReady: Bool { reasons.isEmpty }
 
     /// The rule, in one place: keys loaded; Redis answering or the spool writable (a
     /// notification can be recorded durably in one of them); the spool within the limits.

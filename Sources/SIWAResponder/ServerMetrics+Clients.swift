@@ -4,7 +4,7 @@ extension ServerMetrics {
     /// The per-client-ID lines (see `ClientTraffic`): every configured client ID and every
     /// reason has a line from the start (a counter that appears at 1 hides its first
     /// increase from `increase()`); an `aud` we do not list is one label, `unlisted`.
-    public static func renderClients(_ traffic: ClientTraffic, now: Int64) -> String {
+    static func renderClients(_ traffic: ClientTraffic, now: Int64) -> String {
         let (clients, unlisted, none) = traffic.figures()
         var lines: [String] = []
         lines.append(

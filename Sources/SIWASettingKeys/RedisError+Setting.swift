@@ -33,7 +33,7 @@ extension RedisError {
 extension RedisError.CertificateRefusal {
     /// `the server's certificate must chain to SIWA_REDIS_TLS_CA_FILE, be valid now and name
     /// 'localhost', SIWA_REDIS_TLS_SERVER_NAME`: what to check, in settings.
-    public var operatorHint: String {
+    var operatorHint: String {
         let trustText = trust?.setting ?? "the system trust store"
         let nameText = nameSource == .url ? "the host of \(nameSource.setting)" : nameSource.setting
         return "the server's certificate must chain to \(trustText), be valid now and name '\(serverName)', \(nameText)"

@@ -8,12 +8,12 @@ public struct ReadinessLimits: Sendable, Equatable {
     /// Records waiting in the spool beyond which the instance is not ready: a bound on the
     /// spool's disk use (about 1.5 kB a record) well under a 1 GiB volume.
     public static let defaultSpoolMaximumDepth = 100_000
-    public static let spoolMaximumDepthRange = 0...100_000_000
+    static let spoolMaximumDepthRange = 0...100_000_000
     /// The age of the oldest waiting record beyond which the instance is not ready. Off by
     /// default: in an outage of Redis every instance's spool ages together, and taking all
     /// of them out of the load balancer would turn an outage the spool absorbs into refusals.
     public static let defaultSpoolMaximumAge: Duration = .zero
-    public static let spoolMaximumAgeRange: ClosedRange<Duration> = .zero ... .seconds(30 * 86_400)
+    static let spoolMaximumAgeRange: ClosedRange<Duration> = .zero ... .seconds(30 * 86_400)
 
     /// 0: no limit.
     public var spoolMaximumDepth: Int

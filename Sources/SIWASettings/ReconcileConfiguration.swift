@@ -14,7 +14,7 @@ public struct ReconcileConfiguration: Sendable {
     /// The rows only reconcile reads, part of the one settings table (so `serve` knows
     /// them and does not warn about them), marked as reconcile's. What `serve` checks is
     /// their form; the key file and the CA file are read by reconcile alone.
-    public static let appleSettings: [Setting] = [
+    static let appleSettings: [Setting] = [
         .optional(
             .appleTeamID, shown: "(required by the Apple commands)",
             "reconcile, revoke, canary, transfer: your Apple team ID (the client secret's `iss`); for transfer, the team running it",
@@ -77,7 +77,7 @@ public struct ReconcileConfiguration: Sendable {
 
     public var teamID: String
     public var keyID: String
-    public var privateKeyFile: String
+    var privateKeyFile: String
     /// The key read from `privateKeyFile` at start, so a bad file stops the run before any request.
     public var privateKey: ES256PrivateKey
     public var tokenURL: String

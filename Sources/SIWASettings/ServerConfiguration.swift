@@ -38,7 +38,7 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var unknownSettings: [String]
 
     /// What every setting's name begins with: such a name that is in no row is warned about.
-    public static let namePrefix = "SIWA_"
+    static let namePrefix = "SIWA_"
 
     /// The settings table: one row per setting, in the order of docs/settings.md.
     public static let settings: [Setting] =
@@ -472,7 +472,7 @@ public struct SpoolSettings: Sendable, Equatable {
     /// Days set-aside and torn spool files are kept before they are deleted.
     public var retentionDays: Int
     /// Where records that can never be applied are set aside.
-    public var rejectedDirectory: String { directory + "/rejected" }
+    var rejectedDirectory: String { directory + "/rejected" }
 }
 
 /// What a request may be and how it is answered.
@@ -498,10 +498,10 @@ public struct RequestSettings: Sendable, Equatable {
 public struct SilenceSettings: Sendable, Equatable {
     /// A week: a small app may see no consent revocation for days; a week of nothing is
     /// worth a look at the registration (docs/operations.md says how to choose).
-    public static let defaultAlertHours = 168
-    public static let alertHoursRange = 0...8760
-    public var defaultHours: Int
-    public var hoursByClient: [String: Int]
+    static let defaultAlertHours = 168
+    static let alertHoursRange = 0...8760
+    var defaultHours: Int
+    var hoursByClient: [String: Int]
 
     /// Seconds per client ID (0: no silence alert).
     public func alertSeconds(clientIDs: Set<String>) -> [String: Int] {
@@ -626,7 +626,7 @@ extension ServerConfiguration {
     }
 
     /// Whether the prefix begins with a hash tag, so Redis Cluster puts every key in one slot.
-    public static func isHashTagPrefix(_ prefix: String) -> Bool {
+    static func isHashTagPrefix(_ prefix: String) -> Bool {
         guard prefix.hasPrefix("{"), let close = prefix.firstIndex(of: "}") else { return false }
         return close > prefix.index(after: prefix.startIndex)
     }

@@ -13,7 +13,7 @@ public struct Setting: Sendable {
     public let meaning: String
     /// True when `defaultValue` is the value itself (`3600`), false when it describes one
     /// ("2 per core", "(system trust store)") or the setting is required.
-    public let isLiteralDefault: Bool
+    let isLiteralDefault: Bool
     /// Reads the text (nil when unset) into the typed value; a problem names no setting,
     /// the caller adds the name.
     let read: @Sendable (String?) throws(SettingProblem) -> any Sendable

@@ -5,41 +5,41 @@ import SIWASettingKeys
 import SIWAWebhooks
 
 extension SettingKey where Value == String {
-    public static var webhookDestinations: Self { Self("SIWA_WEBHOOK_DESTINATIONS") }
-    public static var webhookMetricsListen: Self { Self("SIWA_WEBHOOK_METRICS_LISTEN") }
+    static var webhookDestinations: Self { Self("SIWA_WEBHOOK_DESTINATIONS") }
+    static var webhookMetricsListen: Self { Self("SIWA_WEBHOOK_METRICS_LISTEN") }
 }
 
 extension SettingKey where Value == String? {
-    public static var webhookConsumer: Self { Self("SIWA_WEBHOOK_CONSUMER") }
+    static var webhookConsumer: Self { Self("SIWA_WEBHOOK_CONSUMER") }
 }
 
 extension SettingKey where Value == Duration {
-    public static var webhookConnectTimeout: Self { Self("SIWA_WEBHOOK_CONNECT_TIMEOUT_MS") }
-    public static var webhookTimeout: Self { Self("SIWA_WEBHOOK_TIMEOUT_MS") }
-    public static var webhookClaimIdle: Self { Self("SIWA_WEBHOOK_CLAIM_IDLE_MS") }
-    public static var webhookKeepAlive: Self { Self("SIWA_WEBHOOK_KEEPALIVE_MS") }
+    static var webhookConnectTimeout: Self { Self("SIWA_WEBHOOK_CONNECT_TIMEOUT_MS") }
+    static var webhookTimeout: Self { Self("SIWA_WEBHOOK_TIMEOUT_MS") }
+    static var webhookClaimIdle: Self { Self("SIWA_WEBHOOK_CLAIM_IDLE_MS") }
+    static var webhookKeepAlive: Self { Self("SIWA_WEBHOOK_KEEPALIVE_MS") }
 }
 
 extension SettingKey where Value == Double {
-    public static var webhookRetryScale: Self { Self("SIWA_WEBHOOK_RETRY_SCALE") }
+    static var webhookRetryScale: Self { Self("SIWA_WEBHOOK_RETRY_SCALE") }
 }
 
 /// The settings of `siwa-endpoint deliver`: the destinations file and the delivery bounds,
 /// plus serve's Redis settings (the same rows, so one value means the same everywhere).
 public struct WebhookConfiguration: Sendable {
-    public static let defaultDestinationsPath = "/etc/siwa-endpoint/webhooks.json"
-    public static let defaultMetricsListen = "127.0.0.1:9478"
-    public static let defaultConnectTimeout: Duration = .milliseconds(5000)
-    public static let connectTimeoutRange: ClosedRange<Duration> = .milliseconds(100)...(.milliseconds(60_000))
+    static let defaultDestinationsPath = "/etc/siwa-endpoint/webhooks.json"
+    static let defaultMetricsListen = "127.0.0.1:9478"
+    static let defaultConnectTimeout: Duration = .milliseconds(5000)
+    static let connectTimeoutRange: ClosedRange<Duration> = .milliseconds(100)...(.milliseconds(60_000))
     public static let defaultTimeout: Duration = .milliseconds(15_000)
     public static let timeoutRange: ClosedRange<Duration> = .milliseconds(1000)...(.milliseconds(120_000))
-    public static let defaultClaimIdle: Duration = .milliseconds(60_000)
-    public static let claimIdleRange: ClosedRange<Duration> = .milliseconds(1000)...(.milliseconds(86_400_000))
-    public static let defaultKeepAlive: Duration = HTTPSPostSession.defaultIdleLimit
-    public static let keepAliveRange: ClosedRange<Duration> = .milliseconds(1000)...(.milliseconds(300_000))
+    static let defaultClaimIdle: Duration = .milliseconds(60_000)
+    static let claimIdleRange: ClosedRange<Duration> = .milliseconds(1000)...(.milliseconds(86_400_000))
+    static let defaultKeepAlive: Duration = HTTPSPostSession.defaultIdleLimit
+    static let keepAliveRange: ClosedRange<Duration> = .milliseconds(1000)...(.milliseconds(300_000))
 
     /// deliver's own rows, part of the one settings table.
-    public static let webhookSettings: [Setting] = [
+    static let webhookSettings: [Setting] = [
         .path(
             .webhookDestinations, default: defaultDestinationsPath,
             "deliver only: the JSON file of webhook destinations (docs/operations.md, \"Webhooks\")"),

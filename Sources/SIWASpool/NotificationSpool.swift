@@ -39,7 +39,7 @@ import Synchronization
 public final class NotificationSpool: Sendable {
     public let directory: String
     /// A segment is sealed once it reaches this size.
-    public let segmentByteLimit: Int
+    let segmentByteLimit: Int
 
     struct Writer {
         /// The open segment, if any; nil until the next append opens one.
@@ -75,9 +75,9 @@ public final class NotificationSpool: Sendable {
     let clock: EndpointClock
 
     /// Records taken between two saves of the replay position, at most...
-    public let positionBatchRecords: Int
+    let positionBatchRecords: Int
     /// ...and the longest time between two saves while records are being taken.
-    public let positionBatchInterval: Duration
+    let positionBatchInterval: Duration
     static let fileMode = SpoolFileSystem.privateFileMode
     static let directoryMode = SpoolFileSystem.privateDirectoryMode
 
@@ -148,7 +148,7 @@ public final class NotificationSpool: Sendable {
 
     /// True when records wait: counted ones, or files `spool requeue` put back in line
     /// that the next replay will take.
-    public var hasWaitingRecords: Bool {
+    var hasWaitingRecords: Bool {
         depth > 0 || !((try? Self.requeuedNames(directory)) ?? []).isEmpty
     }
 
@@ -158,7 +158,7 @@ public final class NotificationSpool: Sendable {
 
     /// After a failed append, checks whether a small file can be written and fsynced now
     /// (space freed, say), and clears `writeProblem` when it can.
-    public func checkWritable() {
+    func checkWritable() {
         guard writeProblem != nil, SpoolFileSystem.canWrite(in: directory) else { return }
         writeFailure.withLock { $0 = nil }
     }

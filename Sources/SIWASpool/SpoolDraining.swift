@@ -10,8 +10,9 @@ public protocol SpoolDraining: Sendable {
     var blockedReason: String? { get }
 
     /// An `account-deleted` was stored live: the records of that user kept aside
-    /// (`rejected/`) lose their email address.
-    func accountDeleted(_ notification: VerifiedNotification)
+    /// (`rejected/`) are to lose their email address. Only noted here (and the service
+    /// nudged): the scrub runs on the service's thread, never on the request's.
+    func queueSetAsideScrub(after notification: VerifiedNotification)
 }
 
 extension SpoolReplayer: SpoolDraining {}

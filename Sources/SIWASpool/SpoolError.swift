@@ -21,7 +21,7 @@ public struct SpoolError: CodedError {
     }
 
     /// The errno's symbolic name (`ENOSPC`), `errno <n>` for one not named here, nil without one.
-    public var errnoName: String? {
+    var errnoName: String? {
         guard let errorNumber else { return nil }
         return Self.errnoNames[errorNumber] ?? "errno \(errorNumber)"
     }
@@ -47,29 +47,29 @@ public struct SpoolError: CodedError {
         init(_ rawValue: String) { self.rawValue = rawValue }
 
         /// The spool directory cannot be created, opened, listed or given mode 0700.
-        public static let directoryUnusable = Code("spool_directory_unusable")
+        static let directoryUnusable = Code("spool_directory_unusable")
         /// A segment file cannot be created or opened (read-only directory, no space, permissions).
-        public static let openFailed = Code("spool_open_failed")
+        static let openFailed = Code("spool_open_failed")
         /// Writing a record failed; the record is not in the spool.
         public static let writeFailed = Code("spool_write_failed")
         /// fsync failed; the record is not known to be durable and must not be acknowledged.
-        public static let syncFailed = Code("spool_sync_failed")
+        static let syncFailed = Code("spool_sync_failed")
         /// A segment cannot be read back for replay.
         public static let readFailed = Code("spool_read_failed")
         /// The replay position cannot be saved; applied records may be applied again.
-        public static let commitFailed = Code("spool_commit_failed")
+        static let commitFailed = Code("spool_commit_failed")
         /// A torn or corrupt record cannot be moved to its `.torn` file.
-        public static let setAsideFailed = Code("spool_set_aside_failed")
+        static let setAsideFailed = Code("spool_set_aside_failed")
         /// A fully replayed segment cannot be deleted.
-        public static let removeFailed = Code("spool_remove_failed")
+        static let removeFailed = Code("spool_remove_failed")
         /// The replay position file exists but cannot be read or does not check out: the
         /// spool refuses to start rather than guess where replay stopped.
-        public static let positionUnreadable = Code("spool_position_unreadable")
+        static let positionUnreadable = Code("spool_position_unreadable")
         /// A set-aside or requeued file cannot be moved where it belongs.
-        public static let moveFailed = Code("spool_move_failed")
+        static let moveFailed = Code("spool_move_failed")
         /// Another process (`spool requeue`, a retention sweep, a scrub) held `rejected/`
         /// longer than the wait allows; nothing was changed.
-        public static let setAsideBusy = Code("spool_set_aside_busy")
+        static let setAsideBusy = Code("spool_set_aside_busy")
         /// A name under the spool is a link, a FIFO or a device where a file belongs:
         /// it is never opened (a link could name a private key, a FIFO would block).
         public static let notRegularFile = Code("spool_file_not_regular")

@@ -136,7 +136,7 @@ extension SpoolInspector {
 
     /// The spool's audit file: one JSON line per `spool discard` (what was lost, why, who),
     /// kept with the spool it concerns; never an address or a sub.
-    public static let auditFileName = "audit.jsonl"
+    static let auditFileName = "audit.jsonl"
 
     /// Whether the audit file can be appended to (created if absent): asked before a
     /// discard, so none happens that could not be recorded.

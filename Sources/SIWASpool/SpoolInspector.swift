@@ -95,7 +95,7 @@ public enum SpoolInspector {
         /// "set_aside" or "torn".
         public var kind: String
         public var path: String
-        public var ageDays: Int
+        var ageDays: Int
     }
 
     /// Deletes set-aside and torn files last modified more than `days` days before `now`
@@ -103,7 +103,7 @@ public enum SpoolInspector {
     ///
     /// A set-aside file is judged and deleted holding the lock on `rejected/` (see
     /// `requeue`); one held longer than `lockWait` by another process waits for the next sweep.
-    public static func expire(spoolDirectory directory: String, olderThanDays days: Int, now: Int64) -> [Expired] {
+    static func expire(spoolDirectory directory: String, olderThanDays days: Int, now: Int64) -> [Expired] {
         expire(spoolDirectory: directory, olderThanDays: days, now: now, lockWait: SpoolSetAsideStore.lockWait)
     }
 

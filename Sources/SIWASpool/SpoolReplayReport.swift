@@ -31,5 +31,5 @@ public struct SpoolReplayReport<Stop: Error>: Sendable {
     public func count(_ step: SpoolReplayStep) -> Int { steps[step] ?? 0 }
 
     /// True when every record that was waiting when the replay began was stored or rejected.
-    public var isComplete: Bool { stop == nil && spoolError == nil }
+    var isComplete: Bool { stop == nil && spoolError == nil }
 }

@@ -38,7 +38,7 @@ public final class SpoolReplayer: Service {
     /// answered `TRYAGAIN`) before /healthz turns 503 naming it: a reshard moves one slot's
     /// keys in seconds, so a minute means a migration left half done (`MIGRATING` and
     /// `IMPORTING` set, the slot never given to its target), which no wait ends.
-    public static let stuckSlotMoveBound: Duration = .seconds(60)
+    static let stuckSlotMoveBound: Duration = .seconds(60)
     /// Users whose `account-deleted` was stored live, whose set-aside records the service
     /// has yet to scrub (the request only adds to this list and nudges).
     private let pendingScrubs = Mutex<[UserOfClient]>([])
@@ -205,7 +205,7 @@ public final class SpoolReplayer: Service {
     /// After an `account-deleted` was stored live: the request path only notes the user and
     /// nudges; the service's thread scrubs that user's set-aside records (it lists and
     /// rewrites `rejected/` under the directory lock, which no request waits on).
-    public func accountDeleted(_ notification: VerifiedNotification) {
+    public func queueSetAsideScrub(after notification: VerifiedNotification) {
         guard notification.type == .accountDeleted else { return }
         pendingScrubs.withLock {
             $0.append(UserOfClient(clientID: notification.clientID, subject: notification.subject))
@@ -213,9 +213,9 @@ public final class SpoolReplayer: Service {
         task.nudge()
     }
 
-    /// Scrubs every user noted by `accountDeleted` so far (on the service's thread, or by a
+    /// Scrubs every user noted by `queueSetAsideScrub(after:)` so far (on the service's thread, or by a
     /// caller while no thread runs, as `replayOnce()`).
-    public func scrubPending() {
+    func scrubPending() {
         let users = pendingScrubs.withLock { pending in
             defer { pending = [] }
             return pending
@@ -227,7 +227,7 @@ public final class SpoolReplayer: Service {
     /// address whose user's `account-deleted` is already stored in Redis loses it. That is
     /// the scrub a crash between a live `account-deleted` (answered 200) and the service's
     /// scrub left undone. Until Redis answers, it is tried again at each pass.
-    public func scrubUsersDeletedInRedis() {
+    func scrubUsersDeletedInRedis() {
         guard deletedUsersScrubPending.withLock({ $0 }) else { return }
         let users: [(clientID: String, subject: String)]
         do throws(SpoolError) {
@@ -322,7 +322,7 @@ public final class SpoolReplayer: Service {
     }
 
     /// Deletes rejected and torn files older than the retention, with a log line each.
-    public func expireOldFiles() {
+    func expireOldFiles() {
         let expired = SpoolInspector.expire(
             spoolDirectory: spool.directory, olderThanDays: retentionDays, now: clock.wallSeconds())
         for file in expired {

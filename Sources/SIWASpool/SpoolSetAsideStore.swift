@@ -13,7 +13,7 @@ import Synchronization
 /// `spool requeue` (another process) move files out while `serve` adds new ones: every
 /// change is one atomic rename.
 public final class SpoolSetAsideStore: Sendable {
-    public static let directoryName = "rejected"
+    static let directoryName = "rejected"
     /// How long a change here waits for another process's (`spool requeue`) hold on the
     /// directory before giving up; each holds it for one file at a time.
     static let lockWait: Duration = .seconds(5)
@@ -65,7 +65,7 @@ public final class SpoolSetAsideStore: Sendable {
     /// stays: requeued, an email event of a deleted account is `stale` anyway.
     /// Returns how many records lost an address.
     @discardableResult
-    public func forgetEmail(clientID: String, subject: String) throws(SpoolError) -> Int {
+    func forgetEmail(clientID: String, subject: String) throws(SpoolError) -> Int {
         try rewriting.withLock { (_: inout Int) throws(SpoolError) -> Int in
             try rewriteWithoutEmail(clientID: clientID, subject: subject)
         }
@@ -73,7 +73,7 @@ public final class SpoolSetAsideStore: Sendable {
 
     /// The users (client ID, sub) whose set-aside records still hold an email address, each
     /// once, oldest file first. Read without the directory lock: nothing is changed here.
-    public func usersWithEmail() throws(SpoolError) -> [(clientID: String, subject: String)] {
+    func usersWithEmail() throws(SpoolError) -> [(clientID: String, subject: String)] {
         var seen = Set<String>()
         var users: [(clientID: String, subject: String)] = []
         for name in try Self.recordFiles(directory) {
@@ -152,7 +152,7 @@ public final class SpoolSetAsideStore: Sendable {
     /// Either way no `.tmp` file stays to escape the retention and the scrub.
     /// What `settleLeftovers` would refuse, found without changing anything (`serve
     /// --check`): a leftover that is not a regular file can be neither adopted nor deleted.
-    public static func checkLeftovers(spoolDirectory: String) throws(SpoolError) {
+    static func checkLeftovers(spoolDirectory: String) throws(SpoolError) {
         let directory = spoolDirectory + "/" + directoryName
         guard SpoolFileSystem.status(directory) != nil else { return }
         let suffix = NotificationSpool.segmentSuffix + SpoolFileSystem.temporarySuffix

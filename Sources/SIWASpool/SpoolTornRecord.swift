@@ -15,12 +15,12 @@ public struct SpoolTornRecord: Sendable, Equatable {
 
     public let reason: Reason
     /// The segment file the bytes came from (already deleted once fully replayed).
-    public let segmentFile: String
+    let segmentFile: String
     /// Where the bytes started in that segment.
     public let offset: Int
-    public let byteCount: Int
+    let byteCount: Int
     /// The file now holding the bytes (mode 0600: a record may hold an email address).
-    public let tornFile: String
+    let tornFile: String
 
     public init(reason: Reason, segmentFile: String, offset: Int, byteCount: Int, tornFile: String) {
         self.reason = reason

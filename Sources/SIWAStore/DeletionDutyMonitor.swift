@@ -35,10 +35,10 @@ public final class DeletionDutyMonitor: Service {
     }
 
     /// The last reading and its wall time (ms), or nil before the first.
-    public var lastReading: (reading: DeletionDutyReading, readAt: Int64)? { latest.withLock { $0 } }
+    var lastReading: (reading: DeletionDutyReading, readAt: Int64)? { latest.withLock { $0 } }
 
     /// Reads the stream once; a failure keeps the previous reading (logged once per outage).
-    public func readOnce() {
+    func readOnce() {
         do {
             let transfers = self.transfers
             let (reading, windows) = try connection.withLock {

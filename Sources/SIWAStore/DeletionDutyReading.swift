@@ -45,7 +45,7 @@ public struct DeletionDutyReading: Sendable, Equatable {
 
     /// Most entries counted one by one when Redis cannot say a group's lag (Redis 6, or
     /// entries deleted inside the undelivered range): the count is then at most this.
-    public static let countLimit = 10_000
+    static let countLimit = 10_000
 
     public init(entries: Int, oldestEntryAt: Int64?, groups: [Group]) {
         self.entries = entries

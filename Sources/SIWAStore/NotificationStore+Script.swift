@@ -216,7 +216,7 @@ extension NotificationStore {
 extension RedisError {
     /// The apply script's refusal when the user's own hash holds another type: the one
     /// `WRONGTYPE` that is about one record.
-    public static let userKeyWrongTypeReply = "WRONGTYPE the user key does not hold a hash"
+    static let userKeyWrongTypeReply = "WRONGTYPE the user key does not hold a hash"
 
     /// True only for a refusal known to be about one record, which the same record would
     /// meet again whatever is fixed in the deployment: the user's own hash of the wrong type

@@ -21,8 +21,8 @@ import SIWAVerification
 ///
 /// Not thread safe, like the `RedisConnection` it owns.
 public final class ReconcileStore {
-    public static let eventType = "reconciled-sessions-revoked"
-    public static let revokedEventType = "app-revoked-tokens"
+    static let eventType = "reconciled-sessions-revoked"
+    static let revokedEventType = "app-revoked-tokens"
     public static let checkInterval: Duration = .seconds(86_400)
 
     public let connection: RedisConnection

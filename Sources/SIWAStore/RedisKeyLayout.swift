@@ -25,26 +25,26 @@ public struct RedisKeyLayout: Sendable, Equatable {
     }
 
     /// `P:reconciled:{<client_id>:<sub>}`: reconcile's marker of a decided check.
-    public func reconciled(clientID: String, subject: String) -> String {
+    func reconciled(clientID: String, subject: String) -> String {
         String(
             decoding: keyBytes("reconciled", clientID: Array(clientID.utf8), subject: Array(subject.utf8)),
             as: UTF8.self)
     }
 
     /// `P:transfer:{<client_id>}`: the app transfer's window (`transfer_date`, `closes_at`).
-    public func transferWindow(clientID: String) -> String {
+    func transferWindow(clientID: String) -> String {
         prefix + ":transfer:{" + clientID + "}"
     }
 
     /// `P:transfer-pending:{<client_id>}:<direction>`: the identifiers a transfer run was given
     /// and has not exchanged yet (`export`: the sending team's `sub`s; `import`: transfer
     /// identifiers).
-    public func transferPending(clientID: String, direction: String) -> String {
+    func transferPending(clientID: String, direction: String) -> String {
         prefix + ":transfer-pending:{" + clientID + "}:" + direction
     }
 
     /// `P:transfer-from:{<client_id>:<sub>}`: the sending team's record of one exported user.
-    public func transferFrom(clientID: String, subject: String) -> String {
+    func transferFrom(clientID: String, subject: String) -> String {
         String(
             decoding: keyBytes("transfer-from", clientID: Array(clientID.utf8), subject: Array(subject.utf8)),
             as: UTF8.self)
@@ -73,7 +73,7 @@ public struct RedisKeyLayout: Sendable, Equatable {
 
     /// `P:replication-probe`: the channel of the probe `PUBLISH` that moves a connection's
     /// replication offset to now (nobody reads it).
-    public var replicationProbe: String { prefix + ":replication-probe" }
+    var replicationProbe: String { prefix + ":replication-probe" }
 
     /// The user key as the bytes Redis receives (the request path builds no `String`).
     func userBytes(clientID: [UInt8], subject: [UInt8]) -> [UInt8] {

@@ -4,7 +4,7 @@ extension ServerMetrics {
     /// The deletion-duty gauges (see `DeletionDutyMonitor`); only the reading's age before
     /// the first reading. Ages are counted against `now` (ms), so they keep growing while
     /// Redis cannot be read.
-    public static func renderDeletionDuty(
+    static func renderDeletionDuty(
         _ last: (reading: DeletionDutyReading, readAt: Int64)?, now: Int64
     ) -> String {
         func seconds(since milliseconds: Int64) -> String { String(Double(max(0, now - milliseconds)) / 1000) }

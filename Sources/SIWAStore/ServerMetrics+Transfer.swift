@@ -4,7 +4,7 @@ extension ServerMetrics {
     /// The app transfer gauges (see `TransferWindowReading`), one series per client ID (and
     /// direction) with a recorded transfer; nothing when there is none. Time left is counted
     /// against `now` (ms), so it keeps falling while Redis cannot be read.
-    public static func renderTransferWindows(_ reading: TransferWindowReading, now: Int64) -> String {
+    static func renderTransferWindows(_ reading: TransferWindowReading, now: Int64) -> String {
         guard !reading.windows.isEmpty else { return "" }
         var lines = [
             "# HELP siwa_transfer_window_seconds_left Seconds until Apple's 60-day app transfer window closes (0 once closed).",

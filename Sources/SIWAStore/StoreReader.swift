@@ -64,7 +64,7 @@ public struct StoreReader {
     }
 
     /// `[[id, [field, value, ...]], ...]`; an entry whose fields cannot be read has none.
-    public static func parseEntries(_ reply: RedisReply) -> [Entry] {
+    static func parseEntries(_ reply: RedisReply) -> [Entry] {
         (reply.array ?? []).compactMap { entry in
             guard let parts = entry.array, parts.count == 2, let id = parts[0].string else { return nil }
             return (id, parts[1].fieldMap ?? [:])

@@ -41,7 +41,7 @@ public final class TransferStore {
     /// for app servers to move to the new identifiers.
     public static let recordLifetime: Duration = .seconds(365 * 86_400)
     /// The new user's fields an import reports.
-    public static let reportedFields = [
+    static let reportedFields = [
         "sessions_revoked_at", "consent_revoked_at", "account_deleted_at", "email_forwarding", "email_forwarding_at",
     ]
 

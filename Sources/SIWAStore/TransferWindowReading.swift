@@ -9,11 +9,11 @@ public struct TransferWindowReading: Sendable, Equatable {
     public struct Window: Sendable, Equatable {
         public let clientID: String
         public let closesAt: Int64
-        public let pendingExport: Int
-        public let pendingImport: Int
+        let pendingExport: Int
+        let pendingImport: Int
     }
 
-    public let windows: [Window]
+    let windows: [Window]
 
     public static func read(
         _ connection: RedisConnection, keys: RedisKeyLayout, clientIDs: [String]

@@ -20,9 +20,9 @@ public final class WebhookDeliveryStore {
     public let connection: RedisConnection
     public let keys: RedisKeyLayout
     public let group: String
-    public let stateKey: String
-    public let retryKey: String
-    public let failedKey: String
+    let stateKey: String
+    let retryKey: String
+    let failedKey: String
 
     public init(connection: RedisConnection, keyPrefix: String, destination: String) {
         self.connection = connection

@@ -7,6 +7,8 @@ import Synchronization
 /// `SSL_CTX` may be used by many threads to make connections): TLS 1.2 at least, the
 /// peer's certificate verified against the CA file (or the system trust store), and
 /// an optional client certificate and key for servers that ask for one (mutual TLS).
+// Unchecked: it holds OpenSSL's `SSL_CTX` pointer, never changed after init (OpenSSL allows
+// one context to make connections on many threads); the sessions it keeps are under a Mutex.
 public final class TLSClientContext: @unchecked Sendable {
     /// What the context is made of: paths, compared and hashed to share one context.
     public struct Settings: Sendable, Hashable {
@@ -76,6 +78,8 @@ public final class TLSClientContext: @unchecked Sendable {
     }
 
     /// An `SSL_SESSION` this context holds one reference to.
+    // Unchecked: only ever touched under `sessions`' Mutex (OpenSSL counts the references
+    // atomically); a session handed out is a new reference the caller owns.
     struct HeldSession: @unchecked Sendable {
         let pointer: OpaquePointer
     }

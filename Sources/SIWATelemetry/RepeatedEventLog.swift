@@ -14,7 +14,7 @@ public final class RepeatedEventLog: Sendable {
 
     public let event: String
     public let level: String
-    public let summaryInterval: Duration
+    let summaryInterval: Duration
     private let clock: EndpointClock
     private let write: Writer
 

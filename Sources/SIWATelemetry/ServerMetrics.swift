@@ -32,7 +32,7 @@ public final class ServerMetrics: Sendable {
     }
 
     /// Upper bounds of the request-duration histogram, in seconds.
-    public static let durationBounds: [Double] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5]
+    static let durationBounds: [Double] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5]
 
     private let state = Mutex(State(durationBuckets: Array(repeating: 0, count: durationBounds.count)))
 

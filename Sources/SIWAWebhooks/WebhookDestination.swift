@@ -13,7 +13,7 @@ public enum WebhookFormat: String, Sendable, Equatable {
 public struct WebhookDestination: Sendable {
     public let name: String
     public let url: String
-    public let signingKeyFiles: [String]
+    let signingKeyFiles: [String]
     /// Read from `signingKeyFiles` at start: a bad file stops the start.
     public let keys: [WebhookSigningKey]
     public let types: Set<String>
@@ -38,7 +38,7 @@ public struct WebhookDestination: Sendable {
     public var group: String { "deliver:" + name }
 
     /// Whether it takes `account-deleted`, so its group on the deletions stream exists.
-    public var takesDeletions: Bool { types.contains("account-deleted") }
+    var takesDeletions: Bool { types.contains("account-deleted") }
 }
 
 /// The destinations file (`SIWA_WEBHOOK_DESTINATIONS`), read strictly: an unknown member,

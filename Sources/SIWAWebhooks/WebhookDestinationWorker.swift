@@ -15,6 +15,8 @@ import SIWATelemetry
 /// promised: the body carries Apple's `event_time`, by which receivers apply. At most
 /// `maximumHeld` events wait for a retry at once; beyond that, new events wait unread in the
 /// stream (which keeps them: see the trimming rule in docs/contract.md).
+// Unchecked: its `private var`s (the events held for a retry, the pauses and last times) are
+// read and written by `run()`'s thread alone; other threads only ask for the stop, through a Latch.
 public final class WebhookDestinationWorker: Service, @unchecked Sendable {
     /// The retry schedule: the delay before each attempt after the first (about three days in all).
     public static let schedule: [Duration] = [
@@ -22,9 +24,9 @@ public final class WebhookDestinationWorker: Service, @unchecked Sendable {
         .seconds(50_400), .seconds(72_000), .seconds(86_400),
     ]
     /// Attempts in all: the first, then one per delay of the schedule.
-    public static var maximumAttempts: Int { schedule.count + 1 }
+    static var maximumAttempts: Int { schedule.count + 1 }
     /// The longest `Retry-After` honoured (scaled like the schedule).
-    public static let retryAfterCap: Duration = .seconds(3600)
+    static let retryAfterCap: Duration = .seconds(3600)
     static let maximumHeld = 1000
 
     public let destination: WebhookDestination

@@ -56,7 +56,7 @@ public struct WebhookMessage: Sendable {
     /// `id.timestamp.body`), and a header takes printable ASCII only: `%`, `.` and any byte
     /// outside `!`...`~` are percent-encoded (`.` is `%2E`). The same jti always gives the same
     /// ID, so retries and replays carry it unchanged. Apple's jtis need no escaping.
-    public static func webhookID(_ tokenID: String) -> String {
+    static func webhookID(_ tokenID: String) -> String {
         var out = ""
         for byte in tokenID.utf8 {
             if byte > 0x20, byte < 0x7F, byte != UInt8(ascii: "."), byte != UInt8(ascii: "%") {
@@ -70,7 +70,7 @@ public struct WebhookMessage: Sendable {
 
     /// The `webhook-signature` value: one signature per key, space-separated, over
     /// `<id>.<timestamp>.<body>`.
-    public func signatureHeader(timestamp: Int64, keys: [WebhookSigningKey]) throws(CryptoError) -> String {
+    func signatureHeader(timestamp: Int64, keys: [WebhookSigningKey]) throws(CryptoError) -> String {
         let content = Array("\(id).\(timestamp).".utf8) + body
         var signatures: [String] = []
         for key in keys { signatures.append(try key.signature(content)) }

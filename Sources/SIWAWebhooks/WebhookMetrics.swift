@@ -3,7 +3,7 @@ import Synchronization
 /// The deliverer's figures, per destination, as `GET /metrics` shows them (Prometheus text).
 public final class WebhookMetrics: Sendable {
     /// Why an attempt failed: the `cause` label.
-    public static let causes = [
+    static let causes = [
         "timeout", "connect", "tls", "refused_address", "redirect", "client_error", "server_error", "slow_down", "gone",
         "response_too_large",
     ]
@@ -40,7 +40,7 @@ public final class WebhookMetrics: Sendable {
         }
     }
 
-    public func attempted(_ destination: String) { update(destination) { $0.attempts += 1 } }
+    func attempted(_ destination: String) { update(destination) { $0.attempts += 1 } }
 
     public func delivered(_ destination: String, latencySeconds: Double) {
         update(destination) { figures in
@@ -57,9 +57,9 @@ public final class WebhookMetrics: Sendable {
         update(destination) { $0.failed[cause, default: 0] += 1 }
     }
     public func exhausted(_ destination: String) { update(destination) { $0.exhausted += 1 } }
-    public func setDisabled(_ destination: String, _ disabled: Bool) { update(destination) { $0.disabled = disabled } }
+    func setDisabled(_ destination: String, _ disabled: Bool) { update(destination) { $0.disabled = disabled } }
 
-    public func setBacklog(_ destination: String, pending: Int, oldestAgeSeconds: Double) {
+    func setBacklog(_ destination: String, pending: Int, oldestAgeSeconds: Double) {
         update(destination) {
             $0.pending = pending
             $0.oldestPendingAge = oldestAgeSeconds

@@ -10,13 +10,16 @@ import SIWASupport
 /// and past `maximumConnections` open at once the oldest is dropped for the newest. After the
 /// answer our side is shut and what the peer still sends (long headers) is read and dropped
 /// until it closes, so that the close is orderly, never a reset that could discard the answer.
+// Unchecked: `socketDescriptor` is written by `start()` before the `ServiceGroup` starts the
+// thread that runs `run()` (the thread start orders the write before every read) and is read
+// by that thread alone; the connections live in `run()`; a stop goes through a Latch.
 public final class WebhookMetricsListener: Service, @unchecked Sendable {
     public struct ListenError: Error, CustomStringConvertible {
         public let description: String
     }
 
     public static let defaultRequestDeadline: Duration = .seconds(2)
-    public static let maximumConnections = 32
+    static let maximumConnections = 32
     static let maximumRequestBytes = 4096
 
     public let name = "deliver-metrics"

@@ -6,7 +6,7 @@ import SIWAHTTPS
 /// copies of a poster share it.
 public struct WebhookPoster: Sendable {
     /// The response body read at most (then discarded): a larger one is `response_too_large`.
-    public static let maximumResponseBytes = 4096
+    static let maximumResponseBytes = 4096
 
     public let destination: WebhookDestination
     public let connectTimeout: Duration
@@ -33,10 +33,10 @@ public struct WebhookPoster: Sendable {
     }
 
     /// Closes the kept connection if it has been unused for its idle bound.
-    public func closeIdleConnection() { session.closeIfIdle() }
+    func closeIdleConnection() { session.closeIfIdle() }
 
     /// Closes the kept connection (the deliverer stopping).
-    public func closeConnection() { session.close() }
+    func closeConnection() { session.close() }
 
     /// What one attempt came to.
     public enum Outcome: Sendable, Equatable {
@@ -90,7 +90,7 @@ public struct WebhookPoster: Sendable {
 
     /// `Retry-After`: delta seconds, or an HTTP date (RFC 9110 IMF-fixdate); nil when neither.
     /// One reading of the header for every caller: `RetryAfter` (the requests to Apple use it too).
-    public static func retryAfterSeconds(_ text: String, now: Date) -> Double? {
+    static func retryAfterSeconds(_ text: String, now: Date) -> Double? {
         RetryAfter.seconds(text, nowSeconds: Int64(now.timeIntervalSince1970.rounded(.down))).map(Double.init)
     }
 

@@ -9,10 +9,10 @@ public enum WebhookSigningKey: Sendable {
     case hmac(secret: [UInt8])
     case ed25519(Ed25519PrivateKey)
 
-    public static let hmacPrefix = "whsec_"
-    public static let ed25519PrivatePrefix = "whsk_"
-    public static let ed25519PublicPrefix = "whpk_"
-    public static let hmacSecretLengths = 24...64
+    static let hmacPrefix = "whsec_"
+    static let ed25519PrivatePrefix = "whsk_"
+    static let ed25519PublicPrefix = "whpk_"
+    static let hmacSecretLengths = 24...64
 
     /// Reads one key as a key file holds it (one line; surrounding white space ignored).
     public init(text: String) throws(WebhookSettingError) {

@@ -178,6 +178,8 @@ enum BenchWebhooksCommand {
 }
 
 /// The pub/sub connection, read by the listening thread alone after SUBSCRIBE.
+// Unchecked: a `RedisConnection` is not thread safe; after SUBSCRIBE the listening thread
+// alone reads it (the thread that made it hands it over and never touches it again).
 private final class Subscriber: @unchecked Sendable {
     let connection: RedisConnection
     init(_ connection: RedisConnection) { self.connection = connection }

@@ -86,7 +86,6 @@ enum DeliverCommand {
     }
 
     static func serve(_ configuration: WebhookConfiguration) -> ExitStatus {
-        let metrics = WebhookMetrics(destinations: configuration.destinations.map(\.name))
         let services = ServiceGroup()
         do throws(SignalSetupError) {
             try services.handleSignals()
@@ -94,21 +93,12 @@ enum DeliverCommand {
             EventLog.event("signal_setup_failed", level: "error", [("message", .string(error.description))])
             return .failed
         }
-        let listener = WebhookMetricsListener(
-            host: configuration.metricsListen.host, port: configuration.metricsListen.port, metrics: metrics)
+        let parts = DeliverAssembly.build(configuration)
         do throws(WebhookMetricsListener.ListenError) {
-            try services.start(listener)
+            try parts.start(in: services)
         } catch {
             services.stop(until: .now + .seconds(1))
             return ServeCommand.refuse(setting: "SIWA_WEBHOOK_METRICS_LISTEN", message: error.description).exitStatus
-        }
-        for destination in configuration.destinations {
-            services.start(
-                WebhookDestinationWorker(
-                    destination: destination, poster: poster(destination, configuration),
-                    keyPrefix: configuration.keyPrefix, consumer: configuration.consumer,
-                    claimIdle: configuration.claimIdle, retryScale: configuration.retryScale, metrics: metrics,
-                    makeConnection: { connection(configuration) }))
         }
         EventLog.event(
             "deliver_started",

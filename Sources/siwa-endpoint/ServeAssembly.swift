@@ -117,7 +117,7 @@ struct ServeAssembly {
             // announces a failover.
             sentinelWatchers: ServeCommand.sentinelWatchers(locator), breaker: breaker, server: server,
             replayer: replayer, deletionDuty: deletionDuty,
-            clientActivity: ClientActivityLoader(responder: responder), responder: responder, spool: spool)
+            clientActivity: ClientActivityLoader(record: responder.clientActivity), responder: responder, spool: spool)
     }
 
     /// Starts the services in the order above. A FastCGI server that cannot listen is thrown

@@ -1,11 +1,12 @@
 import Foundation
 import SIWARedis
-import SIWASpool
-import SIWAStore
 import SIWASupport
-import SIWATelemetry
 import Synchronization
 import Testing
+
+@testable import SIWASpool
+@testable import SIWAStore
+@testable import SIWATelemetry
 
 /// How the endpoint finds the slot's owner in a real Redis Cluster on loopback (one
 /// cluster for every case below, to keep the suite short): the owner a node names is

@@ -1,12 +1,13 @@
 import Dispatch
 import Foundation
 import SIWARedis
-import SIWAStore
 import SIWASupport
-import SIWATelemetry
 import SIWAVerification
 import Synchronization
 import Testing
+
+@testable import SIWAStore
+@testable import SIWATelemetry
 
 /// The deletions stream written by the apply script, and what the endpoint reads from it
 /// (the reading behind /metrics and `deletions`), against a real redis-server.

@@ -3,6 +3,7 @@ import SIWATestKit
 import Testing
 
 @testable import SIWARedis
+@testable import SIWAStore
 
 /// Refusals about the deployment are never taken for refusals about one record: a shared
 /// key of the wrong type, and a `PUBLISH` or `WAIT` this Redis user may not run. The real

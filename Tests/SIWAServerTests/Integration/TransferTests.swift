@@ -1,10 +1,11 @@
 import Foundation
 import SIWAJSON
 import SIWARedis
-import SIWAStore
 import SIWATestSupport
 import SIWAVerification
 import Testing
+
+@testable import SIWAStore
 
 #if canImport(Glibc)
     import Glibc

@@ -1,9 +1,10 @@
 import Foundation
-import SIWAKeys
 import SIWASupport
 import SIWATestKit
 import SIWAVerification
 import Testing
+
+@testable import SIWAKeys
 
 /// JWKSProvider's rate limits in process: the fetch is an in-process double, the clock is
 /// the test's. The same limits against a real HTTPS server are in `JWKSProviderTests`.

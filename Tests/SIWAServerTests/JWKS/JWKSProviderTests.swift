@@ -1,12 +1,13 @@
 import Foundation
 import SIWAHTTPS
-import SIWAKeys
-import SIWAResponder
 import SIWASupport
 import SIWATestKit
 import SIWAVerification
 import Synchronization
 import Testing
+
+@testable import SIWAKeys
+@testable import SIWAResponder
 
 /// JWKSProvider against a real nginx: rotation, rate limit, single flight, failures, cache.
 @Suite("JWKS provider")

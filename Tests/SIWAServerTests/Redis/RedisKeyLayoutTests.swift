@@ -1,6 +1,7 @@
 import SIWARedis
-import SIWAStore
 import Testing
+
+@testable import SIWAStore
 
 /// The contract's key names, spelled by `RedisKeyLayout` alone (docs/contract.md and the
 /// readers in examples/ use these names).

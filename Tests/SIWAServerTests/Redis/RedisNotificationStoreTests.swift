@@ -1,8 +1,9 @@
 import Foundation
 import SIWARedis
-import SIWAStore
 import SIWAVerification
 import Testing
+
+@testable import SIWAStore
 
 /// The state contract, checked field by field against a real redis-server.
 struct RedisNotificationStoreTests {

@@ -137,6 +137,10 @@ final class ResponderStatusTableTests {
         #expect(response.headers["Retry-After"] == "30")
         #expect(spool.depth == 1)
         #expect(requestCount(503, "unavailable", code: "store_unavailable") == "1")
+        // Through the responder's injected sink: one line, about the spool, no body in it.
+        let failed = logged.lines(event: "spool_append_failed")
+        #expect(failed.count == 1)
+        #expect(failed.first?.contains(#""level":"error""#) == true)
     }
 
     @Test("replica shortfall: 200 with a spool copy; 503 store_unavailable when the copy cannot be kept")

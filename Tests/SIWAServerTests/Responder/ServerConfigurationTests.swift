@@ -1,8 +1,9 @@
 import Foundation
 import SIWARedis
-import SIWASettingKeys
-import SIWASettings
 import Testing
+
+@testable import SIWASettingKeys
+@testable import SIWASettings
 
 @Suite("Server configuration")
 struct ServerConfigurationTests {

@@ -1,6 +1,7 @@
 import Foundation
-import SIWASettings
 import Testing
+
+@testable import SIWASettings
 
 /// The settings table of docs/settings.md and `deploy/env.example` say what the settings table in
 /// `ServerConfiguration.settings` says: the same names, the same defaults.

@@ -1,8 +1,9 @@
 import Foundation
-import SIWASpool
 import SIWAVerification
 import Synchronization
 import Testing
+
+@testable import SIWASpool
 
 @Suite("SpoolConcurrency")
 struct SpoolConcurrencyTests {

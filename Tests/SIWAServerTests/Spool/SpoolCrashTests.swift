@@ -1,7 +1,8 @@
 import Foundation
-import SIWASpool
 import SIWAVerification
 import Testing
+
+@testable import SIWASpool
 
 /// A crash is simulated by copying the spool directory's files at a chosen instant of a
 /// replay (what the disk holds if the process dies then) and opening a new spool on the copy.

@@ -1,7 +1,8 @@
 import Foundation
-import SIWASpool
 import SIWAVerification
 import Testing
+
+@testable import SIWASpool
 
 @Suite("SpoolDamage")
 struct SpoolDamageTests {

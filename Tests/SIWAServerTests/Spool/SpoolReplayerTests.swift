@@ -1,10 +1,12 @@
 import Foundation
 import SIWARedis
-import SIWASpool
 import SIWASupport
-import SIWATelemetry
 import SIWAVerification
 import Testing
+
+@testable import SIWASpool
+@testable import SIWAStore
+@testable import SIWATelemetry
 
 /// The replayer driven by the in-process store double (no Redis): what it does with each
 /// record, in order, and when a refusal sets one record aside or blocks them all.
@@ -138,7 +140,7 @@ struct SpoolReplayerTests {
                 issuedAt: 1_796_000_101, expiresAt: 1_796_086_501, email: nil, isPrivateEmail: nil)
 
             // What the request path calls: rejected/ is neither listed nor rewritten by it.
-            replayer.accountDeleted(deleted)
+            replayer.queueSetAsideScrub(after: deleted)
             #expect(try String(contentsOfFile: path, encoding: .utf8).contains(address))
 
             // The service, once running, does the scrub (nudged: no poll interval to wait for).

@@ -2,8 +2,9 @@ import Foundation
 import Glibc
 import SIWASupport
 import SIWATestSupport
-import SIWAWebhooks
 import Testing
+
+@testable import SIWAWebhooks
 
 /// The deliverer's `/metrics` listener in process, on a real loopback socket: one deadline per
 /// request however slowly its bytes come, and no slow or silent peer delays a scrape.

@@ -1,8 +1,9 @@
 import Foundation
 import SIWACrypto
-import SIWAStore
-import SIWAWebhooks
 import Testing
+
+@testable import SIWAStore
+@testable import SIWAWebhooks
 
 /// The signing of Standard Webhooks 1.0 against the specification's own test vectors, the
 /// body's exact bytes, the `webhook-id` escaping and the key file rules, in process.
