@@ -189,6 +189,7 @@ enum ServeCommand {
             return 1
         }
         services.start(parts.jwksRefresher)
+        if let googleKeysRefresher = parts.googleKeysRefresher { services.start(googleKeysRefresher) }
         for watcher in parts.sentinelWatchers { services.start(watcher) }
         services.start(parts.breaker)
         warnIfBacklogCapped(Int(fastCGI.server.backlog))
