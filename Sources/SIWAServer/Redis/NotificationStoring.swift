@@ -12,7 +12,8 @@ public protocol NotificationStoring: AnyObject {
 
     /// Applies one verified Security Event Token from Google (see
     /// `NotificationStore.apply(_:receivedAt:)` for a `VerifiedSecurityEvent`).
-    func apply(_ securityEvent: VerifiedSecurityEvent, receivedAt: Int64) throws(RedisError) -> NotificationStore.Outcome
+    func apply(_ securityEvent: VerifiedSecurityEvent, receivedAt: Int64) throws(RedisError)
+        -> NotificationStore.Outcome
 
     /// Why the store does not answer now (a PING), or nil when it does.
     func probe() -> RedisError?

@@ -36,7 +36,8 @@ extension NotificationResponder {
         } catch {
             let reason = ClientTraffic.RefusalReason(error.code)
             google.traffic.recordRefusal(
-                label: google.traffic.label(ofAudience: reason == .malformed ? nil : Self.unverifiedAudience(of: token)),
+                label: google.traffic.label(
+                    ofAudience: reason == .malformed ? nil : Self.unverifiedAudience(of: token)),
                 reason: reason)
             guard let code = error.securityEventErrorCode else {
                 // About our side (no keys or issuer yet, our entry for the kid unusable).

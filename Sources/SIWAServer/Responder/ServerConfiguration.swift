@@ -95,7 +95,9 @@ public struct ServerConfiguration: Sendable, Equatable {
                 .googleConfigurationURL, default: SecurityEventVerifier.googleConfigurationURL,
                 "Google's `risc-configuration` document (its `issuer` and `jwks_uri` are used); https only (http only to loopback)",
                 httpsURL),
-            .parsed(.googlePath, default: GoogleSettings.defaultPath, "the path Google pushes its events to", notificationPath),
+            .parsed(
+                .googlePath, default: GoogleSettings.defaultPath, "the path Google pushes its events to",
+                notificationPath),
             .integer(
                 .workers, shown: "2 per core", default: { FastCGIServerConfiguration.defaultWorkerCount },
                 in: FastCGIServerConfiguration.workerCountRange, "FastCGI worker threads, one Redis connection each"),

@@ -10,15 +10,17 @@ extension ServerMetrics {
             "# TYPE siwa_google_client_events_total counter",
         ]
         for client in clients {
-            lines.append("siwa_google_client_events_total{client_id=\"\(labelValue(client.clientID))\"} \(client.genuine)")
+            lines.append(
+                "siwa_google_client_events_total{client_id=\"\(labelValue(client.clientID))\"} \(client.genuine)")
         }
         lines += [
             "# HELP siwa_google_client_refusals_total Security Event Tokens refused, by the Google client ID their aud names (configured; \"unlisted\": any other; \"none\": unreadable) and reason (aud, iss, time, signature, key, malformed).",
             "# TYPE siwa_google_client_refusals_total counter",
         ]
-        let labelled = clients.map { ($0.clientID, $0.refusals) } + [
-            (ClientTraffic.unlistedLabel, unlisted), (ClientTraffic.noneLabel, none),
-        ]
+        let labelled =
+            clients.map { ($0.clientID, $0.refusals) } + [
+                (ClientTraffic.unlistedLabel, unlisted), (ClientTraffic.noneLabel, none),
+            ]
         for (label, refusals) in labelled {
             for reason in ClientTraffic.RefusalReason.allCases where reason != .expired {
                 lines.append(
