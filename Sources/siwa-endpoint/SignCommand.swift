@@ -95,7 +95,8 @@ enum SignCommand {
     {
         let typeName = try arguments.required("--type")
         guard let type = SecurityEventType(rawValue: typeName) else {
-            throw UsageError("--type must be one of \(SecurityEventType.allCases.map(\.rawValue).joined(separator: ", "))")
+            throw UsageError(
+                "--type must be one of \(SecurityEventType.allCases.map(\.rawValue).joined(separator: ", "))")
         }
         Output.line(
             try TestSecurityEvent.token(
