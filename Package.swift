@@ -20,8 +20,9 @@ let package = Package(
         .systemLibrary(name: "CCAres", path: "Sources/CCAres"),
 
         // What every wrapper shares: errors with a stable code, the injected clock, the
-        // background services' lifecycle (Service, PeriodicTask, ServiceGroup), Latch, and
-        // SocketAddress (a unix path or an IP literal, for bind and connect).
+        // background services' lifecycle (Service, PeriodicTask, ServiceGroup), Latch,
+        // SocketAddress (a unix path or an IP literal, for bind and connect), DurableFile (a file
+        // written whole: the spool's and the JWKS cache's) and UnsafeTransfer.
         .target(name: "SIWASupport"),
 
         // JSON reading (strict: no duplicate members, bounded depth) and writing, byte by byte.
@@ -51,20 +52,68 @@ let package = Package(
         // The test kit Apple does not provide: keys, JWKS and signed notifications.
         .target(name: "SIWATestKit", dependencies: ["SIWACrypto", "SIWAVerification", "SIWAJSON"]),
 
-        // The responder's policy: the JWKS cache, the notification store, the spool, the
-        // responder and its settings, over the wrappers above.
+        // The server, split along the pipeline: each target names only targets above it (docs/development.md).
+        // The settings' names and the Redis errors' messages naming them: for parts below the table.
+        .target(name: "SIWASettingKeys", dependencies: ["SIWAFastCGI", "SIWARedis"]),
+        // The event log and serve's metrics text (FastCGI refusals among them): what every part reports through.
         .target(
-            name: "SIWAServer",
+            name: "SIWATelemetry",
+            dependencies: ["SIWAVerification", "SIWAJSON", "SIWASupport", "SIWAFastCGI", "SIWARedis"]
+        ),
+        // The whole Redis contract, every key, script, stream read and write; above it only wrappers and the log.
+        .target(
+            name: "SIWAStore",
             dependencies: [
-                "SIWAVerification", "SIWAJSON", "SIWASupport", "SIWAFastCGI", "SIWARedis", "SIWAHTTPS",
+                "SIWASettingKeys", "SIWATelemetry", "SIWAVerification", "SIWAJSON", "SIWASupport", "SIWARedis",
+            ]
+        ),
+        // The spool, where a notification waits while Redis cannot take it, and its replayer into the store.
+        .target(
+            name: "SIWASpool",
+            dependencies: ["SIWAStore", "SIWATelemetry", "SIWAVerification", "SIWAJSON", "SIWASupport", "SIWARedis"]
+        ),
+        // The JWKS cache and its refresh: fetched over HTTPS, kept through DurableFile; no Redis, no spool.
+        .target(
+            name: "SIWAKeys",
+            dependencies: ["SIWATelemetry", "SIWAVerification", "SIWACrypto", "SIWASupport", "SIWAHTTPS"]
+        ),
+        // Apple's REST API (client secret, token check, revoke, user migration, pacer): HTTPS and signing only.
+        .target(
+            name: "SIWAAppleAPI",
+            dependencies: ["SIWAVerification", "SIWACrypto", "SIWAJSON", "SIWASupport", "SIWAHTTPS"]
+        ),
+        // The webhook deliverer: the store's streams in, signed HTTPS posts out; nothing of the responder.
+        .target(
+            name: "SIWAWebhooks",
+            dependencies: [
+                "SIWASettingKeys", "SIWAStore", "SIWATelemetry", "SIWACrypto", "SIWAJSON", "SIWASupport", "SIWARedis",
+                "SIWAHTTPS",
+            ]
+        ),
+        // Every setting: table, reading, groups, parsers, error; above the parts whose defaults its rows read.
+        .target(
+            name: "SIWASettings",
+            dependencies: [
+                "SIWASettingKeys", "SIWAStore", "SIWASpool", "SIWAKeys", "SIWAAppleAPI", "SIWAWebhooks",
+                "SIWAVerification", "SIWACrypto", "SIWAJSON", "SIWASupport", "SIWAFastCGI", "SIWARedis", "SIWAHTTPS",
+            ]
+        ),
+        // The responder: store, spool, keys and FastCGI, built from the settings; readiness, the fuzz target.
+        .target(
+            name: "SIWAResponder",
+            dependencies: [
+                "SIWASettings", "SIWASettingKeys", "SIWAStore", "SIWASpool", "SIWAKeys", "SIWATelemetry",
+                "SIWAVerification",
+                "SIWAJSON", "SIWASupport", "SIWAFastCGI", "SIWARedis",
             ]
         ),
 
         .executableTarget(
             name: "siwa-endpoint",
             dependencies: [
-                "SIWAVerification", "SIWATestKit", "SIWAServer", "SIWACrypto", "SIWAJSON", "SIWASupport",
-                "SIWAFastCGI", "SIWAFastCGIClient", "SIWARedis", "SIWAHTTPS",
+                "SIWAVerification", "SIWATestKit", "SIWACrypto", "SIWAJSON", "SIWASupport", "SIWAFastCGI",
+                "SIWAFastCGIClient", "SIWARedis", "SIWAHTTPS", "SIWATelemetry", "SIWAStore", "SIWASpool",
+                "SIWAKeys", "SIWAAppleAPI", "SIWAWebhooks", "SIWASettingKeys", "SIWASettings", "SIWAResponder",
             ]
         ),
 
@@ -72,7 +121,7 @@ let package = Package(
         // `swift build --product siwa-fuzz --sanitize=fuzzer --sanitize=address`.
         .executableTarget(
             name: "siwa-fuzz",
-            dependencies: ["SIWAVerification", "SIWATestKit", "SIWAServer", "SIWAJSON"]
+            dependencies: ["SIWAVerification", "SIWATestKit", "SIWAResponder", "SIWAJSON"]
         ),
 
         // What the test suites share: one process runner (files and a watchdog), one free
@@ -91,8 +140,10 @@ let package = Package(
         .testTarget(
             name: "SIWAServerTests",
             dependencies: [
-                "SIWAServer", "SIWAVerification", "SIWATestKit", "SIWACrypto", "SIWAJSON", "SIWASupport",
-                "SIWAFastCGI", "SIWAFastCGIClient", "SIWARedis", "SIWAHTTPS", "SIWATestSupport",
+                "SIWATelemetry", "SIWAStore", "SIWASpool", "SIWAKeys", "SIWAAppleAPI", "SIWAWebhooks",
+                "SIWASettingKeys", "SIWASettings", "SIWAResponder", "SIWAVerification", "SIWATestKit", "SIWACrypto",
+                "SIWAJSON",
+                "SIWASupport", "SIWAFastCGI", "SIWAFastCGIClient", "SIWARedis", "SIWAHTTPS", "SIWATestSupport",
                 "siwa-endpoint",
             ],
             // The HTTPS receivers the deliverer's tests run with python, read from their paths.

@@ -1,6 +1,8 @@
 """The contents lists at the top of docs/operations.md and docs/deployment.md: each names
 every section and subsection in order, and every link into these pages, from the README
-or any page of docs/, names a heading they have (GitHub's anchors) or an anchor they set."""
+or any page of docs/, names a heading they have (GitHub's anchors) or an anchor they set.
+And the map of the targets in docs/development.md: every target of Package.swift, each with
+its dependencies as Package.swift gives them, every arrow pointing up the map."""
 
 import re
 
@@ -69,3 +71,51 @@ def test_every_link_into_these_pages_names_one_of_their_headings():
             if page in anchors and anchor not in anchors[page]:
                 broken.append(f"{source.relative_to(REPO)}: {target}#{anchor}")
     assert broken == []
+
+
+def package_targets():
+    """{name: [dependencies]} of every target of Package.swift, in its order."""
+    text = re.sub(r"//[^\n]*", "", (REPO / "Package.swift").read_text())
+    targets = {}
+    for match in re.finditer(r'\.(?:target|systemLibrary|executableTarget|testTarget)\(\s*name: "([^"]+)"(.*?)\)\s*,?\n', text, re.S):
+        dependencies = re.search(r"dependencies: \[(.*?)\]", match.group(2), re.S)
+        assert match.group(1) not in targets, match.group(1)
+        targets[match.group(1)] = re.findall(r'"([^"]+)"', dependencies.group(1)) if dependencies else []
+    return targets
+
+
+def target_map():
+    """[(name, [dependencies])] of the rows of docs/development.md's map, in its order."""
+    lines = (REPO / "docs/development.md").read_text().splitlines()
+    start = lines.index("### The targets")
+    header = lines.index("| target | holds | depends on |", start)
+    rows = []
+    for line in lines[header + 2:]:
+        if not line.startswith("| "):
+            break
+        match = re.match(r"^\| `([^`]+)` \| .+ \| (.+) \|$", line)
+        assert match, line
+        rows.append((match.group(1), re.findall(r"`([^`]+)`", match.group(2))))
+    return rows
+
+
+def test_the_target_map_names_every_target_of_the_package_once_and_no_other():
+    names = [name for name, _ in target_map()]
+    assert len(names) == len(set(names)), names
+    targets = package_targets()
+    assert "SIWAStore" in targets and "SIWAServer" not in targets
+    assert sorted(names) == sorted(targets)
+
+
+def test_the_target_map_gives_each_target_its_dependencies_as_package_swift_does():
+    targets = package_targets()
+    for name, dependencies in target_map():
+        assert sorted(dependencies) == sorted(targets.get(name, [])), name
+
+
+def test_every_arrow_of_the_target_map_points_up_the_map():
+    seen = set()
+    for name, dependencies in target_map():
+        assert set(dependencies) <= seen, (name, set(dependencies) - seen)
+        seen.add(name)
+

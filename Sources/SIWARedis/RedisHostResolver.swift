@@ -43,14 +43,21 @@ public struct RedisHostResolver: Sendable, Equatable {
             throw RedisTransport.Failure(kind: .unreachable, detail: "cannot resolve \(host): c-ares did not start")
         }
         var channel: ares_channel?
-        // ares_init_options with no option set: ares_init is deprecated from c-ares 1.20 on.
+        let lookup = Lookup()
+        // c-ares tells which sockets to watch through the socket-state callback (ares_getsock,
+        // the other way, is deprecated from c-ares 1.34 on); ares_init is deprecated from 1.20.
         var options = ares_options()
-        let initialised = ares_init_options(&channel, &options, 0)
+        options.sock_state_cb = { context, socket, readable, writable in
+            guard let context else { return }
+            Unmanaged<Lookup>.fromOpaque(context).takeUnretainedValue()
+                .watch(socket, readable: readable != 0, writable: writable != 0)
+        }
+        options.sock_state_cb_data = Unmanaged.passUnretained(lookup).toOpaque()
+        let initialised = ares_init_options(&channel, &options, ARES_OPT_SOCK_STATE_CB)
         guard initialised == CCAres_success, let channel else {
             throw RedisTransport.Failure(
                 kind: .unreachable, detail: "cannot resolve \(host): \(Self.text(of: initialised))")
         }
-        let lookup = Lookup()
         // ares_destroy calls back a lookup still under way (ARES_EDESTRUCTION): it must outlive it.
         defer { withExtendedLifetime(lookup) { ares_destroy(channel) } }
         if let nameServers {
@@ -71,7 +78,7 @@ public struct RedisHostResolver: Sendable, Equatable {
                 guard let context else { return }
                 Unmanaged<Lookup>.fromOpaque(context).takeUnretainedValue().finish(status, result)
             }, Unmanaged.passUnretained(lookup).toOpaque())
-        Self.run(channel, until: { lookup.status != nil }, deadline: deadline)
+        Self.run(channel, watching: lookup, deadline: deadline)
         guard let status = lookup.status else {
             // The deadline: ares_destroy (deferred) cancels the query and closes its sockets.
             throw RedisTransport.Failure(kind: .timedOut, detail: "resolving \(host) took longer than the timeout")
@@ -92,6 +99,12 @@ public struct RedisHostResolver: Sendable, Equatable {
     private final class Lookup {
         var status: Int32?
         var addresses: [Address] = []
+        /// The sockets c-ares wants watched, with what for (its socket-state callback).
+        var watched: [ares_socket_t: (readable: Bool, writable: Bool)] = [:]
+
+        func watch(_ socket: ares_socket_t, readable: Bool, writable: Bool) {
+            watched[socket] = readable || writable ? (readable, writable) : nil
+        }
 
         func finish(_ status: Int32, _ result: UnsafeMutablePointer<ares_addrinfo>?) {
             self.status = status
@@ -110,25 +123,17 @@ public struct RedisHostResolver: Sendable, Equatable {
     /// `ares_library_init` once per process, before the first channel.
     private static let libraryReady: Bool = ares_library_init(ARES_LIB_INIT_ALL) == CCAres_success
 
-    /// Polls the channel's sockets and hands what is ready (or a retry that is due) to c-ares
-    /// until `done` or `deadline`. Every wait is bounded by both c-ares' next retry and the deadline.
-    private static func run(_ channel: ares_channel, until done: () -> Bool, deadline: ContinuousClock.Instant) {
-        let slots = Int(ARES_GETSOCK_MAXNUM)
-        while !done() {
+    /// Polls the sockets c-ares asked to be watched and hands what is ready (or a retry that
+    /// is due) to c-ares until the lookup finishes or `deadline`. Every wait is bounded by both
+    /// c-ares' next retry and the deadline.
+    private static func run(_ channel: ares_channel, watching lookup: Lookup, deadline: ContinuousClock.Instant) {
+        while lookup.status == nil {
             let remaining = deadline - ContinuousClock.now
             guard remaining > .zero else { return }
-            var sockets = [ares_socket_t](repeating: ARES_SOCKET_BAD, count: slots)
-            let mask = UInt32(bitPattern: ares_getsock(channel, &sockets, Int32(slots)))
-            var polled: [pollfd] = []
-            for slot in 0..<slots {
-                // ARES_GETSOCK_READABLE and _WRITABLE (macros Swift cannot call): a bit per slot.
-                let readable = mask & (UInt32(1) << UInt32(slot)) != 0
-                let writable = mask & (UInt32(1) << UInt32(slot + slots)) != 0
-                guard readable || writable else { continue }
-                polled.append(
-                    pollfd(
-                        fd: sockets[slot],
-                        events: Int16((readable ? POLLIN : 0) | (writable ? POLLOUT : 0)), revents: 0))
+            var polled = lookup.watched.map { socket, wanted in
+                pollfd(
+                    fd: socket,
+                    events: Int16((wanted.readable ? POLLIN : 0) | (wanted.writable ? POLLOUT : 0)), revents: 0)
             }
             var longest = remaining.timeValue
             var next = timeval()

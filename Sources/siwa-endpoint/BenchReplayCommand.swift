@@ -1,7 +1,9 @@
 import Foundation
 import SIWARedis
-import SIWAServer
+import SIWASpool
+import SIWAStore
 import SIWASupport
+import SIWATelemetry
 import SIWAVerification
 
 /// `bench --replay`: how fast the spool drains into Redis, against the same number of
@@ -49,7 +51,7 @@ enum BenchReplayCommand {
         let replayStore = NotificationStore(
             connection: RedisConnection(endpoint: endpoint), keyPrefix: "siwa-bench-replay")
         let replayer = SpoolReplayer(
-            spool: spool, rejected: try SpoolRejectedStore(spoolDirectory: directory), store: replayStore,
+            spool: spool, rejected: try SpoolSetAsideStore(spoolDirectory: directory), store: replayStore,
             metrics: ServerMetrics(), clientIDs: [clientID],
             clock: .system)
         let replayStart = ContinuousClock.now

@@ -1,6 +1,6 @@
 import Foundation
 import SIWARedis
-import SIWAServer
+import SIWAStore
 import SIWAVerification
 import Synchronization
 
@@ -50,7 +50,7 @@ enum BenchWebhooksCommand {
         let store = NotificationStore(connection: RedisConnection(endpoint: endpoint))
         let published = Arrivals()
         let subscriber = Subscriber(RedisConnection(endpoint: endpoint, commandTimeout: .seconds(120)))
-        _ = try subscriber.connection.command("SUBSCRIBE", store.keys.notifications)
+        try StoreReader(connection: subscriber.connection).subscribe(store.keys.notifications)
         let listening = Thread {
             while true {
                 guard let reply = try? subscriber.connection.nextPushedReply(), let parts = reply.array,

@@ -1,7 +1,9 @@
 import Foundation
+import SIWAAppleAPI
 import SIWAJSON
 import SIWARedis
-import SIWAServer
+import SIWASettingKeys
+import SIWAStore
 import SIWAVerification
 
 #if canImport(Glibc)
@@ -189,7 +191,7 @@ enum CanaryCommand {
     }
 
     static func userHash(_ connection: RedisConnection, _ key: String) throws(RedisError) -> [String: String] {
-        try connection.command("HGETALL", key).fieldMap ?? [:]
+        try StoreReader(connection: connection).hash(key)
     }
 
     static func isoTime(_ milliseconds: Int64) -> String {

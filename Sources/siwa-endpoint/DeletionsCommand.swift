@@ -1,7 +1,9 @@
 import Foundation
 import SIWAJSON
 import SIWARedis
-import SIWAServer
+import SIWASettingKeys
+import SIWASettings
+import SIWAStore
 
 /// `deletions`: the audit view of the deletion duty. Each deletion a consumer group has not
 /// acknowledged (who, when, which consumer holds it, how many deliveries), per group the
@@ -120,12 +122,11 @@ enum DeletionsCommand {
         _ connection: RedisConnection, key: String, group: DeletionDutyReading.Group, limit: Int
     ) throws(RedisError) -> [Pending] {
         var result: [Pending] = []
-        let delivered = try connection.command("XPENDING", key, group.name, "-", "+", String(limit)).array ?? []
+        let delivered = try StoreReader(connection: connection).pendingDeliveries(
+            of: key, group: group.name, limit: limit)
         for item in delivered {
-            guard let parts = item.array, parts.count == 4, let id = parts[0].string else { continue }
-            let fields = try entries(connection, key: key, exactly: id).first?.fields ?? [:]
-            result.append(
-                Pending(id: id, fields: fields, consumer: parts[1].string, deliveries: Int(parts[3].integer ?? 0)))
+            let fields = try entries(connection, key: key, exactly: item.id).first?.fields ?? [:]
+            result.append(Pending(id: item.id, fields: fields, consumer: item.consumer, deliveries: item.deliveries))
         }
         if result.count < limit && group.undelivered > 0 {
             for entry in try entries(connection, key: key, after: group.lastDeliveredID, limit: limit - result.count) {
@@ -138,21 +139,14 @@ enum DeletionsCommand {
     static func entries(_ connection: RedisConnection, key: String, after id: String?, limit: Int) throws(RedisError)
         -> [(id: String, fields: [String: String])]
     {
-        let reply = try connection.command("XRANGE", key, id.map { "(" + $0 } ?? "-", "+", "COUNT", String(limit))
-        return parseEntries(reply)
+        try StoreReader(connection: connection).entries(
+            of: key, from: id.map { "(" + $0 } ?? "-", to: "+", limit: limit)
     }
 
     static func entries(_ connection: RedisConnection, key: String, exactly id: String) throws(RedisError)
         -> [(id: String, fields: [String: String])]
     {
-        parseEntries(try connection.command("XRANGE", key, id, id))
-    }
-
-    static func parseEntries(_ reply: RedisReply) -> [(id: String, fields: [String: String])] {
-        (reply.array ?? []).compactMap { entry in
-            guard let parts = entry.array, parts.count == 2, let id = parts[0].string else { return nil }
-            return (id, parts[1].fieldMap ?? [:])
-        }
+        try StoreReader(connection: connection).entries(of: key, from: id, to: id)
     }
 
     static func printText(

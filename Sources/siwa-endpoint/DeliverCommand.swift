@@ -1,8 +1,12 @@
 import Foundation
 import SIWAJSON
 import SIWARedis
-import SIWAServer
+import SIWASettingKeys
+import SIWASettings
+import SIWAStore
 import SIWASupport
+import SIWATelemetry
+import SIWAWebhooks
 
 /// `deliver`: the webhook deliverer (Standard Webhooks 1.0) and its operator commands.
 enum DeliverCommand {
@@ -270,8 +274,8 @@ enum DeliverCommand {
         do throws(RedisError) {
             // Bounded: pages of 100 entries up to the end of the range.
             pages: for _ in 0..<1_000_000 {
-                let page = try store.connection.command("XRANGE", store.keys.events, start, end, "COUNT", "100")
-                let entries = DeletionsCommand.parseEntries(page)
+                let entries = try StoreReader(connection: store.connection).entries(
+                    of: store.keys.events, from: start, to: end, limit: 100)
                 guard let last = entries.last else { break }
                 for entry in entries {
                     guard let event = WebhookEvent(entryID: entry.id, fields: entry.fields), destination.wants(event),

@@ -1,7 +1,9 @@
 import Foundation
 import SIWAJSON
 import SIWARedis
-import SIWAServer
+import SIWASettingKeys
+import SIWASettings
+import SIWATelemetry
 
 /// Serve's settings, read the way `serve` reads them, for the operator commands (`user`).
 enum OperatorSettings {

@@ -1,8 +1,12 @@
 import Foundation
+import SIWAAppleAPI
 import SIWAHTTPS
 import SIWAJSON
-import SIWAServer
+import SIWASettingKeys
+import SIWASettings
+import SIWAStore
 import SIWASupport
+import SIWATelemetry
 import SIWAVerification
 import Synchronization
 

@@ -1,7 +1,11 @@
 import Foundation
+import SIWAAppleAPI
 import SIWAHTTPS
 import SIWAJSON
-import SIWAServer
+import SIWASettingKeys
+import SIWASettings
+import SIWAStore
+import SIWATelemetry
 
 #if canImport(Glibc)
     import Glibc

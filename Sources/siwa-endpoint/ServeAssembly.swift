@@ -1,14 +1,20 @@
 import Foundation
 import SIWAFastCGI
 import SIWAHTTPS
+import SIWAKeys
 import SIWARedis
-import SIWAServer
+import SIWAResponder
+import SIWASettingKeys
+import SIWASettings
+import SIWASpool
+import SIWAStore
 import SIWASupport
+import SIWATelemetry
 import SIWAVerification
 
 /// The composition root of `serve`: every part is built here, once, and handed what it
 /// needs; nothing here starts a thread or touches the network. `ServeCommand.serve` then
-/// starts the services in `startOrder` and stops them in reverse.
+/// starts the services in the order below, one `ServiceGroup.start` each, and stops them in reverse.
 ///
 /// What starts before what, and why:
 /// 1. the JWKS refresher (its start loads the cache file and fetches once: keys before requests),
@@ -156,12 +162,12 @@ struct ServeAssembly {
     /// missing), with a line for each leftover settled and for what waits to be replayed.
     static func openSpool(
         _ configuration: ServerConfiguration, clock: EndpointClock
-    ) throws(ConfigurationError) -> (NotificationSpool, SpoolRejectedStore) {
+    ) throws(ConfigurationError) -> (NotificationSpool, SpoolSetAsideStore) {
         let spool: NotificationSpool
-        let setAside: SpoolRejectedStore
+        let setAside: SpoolSetAsideStore
         do throws(SpoolError) {
             spool = try NotificationSpool(directory: configuration.spool.directory, clock: clock)
-            setAside = try SpoolRejectedStore(spoolDirectory: configuration.spool.directory, clock: clock)
+            setAside = try SpoolSetAsideStore(spoolDirectory: configuration.spool.directory, clock: clock)
         } catch {
             throw ServeCommand.spoolRefusal(error)
         }

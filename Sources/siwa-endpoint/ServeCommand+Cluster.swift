@@ -1,5 +1,7 @@
 import SIWARedis
-import SIWAServer
+import SIWASettingKeys
+import SIWAStore
+import SIWATelemetry
 
 extension ServeCommand {
     /// With `SIWA_REDIS_CLUSTER_NODES`: asks the cluster once for the slot's primary before

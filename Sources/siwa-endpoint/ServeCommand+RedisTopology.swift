@@ -1,5 +1,6 @@
 import SIWARedis
-import SIWAServer
+import SIWASettings
+import SIWAStore
 
 /// A start that did not get far enough to serve: the exit status to return.
 struct StartRefused: Error {

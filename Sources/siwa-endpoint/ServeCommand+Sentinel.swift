@@ -1,5 +1,8 @@
 import SIWARedis
-import SIWAServer
+import SIWASettingKeys
+import SIWASettings
+import SIWAStore
+import SIWATelemetry
 
 extension ServeCommand {
     /// With `SIWA_REDIS_SENTINELS`: asks the sentinels once before serving and confirms the

@@ -1,9 +1,14 @@
 import Foundation
 import SIWAFastCGI
 import SIWAHTTPS
+import SIWAKeys
 import SIWARedis
-import SIWAServer
+import SIWASettingKeys
+import SIWASettings
+import SIWASpool
+import SIWAStore
 import SIWASupport
+import SIWATelemetry
 import SIWAVerification
 
 #if canImport(Glibc)

@@ -1,6 +1,8 @@
 import Foundation
 import SIWAJSON
-import SIWAServer
+import SIWASettings
+import SIWASpool
+import SIWATelemetry
 import SIWAVerification
 
 /// `spool status`, `list`, `show`, `requeue` and `discard`: look into a spool directory,

@@ -1,7 +1,8 @@
 import Foundation
 import SIWAFastCGIClient
 import SIWAJSON
-import SIWAServer
+import SIWASettingKeys
+import SIWASettings
 import SIWAVerification
 
 /// `status`: asks a running responder for its health over its FastCGI socket, as nginx

@@ -1,8 +1,12 @@
 import Foundation
+import SIWAAppleAPI
 import SIWAHTTPS
 import SIWAJSON
 import SIWARedis
-import SIWAServer
+import SIWASettingKeys
+import SIWASettings
+import SIWAStore
+import SIWATelemetry
 import SIWAVerification
 
 #if canImport(Glibc)

@@ -1,6 +1,8 @@
 import Foundation
 import SIWARedis
-import SIWAServer
+import SIWASettingKeys
+import SIWASettings
+import SIWAStore
 import SIWAVerification
 
 #if canImport(Glibc)
@@ -81,20 +83,21 @@ enum UserCommand {
         var hash: [String: String]
         var linked: (sub: String, key: String, hash: [String: String])?
         let entries: [(id: String, fields: [String: String])]
+        let reader = StoreReader(connection: connection)
         do {
             // A transfer identifier `transfer import` exchanged: the new sub's state.
-            if let resolved = try connection.command(
-                "HGET", keys.transferID(clientID: clientID, transferSubject: sub), "sub"
-            ).string, UserKeyPart.isValidSubject(resolved) {
+            if let resolved = try reader.field("sub", of: keys.transferID(clientID: clientID, transferSubject: sub)),
+                UserKeyPart.isValidSubject(resolved)
+            {
                 Output.line("transfer_sub \(sub) resolves to sub \(resolved)")
                 sub = resolved
                 userKey = keys.user(clientID: clientID, subject: sub)
             }
-            hash = try connection.command("HGETALL", userKey).fieldMap ?? [:]
+            hash = try reader.hash(userKey)
             // An old sub linked to its new one: the new sub's state too, where its events arrive now.
             if let next = hash["transferred_to"], UserKeyPart.isValidSubject(next), next != sub {
                 let key = keys.user(clientID: clientID, subject: next)
-                linked = (next, key, try connection.command("HGETALL", key).fieldMap ?? [:])
+                linked = (next, key, try reader.hash(key))
             }
             entries = try recentEntries(
                 connection, stream: keys.events, clientID: clientID, sub: sub, count: recent)
@@ -168,15 +171,8 @@ enum UserCommand {
     static func recentEntries(
         _ connection: RedisConnection, stream: String, clientID: String, sub: String, count: Int64
     ) throws(RedisError) -> [(id: String, fields: [String: String])] {
-        let reply = try connection.command("XREVRANGE", stream, "+", "-", "COUNT", String(count))
-        var found: [(id: String, fields: [String: String])] = []
-        for entry in reply.array ?? [] {
-            guard let parts = entry.array, parts.count == 2, let id = parts[0].string,
-                let fields = parts[1].fieldMap, fields["client_id"] == clientID, fields["sub"] == sub
-            else { continue }
-            found.append((id, fields))
-        }
-        return found.reversed()
+        let newest = try StoreReader(connection: connection).newestEntries(of: stream, count: count)
+        return newest.filter { $0.fields["client_id"] == clientID && $0.fields["sub"] == sub }.reversed()
     }
 
     /// Unix milliseconds, or an ISO 8601 date and time with a zone (`Z` or `+01:00`),

@@ -1,6 +1,6 @@
 import Foundation
 import SIWAJSON
-import SIWAServer
+import SIWAResponder
 import SIWAVerification
 
 /// `verify`: checks one captured request body, so an operator can see why a

@@ -1,4 +1,4 @@
-import SIWAServer
+import SIWAResponder
 import SIWATestKit
 
 #if canImport(Glibc)
@@ -14,7 +14,7 @@ import SIWATestKit
 // Without SIWA_FUZZING the executable replays files given as arguments (regression).
 
 /// The target over the TEST FIXTURE keys that signed the seed corpus (one definition:
-/// the test kit's `FuzzFixture`); what each input does is `FuzzTarget` in SIWAServer,
+/// the test kit's `FuzzFixture`); what each input does is `FuzzTarget` in SIWAResponder,
 /// shared with the corpus test.
 let fuzzTarget = try! FuzzTarget(
     jwks: FuzzFixture.jwksDocument, clientID: FuzzFixture.clientID, now: FuzzFixture.now)

@@ -9,7 +9,7 @@ struct ContractCommentTests {
     /// The doc comment above `public final class NotificationStore`, without the `///`.
     static func storeComment() throws -> String {
         let source = try String(
-            contentsOf: ClaimTableTests.root.appendingPathComponent("Sources/SIWAServer/Redis/NotificationStore.swift"),
+            contentsOf: ClaimTableTests.root.appendingPathComponent("Sources/SIWAStore/NotificationStore.swift"),
             encoding: .utf8)
         let head = try #require(source.components(separatedBy: "public final class NotificationStore").first)
         return head.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }

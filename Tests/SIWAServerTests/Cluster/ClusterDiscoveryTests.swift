@@ -1,7 +1,9 @@
 import Foundation
 import SIWARedis
-import SIWAServer
+import SIWASpool
+import SIWAStore
 import SIWASupport
+import SIWATelemetry
 import Synchronization
 import Testing
 
@@ -127,7 +129,7 @@ struct ClusterDiscoveryTests {
         let spoolDirectory = cluster.directory.appendingPathComponent("spool").path
         let spool = try NotificationSpool(directory: spoolDirectory)
         let replayer = SpoolReplayer(
-            spool: spool, rejected: try SpoolRejectedStore(spoolDirectory: spoolDirectory),
+            spool: spool, rejected: try SpoolSetAsideStore(spoolDirectory: spoolDirectory),
             store: NotificationStore(
                 connection: Self.connection(Self.locator(ports)), keyPrefix: RedisClusterNodes.keyPrefix),
             metrics: ServerMetrics(), clientIDs: [ServeStack.clientID], clock: clock)

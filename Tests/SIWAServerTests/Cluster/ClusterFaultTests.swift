@@ -1,6 +1,5 @@
 import Foundation
 import SIWARedis
-import SIWAServer
 import Testing
 
 /// The real `serve` against a real Redis Cluster on loopback under load, while the

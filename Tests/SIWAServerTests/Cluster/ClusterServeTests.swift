@@ -1,6 +1,6 @@
 import Foundation
 import SIWARedis
-import SIWAServer
+import SIWASettingKeys
 import Testing
 
 /// The real `serve` against a real Redis Cluster on loopback (3 primaries, 3 replicas).

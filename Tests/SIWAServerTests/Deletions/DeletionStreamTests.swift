@@ -1,8 +1,9 @@
 import Dispatch
 import Foundation
 import SIWARedis
-import SIWAServer
+import SIWAStore
 import SIWASupport
+import SIWATelemetry
 import SIWAVerification
 import Synchronization
 import Testing

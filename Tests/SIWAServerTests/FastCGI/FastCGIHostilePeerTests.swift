@@ -5,7 +5,6 @@ import SIWATestKit
 import Testing
 
 @testable import SIWAFastCGI
-@testable import SIWAServer
 
 /// Local peers that try to stop the endpoint: idle kept connections, bodies trickled a byte
 /// at a time, input trickled after an answer, records that are not a request. Each peer is

@@ -1,7 +1,6 @@
 import Testing
 
 @testable import SIWAFastCGI
-@testable import SIWAServer
 
 @Suite("FastCGIMessages")
 struct FastCGIMessageTests {

@@ -5,7 +5,6 @@ import SIWATestKit
 import Testing
 
 @testable import SIWAFastCGI
-@testable import SIWAServer
 
 /// The server behind a real nginx, with `fastcgi_keep_conn` on (connections pinned to
 /// workers, the case the idle-connection shutdown exists for) and off (the site default).

@@ -5,7 +5,6 @@ import SIWATestSupport
 import Testing
 
 @testable import SIWAFastCGI
-@testable import SIWAServer
 
 /// The parameters are read once, by the acceptor, and the worker goes by that reading: a
 /// peer of the socket can no longer make the acceptor judge one length ("over the limit,

@@ -6,7 +6,6 @@ import SIWATestSupport
 import Testing
 
 @testable import SIWAFastCGI
-@testable import SIWAServer
 
 /// The acceptor's room rules at the rates that used to defeat them: requests cut short just
 /// inside the body limit, peers answered 413 that keep their connection open, and floods

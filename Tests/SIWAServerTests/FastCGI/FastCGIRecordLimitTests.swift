@@ -5,7 +5,6 @@ import SIWATestKit
 import Testing
 
 @testable import SIWAFastCGI
-@testable import SIWAServer
 
 /// A request in thousands of tiny records: every look at its connection walked them all.
 @Suite("FastCGI: a request in more records than nginx ever sends is refused")

@@ -5,7 +5,6 @@ import SIWATestKit
 import Testing
 
 @testable import SIWAFastCGI
-@testable import SIWAServer
 
 private typealias Kit = FastCGITestKit
 

@@ -6,7 +6,6 @@ import SIWATestKit
 import Testing
 
 @testable import SIWAFastCGI
-@testable import SIWAServer
 
 @Suite("FastCGISignals", .serialized)
 struct FastCGISignalTests {

@@ -5,7 +5,6 @@ import SIWATestKit
 import Testing
 
 @testable import SIWAFastCGI
-@testable import SIWAServer
 
 /// A peer that connects and sends one byte, then nothing, must not hold a worker: libfcgi
 /// reads the request header inside its accept, without a timeout, so the acceptor hands a

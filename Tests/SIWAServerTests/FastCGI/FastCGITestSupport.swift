@@ -4,7 +4,6 @@ import SIWAFastCGIClient
 import SIWATestKit
 
 @testable import SIWAFastCGI
-@testable import SIWAServer
 
 /// Helpers of the FastCGI suites, namespaced so they cannot clash with other suites' helpers.
 enum FastCGITestKit {

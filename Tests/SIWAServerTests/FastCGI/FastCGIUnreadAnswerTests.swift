@@ -5,8 +5,6 @@ import SIWAFastCGIClient
 import SIWATestKit
 import Testing
 
-@testable import SIWAServer
-
 /// Peers that never read their answers: a worker's write must never wait for them.
 @Suite("FastCGI: a peer that never reads its answers holds no worker")
 struct FastCGIUnreadAnswerTests {

@@ -1,5 +1,5 @@
 import Foundation
-import SIWAServer
+import SIWAResponder
 import SIWATestKit
 import Testing
 

@@ -1,9 +1,14 @@
 import Foundation
 import SIWAFastCGI
 import SIWAJSON
+import SIWAKeys
 import SIWARedis
-import SIWAServer
+import SIWAResponder
+import SIWASettings
+import SIWASpool
+import SIWAStore
 import SIWASupport
+import SIWATelemetry
 import SIWATestKit
 import SIWATestSupport
 import SIWAVerification

@@ -1,6 +1,6 @@
 import Foundation
 import SIWAHTTPS
-import SIWAServer
+import SIWAKeys
 import SIWATestKit
 import SIWAVerification
 

@@ -1,6 +1,6 @@
 import Foundation
 import SIWARedis
-import SIWAServer
+import SIWAStore
 import Synchronization
 import Testing
 

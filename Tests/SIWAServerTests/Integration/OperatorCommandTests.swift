@@ -1,5 +1,5 @@
 import Foundation
-import SIWAServer
+import SIWAStore
 import SIWATestKit
 import SIWAVerification
 import Testing

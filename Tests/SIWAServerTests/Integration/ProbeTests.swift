@@ -3,8 +3,6 @@ import SIWAFastCGIClient
 import Synchronization
 import Testing
 
-@testable import SIWAServer
-
 /// `/healthz/live` and `/healthz/ready` on the real serve binary, a real Redis and the
 /// JWKS stand-in for Apple, through each state an orchestrator must tell apart.
 @Suite("Liveness and readiness probes, end to end", .serialized)

@@ -1,7 +1,6 @@
 import Foundation
 import SIWAJSON
 import SIWARedis
-import SIWAServer
 import SIWAVerification
 
 /// A local stack for `siwa-endpoint reconcile`: a real redis-server, EC P-256 test

@@ -2,8 +2,6 @@ import Foundation
 import Glibc
 import Testing
 
-@testable import SIWAServer
-
 /// A Redis that hangs (redis-server stopped with SIGSTOP, always resumed by a `defer`): after
 /// the first timeout the breaker opens, requests are spooled without waiting on Redis,
 /// /healthz answers 503 naming Redis, and once Redis resumes the probe closes the breaker

@@ -1,7 +1,6 @@
 import Foundation
 import SIWAFastCGIClient
 import SIWARedis
-import SIWAServer
 import SIWATestKit
 import Testing
 

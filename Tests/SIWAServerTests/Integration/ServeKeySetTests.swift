@@ -2,7 +2,6 @@ import Foundation
 import Glibc
 import SIWAFastCGIClient
 import SIWAJSON
-import SIWAServer
 import SIWATestKit
 import Synchronization
 import Testing

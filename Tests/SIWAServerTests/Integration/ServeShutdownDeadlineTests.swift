@@ -1,7 +1,7 @@
 import Foundation
 import Glibc
 import SIWAFastCGIClient
-import SIWAServer
+import SIWASpool
 import SIWATestKit
 import SIWAVerification
 import Testing

@@ -2,7 +2,6 @@ import Foundation
 import SIWAFastCGIClient
 import SIWAJSON
 import SIWARedis
-import SIWAServer
 import SIWATestKit
 import SIWAVerification
 

@@ -2,7 +2,7 @@ import Foundation
 import SIWAVerification
 import Testing
 
-@testable import SIWAServer
+@testable import SIWASpool
 
 /// What a crash left in `rejected/` is settled by the real `serve` at start, and logged.
 @Suite("serve settles crash leftovers in rejected/", .serialized)

@@ -7,7 +7,6 @@ import Testing
 
 @testable import SIWAJSON
 @testable import SIWARedis
-@testable import SIWAServer
 
 /// No silent dead ends: a Redis that answers but refuses, a full disk, a long spool at
 /// start, a record that reads back damaged. The real `serve` binary against a real

@@ -2,8 +2,6 @@ import Foundation
 import SIWATestKit
 import Testing
 
-@testable import SIWAServer
-
 /// Issue 7 §3: the spool of a node that died is replayed when it comes back, with the real
 /// `serve` and a real redis-server (Apple is stood in for by the test's signing key).
 @Suite("The spool of a dead node, end to end", .serialized)

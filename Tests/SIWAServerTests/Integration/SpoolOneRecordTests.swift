@@ -1,6 +1,5 @@
 import Foundation
 import SIWAJSON
-import SIWAServer
 import SIWAVerification
 import Testing
 

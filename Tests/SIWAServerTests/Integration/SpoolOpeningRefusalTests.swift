@@ -3,7 +3,7 @@ import Glibc
 import SIWATestSupport
 import Testing
 
-@testable import SIWAServer
+@testable import SIWASpool
 
 /// A spool the service's user may read but not update: `serve` cannot open it, and
 /// `serve --check`, run as that user, says so the same way (run here as `nobody`; only

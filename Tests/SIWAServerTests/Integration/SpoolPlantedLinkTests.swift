@@ -3,7 +3,7 @@ import Glibc
 import SIWAJSON
 import Testing
 
-@testable import SIWAServer
+@testable import SIWASpool
 
 /// The operator's spool commands run as root on a directory the service user can write.
 /// What that user plants there (a link under a torn file's or a record's name, naming a

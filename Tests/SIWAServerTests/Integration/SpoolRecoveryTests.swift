@@ -4,7 +4,7 @@ import SIWATestKit
 import SIWAVerification
 import Testing
 
-@testable import SIWAServer
+@testable import SIWASpool
 
 /// The spool on a bad day, end to end with the real `serve`: a full disk, a long spool at
 /// start, a record that reads back damaged, records for an app no longer served, a

@@ -1,7 +1,6 @@
 import Foundation
 import SIWAJSON
 import SIWARedis
-import SIWAServer
 import SIWATestSupport
 import Testing
 

@@ -1,7 +1,6 @@
 import Foundation
 import SIWAJSON
 import SIWARedis
-import SIWAServer
 
 /// A local stack for `siwa-endpoint transfer`: reconcile's stack (a real redis-server, the
 /// sending team's P-256 key, the stand-in of Apple over HTTPS under a test CA) with a second

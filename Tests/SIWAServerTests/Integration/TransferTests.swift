@@ -1,7 +1,7 @@
 import Foundation
 import SIWAJSON
 import SIWARedis
-import SIWAServer
+import SIWAStore
 import SIWATestSupport
 import SIWAVerification
 import Testing

@@ -1,6 +1,6 @@
 import Foundation
 import Glibc
-import SIWAServer
+import SIWAKeys
 import Synchronization
 import Testing
 

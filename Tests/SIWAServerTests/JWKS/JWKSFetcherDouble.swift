@@ -1,4 +1,4 @@
-import SIWAServer
+import SIWAKeys
 import Synchronization
 
 /// An in-process stand-in for the HTTPS fetch of Apple's JWKS (Apple cannot be reached

@@ -1,7 +1,6 @@
 import CCurl
 import Foundation
 import SIWAHTTPS
-import SIWAServer
 import SIWATestKit
 import Testing
 

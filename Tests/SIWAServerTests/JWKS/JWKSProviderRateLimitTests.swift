@@ -1,5 +1,5 @@
 import Foundation
-import SIWAServer
+import SIWAKeys
 import SIWASupport
 import SIWATestKit
 import SIWAVerification

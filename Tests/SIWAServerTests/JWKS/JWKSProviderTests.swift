@@ -1,6 +1,7 @@
 import Foundation
 import SIWAHTTPS
-import SIWAServer
+import SIWAKeys
+import SIWAResponder
 import SIWASupport
 import SIWATestKit
 import SIWAVerification

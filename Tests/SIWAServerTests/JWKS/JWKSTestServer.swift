@@ -1,6 +1,5 @@
 import Foundation
 import SIWAHTTPS
-import SIWAServer
 
 /// A test CA plus a real nginx serving `/keys.json` under it, in one temp directory.
 final class JWKSTestServer {

@@ -1,9 +1,12 @@
 import Foundation
 import SIWAFastCGI
 import SIWAFastCGIClient
+import SIWAKeys
 import SIWARedis
-import SIWAServer
+import SIWASpool
+import SIWAStore
 import SIWASupport
+import SIWATelemetry
 import SIWATestKit
 import Synchronization
 import Testing
@@ -34,7 +37,7 @@ struct ServeServicesStopTests {
             let spool = try NotificationSpool(directory: directory)
             try spool.append(spoolNotification(1))
             let replayer = SpoolReplayer(
-                spool: spool, rejected: try SpoolRejectedStore(spoolDirectory: directory),
+                spool: spool, rejected: try SpoolSetAsideStore(spoolDirectory: directory),
                 store: NotificationStore(connection: connection()), metrics: ServerMetrics(),
                 clientIDs: ["com.example.app0"], clock: .system)
             let deletions = DeletionDutyMonitor(

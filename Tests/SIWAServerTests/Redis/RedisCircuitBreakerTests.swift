@@ -1,7 +1,7 @@
 import Foundation
 import Glibc
 import SIWARedis
-import SIWAServer
+import SIWAStore
 import SIWASupport
 import Synchronization
 import Testing

@@ -1,5 +1,4 @@
 import SIWARedis
-import SIWAServer
 import Testing
 
 struct RedisEndpointTests {

@@ -1,6 +1,7 @@
 import Foundation
 import SIWARedis
-import SIWAServer
+import SIWASettingKeys
+import SIWASettings
 import Testing
 
 /// SIWARedis says which configured thing failed (`RedisError.Field`); the application maps

@@ -1,5 +1,4 @@
 import SIWARedis
-import SIWAServer
 import Testing
 
 @Suite("Redis errors: transient or for good")

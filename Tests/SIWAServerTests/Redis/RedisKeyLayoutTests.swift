@@ -1,5 +1,5 @@
 import SIWARedis
-import SIWAServer
+import SIWAStore
 import Testing
 
 /// The contract's key names, spelled by `RedisKeyLayout` alone (docs/contract.md and the

@@ -1,5 +1,6 @@
 import SIWARedis
-import SIWAServer
+import SIWASettingKeys
+import SIWASettings
 import Testing
 
 /// The pieces of the Redis topology that need no server: the topology read from the

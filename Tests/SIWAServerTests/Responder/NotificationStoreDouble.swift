@@ -1,5 +1,5 @@
 import SIWARedis
-import SIWAServer
+import SIWAStore
 import SIWAVerification
 import Synchronization
 

@@ -1,5 +1,4 @@
 import Foundation
-import SIWAServer
 import Testing
 
 /// Probes are not traffic: a balancer's and an orchestrator's probes every few seconds are

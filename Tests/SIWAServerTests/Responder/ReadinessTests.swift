@@ -1,8 +1,11 @@
 import Foundation
+import SIWASettingKeys
 import Synchronization
 import Testing
 
-@testable import SIWAServer
+@testable import SIWAResponder
+@testable import SIWASettings
+@testable import SIWASpool
 
 /// The readiness rule and its limits' settings, owned by `ReadinessLimits`.
 @Suite("Readiness rule and its settings")

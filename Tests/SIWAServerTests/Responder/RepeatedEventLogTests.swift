@@ -1,6 +1,6 @@
 import SIWAJSON
-import SIWAServer
 import SIWASupport
+import SIWATelemetry
 import Synchronization
 import Testing
 

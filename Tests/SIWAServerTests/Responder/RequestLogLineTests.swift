@@ -1,5 +1,4 @@
 import Foundation
-import SIWAServer
 import Testing
 
 /// The request log line, written byte by byte on the request path: its exact shape,

@@ -1,8 +1,13 @@
 import Foundation
 import SIWAFastCGI
+import SIWAKeys
 import SIWARedis
-import SIWAServer
+import SIWAResponder
+import SIWASettings
+import SIWASpool
+import SIWAStore
 import SIWASupport
+import SIWATelemetry
 import SIWATestKit
 import SIWAVerification
 import Testing

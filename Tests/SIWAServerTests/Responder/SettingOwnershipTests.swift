@@ -2,10 +2,16 @@ import Foundation
 import SIWAFastCGI
 import SIWAHTTPS
 import SIWARedis
+import SIWASettingKeys
 import SIWAVerification
 import Testing
 
-@testable import SIWAServer
+@testable import SIWAAppleAPI
+@testable import SIWAKeys
+@testable import SIWAResponder
+@testable import SIWASettings
+@testable import SIWASpool
+@testable import SIWAStore
 
 /// A setting's default and bounds live in the component that uses the value; the settings
 /// table reads them from there. These tests compare the table with the components as a

@@ -1,5 +1,5 @@
 import Foundation
-import SIWAServer
+import SIWASettings
 import Testing
 
 /// The settings table of docs/settings.md and `deploy/env.example` say what the settings table in

@@ -1,5 +1,4 @@
 import Foundation
-import SIWAServer
 import Testing
 
 /// docs/deployment.md recommends Redis' own `min-replicas-to-write` on replicated data nodes: a

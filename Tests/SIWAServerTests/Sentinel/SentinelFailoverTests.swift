@@ -1,5 +1,4 @@
 import Foundation
-import SIWAServer
 import Testing
 
 /// The primary's machine is lost under load: a primary, two replicas and three sentinels

@@ -1,6 +1,5 @@
 import Foundation
 import Glibc
-import SIWAServer
 import Testing
 
 /// The Python examples of docs/contract.md with a Sentinel configuration (redis-py's `Sentinel`),

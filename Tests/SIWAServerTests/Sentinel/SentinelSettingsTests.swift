@@ -1,7 +1,7 @@
 import Foundation
 import Glibc
 import SIWARedis
-import SIWAServer
+import SIWASettings
 import SIWATestKit
 import Testing
 

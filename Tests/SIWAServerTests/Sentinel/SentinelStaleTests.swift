@@ -1,6 +1,5 @@
 import Foundation
 import SIWARedis
-import SIWAServer
 import Synchronization
 import Testing
 

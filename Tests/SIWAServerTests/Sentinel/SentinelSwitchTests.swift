@@ -1,6 +1,5 @@
 import Foundation
 import SIWARedis
-import SIWAServer
 import SIWASupport
 import Synchronization
 import Testing

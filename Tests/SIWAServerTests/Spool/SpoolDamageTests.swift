@@ -1,5 +1,5 @@
 import Foundation
-import SIWAServer
+import SIWASpool
 import SIWAVerification
 import Testing
 

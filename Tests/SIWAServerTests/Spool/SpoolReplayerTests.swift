@@ -1,7 +1,8 @@
 import Foundation
 import SIWARedis
-import SIWAServer
+import SIWASpool
 import SIWASupport
+import SIWATelemetry
 import SIWAVerification
 import Testing
 
@@ -14,9 +15,9 @@ struct SpoolReplayerTests {
     func replayer(
         _ directory: String, _ store: NotificationStoreDouble, metrics: ServerMetrics = ServerMetrics(),
         log: EventLog.Sink = .standardError
-    ) throws -> (SpoolReplayer, NotificationSpool, SpoolRejectedStore) {
+    ) throws -> (SpoolReplayer, NotificationSpool, SpoolSetAsideStore) {
         let spool = try NotificationSpool(directory: directory)
-        let rejected = try SpoolRejectedStore(spoolDirectory: directory)
+        let rejected = try SpoolSetAsideStore(spoolDirectory: directory)
         let replayer = SpoolReplayer(
             spool: spool, rejected: rejected, store: store, metrics: metrics, clientIDs: Self.clientIDs,
             clock: .system, log: log)

@@ -3,7 +3,7 @@ import SIWAVerification
 import Synchronization
 import Testing
 
-@testable import SIWAServer
+@testable import SIWASpool
 
 #if canImport(Glibc)
     import Glibc
@@ -48,7 +48,7 @@ struct SpoolSetAsideRaceTests {
     func scrubDoesNotRecreateAMovedFile() throws {
         try withSpoolDirectory { spool in
             // A mover that takes no lock (an operator's mv, an earlier release's requeue).
-            let store = try SpoolRejectedStore(spoolDirectory: spool, clock: .system) { path in
+            let store = try SpoolSetAsideStore(spoolDirectory: spool, clock: .system) { path in
                 let name = String(path.split(separator: "/").last!)
                 #expect(rename(path, spool + "/requeue-" + name) == 0)
             }
@@ -66,7 +66,7 @@ struct SpoolSetAsideRaceTests {
     func requeueWaitsForTheScrub() throws {
         try withSpoolDirectory { spool in
             let seen = Seen()
-            let store = try SpoolRejectedStore(spoolDirectory: spool, clock: .system) { _ in
+            let store = try SpoolSetAsideStore(spoolDirectory: spool, clock: .system) { _ in
                 do {
                     let moved = try SpoolInspector.requeue(spoolDirectory: spool, lockWait: .milliseconds(100))
                     seen.add("requeued \(moved.files)")
@@ -93,7 +93,7 @@ struct SpoolSetAsideRaceTests {
     @Test("the real spool requeue honours the lock: held by serve's side, it moves nothing and says so, exit 1")
     func requeueCommandHonoursTheLock() throws {
         try withSpoolDirectory { spool in
-            let store = try SpoolRejectedStore(spoolDirectory: spool)
+            let store = try SpoolSetAsideStore(spoolDirectory: spool)
             let path = try store.add(Self.emailEvent())
             let before = try Self.files(spool)
             let run = try SpoolFileSystem.withDirectoryLock(spool + "/rejected", wait: .seconds(1)) {
@@ -120,7 +120,7 @@ struct SpoolSetAsideRaceTests {
     func retentionWaitsForTheScrub() throws {
         try withSpoolDirectory { spool in
             let seen = Seen()
-            let store = try SpoolRejectedStore(spoolDirectory: spool, clock: .system) { _ in
+            let store = try SpoolSetAsideStore(spoolDirectory: spool, clock: .system) { _ in
                 // A year from now: every file is past the retention.
                 let expired = SpoolInspector.expire(
                     spoolDirectory: spool, olderThanDays: 14, now: Int64(Date().timeIntervalSince1970) + 365 * 86_400,
@@ -141,7 +141,7 @@ struct SpoolSetAsideRaceTests {
     @Test("the scrub keeps the file's modification time: the retention still counts from the setting aside")
     func scrubKeepsTheAge() throws {
         try withSpoolDirectory { spool in
-            let store = try SpoolRejectedStore(spoolDirectory: spool)
+            let store = try SpoolSetAsideStore(spoolDirectory: spool)
             let path = try store.add(Self.emailEvent())
             let tenDaysAgo = Date().addingTimeInterval(-10 * 86_400)
             try FileManager.default.setAttributes([.modificationDate: tenDaysAgo], ofItemAtPath: path)
@@ -157,13 +157,13 @@ struct SpoolSetAsideRaceTests {
     func leftoversAreSettledAtStart() throws {
         try withSpoolDirectory { spool in
             let rejected = spool + "/rejected"
-            let first = try SpoolRejectedStore(spoolDirectory: spool)
+            let first = try SpoolSetAsideStore(spoolDirectory: spool)
             #expect(first.leftovers.isEmpty)
             let scrubbed = try first.add(Self.emailEvent(jti: "race-2"))
             let unfinished = try first.add(Self.emailEvent(jti: "race-3"))
             let withAddress = try fileBytes(scrubbed)
             let withoutAddress = SpoolRecord.encode(
-                SpoolRejectedStore.withoutAddress(Self.emailEvent(jti: "race-2")),
+                SpoolSetAsideStore.withoutAddress(Self.emailEvent(jti: "race-2")),
                 spooledAt: try #require(
                     SpoolSegmentReader(path: scrubbed, offset: 0).flatMap { reader -> Int64? in
                         guard case .record(_, let spooledAt, _, _) = try reader.next() else { return nil }
@@ -176,7 +176,7 @@ struct SpoolSetAsideRaceTests {
             try writeBytes(Array(SpoolRecord.encode(Self.emailEvent(jti: "race-4"), spooledAt: 1).dropLast()), to: lone)
             let unfinishedBefore = try fileBytes(unfinished)
 
-            let second = try SpoolRejectedStore(spoolDirectory: spool)
+            let second = try SpoolSetAsideStore(spoolDirectory: spool)
             #expect(
                 second.leftovers == [
                     SpoolLeftover(file: lone, action: .deleted),

@@ -1,5 +1,4 @@
 import Foundation
-import SIWAServer
 import SIWAVerification
 import Testing
 

@@ -2,7 +2,7 @@ import Foundation
 import Glibc
 import Testing
 
-@testable import SIWAServer
+@testable import SIWASpool
 
 /// The writer's promise, "durable before it returns", at the two places no end-to-end
 /// test reaches deterministically: the fsync made when a segment is closed at rotation,

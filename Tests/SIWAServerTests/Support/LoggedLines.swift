@@ -1,4 +1,4 @@
-import SIWAServer
+import SIWATelemetry
 import Synchronization
 
 /// A log sink that keeps every line written to it, in order: a test reads what a part

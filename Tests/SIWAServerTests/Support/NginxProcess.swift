@@ -1,6 +1,5 @@
 import Foundation
 import SIWAHTTPS
-import SIWAServer
 
 /// A real nginx serving files from `documentRoot` over HTTPS (and plain HTTP) on
 /// loopback ports, with every path it writes inside its own directory.

@@ -1,6 +1,5 @@
 import Foundation
 import SIWARedis
-import SIWAServer
 import Testing
 
 /// A real Redis Cluster on loopback: six `redis-server --cluster-enabled yes` on free

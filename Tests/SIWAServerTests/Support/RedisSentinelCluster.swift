@@ -1,6 +1,5 @@
 import Foundation
 import SIWARedis
-import SIWAServer
 
 /// Redis as teams run it for availability, on loopback: one primary, two replicas and
 /// three sentinels (real `redis-server`, the sentinels as `redis-server --sentinel`; or

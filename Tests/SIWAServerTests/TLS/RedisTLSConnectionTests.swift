@@ -1,7 +1,7 @@
 import Foundation
 import Glibc
 import SIWARedis
-import SIWAServer
+import SIWASettingKeys
 import Testing
 
 /// `RedisConnection` over TLS, in process, against a real TLS-only `redis-server`

@@ -1,6 +1,5 @@
 import Foundation
 import SIWARedis
-import SIWAServer
 import Testing
 
 /// Sentinel with TLS everywhere: a primary, two replicas and three sentinels, every one

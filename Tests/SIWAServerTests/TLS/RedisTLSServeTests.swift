@@ -1,7 +1,8 @@
 import Foundation
 import Glibc
 import SIWARedis
-import SIWAServer
+import SIWASettingKeys
+import SIWASettings
 import Testing
 
 /// The real `serve` speaking TLS to a real TLS-only `redis-server` (`--port 0 --tls-port`,

@@ -1,7 +1,6 @@
 import Foundation
 import Glibc
 import SIWARedis
-import SIWAServer
 import Testing
 
 /// Redis over TLS through the shipped `deploy/stunnel-redis.conf`: a real redis-server

@@ -4,7 +4,7 @@ import SIWARedis
 import SIWAVerification
 import Testing
 
-@testable import SIWAServer
+@testable import SIWAStore
 
 /// The shipped Redis users (deploy/redis-siwa-users.conf) on a real redis-server: each
 /// process does its work under its own user, and what it must not do is refused (NOPERM)

@@ -1,4 +1,5 @@
-import SIWAServer
+import SIWAStore
+import SIWAWebhooks
 import Testing
 
 /// The destinations file's defaults, in process: what an entry that names only its name, URL

@@ -3,7 +3,7 @@ import Glibc
 import SIWARedis
 import Testing
 
-@testable import SIWAServer
+@testable import SIWAStore
 
 /// The deliverer through a Redis failover: real redis-servers and sentinels (the Sentinel
 /// suites' cluster), the primary SIGKILLed under delivery.

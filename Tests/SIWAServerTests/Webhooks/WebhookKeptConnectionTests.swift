@@ -1,6 +1,8 @@
 import Foundation
 import SIWAJSON
-import SIWAServer
+import SIWASettingKeys
+import SIWASettings
+import SIWAWebhooks
 import Testing
 
 /// The real `siwa-endpoint deliver` on kept connections: one per destination, reused from event

@@ -1,8 +1,8 @@
 import Foundation
 import Glibc
-import SIWAServer
 import SIWASupport
 import SIWATestSupport
+import SIWAWebhooks
 import Testing
 
 /// The deliverer's `/metrics` listener in process, on a real loopback socket: one deadline per

@@ -1,6 +1,7 @@
 import Foundation
 import SIWACrypto
-import SIWAServer
+import SIWAStore
+import SIWAWebhooks
 import Testing
 
 /// The signing of Standard Webhooks 1.0 against the specification's own test vectors, the

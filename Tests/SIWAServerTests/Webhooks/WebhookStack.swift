@@ -5,7 +5,7 @@ import SIWARedis
 import SIWAVerification
 import Testing
 
-@testable import SIWAServer
+@testable import SIWAStore
 
 /// What the deliverer's tests run: a real redis-server, a test CA, HTTPS receivers on loopback
 /// (Python; each request verified with the reference `standardwebhooks` library, v1a with

@@ -1,0 +1,42 @@
+import SIWAJSON
+import SIWASupport
+
+/// The limits beyond which an instance says it is not ready (`/healthz/ready` answers 503),
+/// so that an orchestrator sends new notifications to another instance while this one's
+/// spool drains. Zero turns a limit off.
+public struct ReadinessLimits: Sendable, Equatable {
+    /// Records waiting in the spool beyond which the instance is not ready: a bound on the
+    /// spool's disk use (about 1.5 kB a record) well under a 1 GiB volume.
+    public static let defaultSpoolMaximumDepth = 100_000
+    public static let spoolMaximumDepthRange = 0...100_000_000
+    /// The age of the oldest waiting record beyond which the instance is not ready. Off by
+    /// default: in an outage of Redis every instance's spool ages together, and taking all
+    /// of them out of the load balancer would turn an outage the spool absorbs into refusals.
+    public static let defaultSpoolMaximumAge: Duration = .zero
+    public static let spoolMaximumAgeRange: ClosedRange<Duration> = .zero ... .seconds(30 * 86_400)
+
+    /// 0: no limit.
+    public var spoolMaximumDepth: Int
+    /// Zero: no limit.
+    public var spoolMaximumAge: Duration
+
+    public init(
+        spoolMaximumDepth: Int = Self.defaultSpoolMaximumDepth, spoolMaximumAge: Duration = Self.defaultSpoolMaximumAge
+    ) {
+        self.spoolMaximumDepth = spoolMaximumDepth
+        self.spoolMaximumAge = spoolMaximumAge
+    }
+
+    /// A limit outside its range, named.
+    public struct OutOfRange: Error, Equatable {
+        public let limit: String
+    }
+
+    /// Refuses a limit outside its range (the settings table refuses the same values first).
+    public func validate() throws(OutOfRange) {
+        guard Self.spoolMaximumDepthRange.contains(spoolMaximumDepth) else {
+            throw OutOfRange(limit: "spoolMaximumDepth")
+        }
+        guard Self.spoolMaximumAgeRange.contains(spoolMaximumAge) else { throw OutOfRange(limit: "spoolMaximumAge") }
+    }
+}
