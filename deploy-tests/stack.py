@@ -111,8 +111,11 @@ class RealStack:
     """redis-server + serve + nginx (shipped site, TLS under the test CA), started
     in `directory`. Always call stop(), which stops what was started so far."""
 
-    def __init__(self, directory, binary, ca_cert, cert, key):
+    def __init__(self, directory, binary, ca_cert, cert, key, extra_settings=None):
         self.dir = pathlib.Path(directory)
+        # More settings for serve (Google's, for example), given a callable of the stack's
+        # signing-kit directory, since some depend on what it holds.
+        self.extra_settings = extra_settings
         self.dir.mkdir(parents=True, exist_ok=True)
         self.binary = pathlib.Path(binary)
         self.ca_cert = pathlib.Path(ca_cert)
@@ -143,6 +146,8 @@ class RealStack:
             "SIWA_NOTIFICATION_PATH": NOTIFICATION_PATH,
             "SIWA_WORKERS": "3",
         }
+        if self.extra_settings is not None:
+            settings.update(self.extra_settings(kit))
         (self.dir / "serve").mkdir(exist_ok=True)
         env_file = self.dir / "serve" / "serve.env"
         write_endpoint_env(env_file, settings)

@@ -18,7 +18,7 @@ public final class NotificationResponder: Sendable {
     public let configuration: ServerConfiguration
     private let verifier: NotificationVerifier
     let keys: JWKSProvider
-    private let stores: NotificationStorePool
+    let stores: NotificationStorePool
     let spool: NotificationSpool
     /// The service that drains the spool into Redis (nil: nothing drains it, as in tests).
     let drain: (any SpoolDraining)?
@@ -34,10 +34,12 @@ public final class NotificationResponder: Sendable {
     /// The last reading of the deletions stream, for /metrics (nil: no deletion figures).
     let deletionDuty: DeletionDutyMonitor?
     /// Per client ID: genuine notifications, the last one's time, refusals by reason.
-    let clientTraffic: ClientTraffic
+    public let clientTraffic: ClientTraffic
     /// `P:clients`, the silence figures' record: the one Redis write of a request besides the
     /// notification's own (at most once a minute per client ID), and the read the loader makes.
     public let clientActivity: ClientActivityRecord
+    /// Google's Cross-Account Protection (nil: not served, its path is a 404).
+    public let google: SecurityEventReceiver?
     /// Where its lines go: each request's, and what it sees happen.
     let log: EventLog.Sink
     /// Each probe path's last answer: its line is written when that changes.
@@ -50,9 +52,10 @@ public final class NotificationResponder: Sendable {
         breaker: RedisCircuitBreaker, stores: NotificationStorePool, spool: NotificationSpool,
         drain: (any SpoolDraining)?, metrics: ServerMetrics, clock: EndpointClock = .system,
         redisLocator: RedisLocator = .single, deletionDuty: DeletionDutyMonitor? = nil,
-        log: EventLog.Sink = .standardError
+        google: SecurityEventReceiver? = nil, log: EventLog.Sink = .standardError
     ) {
         self.log = log
+        self.google = google
         self.configuration = configuration
         self.verifier = verifier
         self.keys = keys
@@ -113,11 +116,19 @@ public final class NotificationResponder: Sendable {
             metrics.recordRequest(
                 status: result.status, outcome: result.outcome, type: result.type ?? "", code: result.errorCode ?? "",
                 seconds: seconds)
-            if request.path == configuration.requests.notificationPath || result.status >= 500 { writeLine() }
+            if request.path == configuration.requests.notificationPath || result.status >= 500
+                || (google != nil && request.path == google?.settings.path)
+            {
+                writeLine()
+            }
         }
         var headers = result.headers
         if result.status == 503 { headers.append(retryAfter) }
         headers.append(FastCGIResponse.Header("Cache-Control", "no-store"))
+        if result.contentType.isEmpty {
+            // RFC 8935's 202: no body, so no Content-Type.
+            return FastCGIResponse(status: result.status, headers: headers, body: Array(result.body.utf8))
+        }
         return FastCGIResponse(
             status: result.status, contentType: result.contentType, body: result.body, headers: headers)
     }
@@ -130,6 +141,12 @@ public final class NotificationResponder: Sendable {
     }
 
     func route(_ request: FastCGIRequest) -> Reply {
+        if let google, request.path == google.settings.path {
+            guard request.method == "POST" else {
+                return Self.status(405, "method_not_allowed", headers: [.init("Allow", "POST")])
+            }
+            return receiveSecurityEvent(request, google)
+        }
         switch (request.path, request.method) {
         case (configuration.requests.notificationPath, "POST"): return receive(request.body)
         case ("/healthz", "GET"), ("/healthz", "HEAD"): return health()
@@ -284,7 +301,9 @@ public final class NotificationResponder: Sendable {
             status: 200, outcome: "metrics",
             body: text + keys.metricsText() + redisLocator.metricsText()
                 + (deletionDuty?.metricsText(now: clock.wallMilliseconds()) ?? "")
-                + ServerMetrics.renderClients(clientTraffic, now: clock.wallMilliseconds()) + spoolAgeMetricsText(),
+                + ServerMetrics.renderClients(clientTraffic, now: clock.wallMilliseconds())
+                + (google.map { ServerMetrics.renderGoogleClients($0, now: clock.wallSeconds()) } ?? "")
+                + spoolAgeMetricsText(),
             contentType: "text/plain; version=0.0.4")
     }
 

@@ -15,12 +15,18 @@ extension SettingKey where Value == Set<String> {
     public static var clientIDs: Self { Self("SIWA_CLIENT_IDS") }
 }
 
+extension SettingKey where Value == Set<String>? {
+    public static var googleClientIDs: Self { Self("SIWA_GOOGLE_CLIENT_IDS") }
+}
+
 extension SettingKey where Value == String {
     public static var jwksURL: Self { Self("SIWA_JWKS_URL") }
     public static var jwksCache: Self { Self("SIWA_JWKS_CACHE") }
     public static var spoolDirectory: Self { Self("SIWA_SPOOL_DIR") }
     public static var keyPrefix: Self { Self("SIWA_KEY_PREFIX") }
     public static var notificationPath: Self { Self("SIWA_NOTIFICATION_PATH") }
+    public static var googleConfigurationURL: Self { Self("SIWA_GOOGLE_RISC_CONFIGURATION_URL") }
+    public static var googlePath: Self { Self("SIWA_GOOGLE_PATH") }
     public static var appleTokenURL: Self { Self("SIWA_APPLE_TOKEN_URL") }
     public static var appleRevokeURL: Self { Self("SIWA_APPLE_REVOKE_URL") }
     public static var appleMigrationURL: Self { Self("SIWA_APPLE_MIGRATION_URL") }

@@ -20,6 +20,8 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var clientIDs: Set<String>
     /// Apple's keys: where from, how often, the cache file.
     public var jwks: JWKSSettings
+    /// Google's Cross-Account Protection: served when its client IDs are set.
+    public var google: GoogleSettings
     /// Where Redis is and how long a call may take.
     public var redis: RedisSettings
     /// Where the responder listens, with how many workers.
@@ -89,6 +91,17 @@ public struct ServerConfiguration: Sendable, Equatable {
                 "prefix of every Redis key and the channel", keyPrefix),
             .parsed(
                 .notificationPath, default: "/apple/notifications", "the path Apple posts to", notificationPath),
+            .optional(
+                .googleClientIDs, shown: "(none: Google not served)",
+                "comma-separated Google OAuth client IDs whose Cross-Account Protection events are received (`aud` must name one); empty: the Google path answers 404",
+                clientIDList),
+            .parsed(
+                .googleConfigurationURL, default: SecurityEventVerifier.googleConfigurationURL,
+                "Google's `risc-configuration` document (its `issuer` and `jwks_uri` are used); https only (http only to loopback)",
+                httpsURL),
+            .parsed(
+                .googlePath, default: GoogleSettings.defaultPath, "the path Google pushes its events to",
+                notificationPath),
             .integer(
                 .workers, shown: "2 per core", default: { FastCGIServerConfiguration.defaultWorkerCount },
                 in: FastCGIServerConfiguration.workerCountRange, "FastCGI worker threads, one Redis connection each"),
@@ -202,6 +215,14 @@ public struct ServerConfiguration: Sendable, Equatable {
                 // A lone worker never waits for a fetch: /healthz and known kids would wait with it.
                 unknownKeyIDWaiters: workers > 1 ? 1 : 0),
             caFile: try parsed[.jwksCAFile], timeout: try parsed[.jwksTimeout])
+        google = GoogleSettings(
+            clientIDs: try parsed[.googleClientIDs] ?? [], path: try parsed[.googlePath],
+            keys: JWKSProvider.Settings(
+                url: try parsed[.googleConfigurationURL],
+                cacheFilePath: GoogleSettings.cacheFilePath(besideApplesAt: try parsed[.jwksCache]),
+                refreshInterval: try parsed[.jwksRefresh],
+                unknownKeyIDRefreshInterval: try parsed[.jwksUnknownKeyIDRefresh],
+                unknownKeyIDWaiters: workers > 1 ? 1 : 0))
         redis = try Self.redisSettings(parsed, text: values)
         let socket: FastCGIListenAddress = try parsed[.fastCGISocket]
         let mode: UInt32 = try parsed[.fastCGISocketMode]
@@ -225,6 +246,10 @@ public struct ServerConfiguration: Sendable, Equatable {
             defaultHours: try parsed[.silenceAlertHours], hoursByClient: try parsed[.silenceAlertHoursByClient] ?? [:])
         readiness = ReadinessLimits(
             spoolMaximumDepth: try parsed[.readySpoolMaximumDepth], spoolMaximumAge: try parsed[.readySpoolMaximumAge])
+        if !google.clientIDs.isEmpty, google.path == requests.notificationPath {
+            throw ConfigurationError(
+                SettingKey.googlePath, "is the path of Apple's notifications (\(SettingKey.notificationPath.name))")
+        }
         if let stranger = silence.hoursByClient.keys.sorted().first(where: { !clientIDs.contains($0) }) {
             throw ConfigurationError(
                 setting: SettingKey<[String: Int]?>.silenceAlertHoursByClient.name,
@@ -427,6 +452,28 @@ public struct JWKSSettings: Sendable, Equatable {
     /// The fetcher these settings describe.
     public var fetcher: HTTPSFetcher {
         HTTPSFetcher(caFilePath: caFile, timeoutSeconds: Double(timeout.wholeSeconds))
+    }
+}
+
+/// Google's Cross-Account Protection (RISC): its client IDs, its path, and where its keys
+/// and issuer come from (`SIWA_GOOGLE_*`; the refresh intervals and the fetch's CA file and
+/// timeout are the `SIWA_JWKS_*` ones Apple's keys use).
+public struct GoogleSettings: Sendable, Equatable {
+    public static let defaultPath = "/google/risc"
+    /// Empty: Google is not served, and its path answers 404 like any unknown path.
+    public var clientIDs: Set<String>
+    public var path: String
+    /// The provider's settings: `url` is the `risc-configuration` document's.
+    public var keys: JWKSProvider.Settings
+
+    public var isServed: Bool { !clientIDs.isEmpty }
+
+    /// Google's keys and issuer are kept beside Apple's cache file, as `google-risc.json` in
+    /// the same directory.
+    public static func cacheFilePath(besideApplesAt applePath: String) -> String {
+        let directory = applePath.split(separator: "/", omittingEmptySubsequences: false).dropLast()
+            .joined(separator: "/")
+        return (directory.isEmpty ? "" : directory) + "/google-risc.json"
     }
 }
 

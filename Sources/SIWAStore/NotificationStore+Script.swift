@@ -66,6 +66,7 @@ extension NotificationStore {
           end
           return 'ready'
         end
+        \(streamAppendFunction)
         local channel, client_id, sub, event_type, raw_type = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
         local event_time_text, jti, email, is_private = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
         local received_at, seen_ttl_ms, stream_maxlen, message_head = ARGV[10], ARGV[11], ARGV[12], ARGV[13]
@@ -166,49 +167,59 @@ extension NotificationStore {
         if outcome == 'applied' then applied = '1' end
         local fields = {'client_id', client_id, 'sub', sub, 'type', event_type, 'raw_type', raw_type,
           'event_time', event_time_text, 'jti', jti, 'applied', applied}
-        -- Trimming never drops an entry a webhook destination has not had: below every
-        -- delivery group's (deliver:*) oldest pending entry and last-delivered ID, nothing goes.
-        local floor = nil
-        if stream_type == 'stream' then
-          local function id_less(a, b)
-            local am, as = string.match(a, '^(%d+)-(%d+)$')
-            local bm, bs = string.match(b, '^(%d+)-(%d+)$')
-            am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
-            return am < bm or (am == bm and as < bs)
-          end
-          for _, group in ipairs(redis.call('XINFO', 'GROUPS', stream_key)) do
-            local info = {}
-            for i = 1, #group, 2 do info[group[i]] = group[i + 1] end
-            if type(info['name']) == 'string' and string.sub(info['name'], 1, 8) == 'deliver:' then
-              local need = info['last-delivered-id']
-              if tonumber(info['pending']) > 0 then
-                local oldest = redis.call('XPENDING', stream_key, info['name'])[2]
-                if oldest and id_less(oldest, need) then need = oldest end
-              end
-              if floor == nil or id_less(need, floor) then floor = need end
-            end
-          end
-          if floor ~= nil then
-            redis.call('XADD', stream_key, '*', unpack(fields))
-            local excess = redis.call('XLEN', stream_key) - tonumber(stream_maxlen)
-            local first = redis.call('XRANGE', stream_key, '-', '+', 'COUNT', 1)[1]
-            if excess > 0 and first and id_less(first[1], floor) then
-              -- The first entry MAXLEN would keep (at most 1000 in: a long backlog drains a
-              -- little with each notification), or the floor when that is lower.
-              local probe = redis.call('XRANGE', stream_key, '-', '+', 'COUNT', math.min(excess, 1000) + 1)
-              local boundary = probe[#probe][1]
-              if id_less(floor, boundary) then boundary = floor end
-              redis.call('XTRIM', stream_key, 'MINID', boundary)
-            end
-          end
-        end
-        if floor == nil then redis.call('XADD', stream_key, 'MAXLEN', '~', stream_maxlen, '*', unpack(fields)) end
+        append_event(stream_key, stream_maxlen, fields)
         if event_type == 'account-deleted' then redis.call('XADD', deletions_key, '*', unpack(fields)) end
         local published = 'false'
         if outcome == 'applied' then published = 'true' end
         redis.call('PUBLISH', channel, message_head .. published .. '}')
         redis.call('SET', seen_key, received_at, 'PX', seen_ttl_ms)
         return outcome
+        """
+
+    /// The Lua function both apply scripts append a stream entry with: `XADD MAXLEN ~`, except
+    /// below what a webhook destination still needs (see `applyScript`). One text, so Apple's
+    /// and Google's entries are trimmed by one rule.
+    static let streamAppendFunction = """
+        local function append_event(stream_key, stream_maxlen, fields)
+          -- Trimming never drops an entry a webhook destination has not had: below every
+          -- delivery group's (deliver:*) oldest pending entry and last-delivered ID, nothing goes.
+          local floor = nil
+          local stream_type = redis.call('TYPE', stream_key)['ok']
+          if stream_type == 'stream' then
+            local function id_less(a, b)
+              local am, as = string.match(a, '^(%d+)-(%d+)$')
+              local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+              am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
+              return am < bm or (am == bm and as < bs)
+            end
+            for _, group in ipairs(redis.call('XINFO', 'GROUPS', stream_key)) do
+              local info = {}
+              for i = 1, #group, 2 do info[group[i]] = group[i + 1] end
+              if type(info['name']) == 'string' and string.sub(info['name'], 1, 8) == 'deliver:' then
+                local need = info['last-delivered-id']
+                if tonumber(info['pending']) > 0 then
+                  local oldest = redis.call('XPENDING', stream_key, info['name'])[2]
+                  if oldest and id_less(oldest, need) then need = oldest end
+                end
+                if floor == nil or id_less(need, floor) then floor = need end
+              end
+            end
+            if floor ~= nil then
+              redis.call('XADD', stream_key, '*', unpack(fields))
+              local excess = redis.call('XLEN', stream_key) - tonumber(stream_maxlen)
+              local first = redis.call('XRANGE', stream_key, '-', '+', 'COUNT', 1)[1]
+              if excess > 0 and first and id_less(first[1], floor) then
+                -- The first entry MAXLEN would keep (at most 1000 in: a long backlog drains a
+                -- little with each notification), or the floor when that is lower.
+                local probe = redis.call('XRANGE', stream_key, '-', '+', 'COUNT', math.min(excess, 1000) + 1)
+                local boundary = probe[#probe][1]
+                if id_less(floor, boundary) then boundary = floor end
+                redis.call('XTRIM', stream_key, 'MINID', boundary)
+              end
+            end
+          end
+          if floor == nil then redis.call('XADD', stream_key, 'MAXLEN', '~', stream_maxlen, '*', unpack(fields)) end
+        end
         """
 }
 

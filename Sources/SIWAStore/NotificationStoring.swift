@@ -10,6 +10,11 @@ public protocol NotificationStoring: AnyObject {
         _ notification: VerifiedNotification, receivedAt: Int64, earlierAttempt: Int64?
     ) throws(RedisError) -> NotificationStore.Acknowledged
 
+    /// Applies one verified Security Event Token from Google (see
+    /// `NotificationStore.apply(_:receivedAt:)` for a `VerifiedSecurityEvent`).
+    func apply(_ securityEvent: VerifiedSecurityEvent, receivedAt: Int64) throws(RedisError)
+        -> NotificationStore.Outcome
+
     /// Why the store does not answer now (a PING), or nil when it does.
     func probe() -> RedisError?
 
@@ -26,6 +31,13 @@ public protocol NotificationStoring: AnyObject {
 }
 
 extension NotificationStoring {
+    /// A stand-in without Google's script cannot apply a Security Event Token.
+    public func apply(_ securityEvent: VerifiedSecurityEvent, receivedAt: Int64) throws(RedisError)
+        -> NotificationStore.Outcome
+    {
+        throw RedisError(.unexpectedReply, "this store does not apply Security Event Tokens")
+    }
+
     /// A store without `P:clients` (the in-process stand-ins) records nothing.
     public func recordClientNotification(clientID: String, at: Int64) throws(RedisError) {}
 

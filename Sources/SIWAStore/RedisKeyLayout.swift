@@ -58,6 +58,21 @@ public struct RedisKeyLayout: Sendable, Equatable {
             as: UTF8.self)
     }
 
+    /// `P:google:user:{<client_id>:<sub>}`: a Google account's hash for one OAuth client ID
+    /// (never meets Apple's `P:user:` keys).
+    public func googleUser(clientID: String, subject: String) -> String {
+        String(
+            decoding: keyBytes("google:user", clientID: Array(clientID.utf8), subject: Array(subject.utf8)),
+            as: UTF8.self)
+    }
+
+    /// `P:google:seen:<jti>`: the duplicate marker of one Security Event Token (a `jti` is
+    /// unique per token, whatever its audience).
+    public func googleSeen(tokenID: String) -> String { prefix + ":google:seen:" + tokenID }
+
+    /// `P:google:verification:<state>`: the arrival of a `verification` event with that `state`.
+    public func googleVerification(state: String) -> String { prefix + ":google:verification:" + state }
+
     /// `P:events`: the stream of accepted notifications.
     public var events: String { prefix + ":events" }
 

@@ -25,6 +25,12 @@ public struct JSONWebKeySet: Sendable {
     /// The `kid` values of the keys that can verify, sorted.
     public let usableKeyIDs: [String]
 
+    /// The issuer published with the keys, when the document carries one: a Security Event
+    /// Token's `iss` must equal it. Google's keys are kept with the `issuer` of the
+    /// `risc-configuration` document they were found through (see the RISC discovery
+    /// fetcher), so a restart from the cache file knows both. Apple's path never reads it.
+    public let issuer: String?
+
     /// The `kid` values whose entry cannot verify (a duplicated kid, a bad `n` or `e`, an
     /// `alg` other than RS256...), sorted: counted in the metrics and alerted on.
     public let unusableKeyIDs: [String]
@@ -43,11 +49,12 @@ public struct JSONWebKeySet: Sendable {
 
     /// An empty set: every verification answers `keys_unavailable`.
     public init() {
-        self.init(entries: [:])
+        self.init(entries: [:], issuer: nil)
     }
 
-    private init(entries: [[UInt8]: Entry]) {
+    private init(entries: [[UInt8]: Entry], issuer: String?) {
         self.entries = entries
+        self.issuer = issuer
         var usable: [String] = []
         var unusable: [String] = []
         for (kid, entry) in entries {
@@ -67,6 +74,12 @@ public struct JSONWebKeySet: Sendable {
         guard case .object(let members) = document, case .array(let keys)? = members["keys"] else {
             throw JWKSError("the JWKS has no \"keys\" array")
         }
+        let issuer: String?
+        switch members["issuer"] {
+        case nil: issuer = nil
+        case .string(let text)? where !text.isEmpty && text.utf8.count <= 256: issuer = text
+        default: throw JWKSError("the JWKS's \"issuer\" is not a string of 1 to 256 bytes")
+        }
         var entries: [[UInt8]: Entry] = [:]
         var duplicated: Set<[UInt8]> = []
         for key in keys {
@@ -79,7 +92,7 @@ public struct JSONWebKeySet: Sendable {
             // Two keys under one kid: refuse both rather than guess.
             entries[kid] = .unusable(VerificationError(.keyInvalid, "the JWKS holds more than one key with this kid"))
         }
-        self.init(entries: entries)
+        self.init(entries: entries, issuer: issuer)
     }
 
     /// The key for `kid`, with no fallback to any other key.
@@ -105,7 +118,7 @@ public struct JSONWebKeySet: Sendable {
             kept.append(String(decoding: kid, as: UTF8.self))
         }
         guard !kept.isEmpty else { return (self, []) }
-        return (JSONWebKeySet(entries: merged), kept.sorted())
+        return (JSONWebKeySet(entries: merged, issuer: issuer), kept.sorted())
     }
 
     /// A JWKS document holding the usable keys of this set, as published: what the cache
@@ -115,7 +128,8 @@ public struct JSONWebKeySet: Sendable {
             if case .usable(_, let jwk) = entry.value { jwk } else { nil }
         }
         var output: [UInt8] = []
-        JSONWriter.writeObject([("keys", .array(jwks))], to: &output)
+        let issuerMember: [(String, JSONValue)] = issuer.map { [("issuer", .string($0))] } ?? []
+        JSONWriter.writeObject(issuerMember + [("keys", .array(jwks))], to: &output)
         return output
     }
 

@@ -1,12 +1,17 @@
+import SIWAJSON
+
 /// The protected header. `alg` is pinned to RS256 before any key is touched;
 /// `jku`, `x5u`, `jwk` and `x5c` are never read, so a token cannot bring its own key.
 struct JWSHeader {
     static let maximumKeyIDLength = 256
 
     let keyID: String
+    /// `typ` as sent (nil when absent): Apple's path ignores it; a SET's is checked.
+    let type: JSONValue?
 
     init(decoding bytes: [UInt8]) throws(VerificationError) {
         let members = try JSONDocument.header.parseObject(bytes)
+        type = members["typ"]
         switch members["alg"] {
         case nil: throw VerificationError(.algMissing, "the JWS header has no alg")
         case .string("RS256")?: break

@@ -141,6 +141,26 @@ public struct VerificationError: Error, Sendable, Equatable, CustomStringConvert
         public static let emailInvalid = Code("email_invalid", .malformed)
         public static let isPrivateEmailInvalid = Code("is_private_email_invalid", .malformed)
 
+        // A Security Event Token (Google's Cross-Account Protection).
+        /// The header's `typ` is neither absent, `secevent+jwt` nor `JWT`.
+        public static let typNotAllowed = Code("typ_not_allowed", .malformed)
+        /// `events` is an empty object.
+        public static let eventsEmpty = Code("events_empty", .malformed)
+        /// `events` holds more events than one token is allowed to carry.
+        public static let eventsTooMany = Code("events_too_many", .malformed)
+        /// An event's payload is not a JSON object.
+        public static let eventPayloadNotObject = Code("event_payload_not_object", .malformed)
+        /// An event that names a user carries no `subject`.
+        public static let subjectMissing = Code("subject_missing", .malformed)
+        /// The `subject` is not an object, or a member it needs is missing or not a string of
+        /// the allowed shape (a `sub` outside the key-part rule, a token identifier too long).
+        public static let subjectInvalid = Code("subject_invalid", .malformed)
+        /// The subject's `subject_type` / `format` is not one this event accepts (or the two
+        /// disagree).
+        public static let subjectFormatNotAccepted = Code("subject_format_not_accepted", .malformed)
+        /// `account-disabled`'s `reason` or `verification`'s `state` is not a short printable string.
+        public static let eventMemberInvalid = Code("event_member_invalid", .malformed)
+
         /// Every code, for documentation and exhaustive tests.
         public static let all: [Code] = [
             bodyTooLarge, bodyNotJSON, bodyTooDeep, bodyDuplicateMember, bodyNotObject, payloadMissing,
@@ -154,6 +174,8 @@ public struct VerificationError: Error, Sendable, Equatable, CustomStringConvert
             jtiInvalid, eventsMissing, eventsWrongType, eventsNotJSON, eventsTooDeep, eventsDuplicateMember,
             eventsNotObject, eventTypeMissing, eventTypeInvalid, eventSubMissing, eventSubInvalid,
             eventTimeMissing, eventTimeInvalid, eventTimeInFuture, emailMissing, emailInvalid, isPrivateEmailInvalid,
+            typNotAllowed, eventsEmpty, eventsTooMany, eventPayloadNotObject, subjectMissing, subjectInvalid,
+            subjectFormatNotAccepted, eventMemberInvalid,
         ]
     }
 }

@@ -32,6 +32,8 @@ import SIWAVerification
 struct ServeAssembly {
     let keys: JWKSProvider
     let jwksRefresher: JWKSRefresher
+    /// Google's keys and issuer, kept fresh like Apple's (nil: Google not served).
+    let googleKeysRefresher: JWKSRefresher?
     let sentinelWatchers: [RedisSentinelWatcher]
     let breaker: RedisCircuitBreaker
     let server: FastCGIServer
@@ -81,6 +83,8 @@ struct ServeAssembly {
         let deletionDuty = DeletionDutyMonitor(
             connection: makeConnection(), key: RedisKeyLayout(prefix: store.keyPrefix).deletions, clock: clock,
             transfers: (RedisKeyLayout(prefix: store.keyPrefix), Array(configuration.clientIDs)))
+        // Google's keys: the same provider and refresher as Apple's, over the discovery document.
+        let google = configuration.google.isServed ? googleReceiver(configuration, clock: clock) : nil
         let responder = NotificationResponder(
             configuration: configuration,
             verifier: NotificationVerifier(
@@ -89,7 +93,7 @@ struct ServeAssembly {
                 // `.tooLarge`, unread): the verifier does not check it a second time.
                 maximumBodyBytes: .max),
             keys: keys, breaker: breaker, stores: stores, spool: spool, drain: replayer, metrics: metrics,
-            clock: clock, redisLocator: locator, deletionDuty: deletionDuty)
+            clock: clock, redisLocator: locator, deletionDuty: deletionDuty, google: google)
         let serverConfiguration = try fastCGIServerConfiguration(configuration)
         let refusalLogs = Dictionary(
             uniqueKeysWithValues: FastCGIRefusal.allCases.map {
@@ -113,6 +117,9 @@ struct ServeAssembly {
         }
         return ServeAssembly(
             keys: keys, jwksRefresher: JWKSRefresher(provider: keys, fetchQueue: fetchQueue, loadsKeysAtStart: true),
+            googleKeysRefresher: google.map {
+                JWKSRefresher(provider: $0.keys, fetchQueue: $0.keys.fetchQueue, loadsKeysAtStart: true)
+            },
             // With Sentinel: every connection leaves an old primary as soon as a sentinel
             // announces a failover.
             sentinelWatchers: ServeCommand.sentinelWatchers(locator), breaker: breaker, server: server,
@@ -124,12 +131,27 @@ struct ServeAssembly {
     /// before the services after it start; the caller stops what did start.
     func start(in services: ServiceGroup) throws(FastCGIError) {
         services.start(jwksRefresher)
+        if let googleKeysRefresher { services.start(googleKeysRefresher) }
         for watcher in sentinelWatchers { services.start(watcher) }
         services.start(breaker)
         try services.start(server)
         services.start(replayer)
         services.start(deletionDuty)
         services.start(clientActivity)
+    }
+
+    /// Google's receiver: its verifier (the same leeway as Apple's) and its keys, fetched
+    /// through the `risc-configuration` document with the JWKS fetch's CA file and timeout.
+    static func googleReceiver(_ configuration: ServerConfiguration, clock: EndpointClock) -> SecurityEventReceiver {
+        let keys = JWKSProvider(
+            settings: configuration.google.keys, fetcher: RISCDiscoveryFetcher(fetcher: configuration.jwks.fetcher),
+            fetchQueue: JWKSFetchQueue(), clock: clock)
+        return SecurityEventReceiver(
+            settings: configuration.google,
+            verifier: SecurityEventVerifier(
+                clientIDs: configuration.google.clientIDs, leewaySeconds: configuration.requests.leeway.wholeSeconds,
+                maximumTokenBytes: .max),
+            keys: keys, startedAt: clock.wallMilliseconds())
     }
 
     /// The FastCGI server's configuration from the settings, validated as the server's

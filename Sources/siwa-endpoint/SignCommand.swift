@@ -2,6 +2,7 @@ import Foundation
 import SIWACrypto
 import SIWASupport
 import SIWATestKit
+import SIWAVerification
 
 /// `sign`: prints a request body exactly as Apple sends one, signed with a test key.
 enum SignCommand {
@@ -10,6 +11,9 @@ enum SignCommand {
                                   [--email E --private true|false] [--event-time MS]
                                   [--jti J] [--iat SECONDS] [--documented-shape]
                                   [--count N]
+               siwa-endpoint sign --google --key FILE --kid KID --type TYPE --sub SUB
+                                  --client-id ID [--jti J] [--iat SECONDS]
+                                  [--reason R] [--state S] [--issuer URL]
 
         Prints {"payload":"<JWS>"} as Apple posts it: events as a JSON string,
         event_time in milliseconds, exp = iat + 86400, header {"kid","alg"}.
@@ -18,6 +22,13 @@ enum SignCommand {
         unknown one. --iat defaults to now; --event-time to iat in milliseconds.
         --count N (at most 100000) prints N distinct bodies, one per line, for
         load tests: the Nth has sub SUB.N and its own random jti (no --jti).
+
+        --google prints a Security Event Token as Google's Cross-Account
+        Protection pushes it (the body itself, for Content-Type
+        application/secevent+jwt): TYPE is sessions-revoked, tokens-revoked,
+        token-revoked, account-disabled (--reason hijacking|bulk-account),
+        account-enabled, account-credential-change-required, verification
+        (--state S) or unknown; --issuer defaults to https://accounts.google.com/.
         """
 
     static let maximumCount: Int64 = 100_000
@@ -31,9 +42,9 @@ enum SignCommand {
             words,
             valueOptions: [
                 "--key", "--kid", "--type", "--sub", "--client-id", "--email", "--private", "--event-time", "--jti",
-                "--iat", "--count",
+                "--iat", "--count", "--reason", "--state", "--issuer",
             ],
-            flagOptions: ["--documented-shape"])
+            flagOptions: ["--documented-shape", "--google"])
         let keyPath = try arguments.required("--key")
         guard let pem = FileManager.default.contents(atPath: keyPath) else {
             throw UsageError("cannot read --key \(keyPath)")
@@ -50,6 +61,7 @@ enum SignCommand {
         case let other?: throw UsageError("--private must be true or false, got \(other)")
         }
         let issuedAt = try arguments.integer("--iat") ?? Int64(Date().timeIntervalSince1970)
+        if arguments.has("--google") { return try signSecurityEvent(arguments, key: key, issuedAt: issuedAt) }
         let count = try arguments.integer("--count")
         if let count {
             guard (1...maximumCount).contains(count) else {
@@ -75,6 +87,24 @@ enum SignCommand {
             lines += try notification.requestBody(signedWith: key) + "\n"
         }
         Output.write(lines)
+        return .success
+    }
+
+    /// `--google`: one Security Event Token, printed as the body Google pushes.
+    static func signSecurityEvent(_ arguments: CommandLineArguments, key: TestSigningKey, issuedAt: Int64) throws
+        -> ExitStatus
+    {
+        let typeName = try arguments.required("--type")
+        guard let type = SecurityEventType(rawValue: typeName) else {
+            throw UsageError(
+                "--type must be one of \(SecurityEventType.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        Output.line(
+            try TestSecurityEvent.token(
+                type, clientID: try arguments.required("--client-id"), sub: try arguments.required("--sub"),
+                issuedAt: issuedAt, tokenID: arguments.value("--jti") ?? TestNotification.randomTokenID(), key: key,
+                reason: arguments.value("--reason"), state: arguments.value("--state"),
+                issuer: arguments.value("--issuer") ?? TestSecurityEvent.issuer))
         return .success
     }
 }

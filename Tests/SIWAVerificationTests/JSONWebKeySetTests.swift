@@ -116,6 +116,6 @@ struct ErrorClassTests {
     func distinctCodes() {
         let all = VerificationError.Code.all.map(\.rawValue)
         #expect(Set(all).count == all.count)
-        #expect(all.count == 63)
+        #expect(all.count == 71)
     }
 }

@@ -74,6 +74,28 @@ async function userState(redis, clientId, sub, prefix = "siwa") {
   };
 }
 
+// Google's users (contract version 2): sub is the Google account ID, clientId the OAuth client ID.
+const googleUserKey = (clientId, sub, prefix = "siwa") => `${prefix}:google:user:{${clientId}:${sub}}`;
+
+// A Google session is invalid if it began at or before the latest sessions-revoked,
+// tokens-revoked or account-disabled (hijacking), or while Google says the account is disabled.
+async function googleSessionIsValid(redis, clientId, sub, sessionStartedAtMs, prefix = "siwa") {
+  const [revokedAt, disabled] = await redis.hmGet(googleUserKey(clientId, sub, prefix),
+    ["sessions_revoked_at", "account_disabled"]);
+  if (disabled === "true") return false;
+  return revokedAt == null || sessionStartedAtMs > Number(revokedAt);
+}
+
+async function googleUserState(redis, clientId, sub, prefix = "siwa") {
+  const fields = await redis.hGetAll(googleUserKey(clientId, sub, prefix));
+  return {
+    account_disabled: fields.account_disabled === "true",
+    account_disabled_reason: fields.account_disabled_reason ?? null,
+    sessions_revoked_at: "sessions_revoked_at" in fields ? Number(fields.sessions_revoked_at) : null,
+    last_event_type: fields.last_event_type ?? null,
+  };
+}
+
 // Acts once per account deletion: a consumer group on the deletions stream (every entry is
 // an `account-deleted`). Each entry is acknowledged after it is handled, so a crash
 // re-delivers it (at least once: make `handle` idempotent). Returns how many deletions
@@ -114,7 +136,7 @@ async function subscribeToRevocations(subscriber, onRevocation, prefix = "siwa")
   return subscriber;
 }
 
-module.exports = { userKey, eventsStream, deletionsStream, notificationsChannel, sessionIsValid, userState, drainDeletions,
+module.exports = { userKey, googleUserKey, googleSessionIsValid, googleUserState, eventsStream, deletionsStream, notificationsChannel, sessionIsValid, userState, drainDeletions,
   subscribeToRevocations, isAppleRelay, transferKey, resolveSub };
 
 function options(words) {
@@ -159,7 +181,12 @@ async function main([command, ...words]) {
   const { redis, newSubscriber } = connections(args, prefix);
   await redis.connect();
   try {
-    if (command === "state") {
+    if (command === "state" && args.provider === "google") {
+      const state = await googleUserState(redis, args["client-id"], args.sub, prefix);
+      state.session_valid = await googleSessionIsValid(redis, args["client-id"], args.sub,
+        Number(args["session-started-at"]), prefix);
+      console.log(JSON.stringify(state));
+    } else if (command === "state") {
       const state = await userState(redis, args["client-id"], args.sub, prefix);
       state.session_valid = await sessionIsValid(redis, args["client-id"], args.sub,
         Number(args["session-started-at"]), prefix);

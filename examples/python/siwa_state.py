@@ -52,6 +52,32 @@ def user_state(r: redis.Redis, client_id: str, sub: str, prefix: str = "siwa") -
     }
 
 
+def google_user_key(client_id: str, sub: str, prefix: str = "siwa") -> str:
+    # Google's users (contract version 2): sub is the Google account ID, client_id the OAuth client ID.
+    return f"{prefix}:google:user:{{{client_id}:{sub}}}"
+
+
+def google_session_is_valid(r: redis.Redis, client_id: str, sub: str, session_started_at_ms: int,
+                            prefix: str = "siwa") -> bool:
+    """A Google session is invalid if it began at or before the latest sessions-revoked,
+    tokens-revoked or account-disabled (hijacking) for this user in this app, or while
+    Google says the account is disabled."""
+    revoked_at, disabled = r.hmget(google_user_key(client_id, sub, prefix), "sessions_revoked_at", "account_disabled")
+    if disabled == b"true":
+        return False
+    return revoked_at is None or session_started_at_ms > int(revoked_at)
+
+
+def google_user_state(r: redis.Redis, client_id: str, sub: str, prefix: str = "siwa") -> dict:
+    fields = {k.decode(): v.decode() for k, v in r.hgetall(google_user_key(client_id, sub, prefix)).items()}
+    return {
+        "account_disabled": fields.get("account_disabled") == "true",
+        "account_disabled_reason": fields.get("account_disabled_reason"),
+        "sessions_revoked_at": int(fields["sessions_revoked_at"]) if "sessions_revoked_at" in fields else None,
+        "last_event_type": fields.get("last_event_type"),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(parser)
@@ -59,9 +85,17 @@ def main() -> int:
     parser.add_argument("--sub", required=True)
     parser.add_argument("--session-started-at", type=int, required=True, help="Unix milliseconds")
     parser.add_argument("--prefix", default="siwa")
+    parser.add_argument("--provider", choices=["apple", "google"], default="apple",
+                        help="google: the Google user's state (--client-id an OAuth client ID, --sub the account ID)")
     args = parser.parse_args()
 
     r = connect(args)
+    if args.provider == "google":
+        state = with_retry(lambda: google_user_state(r, args.client_id, args.sub, args.prefix))
+        state["session_valid"] = with_retry(
+            lambda: google_session_is_valid(r, args.client_id, args.sub, args.session_started_at, args.prefix))
+        print(json.dumps(state, sort_keys=True))
+        return 0
     state = with_retry(lambda: user_state(r, args.client_id, args.sub, args.prefix))
     state["session_valid"] = with_retry(
         lambda: session_is_valid(r, args.client_id, args.sub, args.session_started_at, args.prefix))

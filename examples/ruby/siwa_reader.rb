@@ -81,6 +81,28 @@ module SIWAReader
     }
   end
 
+  # Google's users (contract version 2): sub is the Google account ID, client_id the OAuth client ID.
+  def google_user_key(client_id, sub, prefix = "siwa") = "#{prefix}:google:user:{#{client_id}:#{sub}}"
+
+  # A Google session is invalid if it began at or before the latest sessions-revoked,
+  # tokens-revoked or account-disabled (hijacking), or while Google says the account is disabled.
+  def google_session_valid?(redis, client_id, sub, session_started_at_ms, prefix = "siwa")
+    revoked_at, disabled = redis.hmget(google_user_key(client_id, sub, prefix), "sessions_revoked_at", "account_disabled")
+    return false if disabled == "true"
+
+    revoked_at.nil? || session_started_at_ms > Integer(revoked_at)
+  end
+
+  def google_user_state(redis, client_id, sub, prefix = "siwa")
+    fields = redis.hgetall(google_user_key(client_id, sub, prefix))
+    {
+      "account_disabled" => fields["account_disabled"] == "true",
+      "account_disabled_reason" => fields["account_disabled_reason"],
+      "sessions_revoked_at" => fields.key?("sessions_revoked_at") ? Integer(fields["sessions_revoked_at"]) : nil,
+      "last_event_type" => fields["last_event_type"]
+    }
+  end
+
   # Acts once per account deletion: a consumer group on the deletions stream (every entry
   # is an `account-deleted`). Each entry is acknowledged after it is handled, so a crash
   # re-delivers it (at least once: make the block idempotent). Returns how many deletions
@@ -157,6 +179,13 @@ def main(command, words)
   redis = connect(args, prefix)
   case command
   when "state"
+    if args["provider"] == "google"
+      state = SIWAReader.google_user_state(redis, args["client-id"], args["sub"], prefix)
+      state["session_valid"] = SIWAReader.google_session_valid?(redis, args["client-id"], args["sub"],
+                                                                 Integer(args["session-started-at"]), prefix)
+      puts JSON.generate(state)
+      return
+    end
     state = SIWAReader.user_state(redis, args["client-id"], args["sub"], prefix)
     state["session_valid"] = SIWAReader.session_valid?(redis, args["client-id"], args["sub"],
                                                         Integer(args["session-started-at"]), prefix)

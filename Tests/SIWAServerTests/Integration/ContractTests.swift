@@ -70,6 +70,19 @@ enum ExampleFiles {
             return unit
         }
 
+        /// Every name of Google's part (contract version 2): its user fields, stream fields and types.
+        var googleNames: Set<String> {
+            guard case .object(let google)? = object["google"] else { return [] }
+            var names: Set<String> = []
+            for member in ["user_fields", "stream_fields"] {
+                if case .object(let fields)? = google[member] { names.formUnion(fields.keys) }
+            }
+            if case .array(let types)? = google["types"] {
+                names.formUnion(types.compactMap { if case .string(let text) = $0 { text } else { nil } })
+            }
+            return names
+        }
+
         /// A key pattern with the default prefix: `siwa:user:{<client_id>:<sub>}`.
         func keyPattern(_ name: String) -> String? {
             guard case .object(let keys)? = object["keys"], case .object(let key)? = keys[name],
@@ -284,6 +297,7 @@ struct ContractTests {
         let ownNames: Set<String> = ["account-cleanup"]
         let known = contract.names("user_fields").union(contract.names("stream_fields"))
             .union(contract.names("message_fields")).union(contract.strings("types")).union(ownNames)
+            .union(contract.googleNames)
         let used = Self.contractLikeNames(try ExampleFiles.text(reader))
         #expect(used.subtracting(known) == [], "names the contract does not define")
         if reader.hasSuffix("siwa_transfer.py") {

@@ -104,6 +104,16 @@ final class ResponderStatusTableTests {
         try (key ?? self.key).signedBody(audience: audience, issuedAt: Self.now)
     }
 
+    @Test("SIWA_GOOGLE_CLIENT_IDS unset: Google's path is an unknown path (404), whatever is sent")
+    func googlePathWithoutGoogle() throws {
+        let response = request(
+            path: "/google/risc", body: .complete(Array("a.b.c".utf8)),
+            params: ["CONTENT_TYPE": "application/secevent+jwt"])
+        #expect(response.status == 404)
+        #expect(response.body == #"{"status":"not_found"}"#)
+        #expect(store.applied.isEmpty)
+    }
+
     @Test("200 for each store outcome, with the store asked once")
     func storeOutcomes() throws {
         for outcome in [NotificationStore.Outcome.applied, .duplicate, .stale, .recorded] {

@@ -1,0 +1,120 @@
+import SIWAFastCGI
+import SIWAJSON
+import SIWAKeys
+import SIWARedis
+import SIWASettings
+import SIWAStore
+import SIWATelemetry
+import SIWAVerification
+
+/// The Google path (RFC 8935 push delivery), top to bottom: media type → token →
+/// verification (Google's keys and issuer, refreshed on an unknown kid) → the store's one
+/// script call → 202 with an empty body. A refused token is 400 `{"err","description"}`
+/// with `Content-Language: en`; a question about our side (no keys or issuer yet, Redis
+/// unable to take it) is 503 with `Retry-After`, and Google redelivers.
+extension NotificationResponder {
+    func receiveSecurityEvent(_ request: FastCGIRequest, _ google: SecurityEventReceiver) -> Reply {
+        guard SecurityEventReceiver.isSecurityEventMediaType(request.contentType) else {
+            google.traffic.recordRefusal(label: ClientTraffic.noneLabel, reason: .malformed)
+            return Self.securityEventRefusal(
+                code: "invalid_request", internalCode: "content_type_not_secevent",
+                description: "the Content-Type is not \(SecurityEventReceiver.mediaType)")
+        }
+        let token: [UInt8]
+        switch request.body {
+        case .complete(let bytes): token = bytes
+        case .tooLarge:
+            google.traffic.recordRefusal(label: ClientTraffic.noneLabel, reason: .malformed)
+            return Self.securityEventRefusal(
+                code: "invalid_request", internalCode: VerificationError.Code.bodyTooLarge.rawValue,
+                description: "the token is over the size limit")
+        case .incomplete:
+            google.traffic.recordRefusal(label: ClientTraffic.noneLabel, reason: .malformed)
+            return Self.status(400, "refused", errorCode: "body_incomplete")
+        }
+
+        let securityEvent: VerifiedSecurityEvent
+        do {
+            securityEvent = try google.verifier.verify(
+                token: token, keys: google.keys, issuer: google.keys.keys.issuer, now: clock.wallSeconds())
+        } catch {
+            let reason = ClientTraffic.RefusalReason(error.code)
+            google.traffic.recordRefusal(
+                label: google.traffic.label(
+                    ofAudience: reason == .malformed ? nil : Self.unverifiedAudience(of: token)),
+                reason: reason)
+            guard let code = error.securityEventErrorCode else {
+                // About our side (no keys or issuer yet, our entry for the kid unusable).
+                return Self.status(503, "unavailable", errorCode: error.code.rawValue)
+            }
+            return Self.securityEventRefusal(code: code, internalCode: error.code.rawValue, description: error.message)
+        }
+
+        var result = Reply(
+            status: 202, outcome: "", type: securityEvent.events.first?.type.name,
+            clientID: securityEvent.clientIDs.first, body: "")
+        if securityEvent.events.contains(where: { $0.type == .unknown }) {
+            log.event(
+                "unknown_security_event_type", level: "warning",
+                [
+                    ("raw_type", .string(securityEvent.events.first { $0.type == .unknown }?.rawType ?? "")),
+                    ("client_id", .string(securityEvent.clientIDs.first ?? "")),
+                ])
+        }
+        if breaker.isOpen {
+            result.logFields = [("redis_circuit", .string("open"))]
+            return spoolInstead(securityEvent, result)
+        }
+        let receivedAt = clock.wallMilliseconds()
+        do {
+            let outcome = try stores.withStore { store throws(RedisError) in
+                try store.apply(securityEvent, receivedAt: receivedAt)
+            }
+            result.outcome = outcome.rawValue
+        } catch {
+            metrics.recordRedisError()
+            if error.isRecordSpecific { return recordRefused(error, result) }
+            log.event(
+                "redis_error", level: "warning",
+                [("error", .string(error.code.rawValue)), ("reply", .string(error.replyKind))])
+            breaker.recordFailure(error)
+            return spoolInstead(securityEvent, result)
+        }
+        for clientID in securityEvent.clientIDs { _ = google.traffic.recordGenuine(clientID: clientID, at: receivedAt) }
+        result.contentType = ""
+        return result
+    }
+
+    /// The spool does not hold Google's tokens (its records are Apple's notifications): with
+    /// Redis unable to take one, the answer is 503 and Google redelivers it (with limited
+    /// retries).
+    func spoolInstead(_ securityEvent: VerifiedSecurityEvent, _ result: Reply) -> Reply {
+        Self.unavailable(result, errorCode: "store_unavailable")
+    }
+
+    /// RFC 8935's error response: 400, `{"err","description"}`, `Content-Language: en`. The
+    /// description never quotes the token.
+    static func securityEventRefusal(code: String, internalCode: String, description: String) -> Reply {
+        Reply(
+            status: 400, outcome: "refused", errorCode: internalCode,
+            body: JSONWriter.object([("err", .string(code)), ("description", .string(description))]),
+            headers: [FastCGIResponse.Header("Content-Language", "en")],
+            logFields: [("err", .string(code))])
+    }
+
+    /// The `aud` a refused token claims, read without any check: only to count the refusal
+    /// under a configured client ID (a forged token can move a refusal count, nothing else).
+    static func unverifiedAudience(of token: [UInt8]) -> String? {
+        let parts = token.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
+        guard parts.count == 3, let claims = Base64URL.decode(parts[1]),
+            case .object(let members)? = try? StrictJSONParser.parse(claims)
+        else { return nil }
+        switch members["aud"] {
+        case .string(let audience)?: return audience
+        case .array(let elements)?:
+            if case .string(let audience)? = elements.first { return audience }
+            return nil
+        default: return nil
+        }
+    }
+}
