@@ -12,7 +12,7 @@ public struct WebhookMessage: Sendable {
     public let body: [UInt8]
 
     /// The compact JSON body, members in this order: `type`, `timestamp`, `version`, `data`
-    /// (`provider`, `client_id`, `sub`, `event_type`, `raw_type`, `event_time`, then `email` and
+    /// (`provider` for Google's only, `client_id`, `sub`, `event_type`, `raw_type`, `event_time`, then `email` and
     /// `is_private_email` for an Apple email event when the address is given, or Google's
     /// `reason`, `state`, `token_type`, `token_identifier_alg`, `token` as the stream holds
     /// them). Google's `type` is `siwa.google.<event_type>`, so no receiver of Apple's types
@@ -30,8 +30,11 @@ public struct WebhookMessage: Sendable {
         out += #","timestamp":"#.utf8
         JSONWriter.writeString(UTCTime.format(milliseconds: event.eventTime), to: &out)
         out += #","version":1,"data":"#.utf8
-        var data: [(String, JSONValue)] = [
-            ("provider", .string(event.provider)), ("client_id", .string(event.clientID)), ("sub", .string(event.subject)),
+        // Apple's body stays as version 1 has always sent it (receivers that validate the closed
+        // schema keep accepting it): no `provider` means Apple. Google's names its provider.
+        var data: [(String, JSONValue)] = event.provider == "apple" ? [] : [("provider", .string(event.provider))]
+        data += [
+            ("client_id", .string(event.clientID)), ("sub", .string(event.subject)),
             ("event_type", .string(event.type)), ("raw_type", .string(event.rawType)),
             ("event_time", .integer(event.eventTime)),
         ]
