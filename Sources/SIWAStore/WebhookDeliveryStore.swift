@@ -135,7 +135,8 @@ public final class WebhookDeliveryStore {
     public func recordExhausted(_ event: WebhookEvent, attempts: Int, cause: String) throws(RedisError) {
         _ = try connection.command(
             "XADD", failedKey, "*", "entry_id", event.entryID, "jti", event.tokenID, "provider", event.provider, "type",
-            event.type, "client_id", event.clientID, "sub", event.subject, "event_time", String(event.eventTime), "attempts", String(attempts),
+            event.type, "client_id", event.clientID, "sub", event.subject, "event_time", String(event.eventTime),
+            "attempts", String(attempts),
             "cause", cause)
         _ = try connection.command("HINCRBY", stateKey, "exhausted", "1")
         try acknowledge(event.entryID)

@@ -304,7 +304,8 @@ enum DeliverCommand {
                     case .failed(let cause, let status, _):
                         failed += 1
                         Output.line(
-                            "\(message.id) \(event.destinationType) failed \(cause)" + (status.map { " HTTP \($0)" } ?? ""))
+                            "\(message.id) \(event.destinationType) failed \(cause)"
+                                + (status.map { " HTTP \($0)" } ?? ""))
                     }
                 }
                 if entries.count < 100 { break pages }

@@ -47,7 +47,11 @@ import Testing
         #expect(try Self.event(provider: "google", type: "consent-revoked").type == "unknown")
         #expect(!listed.wants(try Self.event(provider: "google", type: "sessions-revoked")))
         // A provider this release does not know: not an event it sends.
-        #expect(WebhookEvent(entryID: "1-0", fields: ["provider": "other", "client_id": "c", "sub": "s", "type": "x", "event_time": "5", "jti": "j"]) == nil)
+        #expect(
+            WebhookEvent(
+                entryID: "1-0",
+                fields: ["provider": "other", "client_id": "c", "sub": "s", "type": "x", "event_time": "5", "jti": "j"])
+                == nil)
         #expect {
             _ = try Self.destination(#","types":["google:email-enabled"]"#)
         } throws: { error in

@@ -114,7 +114,9 @@ struct WebhookGoogleTests {
         let eventTime = issuedAt * 1000
         let timestamp = UTCTime.format(milliseconds: eventTime)
         let bodies = Dictionary(
-            security.records().map { (WebhookDeliveryTests.string($0, "id") ?? "", WebhookDeliveryTests.string($0, "body") ?? "") },
+            security.records().map {
+                (WebhookDeliveryTests.string($0, "id") ?? "", WebhookDeliveryTests.string($0, "body") ?? "")
+            },
             uniquingKeysWith: { first, _ in first })
         #expect(
             bodies["set-1/account-disabled"]
