@@ -237,6 +237,24 @@ def body(kind, sub, event_time, raw_type=None, **extra) -> bytes:
     return json.dumps(event, separators=(",", ":")).encode()
 
 
+GOOGLE_URIS = {
+    "sessions-revoked": "https://schemas.openid.net/secevent/risc/event-type/sessions-revoked",
+    "account-disabled": "https://schemas.openid.net/secevent/risc/event-type/account-disabled",
+}
+
+
+def google_body(kind, sub, event_time, **extra) -> bytes:
+    """Google's event as the deliverer sends it (data.provider google, type siwa.google.*)."""
+    moment = datetime.datetime.fromtimestamp(event_time // 1000, datetime.timezone.utc)
+    data = {"provider": "google", "client_id": CLIENT_ID, "sub": sub, "event_type": kind,
+            "raw_type": GOOGLE_URIS[kind], "event_time": event_time, **extra}
+    event = {"type": f"siwa.google.{kind}",
+             "timestamp": moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{event_time % 1000:03d}Z",
+             "version": 1, "data": data}
+    assert SCHEMA.is_valid(event)
+    return json.dumps(event, separators=(",", ":")).encode()
+
+
 def new_user():
     return f"001234.{uuid.uuid4().hex}.0123", uuid.uuid4().hex, int(time.time() * 1000) - 60_000
 
@@ -263,6 +281,30 @@ def test_an_ed25519_account_deleted_ends_sessions_and_starts_the_deletion(receiv
     assert receiver.sessions(sub) == []
     assert receiver.deletions(sub) == [at]
     assert receiver.user(sub)[:2] == (at, "disabled")
+
+
+def test_google_events_end_sessions_only_where_google_says_so(receiver):
+    sub, webhook_id, at = new_user()
+    receiver.add_session("before", sub, at - 1000)
+    receiver.add_session("after", sub, at + 1000)
+    # Disabled for another reason than hijacking: recorded, no session ended.
+    disabled = google_body("account-disabled", sub, at, reason="bulk-account")
+    assert receiver.post(disabled, webhook_id, "v1") == (200, "ignored")
+    assert receiver.sessions(sub) == ["after", "before"]
+    assert receiver.deletions(sub) == []
+    revoked_id = uuid.uuid4().hex
+    assert receiver.post(google_body("sessions-revoked", sub, at), revoked_id, "v1a") == (200, "applied")
+    assert receiver.sessions(sub) == ["after"]
+    assert receiver.user(sub)[0] == at and receiver.delivery(revoked_id) == "applied"
+    # Hijacking ends sessions too; at the same time as the revocation it changes nothing more.
+    receiver.add_session("late", sub, at - 500)
+    hijacked = google_body("account-disabled", sub, at, reason="hijacking")
+    assert receiver.post(hijacked, uuid.uuid4().hex, "v1") == (200, "stale")
+    assert receiver.sessions(sub) == ["after", "late"]
+    assert receiver.post(google_body("account-disabled", sub, at + 2000, reason="hijacking"), uuid.uuid4().hex,
+                         "v1") == (200, "applied")
+    assert receiver.sessions(sub) == []
+    assert receiver.deletions(sub) == []
 
 
 def test_a_changed_byte_is_refused_and_changes_nothing(receiver):

@@ -1,7 +1,7 @@
 """The published JSON Schema of the webhook body (docs/webhooks/siwa-webhook-v1.schema.json):
 every example body in examples/webhooks/bodies validates, and bodies a receiver must not be
 handed (an address outside the email events, a type and event_type that disagree, a member
-too many) are refused. Each wrong body is one change away from a valid one."""
+too many, a provider where it does not belong) are refused. Each wrong body is one change away from a valid one."""
 
 import copy
 import datetime
@@ -19,6 +19,14 @@ VALIDATOR = jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.Dr
 
 def consent_revoked():
     return json.loads((REPO / "examples/webhooks/bodies/consent-revoked.json").read_text())
+
+
+def google_account_disabled():
+    return json.loads((REPO / "examples/webhooks/bodies/google-account-disabled.json").read_text())
+
+
+def google_sessions_revoked():
+    return json.loads((REPO / "examples/webhooks/bodies/google-sessions-revoked.json").read_text())
 
 
 def email_disabled():
@@ -69,6 +77,25 @@ WRONG = {
     "unknown carrying a known raw_type": (
         consent_revoked,
         lambda b: (b.update(type="siwa.unknown"), b["data"].update(event_type="unknown")),
+    ),
+    # Google's events: their provider always named, Apple's never; only their own members.
+    "provider in an Apple body": (consent_revoked, lambda b: b["data"].update(provider="apple")),
+    "a Google body without provider": (google_account_disabled, lambda b: b["data"].pop("provider")),
+    "a Google body naming Apple": (google_account_disabled, lambda b: b["data"].update(provider="apple")),
+    "an Apple type with Google's provider": (
+        consent_revoked,
+        lambda b: b["data"].update(provider="google"),
+    ),
+    "reason outside account-disabled": (google_sessions_revoked, lambda b: b["data"].update(reason="hijacking")),
+    "an address in a Google event": (google_account_disabled, lambda b: b["data"].update(email="a@example.com")),
+    "a Google type of another raw_type": (
+        google_sessions_revoked,
+        lambda b: b["data"].update(raw_type="https://schemas.openid.net/secevent/risc/event-type/account-enabled"),
+    ),
+    "Google's type without google.": (google_sessions_revoked, lambda b: b.update(type="siwa.sessions-revoked")),
+    "Google's unknown carrying a known URI": (
+        google_sessions_revoked,
+        lambda b: (b.update(type="siwa.google.unknown"), b["data"].update(event_type="unknown")),
     ),
 }
 

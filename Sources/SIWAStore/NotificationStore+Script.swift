@@ -165,8 +165,8 @@ extension NotificationStore {
 
         local applied = '0'
         if outcome == 'applied' then applied = '1' end
-        local fields = {'client_id', client_id, 'sub', sub, 'type', event_type, 'raw_type', raw_type,
-          'event_time', event_time_text, 'jti', jti, 'applied', applied}
+        local fields = {'provider', 'apple', 'client_id', client_id, 'sub', sub, 'type', event_type,
+          'raw_type', raw_type, 'event_time', event_time_text, 'jti', jti, 'applied', applied}
         append_event(stream_key, stream_maxlen, fields)
         if event_type == 'account-deleted' then redis.call('XADD', deletions_key, '*', unpack(fields)) end
         local published = 'false'

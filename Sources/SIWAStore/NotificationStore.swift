@@ -214,8 +214,9 @@ public final class NotificationStore {
         messageHead.reserveCapacity(256)
         JSONWriter.writeObject(
             [
-                ("client_id", .string(notification.clientID)), ("sub", .string(notification.subject)),
-                ("type", .string(notification.type.name)), ("raw_type", .string(notification.rawType)),
+                ("provider", .string("apple")), ("client_id", .string(notification.clientID)),
+                ("sub", .string(notification.subject)), ("type", .string(notification.type.name)),
+                ("raw_type", .string(notification.rawType)),
                 ("event_time", .integer(notification.eventTimeMilliseconds)), ("jti", .string(notification.tokenID)),
             ], to: &messageHead)
         // The script appends the applied flag, which only it knows.

@@ -66,8 +66,8 @@ public final class ReconcileStore {
         let message =
             String(
                 JSONWriter.object([
-                    ("client_id", .string(clientID)), ("sub", .string(subject)), ("type", .string(eventType)),
-                    ("event_time", .integer(time)), ("source", .string(source)),
+                    ("provider", .string("apple")), ("client_id", .string(clientID)), ("sub", .string(subject)),
+                    ("type", .string(eventType)), ("event_time", .integer(time)), ("source", .string(source)),
                 ]).dropLast()) + ",\"applied\":"
         let reply = try connection.command([
             "EVAL", Self.recordScript, "3", keys.user(clientID: clientID, subject: subject),
@@ -119,8 +119,8 @@ public final class ReconcileStore {
           end
           local applied = '0'
           if outcome == 'applied' then applied = '1' end
-          redis.call('XADD', stream_key, 'MAXLEN', '~', stream_maxlen, '*', 'client_id', client_id, 'sub', sub,
-            'type', event_type, 'event_time', checked_at_text, 'applied', applied, 'source', source)
+          redis.call('XADD', stream_key, 'MAXLEN', '~', stream_maxlen, '*', 'provider', 'apple', 'client_id', client_id,
+            'sub', sub, 'type', event_type, 'event_time', checked_at_text, 'applied', applied, 'source', source)
           local published = 'false'
           if outcome == 'applied' then published = 'true' end
           redis.call('PUBLISH', channel, message_head .. published .. '}')

@@ -253,7 +253,7 @@ public final class TransferStore {
         local queued = 0
         if found[3] and redis.call('HEXISTS', KEYS[1], 'deletion_queued_at') == 0 then
           -- Deleted before the team could map the new sub: the deletion duty counts it again.
-          local fields = {'client_id', ARGV[7], 'sub', ARGV[2], 'type', 'account-deleted',
+          local fields = {'provider', 'apple', 'client_id', ARGV[7], 'sub', ARGV[2], 'type', 'account-deleted',
             'event_time', found[3], 'applied', '0', 'source', 'transfer', 'transfer_sub', ARGV[1]}
           if ARGV[6] ~= '' then
             table.insert(fields, 'from_sub')

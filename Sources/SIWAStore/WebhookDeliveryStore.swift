@@ -134,8 +134,9 @@ public final class WebhookDeliveryStore {
     /// Keeps `event` as failed (the failed stream), counts it, then acknowledges it.
     public func recordExhausted(_ event: WebhookEvent, attempts: Int, cause: String) throws(RedisError) {
         _ = try connection.command(
-            "XADD", failedKey, "*", "entry_id", event.entryID, "jti", event.tokenID, "type", event.type, "client_id",
-            event.clientID, "sub", event.subject, "event_time", String(event.eventTime), "attempts", String(attempts),
+            "XADD", failedKey, "*", "entry_id", event.entryID, "jti", event.tokenID, "provider", event.provider, "type",
+            event.type, "client_id", event.clientID, "sub", event.subject, "event_time", String(event.eventTime),
+            "attempts", String(attempts),
             "cause", cause)
         _ = try connection.command("HINCRBY", stateKey, "exhausted", "1")
         try acknowledge(event.entryID)

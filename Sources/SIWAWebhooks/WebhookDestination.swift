@@ -30,7 +30,7 @@ public struct WebhookDestination: Sendable {
 
     /// Whether this destination takes `event`.
     public func wants(_ event: WebhookEvent) -> Bool {
-        types.contains(event.type) && (clientIDs?.contains(event.clientID) ?? true)
+        types.contains(event.destinationType) && (clientIDs?.contains(event.clientID) ?? true)
     }
 
     /// The consumer group of this destination, on the events stream and (with
@@ -158,8 +158,9 @@ public enum WebhookDestinationsFile {
         }
         let types = try strings("types") ?? WebhookEvent.types
         guard !types.isEmpty else { throw fail("\"types\" must name at least one type when present") }
-        if let stranger = types.first(where: { !WebhookEvent.types.contains($0) }) {
-            throw fail("\"types\" names \(stranger); the types are \(WebhookEvent.types.joined(separator: ", "))")
+        let known = WebhookEvent.types + WebhookEvent.googleTypes
+        if let stranger = types.first(where: { !known.contains($0) }) {
+            throw fail("\"types\" names \(stranger); the types are \(known.joined(separator: ", "))")
         }
         let clientIDs = try strings("client_ids")
         if let clientIDs, clientIDs.isEmpty {

@@ -202,7 +202,7 @@ public final class WebhookDestinationWorker: Service, @unchecked Sendable {
             return
         }
         guard destination.wants(event) else {
-            if event.type == "account-deleted", destination.takesDeletions {
+            if event.provider == "apple", event.type == "account-deleted", destination.takesDeletions {
                 try store.acknowledgeDeletion(
                     tokenID: event.tokenID, recordedAt: event.recordedAt ?? 0, consumer: consumer)
             }
@@ -227,12 +227,12 @@ public final class WebhookDestinationWorker: Service, @unchecked Sendable {
         let attempts = item.attempts + 1
         let identity: [(String, JSONValue)] = [
             ("destination", .string(destination.name)), ("webhook_id", .string(message.id)),
-            ("type", .string(event.type)), ("client_id", .string(event.clientID)),
+            ("type", .string(event.destinationType)), ("client_id", .string(event.clientID)),
             ("attempt", .integer(Int64(attempts))),
         ]
         switch outcome {
         case .delivered(let status):
-            if event.type == "account-deleted" {
+            if event.provider == "apple", event.type == "account-deleted" {
                 try store.acknowledgeDeletion(
                     tokenID: event.tokenID, recordedAt: event.recordedAt ?? 0, consumer: consumer)
             }

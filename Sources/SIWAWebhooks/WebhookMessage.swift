@@ -12,18 +12,28 @@ public struct WebhookMessage: Sendable {
     public let body: [UInt8]
 
     /// The compact JSON body, members in this order: `type`, `timestamp`, `version`, `data`
-    /// (`client_id`, `sub`, `event_type`, `raw_type`, `event_time`, then `email` and
-    /// `is_private_email` for an email event when the address is given).
+    /// (`provider` for Google's only, `client_id`, `sub`, `event_type`, `raw_type`, `event_time`, then `email` and
+    /// `is_private_email` for an Apple email event when the address is given, or Google's
+    /// `reason`, `state`, `token_type`, `token_identifier_alg`, `token` as the stream holds
+    /// them). Google's `type` is `siwa.google.<event_type>`, so no receiver of Apple's types
+    /// mistakes one for Apple's.
     public init(event: WebhookEvent, email: WebhookEmail?, typePrefix: String = "siwa.") {
-        id = Self.webhookID(event.tokenID)
+        // One Google SET may carry several events under one jti: the type keeps their IDs
+        // apart (a receiver drops a repeated webhook-id as a retry), and the same entry
+        // always gives the same ID.
+        id = Self.webhookID(event.provider == "google" ? "\(event.tokenID)/\(event.type)" : event.tokenID)
         var out: [UInt8] = []
         out.reserveCapacity(320)
         out += #"{"type":"#.utf8
-        JSONWriter.writeString(typePrefix + event.type, to: &out)
+        let typeName = event.provider == "google" ? "google." + event.type : event.type
+        JSONWriter.writeString(typePrefix + typeName, to: &out)
         out += #","timestamp":"#.utf8
         JSONWriter.writeString(UTCTime.format(milliseconds: event.eventTime), to: &out)
         out += #","version":1,"data":"#.utf8
-        var data: [(String, JSONValue)] = [
+        // Apple's body stays as version 1 has always sent it (receivers that validate the closed
+        // schema keep accepting it): no `provider` means Apple. Google's names its provider.
+        var data: [(String, JSONValue)] = event.provider == "apple" ? [] : [("provider", .string(event.provider))]
+        data += [
             ("client_id", .string(event.clientID)), ("sub", .string(event.subject)),
             ("event_type", .string(event.type)), ("raw_type", .string(event.rawType)),
             ("event_time", .integer(event.eventTime)),
@@ -32,6 +42,7 @@ public struct WebhookMessage: Sendable {
             data.append(("email", .string(email.address)))
             if let isPrivate = email.isPrivate { data.append(("is_private_email", .bool(isPrivate))) }
         }
+        for (name, value) in event.googleFields { data.append((name, .string(value))) }
         JSONWriter.writeObject(data, to: &out)
         out.append(UInt8(ascii: "}"))
         body = out

@@ -264,8 +264,9 @@ enum DeliverCommand {
         guard let sinceText = arguments.value("--since") else { throw UsageError("--since T is required") }
         let since = try parseTime(sinceText, option: "--since")
         let until = try arguments.value("--until").map { try parseTime($0, option: "--until") }
-        if let type = arguments.value("--type"), !WebhookEvent.types.contains(type) {
-            throw UsageError("--type must be one of \(WebhookEvent.types.joined(separator: ", ")), got \(type)")
+        let knownTypes = WebhookEvent.types + WebhookEvent.googleTypes
+        if let type = arguments.value("--type"), !knownTypes.contains(type) {
+            throw UsageError("--type must be one of \(knownTypes.joined(separator: ", ")), got \(type)")
         }
         guard let configuration = load(arguments) else { return .usage }
         let destination = try destination(arguments, configuration)
@@ -284,7 +285,7 @@ enum DeliverCommand {
                 guard let last = entries.last else { break }
                 for entry in entries {
                     guard let event = WebhookEvent(entryID: entry.id, fields: entry.fields), destination.wants(event),
-                        arguments.value("--type").map({ $0 == event.type }) ?? true
+                        arguments.value("--type").map({ $0 == event.destinationType }) ?? true
                     else { continue }
                     let email =
                         event.isEmailEvent && destination.includeEmail
@@ -294,16 +295,17 @@ enum DeliverCommand {
                     sent += 1
                     if arguments.wantsJSON {
                         if outcome.cause != nil { failed += 1 }
-                        Output.json(delivery(message, outcome) + [("type", .string(event.type))])
+                        Output.json(delivery(message, outcome) + [("type", .string(event.destinationType))])
                         continue
                     }
                     switch outcome {
                     case .delivered(let status):
-                        Output.line("\(message.id) \(event.type) delivered HTTP \(status)")
+                        Output.line("\(message.id) \(event.destinationType) delivered HTTP \(status)")
                     case .failed(let cause, let status, _):
                         failed += 1
                         Output.line(
-                            "\(message.id) \(event.type) failed \(cause)" + (status.map { " HTTP \($0)" } ?? ""))
+                            "\(message.id) \(event.destinationType) failed \(cause)"
+                                + (status.map { " HTTP \($0)" } ?? ""))
                     }
                 }
                 if entries.count < 100 { break pages }

@@ -128,11 +128,13 @@ struct ReconcileTests {
         #expect(
             try stack.streamEntries() == [
                 [
-                    "client_id": Self.client, "sub": "000001.b", "type": "reconciled-sessions-revoked",
+                    "provider": "apple", "client_id": Self.client, "sub": "000001.b",
+                    "type": "reconciled-sessions-revoked",
                     "event_time": String(revokedAt), "applied": "1", "source": "reconcile",
                 ],
                 [
-                    "client_id": Self.client, "sub": "000001.g", "type": "reconciled-sessions-revoked",
+                    "provider": "apple", "client_id": Self.client, "sub": "000001.g",
+                    "type": "reconciled-sessions-revoked",
                     "event_time": kept["refresh_token_refused_at"] ?? "?", "applied": "0", "source": "reconcile",
                 ],
             ])
@@ -140,7 +142,7 @@ struct ReconcileTests {
         #expect(messages.count == 2)
         #expect(
             messages.first
-                == #"{"client_id":"com.example.app","sub":"000001.b","type":"reconciled-sessions-revoked","event_time":\#(revokedAt),"source":"reconcile","applied":true}"#
+                == #"{"provider":"apple","client_id":"com.example.app","sub":"000001.b","type":"reconciled-sessions-revoked","event_time":\#(revokedAt),"source":"reconcile","applied":true}"#
         )
 
         // Decided users carry a check marker that expires within a day; unknown ones none.

@@ -89,7 +89,7 @@ struct RevokeTests {
         let first = try ExampleFiles.flatJSON(try #require(messages.first))
         #expect(
             first == [
-                "client_id": Self.client, "sub": "000050.a", "type": "app-revoked-tokens",
+                "provider": "apple", "client_id": Self.client, "sub": "000050.a", "type": "app-revoked-tokens",
                 "event_time": lines[0]["revoked_at"] ?? "", "source": "revoke", "applied": "true",
             ])
 

@@ -183,7 +183,7 @@ struct TransferTests {
         #expect(
             entries.last
                 == [
-                    "client_id": Self.client, "sub": "000061.new.b", "type": "account-deleted",
+                    "provider": "apple", "client_id": Self.client, "sub": "000061.new.b", "type": "account-deleted",
                     "event_time": String(now - 10_000), "applied": "0", "source": "transfer",
                     "transfer_sub": "tr.b.0002", "from_sub": "000061.b",
                 ])

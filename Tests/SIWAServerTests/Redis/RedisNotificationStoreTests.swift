@@ -58,7 +58,7 @@ struct RedisNotificationStoreTests {
     }
 
     static func message(_ type: String, _ rawType: String, _ eventTime: Int64, _ jti: String, applied: Bool) -> String {
-        "{\"client_id\":\"\(clientID)\",\"sub\":\"\(subject)\",\"type\":\"\(type)\",\"raw_type\":\"\(rawType)\","
+        "{\"provider\":\"apple\",\"client_id\":\"\(clientID)\",\"sub\":\"\(subject)\",\"type\":\"\(type)\",\"raw_type\":\"\(rawType)\","
             + "\"event_time\":\(eventTime),\"jti\":\"\(jti)\",\"applied\":\(applied)}"
     }
 
@@ -67,8 +67,8 @@ struct RedisNotificationStoreTests {
         extra: [String: String] = [:]
     ) -> [String: String] {
         [
-            "client_id": clientID, "sub": subject, "type": type, "raw_type": rawType, "event_time": String(eventTime),
-            "jti": jti, "applied": applied ? "1" : "0",
+            "provider": "apple", "client_id": clientID, "sub": subject, "type": type, "raw_type": rawType,
+            "event_time": String(eventTime), "jti": jti, "applied": applied ? "1" : "0",
         ].merging(extra) { $1 }
     }
 

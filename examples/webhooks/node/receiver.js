@@ -22,6 +22,19 @@ const MAX_BODY_BYTES = 65536;
 const DRAIN_LIMIT_BYTES = 1 << 20; // a larger body is read and dropped, so the client gets the 413, not a reset
 const REVOKING = ['consent-revoked', 'account-deleted'];
 const EMAIL = ['email-disabled', 'email-enabled'];
+// Google's events (data.provider "google", sent only to a destination whose types name them):
+// these end the Google user's sessions, as account-disabled does for hijacking.
+const GOOGLE_ENDING = ['sessions-revoked', 'tokens-revoked'];
+
+// Apple's bodies carry no provider. Google's client IDs never equal Apple's, so a Google
+// user's records sit beside Apple's under their own client_id and sub.
+function endsSessions(data) {
+  const provider = data.provider ?? 'apple';
+  const kind = data.event_type;
+  if (provider === 'apple') return REVOKING.includes(kind);
+  return provider === 'google' && data.sub !== '' &&
+    (GOOGLE_ENDING.includes(kind) || (kind === 'account-disabled' && data.reason === 'hijacking'));
+}
 
 class Refused extends Error {
   constructor(status, outcome) { super(outcome); this.status = status; this.outcome = outcome; }
@@ -99,24 +112,26 @@ function applyEvent(state, id, data) {
   const user = (state.users[userKey] ??= {});
   const deleting = state.account_deletions.some((entry) => entry.client_id === clientId && entry.sub === sub);
   let outcome = 'stale';
-  if (REVOKING.includes(kind) && !(user.sessions_revoked_at >= at)) {
+  const apple = (data.provider ?? 'apple') === 'apple';
+  const ending = endsSessions(data);
+  if (ending && !(user.sessions_revoked_at >= at)) {
     user.sessions_revoked_at = at;
     // Sessions begun after the event (the user signed in again) stay.
     state.sessions = state.sessions.filter((s) => !(s.client_id === clientId && s.sub === sub && s.started_at <= at));
     outcome = 'applied';
   }
-  if (kind === 'account-deleted') {
+  if (apple && kind === 'account-deleted') {
     // A deletion to carry out even when older than a revocation already applied.
     if (!deleting) state.account_deletions.push({ client_id: clientId, sub, requested_at: at, webhook_id: id });
     Object.assign(user, { email_forwarding: 'disabled', email: undefined, is_private_email: undefined });
     outcome = 'applied';
-  } else if (EMAIL.includes(kind) && !deleting && !(user.email_forwarding_at >= at)) {
+  } else if (apple && EMAIL.includes(kind) && !deleting && !(user.email_forwarding_at >= at)) {
     Object.assign(user, { email_forwarding: kind.slice('email-'.length), email_forwarding_at: at });
     if (typeof data.email === 'string') user.email = data.email;
     if (typeof data.is_private_email === 'boolean') user.is_private_email = data.is_private_email;
     outcome = 'applied';
-  } else if (!REVOKING.includes(kind) && !EMAIL.includes(kind)) {
-    outcome = 'ignored'; // unknown (a type Apple added) or test: recorded, nothing to change
+  } else if (!ending && !(apple && EMAIL.includes(kind))) {
+    outcome = 'ignored'; // unknown, test, or a Google event that ends nothing: recorded, nothing to change
   }
   return outcome;
 }

@@ -37,6 +37,9 @@ MAX_BODY_BYTES = 65536  # siwa-endpoint's bodies are well under 1 kB
 DRAIN_LIMIT_BYTES = 1 << 20  # a larger body is read and dropped, so the client gets the 413, not a reset
 REVOKING = ("consent-revoked", "account-deleted")
 EMAIL = ("email-disabled", "email-enabled")
+# Google's events (data.provider "google", sent only to a destination whose types name them):
+# these end the Google user's sessions, as account-disabled does for hijacking.
+GOOGLE_ENDING = ("sessions-revoked", "tokens-revoked")
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS deliveries (webhook_id TEXT PRIMARY KEY, received_at INTEGER NOT NULL, outcome TEXT NOT NULL);
@@ -122,6 +125,16 @@ def apply(db: sqlite3.Connection, webhook_id: str, data: dict) -> str:
         return outcome
 
 
+def ends_sessions(data: dict) -> bool:
+    """Apple's bodies carry no provider. Google's client IDs never equal Apple's, so a Google
+    user's rows sit in the same tables under their own (client_id, sub)."""
+    provider, kind = data.get("provider", "apple"), data["event_type"]
+    if provider == "apple":
+        return kind in REVOKING
+    return provider == "google" and data["sub"] != "" and (
+        kind in GOOGLE_ENDING or (kind == "account-disabled" and data.get("reason") == "hijacking"))
+
+
 def apply_event(db: sqlite3.Connection, webhook_id: str, data: dict) -> str:
     """Events of one user may arrive out of order (retries): each clock only moves forward,
     so an event older than the one applied changes nothing ("stale")."""
@@ -131,24 +144,25 @@ def apply_event(db: sqlite3.Connection, webhook_id: str, data: dict) -> str:
         "SELECT sessions_revoked_at, email_forwarding_at FROM users WHERE client_id = ? AND sub = ?", user).fetchone()
     deleting = db.execute("SELECT 1 FROM account_deletions WHERE client_id = ? AND sub = ?", user).fetchone()
     outcome = "stale"
-    if kind in REVOKING and (revoked_at is None or at > revoked_at):
+    apple, ending = data.get("provider", "apple") == "apple", ends_sessions(data)
+    if ending and (revoked_at is None or at > revoked_at):
         db.execute("UPDATE users SET sessions_revoked_at = ? WHERE client_id = ? AND sub = ?", (at, *user))
         # Sessions begun after the event (the user signed in again) stay.
         db.execute("DELETE FROM sessions WHERE client_id = ? AND sub = ? AND started_at <= ?", (*user, at))
         outcome = "applied"
-    if kind == "account-deleted":
+    if apple and kind == "account-deleted":
         # A deletion to carry out even when older than a revocation already applied.
         db.execute("INSERT OR IGNORE INTO account_deletions VALUES (?, ?, ?, ?)", (*user, at, webhook_id))
         db.execute("UPDATE users SET email = NULL, is_private_email = NULL, email_forwarding = 'disabled' "
                    "WHERE client_id = ? AND sub = ?", user)
         outcome = "applied"
-    elif kind in EMAIL and not deleting and (forwarding_at is None or at > forwarding_at):
+    elif apple and kind in EMAIL and not deleting and (forwarding_at is None or at > forwarding_at):
         db.execute("UPDATE users SET email_forwarding = ?, email_forwarding_at = ?, email = coalesce(?, email), "
                    "is_private_email = coalesce(?, is_private_email) WHERE client_id = ? AND sub = ?",
                    (kind.removeprefix("email-"), at, data.get("email"), data.get("is_private_email"), *user))
         outcome = "applied"
-    elif kind not in REVOKING + EMAIL:
-        outcome = "ignored"  # unknown (a type Apple added) or test: recorded, nothing to change
+    elif not ending and not (apple and kind in EMAIL):
+        outcome = "ignored"  # unknown, test, or a Google event that ends nothing: recorded, nothing to change
     return outcome
 
 

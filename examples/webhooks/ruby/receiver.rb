@@ -26,6 +26,20 @@ MAX_BODY_BYTES = 65_536
 DRAIN_LIMIT_BYTES = 1 << 20 # a larger body is read and dropped, so the client gets the 413, not a reset
 REVOKING = %w[consent-revoked account-deleted].freeze
 EMAIL = %w[email-disabled email-enabled].freeze
+# Google's events (data.provider "google", sent only to a destination whose types name them):
+# these end the Google user's sessions, as account-disabled does for hijacking.
+GOOGLE_ENDING = %w[sessions-revoked tokens-revoked].freeze
+
+# Apple's bodies carry no provider. Google's client IDs never equal Apple's, so a Google
+# user's records sit beside Apple's under their own client_id and sub.
+def ends_sessions?(data)
+  provider = data.fetch('provider', 'apple')
+  kind = data['event_type']
+  return REVOKING.include?(kind) if provider == 'apple'
+
+  provider == 'google' && data['sub'] != '' &&
+    (GOOGLE_ENDING.include?(kind) || (kind == 'account-disabled' && data['reason'] == 'hijacking'))
+end
 # An ed25519 public key as DER (SubjectPublicKeyInfo): this prefix, then the 32 raw bytes.
 ED25519_SPKI_PREFIX = ['302a300506032b6570032100'].pack('H*')
 
@@ -116,13 +130,15 @@ def apply_event(state, id, data)
   user = (state['users']["#{client_id} #{sub}"] ||= {})
   deleting = state['account_deletions'].any? { |entry| entry['client_id'] == client_id && entry['sub'] == sub }
   outcome = 'stale'
-  if REVOKING.include?(kind) && !(user['sessions_revoked_at'] && user['sessions_revoked_at'] >= at)
+  apple = data.fetch('provider', 'apple') == 'apple'
+  ending = ends_sessions?(data)
+  if ending && !(user['sessions_revoked_at'] && user['sessions_revoked_at'] >= at)
     user['sessions_revoked_at'] = at
     # Sessions begun after the event (the user signed in again) stay.
     state['sessions'].reject! { |s| s['client_id'] == client_id && s['sub'] == sub && s['started_at'] <= at }
     outcome = 'applied'
   end
-  if kind == 'account-deleted'
+  if apple && kind == 'account-deleted'
     # A deletion to carry out even when older than a revocation already applied.
     unless deleting
       state['account_deletions'] << { 'client_id' => client_id, 'sub' => sub, 'requested_at' => at, 'webhook_id' => id }
@@ -131,14 +147,14 @@ def apply_event(state, id, data)
     user.delete('email')
     user.delete('is_private_email')
     outcome = 'applied'
-  elsif EMAIL.include?(kind) && !deleting && !(user['email_forwarding_at'] && user['email_forwarding_at'] >= at)
+  elsif apple && EMAIL.include?(kind) && !deleting && !(user['email_forwarding_at'] && user['email_forwarding_at'] >= at)
     user['email_forwarding'] = kind.delete_prefix('email-')
     user['email_forwarding_at'] = at
     user['email'] = data['email'] if data['email'].is_a?(String)
     user['is_private_email'] = data['is_private_email'] if [true, false].include?(data['is_private_email'])
     outcome = 'applied'
-  elsif !(REVOKING + EMAIL).include?(kind)
-    outcome = 'ignored' # unknown (a type Apple added) or test: recorded, nothing to change
+  elsif !ending && !(apple && EMAIL.include?(kind))
+    outcome = 'ignored' # unknown, test, or a Google event that ends nothing: recorded, nothing to change
   end
   outcome
 end
