@@ -6,7 +6,7 @@ import SIWAJSON
 ///
 /// `fetch(url)` reads the `risc-configuration` document at `url`, takes its `issuer` and
 /// `jwks_uri` (neither is ever written in the code), fetches the JWKS at `jwks_uri` with the
-/// same fetcher (https only, no redirects, capped size, a public address), and returns one
+/// same fetcher (no redirects, capped size), and returns one
 /// document `{"issuer", "jwks_uri", "keys"}`: the provider parses the keys and the issuer
 /// from it and keeps that document in its cache file, so a restart without network knows
 /// both.
@@ -24,6 +24,9 @@ public struct RISCDiscoveryFetcher: JWKSFetching {
         else { throw DiscoveryError("the risc-configuration document has no usable issuer") }
         guard case .string(let jwksURI)? = configuration["jwks_uri"], !jwksURI.isEmpty, jwksURI.utf8.count <= 2048
         else { throw DiscoveryError("the risc-configuration document has no jwks_uri") }
+        guard Self.isAllowedKeySetURI(jwksURI, configurationURL: url) else {
+            throw DiscoveryError("the risc-configuration document's jwks_uri is not https")
+        }
         let jwks = try Self.object(try fetcher.fetch(jwksURI), "the JWKS named by jwks_uri")
         guard case .array(let keys)? = jwks["keys"] else {
             throw DiscoveryError("the JWKS named by jwks_uri has no \"keys\" array")
@@ -31,6 +34,25 @@ public struct RISCDiscoveryFetcher: JWKSFetching {
         return Array(
             JSONWriter.object([("issuer", .string(issuer)), ("jwks_uri", .string(jwksURI)), ("keys", .array(keys))])
                 .utf8)
+    }
+
+    /// The fetcher speaks plain http to a loopback host (so an operator may point
+    /// `SIWA_GOOGLE_RISC_CONFIGURATION_URL` at a local copy), but the document's `jwks_uri` is
+    /// not the operator's choice: whoever controls the document (or an http copy of it) must not
+    /// turn a TLS-checked fetch into a plain one to this machine's loopback services. So it is
+    /// https, or the very origin (scheme, host and port) the document itself came from.
+    static func isAllowedKeySetURI(_ uri: String, configurationURL: String) -> Bool {
+        let target = origin(uri)
+        return target.hasPrefix("https://") || target == origin(configurationURL)
+    }
+
+    /// `scheme://authority` of a URL, lowercased: everything before the path's first `/`.
+    private static func origin(_ url: String) -> String {
+        let lowered = url.lowercased()
+        guard let separator = lowered.range(of: "://") else { return "" }
+        let rest = lowered[separator.upperBound...]
+        let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+        return String(lowered[..<separator.upperBound]) + authority
     }
 
     private static func object(_ bytes: [UInt8], _ name: String) throws -> [String: JSONValue] {

@@ -66,6 +66,33 @@ final class RISCDiscoveryTests {
         #expect(keys.metrics(now: keys.now()).refreshFailures == broken.count)
     }
 
+    @Test(
+        "a jwks_uri over plain http to this machine is refused, though it serves keys: the held keys and issuer stay")
+    func plainHTTPKeySetIsRefused() throws {
+        let keys = provider()
+        #expect(keys.start() == .refreshed)
+        let planted = try TestSigningKey.generate(keyID: "planted-over-http")
+        try google.server.serve(Array(try TestSigningKey.jwksDocument([planted]).utf8), at: "planted.json")
+        try google.serveConfiguration(
+            TestSecurityEvent.configurationDocument(
+                issuer: "https://planted.example/",
+                jwksURI: "http://localhost:\(google.server.nginx.httpPort)/planted.json"))
+        #expect(keys.start() == .failed)
+        #expect(keys.keys.issuer == TestSecurityEvent.issuer)
+        #expect(keys.keys.usableKeyIDs == [key.keyID])
+        #expect(google.server.nginx.requestCount(path: "/planted.json") == 0)
+    }
+
+    @Test("a document fetched over http from loopback may name a jwks_uri at its own origin (a local copy)")
+    func localCopyNamesItsOwnOrigin() throws {
+        let origin = "http://localhost:\(google.server.nginx.httpPort)"
+        try google.serveConfiguration(
+            TestSecurityEvent.configurationDocument(jwksURI: origin + "/keys.json"))
+        let keys = provider(url: origin + "/risc-configuration")
+        #expect(keys.start() == .refreshed)
+        #expect(keys.keys.usableKeyIDs == [key.keyID])
+    }
+
     @Test("a restart without network verifies with the cache file's keys and issuer")
     func cacheFileCarriesTheIssuer() throws {
         #expect(provider(cache: true).start() == .refreshed)
