@@ -302,7 +302,7 @@ public final class NotificationResponder: Sendable {
             body: text + keys.metricsText() + redisLocator.metricsText()
                 + (deletionDuty?.metricsText(now: clock.wallMilliseconds()) ?? "")
                 + ServerMetrics.renderClients(clientTraffic, now: clock.wallMilliseconds())
-                + (google.map { ServerMetrics.renderGoogleClients($0, now: clock.wallSeconds()) } ?? "")
+                + (google.map { ServerMetrics.renderGoogleClients($0, now: clock.wallMilliseconds()) } ?? "")
                 + spoolAgeMetricsText(),
             contentType: "text/plain; version=0.0.4")
     }
