@@ -1,12 +1,13 @@
 import Foundation
 import SIWAJSON
-import SIWAResponder
 import SIWASettings
+import SIWATelemetry
 import SIWATestSupport
 import SIWAVerification
 import Testing
 
 @testable import SIWAKeys
+@testable import SIWAResponder
 @testable import siwa_endpoint
 
 /// Watching Google's side as Apple's is watched: the /metrics families the alert rules
@@ -62,7 +63,8 @@ struct GoogleWatchTests {
         // Every family the rules read has its HELP and TYPE lines (Prometheus takes a family
         // without them as untyped, and promtool's rule tests cannot see that).
         #expect(Self.familiesWithoutHelpOrType(text) == [])
-        let families = Set(text.split(separator: "\n").filter { !$0.hasPrefix("#") }.map { $0.prefix { $0 != "{" && $0 != " " } })
+        let families = Set(
+            text.split(separator: "\n").filter { !$0.hasPrefix("#") }.map { $0.prefix { $0 != "{" && $0 != " " } })
         #expect(
             families == [
                 "siwa_google_client_events_total", "siwa_google_client_silence_seconds",
@@ -73,7 +75,8 @@ struct GoogleWatchTests {
     @Test("a family without HELP or TYPE is found")
     func helpAndTypeCheckFails() {
         #expect(
-            Self.familiesWithoutHelpOrType("# HELP a_total A.\n# TYPE a_total counter\na_total 1\nb 2\n# TYPE c gauge\nc 3\n")
+            Self.familiesWithoutHelpOrType(
+                "# HELP a_total A.\n# TYPE a_total counter\na_total 1\nb 2\n# TYPE c gauge\nc 3\n")
                 == ["b", "c"])
     }
 
