@@ -128,7 +128,12 @@ def served_metrics(workdir, pki, rsa_cert):
                 "SIWA_CLIENT_IDS": "com.example.app", "SIWA_JWKS_URL": nginx.jwks_url,
                 "SIWA_JWKS_CA_FILE": str(pki.ca_cert), "SIWA_JWKS_CACHE": str(serve_dir / "jwks-cache.json"),
                 "SIWA_REDIS_URL": "redis://127.0.0.1:6379/0", "SIWA_FCGI_SOCKET": str(socket_path),
-                "SIWA_SPOOL_DIR": str(serve_dir / "spool"), "SIWA_WORKERS": "2", **topology})
+                "SIWA_SPOOL_DIR": str(serve_dir / "spool"), "SIWA_WORKERS": "2",
+                # Google served, so that its families are served: its document is not found
+                # (a 404 from the keys' nginx), which leaves every family but the keys' age.
+                "SIWA_GOOGLE_CLIENT_IDS": "1234567890-abc.apps.googleusercontent.com",
+                "SIWA_GOOGLE_RISC_CONFIGURATION_URL": nginx.jwks_url.rsplit("/", 1)[0] + "/risc-configuration",
+                **topology})
             serve = ServeProcess(binary, env_file, socket_path, serve_dir / "serve.log")
             started.append(serve)
 
@@ -160,3 +165,4 @@ def test_every_metric_a_query_names_is_served(served_metrics):
     assert "siwa_redis_failovers_total" in sentinel - cluster
     assert "siwa_redis_cluster_primary_changes_total" in cluster - sentinel
     assert not DELIVERER_METRICS & served
+    assert {"siwa_google_client_events_total", "siwa_google_client_silence_seconds", "siwa_google_keys"} <= used

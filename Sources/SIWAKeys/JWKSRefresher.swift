@@ -1,3 +1,4 @@
+import SIWAJSON
 import SIWASupport
 import SIWATelemetry
 
@@ -10,7 +11,12 @@ public final class JWKSRefresher: Service {
     public let provider: JWKSProvider
     /// How often the service asks whether a refresh is due.
     public let checkInterval: Duration
-    public let name = "jwks-refresher"
+    /// The service's name: "jwks-refresher" for Apple's keys (as it always was), another for
+    /// another provider's, so that the services' lines tell the two apart.
+    public let name: String
+    /// The provider named in this refresher's log lines (nil: none, as Apple's lines have
+    /// always been written, so that what reads them is unchanged).
+    public let identityProvider: String?
     /// The unknown kids' fetches it runs: the provider's queue (its loop is this service's).
     public let fetchQueue: JWKSFetchQueue
     private var task: PeriodicTask { fetchQueue.loop }
@@ -23,13 +29,15 @@ public final class JWKSRefresher: Service {
     /// provider's own).
     public init(
         provider: JWKSProvider, fetchQueue: JWKSFetchQueue? = nil, checkInterval: Duration = .seconds(15),
-        loadsKeysAtStart: Bool = false
+        loadsKeysAtStart: Bool = false, name: String = "jwks-refresher", identityProvider: String? = nil
     ) {
         precondition(fetchQueue.map { $0 === provider.fetchQueue } ?? true, "the provider's own fetch queue")
         self.provider = provider
         self.fetchQueue = fetchQueue ?? provider.fetchQueue
         self.checkInterval = checkInterval
         self.loadsKeysAtStart = loadsKeysAtStart
+        self.name = name
+        self.identityProvider = identityProvider
     }
 
     /// Before the next service starts (with `loadsKeysAtStart`): the cache file, then one
@@ -42,10 +50,17 @@ public final class JWKSRefresher: Service {
         let held = provider.metrics(now: provider.clock.wallSeconds())
         EventLog.event(
             "jwks_loaded", level: held.usableKeyCount > 0 ? "info" : "error",
-            [
-                ("fetch", .string("\(outcome)")), ("keys", .integer(Int64(held.usableKeyCount))),
-                ("last_failure", held.lastFailure.map { .string($0.description) } ?? .null),
-            ])
+            loadedFields(
+                fetch: "\(outcome)", keys: held.usableKeyCount, lastFailure: held.lastFailure?.description))
+    }
+
+    /// The `jwks_loaded` line's fields: Apple's as they always were, another provider's
+    /// with `provider` last.
+    func loadedFields(fetch: String, keys: Int, lastFailure: String?) -> [(String, JSONValue)] {
+        [
+            ("fetch", .string(fetch)), ("keys", .integer(Int64(keys))),
+            ("last_failure", lastFailure.map { .string($0) } ?? .null),
+        ] + (identityProvider.map { [("provider", .string($0))] } ?? [])
     }
 
     /// While no usable key is held, a fetch is retried after 1 s, then 2, 4, ... up to the

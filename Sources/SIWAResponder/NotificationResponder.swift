@@ -275,11 +275,12 @@ public final class NotificationResponder: Sendable {
         }
         if let blocked = drain?.blockedReason { reasons.append("spool replay blocked: \(blocked)") }
         if let problem = spool.writeProblem { reasons.append("the spool cannot take writes: \(problem.description)") }
-        let members: [(String, JSONValue)] = [
-            ("status", .string(reasons.isEmpty ? "ok" : "unavailable")),
-            ("keys", .integer(Int64(keyCount))), ("redis", .string(redisAnswers ? "ok" : "down")),
-            ("spool_depth", .integer(Int64(depth))),
-        ]
+        let members: [(String, JSONValue)] =
+            [
+                ("status", .string(reasons.isEmpty ? "ok" : "unavailable")),
+                ("keys", .integer(Int64(keyCount))), ("redis", .string(redisAnswers ? "ok" : "down")),
+                ("spool_depth", .integer(Int64(depth))),
+            ] + googleHealthMembers()
         return Reply(
             status: reasons.isEmpty ? 200 : 503, outcome: reasons.isEmpty ? "healthy" : "unhealthy",
             body: JSONWriter.object(
@@ -287,6 +288,23 @@ public final class NotificationResponder: Sendable {
                     + (reasons.isEmpty ? [] : [("reason", .string(reasons.joined(separator: "; ")))])),
             // The line written when the answer changes says why (a change of reason is a change).
             logFields: reasons.isEmpty ? [] : [("reason", .string(reasons.joined(separator: "; ")))])
+    }
+
+    /// Google's part of /healthz, when Google is served: whether its keys (and the issuer
+    /// that comes with them) are loaded. Never a reason for 503: a Google outage must not take
+    /// Apple's notifications out of a load balancer (`SIWAGoogleKeysMissing` watches it).
+    func googleHealthMembers() -> [(String, JSONValue)] {
+        guard let google else { return [] }
+        let keyCount = google.keys.usableKeyCount
+        let ready = keyCount > 0 && google.keys.keys.issuer != nil
+        return [
+            (
+                "google",
+                .object([
+                    "status": .string(ready ? "ok" : "no keys"), "keys": .integer(Int64(keyCount)),
+                ])
+            )
+        ]
     }
 
     /// How long /healthz waits for Redis's PING: it answers within 100 ms whatever Redis does.
@@ -302,7 +320,7 @@ public final class NotificationResponder: Sendable {
             body: text + keys.metricsText() + redisLocator.metricsText()
                 + (deletionDuty?.metricsText(now: clock.wallMilliseconds()) ?? "")
                 + ServerMetrics.renderClients(clientTraffic, now: clock.wallMilliseconds())
-                + (google.map { ServerMetrics.renderGoogleClients($0, now: clock.wallSeconds()) } ?? "")
+                + (google.map { ServerMetrics.renderGoogleClients($0, now: clock.wallMilliseconds()) } ?? "")
                 + spoolAgeMetricsText(),
             contentType: "text/plain; version=0.0.4")
     }

@@ -5,6 +5,7 @@ extension ServerMetrics {
     /// and the refusals by reason (the same reasons as Apple's, with `unlisted` and `none`
     /// labels for other and unreadable `aud`s), and the age and size of Google's key set.
     /// Families of their own, so Apple's (and its silence alert) are unchanged.
+    /// `now` is Unix milliseconds.
     public static func renderGoogleClients(_ google: SecurityEventReceiver, now: Int64) -> String {
         let (clients, unlisted, none) = google.traffic.figures()
         var lines: [String] = [
@@ -14,6 +15,17 @@ extension ServerMetrics {
         for client in clients {
             lines.append(
                 "siwa_google_client_events_total{client_id=\"\(labelValue(client.clientID))\"} \(client.genuine)")
+        }
+        // SIWAGoogleEventsSilent reads this (over 7 days): Google pushes only when something
+        // happens to a user, so the threshold is the rules file's, not Apple's setting.
+        lines += [
+            "# HELP siwa_google_client_silence_seconds Seconds since the last genuine Security Event Token for the Google client ID this process took, or since it started serving it when none has come.",
+            "# TYPE siwa_google_client_silence_seconds gauge",
+        ]
+        for client in clients {
+            lines.append(
+                "siwa_google_client_silence_seconds{client_id=\"\(labelValue(client.clientID))\"} \(client.silenceSeconds(now: now))"
+            )
         }
         lines += [
             "# HELP siwa_google_client_refusals_total Security Event Tokens refused, by the Google client ID their aud names (configured; \"unlisted\": any other; \"none\": unreadable) and reason (aud, iss, time, signature, key, malformed).",
@@ -30,7 +42,7 @@ extension ServerMetrics {
                 )
             }
         }
-        let keys = google.keys.metrics(now: now)
+        let keys = google.keys.metrics(now: now / 1000)
         lines += [
             "# HELP siwa_google_keys Usable keys in Google's key set (from its risc-configuration document's jwks_uri).",
             "# TYPE siwa_google_keys gauge",

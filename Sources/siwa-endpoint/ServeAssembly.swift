@@ -118,7 +118,9 @@ struct ServeAssembly {
         return ServeAssembly(
             keys: keys, jwksRefresher: JWKSRefresher(provider: keys, fetchQueue: fetchQueue, loadsKeysAtStart: true),
             googleKeysRefresher: google.map {
-                JWKSRefresher(provider: $0.keys, fetchQueue: $0.keys.fetchQueue, loadsKeysAtStart: true)
+                JWKSRefresher(
+                    provider: $0.keys, fetchQueue: $0.keys.fetchQueue, loadsKeysAtStart: true,
+                    name: "google-keys-refresher", identityProvider: "google")
             },
             // With Sentinel: every connection leaves an old primary as soon as a sentinel
             // announces a failover.

@@ -76,6 +76,14 @@ enum StatusCommand {
                 ("redis", text(document["redis"])),
                 ("spool depth", text(document["spool_depth"]) + " notifications waiting for Redis"),
             ]
+            // Served only where SIWA_GOOGLE_CLIENT_IDS is set; it never makes the health NOT ok.
+            if case .object(let google)? = document["google"] {
+                rows.append(
+                    (
+                        "google",
+                        text(google["status"]) + ", " + text(google["keys"]) + " of Google's signing keys loaded"
+                    ))
+            }
             if let reason = document["reason"] { rows.append(("reason", text(reason))) }
             printTable(rows)
             // The per-client figures, from /metrics asked the same way, as a second table.

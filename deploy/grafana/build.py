@@ -104,6 +104,25 @@ ROWS = [
           (f"max(siwa_deletions_oldest_entry_age_seconds{{{S}}})", "oldest entry")],
          "SIWADeletionLate and SIWADeletionOverdue fire on the first line (7 and 25 days by default)."),
     ]),
+    # Only a deployment that serves Google (SIWA_GOOGLE_CLIENT_IDS) has these series.
+    ("Google's Cross-Account Protection", [
+        ("Google: genuine tokens by client ID", "reqps",
+         [(f"sum by (client_id) (rate(siwa_google_client_events_total{{{S}}}[{RATE}]))", "{{client_id}}")],
+         "Security Event Tokens answered 202, per client ID of SIWA_GOOGLE_CLIENT_IDS."),
+        ("Google: refusals by client ID and reason", "reqps",
+         [(f"sum by (client_id, reason) (rate(siwa_google_client_refusals_total{{{S}}}[{RATE}]))",
+           "{{client_id}} {{reason}}")],
+         "Refused tokens (400); client_id 'unlisted' with reason 'aud' is a Google-signed token for a client ID "
+         "not served (SIWAGoogleTokensForUnlistedClientID)."),
+        ("Google: silence by client ID", "s",
+         [(f"min by (client_id) (siwa_google_client_silence_seconds{{{S}}})", "{{client_id}}")],
+         "Time since the last genuine token; SIWAGoogleEventsSilent fires past 7 days."),
+        ("Google's keys", "short",
+         [(f"min(siwa_google_keys{{{S}}})", "usable keys (fewest on a node)"),
+          (f"sum(increase(siwa_google_keys_refresh_failures_total{{{S}}}[{RATE}]))", "refresh failures")],
+         "Google's signing keys (from its risc-configuration document) and failed fetches; /healthz does not "
+         "depend on them."),
+    ]),
     ("Webhook delivery (" + DELIVERER + ")", [
         ("Deliveries", "ops",
          [('sum(rate(siwa_webhook_delivered_total{job=~"$job.*"}[' + RATE + ']))', "delivered"),

@@ -228,6 +228,19 @@ final class GoogleReceiverTests {
         #expect(metrics.contains("siwa_google_client_refusals_total{client_id=\"unlisted\",reason=\"aud\"} 1\n"))
     }
 
+    @Test("/healthz says whether Google is served and its keys' state, and Google is never its reason")
+    func health() throws {
+        let answer = push("", method: "GET", path: "/healthz")
+        guard case .object(let document)? = try? StrictJSONParser.parse(Array(answer.body.utf8)) else {
+            Issue.record("no health document: \(answer.body)")
+            return
+        }
+        #expect(document["google"] == .object(["status": .string("ok"), "keys": .integer(1)]))
+        // Apple's keys (a double here) are what the answer's health is about, not Google's.
+        #expect(document["keys"] == .integer(0))
+        #expect(document["reason"] == .string("no Apple signing keys loaded"))
+    }
+
     @Test("a rotation: a token under a newly published kid is fetched for and accepted")
     func rotation() throws {
         let next = try TestSigningKey.generate(keyID: "google-key-2")
