@@ -30,7 +30,7 @@ public enum RedisCapabilityCheck {
 
     public static func run(
         endpoint: RedisEndpoint, timeout: Duration, keyPrefix: String, streamMaximumLength: Int,
-        minimumReplicas: Int = 0
+        minimumReplicas: Int = 0, checksGoogle: Bool = false
     ) -> Result {
         // Logged in by hand, so that each step's refusal is told apart from an outage.
         let bare = RedisEndpoint(address: endpoint.address, tls: endpoint.tls)
@@ -88,19 +88,22 @@ public enum RedisCapabilityCheck {
             return classify(error, step: "running the apply script (EVALSHA)")
         }
         // Google's script, sent as the store sends it (EVAL), in its probe mode: a user who may
-        // run Apple's script but not Google's would spool every Google token for ever.
-        do {
-            let reply = try connection.command([
-                "EVAL", NotificationStore.securityEventScript, "4", store.keys.googleSeen(tokenID: "probe"),
-                store.keys.events, store.keys.googleUser(clientID: probeClient, subject: "probe"),
-                store.keys.googleVerification(state: "probe"), store.keys.notifications,
-                String(max(1, streamMaximumLength)),
-            ])
-            guard reply.string == "ready" else {
-                return .refused("Google's security event script's check did not answer \"ready\"")
+        // run Apple's script but not Google's would spool every Google token for ever. Only
+        // when Google's path is served (`SIWA_GOOGLE_CLIENT_IDS`).
+        if checksGoogle {
+            do {
+                let reply = try connection.command([
+                    "EVAL", NotificationStore.securityEventScript, "4", store.keys.googleSeen(tokenID: "probe"),
+                    store.keys.events, store.keys.googleUser(clientID: probeClient, subject: "probe"),
+                    store.keys.googleVerification(state: "probe"), store.keys.notifications,
+                    String(max(1, streamMaximumLength)),
+                ])
+                guard reply.string == "ready" else {
+                    return .refused("Google's security event script's check did not answer \"ready\"")
+                }
+            } catch {
+                return classify(error, step: "running Google's security event script (EVAL)")
             }
-        } catch {
-            return classify(error, step: "running Google's security event script (EVAL)")
         }
         // The shared streams: a key of another type refuses every notification alike.
         for (name, key) in [("events", store.keys.events), ("deletions", store.keys.deletions)] {
