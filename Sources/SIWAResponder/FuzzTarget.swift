@@ -116,6 +116,14 @@ package struct FuzzTarget: Sendable {
                 precondition(
                     SpoolRecord.encode(decoded, attemptedAt: attemptedAgain) == again,
                     "a decoded record does not round-trip")
+            case .securityEvent(let securityEvent, _, let attemptedAt, _):
+                records += 1
+                let again = SpoolRecord.encode(securityEvent, attemptedAt: attemptedAt)
+                guard case .securityEvent(let decoded, _, let attemptedAgain) = SpoolRecord.decode(again.dropLast()),
+                    attemptedAgain == attemptedAt, decoded == securityEvent
+                else {
+                    preconditionFailure("a decoded Google record does not round-trip")
+                }
             case .bad: break
             }
         }

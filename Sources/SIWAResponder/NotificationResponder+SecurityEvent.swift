@@ -10,8 +10,10 @@ import SIWAVerification
 /// The Google path (RFC 8935 push delivery), top to bottom: media type → token →
 /// verification (Google's keys and issuer, refreshed on an unknown kid) → the store's one
 /// script call → 202 with an empty body. A refused token is 400 `{"err","description"}`
-/// with `Content-Language: en`; a question about our side (no keys or issuer yet, Redis
-/// unable to take it) is 503 with `Retry-After`, and Google redelivers.
+/// with `Content-Language: en`; a question about our side (no keys or issuer yet) is 503
+/// with `Retry-After`, and Google redelivers. With Redis unable to take a verified token, the
+/// spool does (fsync'd, then 202: RFC 8935's "validated and persisted"), as for Apple's; 503
+/// only when neither can.
 extension NotificationResponder {
     func receiveSecurityEvent(_ request: FastCGIRequest, _ google: SecurityEventReceiver) -> Reply {
         guard SecurityEventReceiver.isSecurityEventMediaType(request.contentType) else {
@@ -67,10 +69,15 @@ extension NotificationResponder {
         }
         let receivedAt = clock.wallMilliseconds()
         do {
-            let outcome = try stores.withStore { store throws(RedisError) in
-                try store.apply(securityEvent, receivedAt: receivedAt)
+            let acknowledged = try stores.withStore { store throws(RedisError) in
+                try store.applyAcknowledged(securityEvent, receivedAt: receivedAt)
             }
-            result.outcome = outcome.rawValue
+            result.outcome = acknowledged.outcome.rawValue
+            if acknowledged.isShortfall || acknowledged.replicaCheckRefusal != nil,
+                let unavailable = keepCopy(securityEvent, acknowledged, result)
+            {
+                return unavailable
+            }
         } catch {
             metrics.recordRedisError()
             if error.isRecordSpecific { return recordRefused(error, result) }
@@ -78,18 +85,63 @@ extension NotificationResponder {
                 "redis_error", level: "warning",
                 [("error", .string(error.code.rawValue)), ("reply", .string(error.replyKind))])
             breaker.recordFailure(error)
-            return spoolInstead(securityEvent, result)
+            return spoolInstead(securityEvent, result, attemptedAt: receivedAt)
         }
         for clientID in securityEvent.clientIDs { _ = google.traffic.recordGenuine(clientID: clientID, at: receivedAt) }
         result.contentType = ""
         return result
     }
 
-    /// The spool does not hold Google's tokens (its records are Apple's notifications): with
-    /// Redis unable to take one, the answer is 503 and Google redelivers it (with limited
-    /// retries).
-    func spoolInstead(_ securityEvent: VerifiedSecurityEvent, _ result: Reply) -> Reply {
-        Self.unavailable(result, errorCode: "store_unavailable")
+    /// Redis cannot take the token now: the spool does (fsync'd, then 202 with an empty body;
+    /// the replayer applies it through the same script once Redis answers), or the answer is
+    /// a 503 and Google redelivers it.
+    func spoolInstead(_ securityEvent: VerifiedSecurityEvent, _ result: Reply, attemptedAt: Int64? = nil) -> Reply {
+        var result = result
+        do {
+            try spool.append(securityEvent, attemptedAt: attemptedAt)
+            result.outcome = "spooled"
+            drain?.nudge()
+        } catch {
+            return storeUnavailable(result, error)
+        }
+        result.contentType = ""
+        return result
+    }
+
+    /// Fewer replicas than `SIWA_REDIS_MIN_REPLICAS` acknowledged the token's write, or Redis
+    /// refused to count them: a copy goes to the spool before the 202, as `keepCopy` does for
+    /// Apple's (the replay of the copy is a `duplicate` where the write survived). Returns a
+    /// 503 only when the copy cannot be kept.
+    func keepCopy(
+        _ securityEvent: VerifiedSecurityEvent, _ acknowledged: NotificationStore.Acknowledged, _ result: Reply
+    ) -> Reply? {
+        let clientID = JSONValue.string(securityEvent.clientIDs.first ?? "")
+        if let refusal = acknowledged.replicaCheckRefusal {
+            log.event(
+                "redis_replica_check_refused", level: "error",
+                [
+                    ("error", .string(refusal.code.rawValue)), ("reason", .string(refusal.operatorMessage)),
+                    ("outcome", .string(acknowledged.outcome.rawValue)), ("provider", .string("google")),
+                    ("client_id", clientID),
+                ])
+        } else {
+            metrics.recordReplicaShortfall()
+            log.event(
+                "redis_replica_shortfall", level: "warning",
+                [
+                    ("replicas", .integer(Int64(acknowledged.replicas ?? 0))),
+                    ("wanted", .integer(Int64(configuration.redis.minimumReplicas))),
+                    ("outcome", .string(acknowledged.outcome.rawValue)), ("provider", .string("google")),
+                    ("client_id", clientID),
+                ])
+        }
+        do {
+            try spool.append(securityEvent)
+            drain?.nudge()
+            return nil
+        } catch {
+            return storeUnavailable(result, error)
+        }
     }
 
     /// RFC 8935's error response: 400, `{"err","description"}`, `Content-Language: en`. The

@@ -15,10 +15,15 @@ extension NotificationSpool {
     /// became of each record (stored with Redis's outcome, or rejected and kept in
     /// `rejected/`); it gets each record's `attemptedAt` (see `append`) beside the notification.
     ///
+    /// `securityEvent` takes Google's records (Security Event Tokens) the same way, in the
+    /// same order among Apple's. Without it (a caller that never spools Google's tokens),
+    /// one found is set aside with the torn bytes (`malformed`): kept, never applied as Apple's.
+    ///
     /// `step` may call `append` but must not call `replay` (replays are one at a time, and
     /// a nested one would wait for itself). After the pass, the depth is recounted from disk.
     public func replay<Stop: Error>(
-        _ step: (VerifiedNotification, _ attemptedAt: Int64?) throws(Stop) -> SpoolReplayStep
+        _ step: (VerifiedNotification, _ attemptedAt: Int64?) throws(Stop) -> SpoolReplayStep,
+        securityEvent: ((VerifiedSecurityEvent, _ attemptedAt: Int64?) throws(Stop) -> SpoolReplayStep)? = nil
     ) -> SpoolReplayReport<Stop> {
         position.withLock { (file: inout SpoolPositionFile) -> SpoolReplayReport<Stop> in
             var report = SpoolReplayReport<Stop>(taken: 0, torn: [], stop: nil, spoolError: nil, remaining: 0)
@@ -26,7 +31,10 @@ extension NotificationSpool {
             do throws(SpoolError) {
                 sealed = try sealSegments()
                 for sequence in sealed {
-                    guard try replaySegment(sequence, file: &file, report: &report, step: step) else { break }
+                    guard
+                        try replaySegment(
+                            sequence, file: &file, report: &report, step: step, securityEventStep: securityEvent)
+                    else { break }
                 }
             } catch {
                 report.spoolError = error
@@ -82,7 +90,8 @@ extension NotificationSpool {
     /// Replays one sealed segment and deletes it once done; false when the replay must stop.
     private func replaySegment<Stop: Error>(
         _ sequence: UInt64, file: inout SpoolPositionFile, report: inout SpoolReplayReport<Stop>,
-        step: (VerifiedNotification, Int64?) throws(Stop) -> SpoolReplayStep
+        step: (VerifiedNotification, Int64?) throws(Stop) -> SpoolReplayStep,
+        securityEventStep: ((VerifiedSecurityEvent, Int64?) throws(Stop) -> SpoolReplayStep)?
     ) throws(SpoolError) -> Bool {
         let path = Self.segmentPath(directory, sequence)
         let saved = file.position
@@ -102,27 +111,43 @@ extension NotificationSpool {
             lastSave = clock.monotonic()
         }
         do throws(SpoolError) {
-            while let entry = try reader.next() {
+            // One record taken by `apply`; false when the pass must stop at it.
+            func take(_ apply: () throws(Stop) -> SpoolReplayStep, end: Int) throws(SpoolError) -> Bool {
+                let taken: SpoolReplayStep
+                do throws(Stop) {
+                    taken = try apply()
+                } catch {
+                    report.stop = error
+                    try commit()
+                    return false
+                }
+                pending = SpoolPosition(sequence: sequence, offset: end)
+                pendingCount += 1
+                waiting.subtract(1, ordering: .relaxed)
+                report.taken += 1
+                report.steps[taken, default: 0] += 1
+                if taken == .rejected || pendingCount >= positionBatchRecords
+                    || clock.monotonic() - lastSave >= positionBatchInterval
+                {
+                    try commit()
+                }
+                return true
+            }
+            while true {
+                let recordStart = reader.offset
+                guard var entry = try reader.next() else { break }
+                if case .securityEvent(_, _, _, let end) = entry, securityEventStep == nil {
+                    entry = .bad(.malformed, start: recordStart, end: end)
+                }
                 switch entry {
                 case .record(let notification, _, let attemptedAt, let end):
-                    let taken: SpoolReplayStep
-                    do throws(Stop) {
-                        taken = try step(notification, attemptedAt)
-                    } catch {
-                        report.stop = error
-                        try commit()
+                    guard try take({ () throws(Stop) in try step(notification, attemptedAt) }, end: end) else {
                         return false
                     }
-                    pending = SpoolPosition(sequence: sequence, offset: end)
-                    pendingCount += 1
-                    waiting.subtract(1, ordering: .relaxed)
-                    report.taken += 1
-                    report.steps[taken, default: 0] += 1
-                    if taken == .rejected || pendingCount >= positionBatchRecords
-                        || clock.monotonic() - lastSave >= positionBatchInterval
-                    {
-                        try commit()
-                    }
+                case .securityEvent(let securityEvent, _, let attemptedAt, let end):
+                    guard let securityEventStep else { continue }  // made `.bad` above
+                    guard try take({ () throws(Stop) in try securityEventStep(securityEvent, attemptedAt) }, end: end)
+                    else { return false }
                 case .bad(let reason, let badStart, let end):
                     try commit()
                     let tornPath = Self.tornPath(directory, sequence)

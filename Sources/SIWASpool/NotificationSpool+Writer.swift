@@ -16,7 +16,19 @@ extension NotificationSpool {
     /// wait, and the next fsync covers them all. So N concurrent appends cost about one or
     /// two fsyncs, not N, and none returns before an fsync that began after its write.
     public func append(_ notification: VerifiedNotification, attemptedAt: Int64? = nil) throws(SpoolError) {
-        let line = SpoolRecord.encode(notification, spooledAt: clock.wallMilliseconds(), attemptedAt: attemptedAt)
+        try appendDurably(
+            SpoolRecord.encode(notification, spooledAt: clock.wallMilliseconds(), attemptedAt: attemptedAt))
+    }
+
+    /// Appends Google's verified Security Event Token as `append` appends Apple's
+    /// notification, in the same line of records: durable when this returns (only then may
+    /// the responder answer 202), nothing of it left behind when it throws (answer 503).
+    public func append(_ securityEvent: VerifiedSecurityEvent, attemptedAt: Int64? = nil) throws(SpoolError) {
+        try appendDurably(
+            SpoolRecord.encode(securityEvent, spooledAt: clock.wallMilliseconds(), attemptedAt: attemptedAt))
+    }
+
+    private func appendDurably(_ line: [UInt8]) throws(SpoolError) {
         do throws(SpoolError) {
             let ticket = try write(line)
             try waitUntilDurable(ticket)

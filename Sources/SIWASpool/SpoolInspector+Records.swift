@@ -23,10 +23,31 @@ extension SpoolInspector {
         /// The notifications in the file: one for a set-aside record (an earlier release
         /// could keep several in one file: they move together); none for torn bytes.
         public let notifications: [VerifiedNotification]
+        /// Google's Security Event Tokens in the file (one for a set-aside token; none for
+        /// Apple's or torn bytes).
+        public var securityEvents: [VerifiedSecurityEvent] = []
         /// When it was set aside (ms): the time in its name, else the file's modification time.
         public let setAsideAt: Int64
         public let path: String
         public let bytes: Int
+
+        /// Whose record it is: `apple`, `google`, or nil for torn bytes (and an empty file).
+        public var provider: String? {
+            if !notifications.isEmpty { return "apple" }
+            return securityEvents.isEmpty ? nil : "google"
+        }
+
+        /// How many records the file holds, Apple's and Google's.
+        public var recordCount: Int { notifications.count + securityEvents.count }
+
+        /// The first record's event type and client ID (`spool list`), whoever's it is.
+        public var firstTypeAndClient: (type: String, clientID: String)? {
+            if let first = notifications.first { return (first.type.name, first.clientID) }
+            if let first = securityEvents.first {
+                return (first.events.first?.type.name ?? "", first.clientIDs.first ?? "")
+            }
+            return nil
+        }
     }
 
     /// Every set-aside file, oldest first, then every torn file.
@@ -40,19 +61,25 @@ extension SpoolInspector {
             let path = rejected + "/" + name
             guard let status = SpoolFileSystem.regularFileStatus(path) else { continue }  // requeued meanwhile
             var notifications: [VerifiedNotification] = []
+            var securityEvents: [VerifiedSecurityEvent] = []
             if let reader = try SpoolSegmentReader(path: path, offset: 0) {
                 while let entry = try reader.next() {
-                    if case .record(let notification, _, _, _) = entry { notifications.append(notification) }
+                    switch entry {
+                    case .record(let notification, _, _, _): notifications.append(notification)
+                    case .securityEvent(let securityEvent, _, _, _): securityEvents.append(securityEvent)
+                    case .bad: break
+                    }
                 }
             }
             let stem = String(name.dropLast(NotificationSpool.segmentSuffix.count))
             let parts = stem.split(separator: "-")
             let why = parts.count >= 5 ? String(parts[4]) : "not_recorded"
             let named = parts.count >= 2 ? Int64(parts[1]) : nil
-            result.append(
-                Record(
-                    id: stem, kind: .setAside, why: why, notifications: notifications,
-                    setAsideAt: named ?? status.modified * 1000, path: path, bytes: status.size))
+            var record = Record(
+                id: stem, kind: .setAside, why: why, notifications: notifications,
+                setAsideAt: named ?? status.modified * 1000, path: path, bytes: status.size)
+            record.securityEvents = securityEvents
+            result.append(record)
         }
         for name in try SpoolFileSystem.list(directory).sorted() where name.hasSuffix(NotificationSpool.tornSuffix) {
             let path = directory + "/" + name

@@ -25,6 +25,9 @@ public final class SpoolReplayer: Service {
     private let store: Mutex<UnsafeTransfer<any NotificationStoring>>
     private let metrics: ServerMetrics
     private let clientIDs: Set<String>
+    /// Google's client IDs served now (`SIWA_GOOGLE_CLIENT_IDS`): a spooled token naming
+    /// none of them is rejected (kept in `rejected/`), not applied.
+    private let googleClientIDs: Set<String>
     private let retentionDays: Int
     /// Wall time for the `updated_at` of replayed notifications and the retention's file
     /// ages; monotonic time for when the hourly retention cleanup is due.
@@ -63,9 +66,10 @@ public final class SpoolReplayer: Service {
     public init(
         spool: NotificationSpool, rejected: SpoolSetAsideStore, store: any NotificationStoring,
         metrics: ServerMetrics,
-        clientIDs: Set<String>, retentionDays: Int = defaultRetentionDays, clock: EndpointClock,
-        log: EventLog.Sink = .standardError
+        clientIDs: Set<String>, googleClientIDs: Set<String> = [], retentionDays: Int = defaultRetentionDays,
+        clock: EndpointClock, log: EventLog.Sink = .standardError
     ) {
+        self.googleClientIDs = googleClientIDs
         self.log = log
         self.spool = spool
         self.rejected = rejected
@@ -95,9 +99,11 @@ public final class SpoolReplayer: Service {
     /// One pass: applies what is waiting, in order, until done or something stops it.
     @discardableResult
     public func replayOnce() -> SpoolReplayReport<Stop> {
-        let report = spool.replay { (notification, attemptedAt) throws(Stop) -> SpoolReplayStep in
-            try replay(notification, attemptedAt: attemptedAt)
-        }
+        let report = spool.replay(
+            { (notification, attemptedAt) throws(Stop) -> SpoolReplayStep in
+                try replay(notification, attemptedAt: attemptedAt)
+            },
+            securityEvent: { (securityEvent, _) throws(Stop) -> SpoolReplayStep in try self.replay(securityEvent) })
         let rejectedCount = report.count(.rejected)
         let stored = report.taken - rejectedCount
         if stored > 0 { metrics.recordSpoolReplayed(stored) }
@@ -189,6 +195,38 @@ public final class SpoolReplayer: Service {
             // Replayed on the service's own thread: scrubbed at once.
             scrubEmail(clientID: notification.clientID, subject: notification.subject)
         }
+        try checkReplicas(acknowledged)
+        return .stored(acknowledged.outcome)
+    }
+
+    /// One of Google's records, as `replay(_:attemptedAt:)` takes Apple's: stored in Redis by
+    /// the store's Google script (with enough replicas), or rejected and kept in `rejected/`.
+    /// A token whose earlier attempt did commit answers `duplicate` (Google's seen marker is
+    /// per `jti`); either way it is stored once.
+    private func replay(_ securityEvent: VerifiedSecurityEvent) throws(Stop) -> SpoolReplayStep {
+        if task.isStopRequested { throw .stopRequested }
+        guard securityEvent.clientIDs.allSatisfy({ googleClientIDs.contains($0) }) else {
+            return try keepRejected(
+                securityEvent, code: "aud_not_served", reason: "the record's aud is not in SIWA_GOOGLE_CLIENT_IDS")
+        }
+        let acknowledged: NotificationStore.Acknowledged
+        do throws(RedisError) {
+            let receivedAt = clock.wallMilliseconds()
+            acknowledged = try store.withLock { store throws(RedisError) in
+                try store.value.applyAcknowledged(securityEvent, receivedAt: receivedAt)
+            }
+        } catch  where error.isRecordSpecific {
+            return try keepRejected(
+                securityEvent, code: error.code.rawValue, reason: error.message, why: error.replyKind.lowercased())
+        } catch {
+            throw .redis(error)
+        }
+        try checkReplicas(acknowledged)
+        return .stored(acknowledged.outcome)
+    }
+
+    /// Stops the pass at a record whose write the replicas the store waits for do not hold.
+    private func checkReplicas(_ acknowledged: NotificationStore.Acknowledged) throws(Stop) {
         if let refusal = acknowledged.replicaCheckRefusal {
             // Nobody knows which replicas hold it: kept, and the pass is blocked, named.
             throw .redis(
@@ -199,7 +237,6 @@ public final class SpoolReplayer: Service {
             // later (the repeat is a `duplicate` in Redis).
             throw .redis(RedisError(.replicaShortfall, "fewer replicas than SIWA_REDIS_MIN_REPLICAS acknowledged"))
         }
-        return .stored(acknowledged.outcome)
     }
 
     /// After an `account-deleted` was stored live: the request path only notes the user and
@@ -295,6 +332,27 @@ public final class SpoolReplayer: Service {
             [
                 ("error", .string(code)), ("reason", .string(reason)), ("client_id", .string(notification.clientID)),
                 ("type", .string(notification.type.name)), ("kept_in", .string(path)),
+            ])
+        return .rejected
+    }
+
+    /// Keeps Google's rejected record in `rejected/`, as `keepRejected` does Apple's.
+    private func keepRejected(
+        _ securityEvent: VerifiedSecurityEvent, code: String, reason: String, why: String? = nil
+    ) throws(Stop) -> SpoolReplayStep {
+        let path: String
+        do throws(SpoolError) {
+            path = try rejected.add(securityEvent, reason: why ?? code)
+        } catch {
+            throw .rejectedRecordNotKept(error)
+        }
+        metrics.recordSpoolRejected()
+        log.event(
+            "spool_record_rejected", level: "error",
+            [
+                ("error", .string(code)), ("reason", .string(reason)), ("provider", .string("google")),
+                ("client_id", .string(securityEvent.clientIDs.first ?? "")),
+                ("type", .string(securityEvent.events.first?.type.name ?? "")), ("kept_in", .string(path)),
             ])
         return .rejected
     }

@@ -13,6 +13,8 @@ package final class SpoolSegmentReader {
         /// A whole record; `end` is the offset just past its newline. `attemptedAt`: see
         /// `SpoolRecord.encode`.
         case record(VerifiedNotification, spooledAt: Int64?, attemptedAt: Int64?, end: Int)
+        /// A whole record of Google's Security Event Token (see `SpoolRecord`).
+        case securityEvent(VerifiedSecurityEvent, spooledAt: Int64?, attemptedAt: Int64?, end: Int)
         /// Bytes that are not a whole, intact record.
         case bad(SpoolTornRecord.Reason, start: Int, end: Int)
     }
@@ -82,6 +84,8 @@ package final class SpoolSegmentReader {
                 switch SpoolRecord.decode(line[...]) {
                 case .notification(let notification, let spooledAt, let attemptedAt):
                     return .record(notification, spooledAt: spooledAt, attemptedAt: attemptedAt, end: offset)
+                case .securityEvent(let securityEvent, let spooledAt, let attemptedAt):
+                    return .securityEvent(securityEvent, spooledAt: spooledAt, attemptedAt: attemptedAt, end: offset)
                 case .bad(let reason): return .bad(reason, start: start, end: offset)
                 }
             }
@@ -98,9 +102,11 @@ package final class SpoolSegmentReader {
         var count = 0
         var first: Int64?
         while let entry = try reader.next() {
-            if case .record(_, let spooledAt, _, _) = entry {
+            switch entry {
+            case .record(_, let spooledAt, _, _), .securityEvent(_, let spooledAt, _, _):
                 if count == 0 { first = spooledAt }
                 count += 1
+            case .bad: break
             }
         }
         return (count, first)

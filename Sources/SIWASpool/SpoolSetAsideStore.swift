@@ -47,6 +47,18 @@ public final class SpoolSetAsideStore: Sendable {
     @discardableResult
     public func add(_ notification: VerifiedNotification, reason: String? = nil) throws(SpoolError) -> String {
         let now = clock.wallMilliseconds()
+        return try add(SpoolRecord.encode(notification, spooledAt: now), at: now, reason: reason)
+    }
+
+    /// Keeps Google's Security Event Token as `add` keeps Apple's notification (`spool list`
+    /// shows its provider; `spool requeue` puts it back in line).
+    @discardableResult
+    public func add(_ securityEvent: VerifiedSecurityEvent, reason: String? = nil) throws(SpoolError) -> String {
+        let now = clock.wallMilliseconds()
+        return try add(SpoolRecord.encode(securityEvent, spooledAt: now), at: now, reason: reason)
+    }
+
+    private func add(_ line: [UInt8], at now: Int64, reason: String?) throws(SpoolError) -> String {
         let number = counter.add(1, ordering: .relaxed).newValue
         let code = String((reason ?? "").filter { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_") }.prefix(64))
         let name =
@@ -54,7 +66,7 @@ public final class SpoolSetAsideStore: Sendable {
             + (code.isEmpty ? "" : "-" + code) + ".log"
         let path = directory + "/" + name
         try SpoolFileSystem.createDurably(
-            path, SpoolRecord.encode(notification, spooledAt: now), mode: SpoolFileSystem.privateFileMode,
+            path, line, mode: SpoolFileSystem.privateFileMode,
             directory: directory, code: .setAsideFailed)
         return path
     }

@@ -40,7 +40,20 @@ extension NotificationStore {
     public func applyAcknowledged(
         _ notification: VerifiedNotification, receivedAt: Int64, earlierAttempt: Int64? = nil
     ) throws(RedisError) -> Acknowledged {
-        let outcome = try apply(notification, receivedAt: receivedAt, earlierAttempt: earlierAttempt)
+        try acknowledge(apply(notification, receivedAt: receivedAt, earlierAttempt: earlierAttempt))
+    }
+
+    /// Applies one verified Security Event Token from Google (`apply(_:receivedAt:)`), then
+    /// waits for `minimumReplicas` exactly as `applyAcknowledged` does for Apple's: Google's
+    /// writes are held to the same durability.
+    public func applyAcknowledged(_ securityEvent: VerifiedSecurityEvent, receivedAt: Int64) throws(RedisError)
+        -> Acknowledged
+    {
+        try acknowledge(apply(securityEvent, receivedAt: receivedAt))
+    }
+
+    /// The replica check after a write on this connection (see `applyAcknowledged`).
+    private func acknowledge(_ outcome: Outcome) -> Acknowledged {
         guard minimumReplicas > 0 else { return Acknowledged(outcome: outcome, replicas: nil, isShortfall: false) }
         let milliseconds = max(1, replicaTimeout.wholeMilliseconds)
         var replicas = 0

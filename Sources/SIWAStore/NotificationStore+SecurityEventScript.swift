@@ -21,11 +21,38 @@ extension NotificationStore {
     /// `account_disabled` (`true`/`false`), `account_disabled_reason` (when sent),
     /// `account_state_at` (the time of the latest disabled / enabled applied),
     /// `credential_change_required_at`, `last_event_type`, `last_event_at`, `last_jti`,
-    /// `updated_at`. Returns `applied` when any entry moved a user field, else `stale` when
+    /// `updated_at`.
+    ///
+    /// Probe mode (two ARGV: channel, stream max length; KEYS: seen marker, events stream, a
+    /// user hash, a verification hash), used by the start-up check as Apple's script's is:
+    /// asks Redis (`redis.acl_check_cmd`, Redis 7) whether this user may run every command
+    /// below on these keys and this channel, and returns `ready` or a NOPERM error naming
+    /// the command. It writes nothing.
+    ///
+    /// Returns `applied` when any entry moved a user field, else `stale` when
     /// a user event moved nothing (older than what is held), else `recorded`
     /// (`token-revoked`, `verification` and unknown types change no user field).
     static let securityEventScript = """
         local seen_key, stream_key = KEYS[1], KEYS[2]
+        if #ARGV == 2 then
+          if redis.acl_check_cmd == nil then return 'ready' end
+          local user_key, verification_key = KEYS[3], KEYS[4]
+          local checks = {
+            {'EXISTS', seen_key}, {'TYPE', stream_key}, {'TYPE', user_key}, {'HGET', user_key, 'f'},
+            {'HSET', user_key, 'f', 'v'}, {'HDEL', user_key, 'f'}, {'HSET', verification_key, 'f', 'v'},
+            {'PEXPIRE', verification_key, '1'}, {'XADD', stream_key, 'MAXLEN', '~', ARGV[2], '*', 'f', 'v'},
+            {'XINFO', 'GROUPS', stream_key}, {'XPENDING', stream_key, 'g'}, {'XLEN', stream_key},
+            {'XRANGE', stream_key, '-', '+', 'COUNT', '1'}, {'XTRIM', stream_key, 'MINID', '0-1'},
+            {'PUBLISH', ARGV[1], 'm'}, {'SET', seen_key, 'v', 'PX', '1'},
+          }
+          for _, check in ipairs(checks) do
+            if not redis.acl_check_cmd(unpack(check)) then
+              return redis.error_reply('NOPERM this user may not run ' .. check[1] ..
+                ' on the keys or the channel siwa-endpoint writes for Google (' .. check[2] .. ')')
+            end
+          end
+          return 'ready'
+        end
         local channel, received_at, seen_ttl_ms, stream_maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
         local jti, event_time_text, verification_ttl_ms = ARGV[5], ARGV[6], ARGV[7]
         local event_time = tonumber(event_time_text)

@@ -15,6 +15,11 @@ public protocol NotificationStoring: AnyObject {
     func apply(_ securityEvent: VerifiedSecurityEvent, receivedAt: Int64) throws(RedisError)
         -> NotificationStore.Outcome
 
+    /// Applies one verified Security Event Token from Google and waits for the replicas the
+    /// store was made with (see `NotificationStore.applyAcknowledged(_:receivedAt:)`).
+    func applyAcknowledged(_ securityEvent: VerifiedSecurityEvent, receivedAt: Int64) throws(RedisError)
+        -> NotificationStore.Acknowledged
+
     /// Why the store does not answer now (a PING), or nil when it does.
     func probe() -> RedisError?
 
@@ -36,6 +41,13 @@ extension NotificationStoring {
         -> NotificationStore.Outcome
     {
         throw RedisError(.unexpectedReply, "this store does not apply Security Event Tokens")
+    }
+
+    /// A stand-in's Security Event Token, with no replicas asked for.
+    public func applyAcknowledged(_ securityEvent: VerifiedSecurityEvent, receivedAt: Int64) throws(RedisError)
+        -> NotificationStore.Acknowledged
+    {
+        NotificationStore.Acknowledged(try apply(securityEvent, receivedAt: receivedAt))
     }
 
     /// A store without `P:clients` (the in-process stand-ins) records nothing.

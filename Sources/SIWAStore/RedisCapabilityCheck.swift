@@ -5,7 +5,8 @@ import SIWASettingKeys
 /// credentials, do the endpoint's work? It logs in step by step (AUTH, SELECT), loads the
 /// apply script and runs it in its probe mode, which asks Redis (`redis.acl_check_cmd`)
 /// whether this user may run each command the script runs, on the keys and channel it
-/// writes, and changes nothing. It asks `TYPE` of the events stream key (a key of another
+/// writes, and changes nothing; then Google's script the same way (sent with `EVAL`, as the
+/// store sends it). It asks `TYPE` of the events stream key (a key of another
 /// type refuses every notification), and with `SIWA_REDIS_MIN_REPLICAS` above 0 sends the
 /// probe `PUBLISH` (on a channel nobody reads) and a `WAIT 0` that returns at once, so a
 /// user without them is refused here, not found out on every write.
@@ -29,7 +30,7 @@ public enum RedisCapabilityCheck {
 
     public static func run(
         endpoint: RedisEndpoint, timeout: Duration, keyPrefix: String, streamMaximumLength: Int,
-        minimumReplicas: Int = 0
+        minimumReplicas: Int = 0, checksGoogle: Bool = false
     ) -> Result {
         // Logged in by hand, so that each step's refusal is told apart from an outage.
         let bare = RedisEndpoint(address: endpoint.address, tls: endpoint.tls)
@@ -85,6 +86,24 @@ public enum RedisCapabilityCheck {
             }
         } catch {
             return classify(error, step: "running the apply script (EVALSHA)")
+        }
+        // Google's script, sent as the store sends it (EVAL), in its probe mode: a user who may
+        // run Apple's script but not Google's would spool every Google token for ever. Only
+        // when Google's path is served (`SIWA_GOOGLE_CLIENT_IDS`).
+        if checksGoogle {
+            do {
+                let reply = try connection.command([
+                    "EVAL", NotificationStore.securityEventScript, "4", store.keys.googleSeen(tokenID: "probe"),
+                    store.keys.events, store.keys.googleUser(clientID: probeClient, subject: "probe"),
+                    store.keys.googleVerification(state: "probe"), store.keys.notifications,
+                    String(max(1, streamMaximumLength)),
+                ])
+                guard reply.string == "ready" else {
+                    return .refused("Google's security event script's check did not answer \"ready\"")
+                }
+            } catch {
+                return classify(error, step: "running Google's security event script (EVAL)")
+            }
         }
         // The shared streams: a key of another type refuses every notification alike.
         for (name, key) in [("events", store.keys.events), ("deletions", store.keys.deletions)] {

@@ -71,7 +71,8 @@ struct ServeAssembly {
         let (spool, setAside) = try openSpool(configuration, clock: clock)
         let replayer = SpoolReplayer(
             spool: spool, rejected: setAside, store: makeStore(), metrics: metrics, clientIDs: configuration.clientIDs,
-            retentionDays: configuration.spool.retentionDays, clock: clock)
+            googleClientIDs: Set(configuration.google.clientIDs), retentionDays: configuration.spool.retentionDays,
+            clock: clock)
         let stores = NotificationStorePool(makeStore: makeStore)
         let breaker = RedisCircuitBreaker(
             retryInterval: redis.circuitRetryInterval, clock: clock,

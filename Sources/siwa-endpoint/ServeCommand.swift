@@ -274,7 +274,7 @@ enum ServeCommand {
         let result = RedisCapabilityCheck.run(
             endpoint: endpoint, timeout: configuration.redis.timeout,
             keyPrefix: configuration.store.keyPrefix, streamMaximumLength: configuration.store.streamMaximumLength,
-            minimumReplicas: configuration.redis.minimumReplicas)
+            minimumReplicas: configuration.redis.minimumReplicas, checksGoogle: configuration.google.isServed)
         switch result {
         case .ready: return .usable
         case .unavailable(let why):

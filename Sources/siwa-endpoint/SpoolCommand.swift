@@ -95,14 +95,15 @@ enum SpoolCommand {
             case "list":
                 let now = Int64(Date().timeIntervalSince1970 * 1000)
                 for record in try SpoolInspector.records(spoolDirectory: directory) {
-                    let first = record.notifications.first
+                    let first = record.firstTypeAndClient
                     Output.json(
                         [
                             ("id", .string(record.id)), ("kind", .string(record.kind.rawValue)),
-                            ("why", .string(record.why)), ("type", first.map { .string($0.type.name) } ?? .null),
+                            ("why", .string(record.why)), ("provider", record.provider.map { .string($0) } ?? .null),
+                            ("type", first.map { .string($0.type) } ?? .null),
                             ("client_id", first.map { .string($0.clientID) } ?? .null),
                             ("age_seconds", .integer(max(0, now - record.setAsideAt) / 1000)),
-                            ("records", .integer(Int64(record.notifications.count))),
+                            ("records", .integer(Int64(record.recordCount))),
                         ])
                 }
             case "show":
@@ -139,14 +140,15 @@ enum SpoolCommand {
         try SpoolInspector.checkAuditable(spoolDirectory: directory)
         let outcome = try SpoolInspector.discard(spoolDirectory: directory, id: id)
         if case .done(let record) = outcome {
-            let first = record.notifications.first
+            let first = record.firstTypeAndClient
             let line = EventLog.eventLine(
                 "spool_record_discarded", level: "warning",
                 [
                     ("id", .string(record.id)), ("kind", .string(record.kind.rawValue)), ("why", .string(record.why)),
-                    ("type", first.map { .string($0.type.name) } ?? .null),
+                    ("provider", record.provider.map { .string($0) } ?? .null),
+                    ("type", first.map { .string($0.type) } ?? .null),
                     ("client_id", first.map { .string($0.clientID) } ?? .null),
-                    ("records", .integer(Int64(record.notifications.count))), ("reason", .string(reason)),
+                    ("records", .integer(Int64(record.recordCount))), ("reason", .string(reason)),
                     ("user", .string(operatorName())), ("uid", .integer(Int64(getuid()))),
                     ("sudo_user", ProcessInfo.processInfo.environment["SUDO_USER"].map { .string($0) } ?? .null),
                 ])
@@ -174,7 +176,7 @@ enum SpoolCommand {
             Output.json(
                 [
                     ("spool_dir", .string(directory)), ("id", .string(record.id)),
-                    (action == "discard" ? "discarded" : "requeued", .integer(Int64(record.notifications.count))),
+                    (action == "discard" ? "discarded" : "requeued", .integer(Int64(record.recordCount))),
                 ])
             return .success
         case .notFound:
@@ -199,6 +201,7 @@ enum SpoolCommand {
         var members: [(String, JSONValue)] = [
             ("id", .string(record.id)), ("kind", .string(record.kind.rawValue)), ("why", .string(record.why)),
             ("file", .string(record.path)), ("set_aside_at", .integer(record.setAsideAt)),
+            ("provider", record.provider.map { .string($0) } ?? .null),
         ]
         if record.kind == .torn {
             members.append(("bytes", .integer(Int64(record.bytes))))
@@ -220,7 +223,32 @@ enum SpoolCommand {
             return .object(fields)
         }
         members.append(("notifications", .array(notifications)))
+        if !record.securityEvents.isEmpty {
+            // Google's tokens hold no email address: nothing to mask.
+            members.append(("security_events", .array(record.securityEvents.map(describe))))
+        }
         return JSONWriter.object(members)
+    }
+
+    /// One of Google's set-aside tokens, each event with what it says about whom.
+    static func describe(_ securityEvent: VerifiedSecurityEvent) -> JSONValue {
+        let events: [JSONValue] = securityEvent.events.map { event in
+            var fields: [String: JSONValue] = [
+                "type": .string(event.type.name), "raw_type": .string(event.rawType),
+                "sub": event.subject.map { .string($0) } ?? .null,
+            ]
+            if let reason = event.reason { fields["reason"] = .string(reason) }
+            if let state = event.state { fields["state"] = .string(state) }
+            if let token = event.revokedToken {
+                fields["token_type"] = .string(token.tokenType)
+                fields["token_identifier_alg"] = .string(token.identifierAlgorithm)
+            }
+            return .object(fields)
+        }
+        return .object([
+            "client_ids": .array(securityEvent.clientIDs.map { .string($0) }), "jti": .string(securityEvent.tokenID),
+            "iat": .integer(securityEvent.issuedAt), "events": .array(events),
+        ])
     }
 
     /// The effective user's name (the operator; under sudo, SUDO_USER says who called it).

@@ -29,6 +29,7 @@ final class GoogleReceiverTests {
     let google: GoogleStandIn
     let key: TestSigningKey
     let responder: NotificationResponder
+    let spool: NotificationSpool
     let connection: RedisConnection
     let services = ServiceGroup()
     let logged = LoggedLines()
@@ -68,11 +69,12 @@ final class GoogleReceiverTests {
         let breaker = RedisCircuitBreaker(retryInterval: configuration.redis.circuitRetryInterval) {
             (try? stores.withStore { store throws(RedisError) in store.probe() }) ?? nil
         }
+        spool = try NotificationSpool(directory: configuration.spool.directory)
         responder = NotificationResponder(
             configuration: configuration,
             verifier: NotificationVerifier(clientIDs: configuration.clientIDs),
             keys: appleKeys, breaker: breaker, stores: stores,
-            spool: try NotificationSpool(directory: configuration.spool.directory), drain: nil,
+            spool: spool, drain: nil,
             metrics: ServerMetrics(), google: receiver, log: logged.sink)
         services.start(breaker)
     }
@@ -257,11 +259,53 @@ final class GoogleReceiverTests {
             })
     }
 
-    @Test("Redis away and no spool for Google: 503 with Retry-After, nothing answered 202")
-    func redisAway() throws {
+    /// The replayer serve runs, on the responder's spool, with its own connection.
+    func replayer() throws -> SpoolReplayer {
+        SpoolReplayer(
+            spool: spool, rejected: try SpoolSetAsideStore(spoolDirectory: spool.directory),
+            store: NotificationStore(connection: redis.unixSocketConnection()), metrics: ServerMetrics(),
+            clientIDs: ["com.example.app"], googleClientIDs: [Self.clientID], clock: .system, log: logged.sink)
+    }
+
+    @Test("Redis away: a verified token is spooled (202 once fsync'd) and applied once when Redis is back")
+    func redisAwaySpoolsAndReplays() throws {
+        let issuedAt = Int64(Date().timeIntervalSince1970)
         redis.stop()
-        let answer = push(try token(.sessionsRevoked, jti: "down-1"))
-        #expect(answer.status == 503)
-        #expect(answer.headers["Retry-After"] != nil)
+        let answer = push(try token(.sessionsRevoked, jti: "down-1", iat: issuedAt))
+        #expect(isAccepted(answer))
+        #expect(spool.depth == 1)
+        try redis.start()
+        let report = try replayer().replayOnce()
+        #expect(report.taken == 1)
+        #expect(report.count(.stored(.applied)) == 1)
+        #expect(spool.depth == 0)
+        let fields = try userFields()
+        #expect(fields["sessions_revoked_at"] == String(issuedAt * 1000))
+        #expect(fields["last_jti"] == "down-1")
+        let entries = try #require(try connection.command("XRANGE", "siwa:events", "-", "+").array)
+        #expect(entries.count == 1)
+        let entryFields = try #require(entries.first?.array?.last?.fieldMap)
+        #expect(entryFields["provider"] == "google")
+        #expect(entryFields["jti"] == "down-1")
+        #expect(entryFields["applied"] == "1")
+    }
+
+    @Test("a spooled token already stored in Redis replays as a duplicate: no second entry")
+    func replayOfStoredTokenIsDuplicate() throws {
+        let issuedAt = Int64(Date().timeIntervalSince1970)
+        #expect(isAccepted(push(try token(.sessionsRevoked, jti: "twice-1", iat: issuedAt))))
+        // The copy a replica shortfall or a timed-out call that ran after all leaves behind.
+        try spool.append(
+            VerifiedSecurityEvent(
+                clientIDs: [Self.clientID], tokenID: "twice-1", issuedAt: issuedAt,
+                events: [
+                    SecurityEvent(
+                        type: .sessionsRevoked, rawType: SecurityEventType.sessionsRevoked.uri, subject: Self.sub)
+                ]))
+        #expect(spool.depth == 1)
+        let report = try replayer().replayOnce()
+        #expect(report.count(.stored(.duplicate)) == 1)
+        #expect(report.taken == 1)
+        #expect(try connection.command("XLEN", "siwa:events").integer == 1)
     }
 }

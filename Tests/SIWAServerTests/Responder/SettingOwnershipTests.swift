@@ -281,6 +281,9 @@ struct SettingOwnerTableTests {
             defaultText: "\(AppleTokenCheck.defaultRetryDelayMilliseconds)",
             bounds: AppleTokenCheck.retryDelayMillisecondsRange),
         "SIWA_GOOGLE_RISC_API_URL": Owned(defaultText: GoogleManagementClient.defaultAPIURL, bounds: nil),
+        "SIWA_GOOGLE_RISC_CONFIGURATION_URL": Owned(
+            defaultText: SecurityEventVerifier.googleConfigurationURL, bounds: nil),
+        "SIWA_GOOGLE_PATH": Owned(defaultText: GoogleSettings.defaultPath, bounds: nil),
     ]
 
     /// The rows no component has a default for, and why.
@@ -313,6 +316,7 @@ struct SettingOwnerTableTests {
         "SIWA_GOOGLE_SERVICE_ACCOUNT_FILE": "required by google",
         "SIWA_GOOGLE_RECEIVER_URL": "required by google register: the deployment's public URL",
         "SIWA_GOOGLE_CA_FILE": "unset: the system trust store",
+        "SIWA_GOOGLE_CLIENT_IDS": "unset: Google not served (its path answers 404)",
     ]
 
     static let minimal = ["SIWA_CLIENT_IDS": "com.example.app"]
