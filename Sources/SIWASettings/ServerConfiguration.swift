@@ -195,7 +195,7 @@ public struct ServerConfiguration: Sendable, Equatable {
                 in: ReadinessLimits.spoolMaximumAgeRange, unit: .seconds,
                 "age of the oldest waiting spool record beyond which `/healthz/ready` answers 503 `spool_too_old` (0: no limit)"
             ),
-        ] + ReconcileConfiguration.appleSettings + WebhookConfiguration.webhookSettings
+        ] + AppleAPIConfiguration.appleSettings + WebhookConfiguration.webhookSettings
         + GoogleManagementConfiguration.googleSettings
 
     /// Reads the settings from `environment`, after the lines of `envFile` (`NAME=value`,
