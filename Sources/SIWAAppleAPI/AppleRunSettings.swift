@@ -1,5 +1,5 @@
 /// What a run of the Apple commands needs of their settings, read by the command (from
-/// `ReconcileConfiguration`) and handed in: the team, the endpoints its lines name, and
+/// `AppleAPIConfiguration`) and handed in: the team, the endpoints its lines name, and
 /// the store's key prefix and stream length. The clients themselves are handed in beside it.
 public struct AppleRunSettings: Sendable {
     let teamID: String

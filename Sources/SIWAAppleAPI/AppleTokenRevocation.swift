@@ -1,7 +1,7 @@
 import SIWAHTTPS
 
 /// Revokes one user's refresh or access token at Apple's `/auth/revoke`, with the same
-/// client secret, fetcher, pacing and retry rules as `AppleTokenCheck` (whose settings it
+/// client secret, fetcher, pacing and retry rules as `AppleSignedPost` (whose settings it
 /// shares).
 ///
 /// `200`: revoked (Apple answers 200 for a token that was never valid too, so it proves
@@ -9,7 +9,7 @@ import SIWAHTTPS
 /// our configuration is wrong, never a user's state. Another `400` with an error code:
 /// refused with that code (`invalid_request`, `unsupported_token_type`, ...). `5xx`, a
 /// timeout or a failed connection: retried, then unknown; a `429` after Apple's
-/// `Retry-After` (see `AppleTokenCheck`). Nothing here logs;
+/// `Retry-After` (see `AppleSignedPost`). Nothing here logs;
 /// nothing returned holds the token or the secret.
 public struct AppleTokenRevocation: Sendable {
     public static let defaultRevokeURL = "https://appleid.apple.com/auth/revoke"
@@ -31,9 +31,9 @@ public struct AppleTokenRevocation: Sendable {
 
     public let revokeURL: String
     /// The client secret, fetcher, attempts, delays and pacing.
-    public let client: AppleTokenCheck
+    public let client: AppleSignedPost
 
-    public init(revokeURL: String, client: AppleTokenCheck) {
+    public init(revokeURL: String, client: AppleSignedPost) {
         self.revokeURL = revokeURL
         self.client = client
     }
@@ -43,7 +43,7 @@ public struct AppleTokenRevocation: Sendable {
     }
 
     private func attemptOnce(clientID: String, token: String, kind: TokenKind) -> (
-        Verdict, retry: AppleTokenCheck.Retry
+        Verdict, retry: AppleSignedPost.Retry
     ) {
         let response: HTTPSResponse
         switch client.postSigned(
@@ -63,7 +63,7 @@ public struct AppleTokenRevocation: Sendable {
         case 200:
             return (.revoked, .final)
         case 400, 401:
-            switch AppleTokenCheck.errorCode(response.body) {
+            switch AppleSignedPost.errorCode(response.body) {
             case let code? where code == "invalid_client" || code == "unauthorized_client":
                 return (.configurationError(code: code), .final)
             case let code?:

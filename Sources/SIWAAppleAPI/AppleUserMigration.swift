@@ -4,7 +4,7 @@ import SIWAJSON
 import SIWAVerification
 
 /// Apple's user migration for an app transfer (TN3159), with the team's client secret and
-/// the client, pacing and retry rules of `AppleTokenCheck`.
+/// the client, pacing and retry rules of `AppleSignedPost`.
 ///
 /// An access token comes from `/auth/token` with `grant_type=client_credentials` and
 /// `scope=user.migration`; it is reused until shortly before its `expires_in` (an hour) runs
@@ -18,7 +18,7 @@ import SIWAVerification
 /// `unauthorized_client`: our configuration. Another `400` code: that user's refusal
 /// (`invalid_request`: a user who cannot be migrated, or a recipient asking before the
 /// transfer has completed). `429`: no request leaves before Apple's `Retry-After`, the
-/// run's pace halves, and the user is asked again (`AppleTokenCheck.retrying`); `5xx` and
+/// run's pace halves, and the user is asked again (`AppleSignedPost.retrying`); `5xx` and
 /// timeouts retried; then unknown.
 /// Nothing here logs; nothing returned holds the token or the secret.
 public final class AppleUserMigration {
@@ -41,12 +41,12 @@ public final class AppleUserMigration {
 
     public let migrationURL: String
     public let clientID: String
-    public let client: AppleTokenCheck
+    public let client: AppleSignedPost
     /// Access tokens obtained so far (the first and each renewal).
     public private(set) var tokensObtained = 0
     private var token: (value: String, renewAt: ContinuousClock.Instant)?
 
-    public init(migrationURL: String, clientID: String, client: AppleTokenCheck) {
+    public init(migrationURL: String, clientID: String, client: AppleSignedPost) {
         self.migrationURL = migrationURL
         self.clientID = clientID
         self.client = client
@@ -70,7 +70,7 @@ public final class AppleUserMigration {
         return client.retrying { tokenAttempt() }
     }
 
-    private func tokenAttempt() -> (Verdict?, retry: AppleTokenCheck.Retry) {
+    private func tokenAttempt() -> (Verdict?, retry: AppleSignedPost.Retry) {
         let response: HTTPSResponse
         switch client.postSigned(
             client.tokenURL, clientID: clientID,
@@ -98,7 +98,7 @@ public final class AppleUserMigration {
             tokensObtained += 1
             return (nil, .final)
         case 400, 401:
-            let code = AppleTokenCheck.errorCode(response.body) ?? "no_error_code"
+            let code = AppleSignedPost.errorCode(response.body) ?? "no_error_code"
             return (.configurationError(code: code), .final)
         case 429:
             return (.unknown(reason: "token_http_429"), .throttled)
@@ -122,7 +122,7 @@ public final class AppleUserMigration {
         }
     }
 
-    private func attemptOnce(form: [(String, String)], answer: String) -> (Verdict, retry: AppleTokenCheck.Retry) {
+    private func attemptOnce(form: [(String, String)], answer: String) -> (Verdict, retry: AppleSignedPost.Retry) {
         guard let bearer = token?.value else { return (.tokenRefused, .final) }
         let response: HTTPSResponse
         switch client.postSigned(
@@ -149,7 +149,7 @@ public final class AppleUserMigration {
             }
             return (.exchanged(fields), .final)
         case 400, 401:
-            switch AppleTokenCheck.errorCode(response.body) {
+            switch AppleSignedPost.errorCode(response.body) {
             case "invalid_grant"?, "invalid_token"?:
                 return (.tokenRefused, .final)
             case let code? where code == "invalid_client" || code == "unauthorized_client":

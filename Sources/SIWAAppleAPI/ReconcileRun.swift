@@ -14,7 +14,7 @@ import SIWATelemetry
 public final class ReconcileRun {
     let settings: AppleRunSettings
     let store: ReconcileStore
-    let check: AppleTokenCheck
+    let check: AppleSignedPost
     /// Malformed lines are skipped and a refused token is a decision: only an unknown user
     /// leaves the run unfinished.
     let batch: BatchRun
@@ -25,7 +25,7 @@ public final class ReconcileRun {
 
     /// `connection`: serve's Redis, found as serve finds it.
     public init(
-        settings: AppleRunSettings, check: AppleTokenCheck, json: Bool, output: CommandOutput,
+        settings: AppleRunSettings, check: AppleSignedPost, json: Bool, output: CommandOutput,
         connection: RedisConnection
     ) {
         self.settings = settings
@@ -98,7 +98,7 @@ public final class ReconcileRun {
                 if reason == "http_429" {
                     throw BatchRun.Stop(
                         status: .failed,
-                        message: "Apple answered 429 (too many requests) \(AppleTokenCheck.throttledAttempts) times "
+                        message: "Apple answered 429 (too many requests) \(AppleSignedPost.throttledAttempts) times "
                             + "in a row at line \(lineNumber), each after its Retry-After: the run stopped; rerun later "
                             + "(checked users are skipped)")
                 }

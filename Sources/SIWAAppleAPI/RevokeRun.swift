@@ -99,7 +99,7 @@ public final class RevokeRun {
                 batch.count("unknown")
                 throw BatchRun.Stop(
                     status: .failed,
-                    message: "Apple answered 429 (too many requests) \(AppleTokenCheck.throttledAttempts) times in a "
+                    message: "Apple answered 429 (too many requests) \(AppleSignedPost.throttledAttempts) times in a "
                         + "row at line \(lineNumber), each after its Retry-After: the run stopped; run this line and "
                         + "the ones after it again later")
             }

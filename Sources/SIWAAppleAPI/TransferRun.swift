@@ -171,7 +171,7 @@ public final class TransferRun {
     /// `target`: export's recipient team. `connection`: serve's Redis, found as serve finds it.
     public init(
         direction: TransferStore.Direction, target: String?, clientID: String, settings: AppleRunSettings,
-        client: AppleTokenCheck, output: CommandOutput, connection: RedisConnection
+        client: AppleSignedPost, output: CommandOutput, connection: RedisConnection
     ) {
         self.direction = direction
         self.target = target
@@ -453,7 +453,7 @@ public final class TransferRun {
                 log("transfer_throttled", level: "error", [("line", .integer(Int64(entry.line)))])
                 throw Stop(
                     status: .failed,
-                    message: "Apple answered 429 (too many requests) \(AppleTokenCheck.throttledAttempts) times in a "
+                    message: "Apple answered 429 (too many requests) \(AppleSignedPost.throttledAttempts) times in a "
                         + "row at line \(entry.line), each after its Retry-After: the run stopped; rerun later "
                         + "(done users are skipped)")
             }

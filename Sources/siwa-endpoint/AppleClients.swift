@@ -3,12 +3,12 @@ import SIWAHTTPS
 import SIWASettings
 import SIWATelemetry
 
-extension ReconcileConfiguration {
+extension AppleAPIConfiguration {
     /// The client every command that calls Apple's token endpoints uses (reconcile, revoke,
     /// canary, transfer): the team's client secret, the CA file and timeout, the retries, and
     /// a pacer of `rate` requests a second before every request.
-    public func appleClient(rate: Double) -> AppleTokenCheck {
-        AppleTokenCheck(
+    public func appleClient(rate: Double) -> AppleSignedPost {
+        AppleSignedPost(
             tokenURL: tokenURL,
             secret: AppleClientSecret(teamID: teamID, keyID: keyID, key: privateKey),
             fetcher: HTTPSFetcher(caFilePath: caFile, timeoutSeconds: Double(timeoutSeconds)),

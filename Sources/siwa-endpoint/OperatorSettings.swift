@@ -18,7 +18,7 @@ extension ServerConfiguration: CommandSettingsSource {}
 /// Single settings of serve's table, read one at a time (`status`, `spool`).
 extension CommandSettings: CommandSettingsSource {}
 /// The Apple commands' (`reconcile`, `revoke`, `canary`, `transfer`).
-extension ReconcileConfiguration: CommandSettingsSource {}
+extension AppleAPIConfiguration: CommandSettingsSource {}
 /// The deliverer's (`deliver` and its operator commands).
 extension WebhookConfiguration: CommandSettingsSource {
     init(environment: [String: String], envFile: String?) throws(ConfigurationError) {

@@ -43,7 +43,7 @@ enum ReconcileCommand {
         Apple is asked; rerun: checked users are skipped).
 
         settings (SIWA_* environment variables; the environment wins over --env-file):
-        \(ReconcileConfiguration.helpLines.joined(separator: "\n"))
+        \(AppleAPIConfiguration.helpLines.joined(separator: "\n"))
           SIWA_REDIS_URL, SIWA_REDIS_TIMEOUT_MS, SIWA_KEY_PREFIX, SIWA_STREAM_MAXLEN and the
           Sentinel settings (SIWA_REDIS_SENTINELS ...): as for serve
         """
@@ -89,8 +89,8 @@ enum ReconcileCommand {
     /// The settings reconcile and revoke share, read as serve reads its own: a refusal is one
     /// `configuration_invalid` line naming the setting, by serve's one writer, and nothing else
     /// (nil: exit 2); unknown settings warned.
-    static func loadConfiguration(_ arguments: CommandLineArguments) -> ReconcileConfiguration? {
-        OperatorSettings.load(ReconcileConfiguration.self, envFile: arguments.value("--env-file"))
+    static func loadConfiguration(_ arguments: CommandLineArguments) -> AppleAPIConfiguration? {
+        OperatorSettings.load(AppleAPIConfiguration.self, envFile: arguments.value("--env-file"))
     }
 
     /// The users file (or standard input for `-`); nil: exit 2.

@@ -90,7 +90,7 @@ enum TransferCommand {
         var target: String?
         if direction == .export {
             guard let value = arguments.value("--target") else { throw UsageError("export needs --target TEAM_ID") }
-            guard ReconcileConfiguration.isAppleIdentifier(value) else {
+            guard AppleAPIConfiguration.isAppleIdentifier(value) else {
                 throw UsageError("--target must be 10 upper-case letters and digits, as Apple shows the team ID")
             }
             target = value
@@ -132,8 +132,8 @@ enum TransferCommand {
 
     /// One of Apple's two URLs moved to a stand-in or proxy and the other left at Apple's
     /// address is almost always a forgotten setting: said before any request.
-    static func warnOfMixedURLs(_ configuration: ReconcileConfiguration) {
-        let tokenIsApple = configuration.tokenURL == ReconcileConfiguration.defaultTokenURL
+    static func warnOfMixedURLs(_ configuration: AppleAPIConfiguration) {
+        let tokenIsApple = configuration.tokenURL == AppleAPIConfiguration.defaultTokenURL
         let migrationIsApple = configuration.migrationURL == AppleUserMigration.defaultMigrationURL
         guard tokenIsApple != migrationIsApple else { return }
         EventLog.event(

@@ -25,7 +25,7 @@ struct ReconcileRunTests {
 
     static func run(_ stack: ReconcileStack, _ lines: [String], caught: Caught) throws -> SIWASupport.ExitStatus {
         let key = try ES256PrivateKey(pem: String(contentsOfFile: stack.keyPath, encoding: .utf8))
-        let check = AppleTokenCheck(
+        let check = AppleSignedPost(
             tokenURL: stack.tokenURL,
             secret: AppleClientSecret(teamID: ReconcileStack.teamID, keyID: ReconcileStack.keyID, key: key),
             fetcher: HTTPSFetcher(caFilePath: stack.authority.caCertificatePath, timeoutSeconds: 2), attempts: 1,

@@ -138,7 +138,7 @@ struct ReconcileSettingsTests {
         let configuration = try ServerConfiguration(environment: environment)
         #expect(configuration.unknownSettings == ["SIWA_APPLE_TEM_ID"])
         #expect(
-            ReconcileConfiguration.appleSettings.map(\.name) == [
+            AppleAPIConfiguration.appleSettings.map(\.name) == [
                 "SIWA_APPLE_TEAM_ID", "SIWA_APPLE_KEY_ID", "SIWA_APPLE_PRIVATE_KEY_FILE", "SIWA_APPLE_TOKEN_URL",
                 "SIWA_APPLE_REVOKE_URL", "SIWA_APPLE_MIGRATION_URL", "SIWA_APPLE_CA_FILE", "SIWA_APPLE_TIMEOUT_SECONDS",
                 "SIWA_APPLE_ATTEMPTS",

@@ -270,16 +270,16 @@ struct SettingOwnerTableTests {
             defaultText: "\(SpoolReplayer.defaultRetentionDays)", bounds: SpoolReplayer.retentionDaysRange),
         "SIWA_SILENCE_ALERT_HOURS": Owned(
             defaultText: "\(SilenceSettings.defaultAlertHours)", bounds: SilenceSettings.alertHoursRange),
-        "SIWA_APPLE_TOKEN_URL": Owned(defaultText: ReconcileConfiguration.defaultTokenURL, bounds: nil),
+        "SIWA_APPLE_TOKEN_URL": Owned(defaultText: AppleAPIConfiguration.defaultTokenURL, bounds: nil),
         "SIWA_APPLE_REVOKE_URL": Owned(defaultText: AppleTokenRevocation.defaultRevokeURL, bounds: nil),
         "SIWA_APPLE_MIGRATION_URL": Owned(defaultText: AppleUserMigration.defaultMigrationURL, bounds: nil),
         "SIWA_APPLE_TIMEOUT_SECONDS": Owned(
-            defaultText: "\(AppleTokenCheck.defaultTimeoutSeconds)", bounds: AppleTokenCheck.timeoutSecondsRange),
+            defaultText: "\(AppleSignedPost.defaultTimeoutSeconds)", bounds: AppleSignedPost.timeoutSecondsRange),
         "SIWA_APPLE_ATTEMPTS": Owned(
-            defaultText: "\(AppleTokenCheck.defaultAttempts)", bounds: AppleTokenCheck.attemptsRange),
+            defaultText: "\(AppleSignedPost.defaultAttempts)", bounds: AppleSignedPost.attemptsRange),
         "SIWA_APPLE_RETRY_DELAY_MS": Owned(
-            defaultText: "\(AppleTokenCheck.defaultRetryDelayMilliseconds)",
-            bounds: AppleTokenCheck.retryDelayMillisecondsRange),
+            defaultText: "\(AppleSignedPost.defaultRetryDelayMilliseconds)",
+            bounds: AppleSignedPost.retryDelayMillisecondsRange),
         "SIWA_GOOGLE_RISC_API_URL": Owned(defaultText: GoogleManagementClient.defaultAPIURL, bounds: nil),
         "SIWA_GOOGLE_RISC_CONFIGURATION_URL": Owned(
             defaultText: SecurityEventVerifier.googleConfigurationURL, bounds: nil),

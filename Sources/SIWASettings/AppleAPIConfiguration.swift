@@ -3,12 +3,13 @@ import SIWAAppleAPI
 import SIWACrypto
 import SIWASettingKeys
 
-/// The settings of `siwa-endpoint reconcile`: Apple's token endpoint and the key that
+/// The Apple API settings of reconcile, revoke, canary and transfer (named for
+/// reconcile, the first of them, until now): Apple's token endpoint and the key that
 /// signs the client secret, plus the Redis settings `serve` uses (the same rows of the
 /// same table, so one value means the same in both). Read from `SIWA_*` environment
 /// variables and optionally an env file; a bad value stops the run with a message naming
 /// the setting.
-public struct ReconcileConfiguration: Sendable {
+public struct AppleAPIConfiguration: Sendable {
     public static let defaultTokenURL = "https://appleid.apple.com/auth/token"
 
     /// The rows only reconcile reads, part of the one settings table (so `serve` knows
@@ -48,15 +49,15 @@ public struct ReconcileConfiguration: Sendable {
             "reconcile, revoke, canary, transfer: CA bundle for Apple's token, revocation and migration endpoints",
             { text throws(SettingProblem) in text }),
         .integer(
-            .appleTimeout, default: AppleTokenCheck.defaultTimeoutSeconds, in: AppleTokenCheck.timeoutSecondsRange,
+            .appleTimeout, default: AppleSignedPost.defaultTimeoutSeconds, in: AppleSignedPost.timeoutSecondsRange,
             "reconcile, revoke, canary, transfer: whole timeout of one request to Apple"),
         .integer(
-            .appleAttempts, default: AppleTokenCheck.defaultAttempts, in: AppleTokenCheck.attemptsRange,
+            .appleAttempts, default: AppleSignedPost.defaultAttempts, in: AppleSignedPost.attemptsRange,
             "reconcile, revoke, canary, transfer: tries per request on 5xx or a timeout (a 429 waits its Retry-After and uses none)"
         ),
         .integer(
-            .appleRetryDelay, default: AppleTokenCheck.defaultRetryDelayMilliseconds,
-            in: AppleTokenCheck.retryDelayMillisecondsRange,
+            .appleRetryDelay, default: AppleSignedPost.defaultRetryDelayMilliseconds,
+            in: AppleSignedPost.retryDelayMillisecondsRange,
             "reconcile, revoke, canary, transfer: wait before the first retry, doubled for each next one (a 429 without Retry-After waits this long)"
         ),
     ]

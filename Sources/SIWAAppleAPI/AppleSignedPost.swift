@@ -3,7 +3,10 @@ import SIWAHTTPS
 import SIWAJSON
 import SIWAVerification
 
-/// Asks Apple's token endpoint whether it still honours one refresh token.
+/// A POST to Apple's REST API signed with the client secret (`postSigned`), paced and
+/// retried (`retrying`): revocation (`AppleTokenRevocation`) and user migration
+/// (`AppleUserMigration`) go through it. Its own call, `check`, asks Apple's token endpoint
+/// whether it still honours one refresh token.
 ///
 /// `200`: still valid. `400 invalid_grant`: refused. `400 invalid_client` or
 /// `unauthorized_client`: our configuration is wrong (key, key ID, team ID, client
@@ -14,7 +17,7 @@ import SIWAVerification
 /// attempt, but `throttledAttempts` of them in a row end the request unknown (`http_429`).
 /// Any other `4xx`: unknown at once (a retry cannot change it). Nothing here logs;
 /// nothing returned holds the token or the secret.
-public struct AppleTokenCheck: Sendable {
+public struct AppleSignedPost: Sendable {
     public enum Verdict: Sendable, Equatable {
         case valid
         case refused
