@@ -3,8 +3,9 @@ import SIWASupport
 import SIWATestKit
 import SIWAVerification
 
-/// `bench`: full verification of one notification against the bare OpenSSL RS256
-/// check of the same signature, on one thread, in the same run, as a ratio.
+/// `bench`: full verification of one notification of Apple's and of one Security Event
+/// Token of Google's against the bare OpenSSL RS256 check of the notification's signature,
+/// on one thread, in the same run, as ratios.
 enum BenchCommand {
     static let help = """
         usage: siwa-endpoint bench [--iterations N] [--rounds R]
@@ -14,8 +15,12 @@ enum BenchCommand {
         Signs one notification with a fresh test key, then alternates R rounds of N
         full verifications (body -> payload -> JWS -> key by kid -> signature ->
         claims -> event) with R rounds of N bare OpenSSL RS256 checks of the same
-        signature. Prints the median rate of each and their ratio. Build with
-        -c release for meaningful figures. Defaults: N = 2000, R = 7.
+        signature. Prints the median rate of each and their ratio. Each round also
+        runs N full verifications of one Google Security Event Token
+        (sessions-revoked) signed with the same key (token -> JWS -> header -> key by
+        kid -> signature -> claims -> event -> subject), printed after Apple's lines
+        with its own ratio to the same bare check. Build with -c release for
+        meaningful figures. Defaults: N = 2000, R = 7.
         """
 
     static func run(_ words: [String]) throws -> ExitStatus {
@@ -40,6 +45,17 @@ enum BenchCommand {
         let keys = try JSONWebKeySet(jsonBytes: Array(try TestSigningKey.jwksDocument([key]).utf8))
         let verifier = NotificationVerifier(keys: keys, clientIDs: ["com.example.app"])
 
+        // Google's token, signed with the same key, so the floor (one RS256 check with
+        // this key) is the same for both providers.
+        let googleClientID = "123456789012-bench.apps.googleusercontent.com"
+        let securityEventToken = Array(
+            try TestSecurityEvent.token(
+                .sessionsRevoked, clientID: googleClientID, sub: "109876543210987654321", issuedAt: now,
+                tokenID: "bench-set-0001", key: key
+            ).utf8)
+        let securityEventVerifier = SecurityEventVerifier(clientIDs: [googleClientID])
+        let googleIssuer = TestSecurityEvent.issuer
+
         // The bare check's inputs, prepared once outside the timed loop.
         let token = Array(try notification.token(signedWith: key).utf8)
         let lastDot = token.lastIndex(of: UInt8(ascii: "."))!
@@ -53,10 +69,19 @@ enum BenchCommand {
             Output.error("bench: the benchmark notification does not verify")
             return .failed
         }
+        guard
+            (try? securityEventVerifier.verify(token: securityEventToken, keys: keys, issuer: googleIssuer, now: now))
+                != nil
+        else {
+            Output.error("bench: the benchmark Security Event Token does not verify")
+            return .failed
+        }
 
         var fullTimes: [Double] = []
         var fullCPUTimes: [Double] = []
         var bareTimes: [Double] = []
+        var googleTimes: [Double] = []
+        var googleCPUTimes: [Double] = []
         var verified = 0
         for _ in 0..<rounds {
             let cpuStart = threadCPUSeconds()
@@ -71,8 +96,20 @@ enum BenchCommand {
                         verified += 1
                     }
                 })
+            let googleCPUStart = threadCPUSeconds()
+            googleTimes.append(
+                seconds {
+                    for _ in 0..<iterations
+                    where
+                        (try? securityEventVerifier.verify(
+                            token: securityEventToken, keys: keys, issuer: googleIssuer, now: now)) != nil
+                    {
+                        verified += 1
+                    }
+                })
+            googleCPUTimes.append(threadCPUSeconds() - googleCPUStart)
         }
-        guard verified == 2 * rounds * iterations else {
+        guard verified == 3 * rounds * iterations else {
             Output.error("bench: a verification failed during the run")
             return .failed
         }
@@ -80,6 +117,9 @@ enum BenchCommand {
         let bareRate = Double(iterations) / median(bareTimes)
         let ratio = fullRate / bareRate
         let fullCPUMicroseconds = median(fullCPUTimes) / Double(iterations) * 1e6
+        let googleRate = Double(iterations) / median(googleTimes)
+        let googleRatio = googleRate / bareRate
+        let googleCPUMicroseconds = median(googleCPUTimes) / Double(iterations) * 1e6
         Output.line(
             """
             notification body: \(body.count) bytes; \(rounds) rounds x \(iterations) iterations each, one thread
@@ -87,6 +127,10 @@ enum BenchCommand {
             full verification:        \(format(fullRate)) /s (\(format(1e6 / fullRate, digits: 1)) us each)
             full verification CPU time: \(format(fullCPUMicroseconds, digits: 1)) us each (this thread's, so other load on the machine counts less)
             ratio full/bare: \(format(ratio, digits: 3)) (target >= 0.70)
+            Google SET: \(securityEventToken.count) bytes (sessions-revoked), same key, same rounds, same bare check
+            Google SET full verification: \(format(googleRate)) /s (\(format(1e6 / googleRate, digits: 1)) us each)
+            Google SET full verification CPU time: \(format(googleCPUMicroseconds, digits: 1)) us each
+            ratio Google SET full/bare: \(format(googleRatio, digits: 3)) (target >= 0.70)
             """)
         return .success
     }

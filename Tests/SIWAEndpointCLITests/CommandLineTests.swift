@@ -172,4 +172,25 @@ final class CommandLineTests {
         #expect(run.standardOutput.isEmpty)
         #expect(!run.standardError.isEmpty)
     }
+
+    @Test("bench prints Apple's lines as before, then Google's SET against the same bare check, every token verified")
+    func benchPrintsBothProviders() throws {
+        let run = try EndpointBinary.run(["bench", "--iterations", "3", "--rounds", "1"])
+        #expect(run.status == 0, "\(run.standardError)")
+        let lines = run.standardOutput.split(separator: "\n").map(String.init)
+        // scripts/bench-e2e reads "full verification:" and "full verification CPU time:" by
+        // these prefixes, and docs/performance.md quotes the rest: Google's lines come after.
+        let prefixes = [
+            "notification body: ", "bare OpenSSL RS256 check: ", "full verification:        ",
+            "full verification CPU time: ", "ratio full/bare: ", "Google SET: ", "Google SET full verification: ",
+            "Google SET full verification CPU time: ", "ratio Google SET full/bare: ",
+        ]
+        #expect(lines.count == prefixes.count, "\(run.standardOutput)")
+        for (line, prefix) in zip(lines, prefixes) { #expect(line.hasPrefix(prefix), "\(line)") }
+        #expect(lines.first?.contains("; 1 rounds x 3 iterations each, one thread") == true)
+        #expect(
+            lines.count > 5 && lines[5].contains(" bytes (sessions-revoked), same key, same rounds, same bare check"))
+        let googleRatio = lines.last.flatMap { Double($0.dropFirst(prefixes[8].count).prefix { $0 != " " }) }
+        #expect(googleRatio.map { $0 > 0 } == true, "\(lines.last ?? "")")
+    }
 }
