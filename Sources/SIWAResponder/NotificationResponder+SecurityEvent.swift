@@ -81,10 +81,7 @@ extension NotificationResponder {
         } catch {
             metrics.recordRedisError()
             if error.isRecordSpecific { return recordRefused(error, result) }
-            log.event(
-                "redis_error", level: "warning",
-                [("error", .string(error.code.rawValue)), ("reply", .string(error.replyKind))])
-            breaker.recordFailure(error)
+            recordDeploymentFailure(error)
             return spoolInstead(securityEvent, result, attemptedAt: receivedAt)
         }
         for clientID in securityEvent.clientIDs { _ = google.traffic.recordGenuine(clientID: clientID, at: receivedAt) }

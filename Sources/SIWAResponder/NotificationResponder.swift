@@ -223,10 +223,7 @@ public final class NotificationResponder: Sendable {
         } catch {
             metrics.recordRedisError()
             if error.isRecordSpecific { return recordRefused(error, result) }
-            log.event(
-                "redis_error", level: "warning",
-                [("error", .string(error.code.rawValue)), ("reply", .string(error.replyKind))])
-            breaker.recordFailure(error)
+            recordDeploymentFailure(error)
             return spoolInstead(notification, result, attemptedAt: receivedAt)
         }
         result.body = Self.json(status: result.outcome)
@@ -237,6 +234,15 @@ public final class NotificationResponder: Sendable {
     /// another type, its sub would break the key layout). A replay could only set it aside,
     /// so it is not spooled and not answered 200: 503 `store_refused`, nothing written, and
     /// Apple's retries find it stored once an operator has removed the cause.
+    /// A Redis error about the deployment, not the record (either provider's write): one
+    /// `redis_error` line, and the breaker told, before the record goes to the spool.
+    func recordDeploymentFailure(_ error: RedisError) {
+        log.event(
+            "redis_error", level: "warning",
+            [("error", .string(error.code.rawValue)), ("reply", .string(error.replyKind))])
+        breaker.recordFailure(error)
+    }
+
     func recordRefused(_ error: RedisError, _ result: Reply) -> Reply {
         log.event(
             "redis_record_refused", level: "error",
