@@ -183,26 +183,43 @@ public struct StrictJSONParser {
     private mutating func parseString() throws(JSONProblem) -> String {
         index += 1
         let start = index
-        // Fast path: no escapes. Sixteen bytes at a time until one is special.
+        // Fast path: no escapes. Eight bytes at a time (SWAR: the tests below can stop early
+        // on a word holding no special byte, never late) until a word holds a quote, a
+        // backslash or a control byte; the byte loop below then finds which. The bytes
+        // passed are OR-ed together on the way, so an all-ASCII string (nearly every one
+        // here, the 1 KB token included) is not scanned a second time to learn that.
+        // Plain integer code: the generic SIMD reductions (`any`) cost more than the scan.
+        var orOfBytes: UInt8 = 0
         if let base = bytes.baseAddress {
-            let quote = SIMD16<UInt8>(repeating: UInt8(ascii: "\""))
-            let backslash = SIMD16<UInt8>(repeating: UInt8(ascii: "\\"))
-            let space = SIMD16<UInt8>(repeating: 0x20)
-            while index + 16 <= bytes.count {
-                let chunk = UnsafeRawPointer(base + index).loadUnaligned(as: SIMD16<UInt8>.self)
-                if any((chunk .== quote) .| (chunk .== backslash) .| (chunk .< space)) { break }
-                index += 16
+            let ones: UInt64 = 0x0101_0101_0101_0101
+            let highBits: UInt64 = 0x8080_8080_8080_8080
+            var orOfWords: UInt64 = 0
+            while index + 8 <= bytes.count {
+                let word = UInt64(littleEndian: UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self))
+                let quotes = word ^ (ones &* UInt64(UInt8(ascii: "\"")))
+                let backslashes = word ^ (ones &* UInt64(UInt8(ascii: "\\")))
+                // A byte of x is zero (or below 0x20) exactly when some byte of these is flagged.
+                let hasQuote = (quotes &- ones) & ~quotes & highBits
+                let hasBackslash = (backslashes &- ones) & ~backslashes & highBits
+                let hasControl = (word &- ones &* 0x20) & ~word & highBits
+                if hasQuote | hasBackslash | hasControl != 0 { break }
+                orOfWords |= word
+                index += 8
             }
+            orOfBytes = (orOfWords & highBits) != 0 ? 0x80 : 0
         }
         while index < bytes.count {
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
-                let text = try Self.makeString(UnsafeBufferPointer(rebasing: bytes[start..<index]), offset: start)
+                let raw = UnsafeBufferPointer(rebasing: bytes[start..<index])
+                let text =
+                    orOfBytes < 0x80 ? String(decoding: raw, as: UTF8.self) : try Self.makeString(raw, offset: start)
                 index += 1
                 return text
             }
             if byte == UInt8(ascii: "\\") { break }
             guard byte >= 0x20 else { throw syntaxError }
+            orOfBytes |= byte
             index += 1
         }
         var decoded = [UInt8]()

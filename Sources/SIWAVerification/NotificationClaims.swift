@@ -16,7 +16,7 @@ struct NotificationClaims {
 
         switch members["iss"] {
         case nil: throw VerificationError(.issMissing, "the claims have no iss")
-        case .string(let issuer)? where issuer.utf8.elementsEqual(NotificationVerifier.appleIssuer.utf8): break
+        case .string(let issuer)? where issuer.hasSameUTF8(as: NotificationVerifier.appleIssuer): break
         default: throw VerificationError(.issMismatch, "iss is not exactly \(NotificationVerifier.appleIssuer)")
         }
 
@@ -40,7 +40,7 @@ struct NotificationClaims {
         // Kelvin sign for a K) as the client ID, and that spelling would end up in Redis keys.
         // The client ID kept is the configured one.
         let served = audiences.lazy.compactMap { audience in
-            clientIDs.first { $0.utf8.elementsEqual(audience.utf8) }
+            clientIDs.first { $0.hasSameUTF8(as: audience) }
         }.first
         guard let served else {
             throw VerificationError(.audNotServed, "aud names no client ID this deployment serves")

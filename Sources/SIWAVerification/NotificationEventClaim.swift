@@ -20,7 +20,7 @@ struct NotificationEventClaim {
         let members: [String: JSONValue]
         switch claim {
         case .object(let object): members = object
-        case .string(let text): members = try JSONDocument.events.parseObject(Array(text.utf8))
+        case .string(let text): members = try JSONDocument.events.parseObject(text.utf8)
         default:
             throw VerificationError(
                 .eventsWrongType, "events is a JSON \(claim.typeName), not an object or a string holding one")

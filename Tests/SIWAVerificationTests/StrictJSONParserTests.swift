@@ -37,6 +37,48 @@ struct StrictJSONParserTests {
         #expect(throws: JSONProblem.self) { try StrictJSONParser.parse([0x22, 0xC3, 0x28, 0x22]) }
     }
 
+    /// Strings are scanned eight bytes at a time, and an all-ASCII run skips the UTF-8
+    /// check: a special or non-ASCII byte at any offset, in or after the first word, must
+    /// be seen exactly as the byte-by-byte rules see it.
+    @Test("a special byte anywhere in a long string is seen, whichever word holds it")
+    func specialBytesAtEveryOffset() throws {
+        let length = 40
+        func parseString(_ content: [UInt8]) throws(JSONProblem) -> JSONValue {
+            try StrictJSONParser.parse([0x22] + content + [0x22])
+        }
+        let plain = [UInt8](repeating: UInt8(ascii: "a"), count: length)
+        for offset in 0..<length {
+            var withControl = plain
+            withControl[offset] = 0x1F
+            #expect(throws: JSONProblem.syntax(offset: offset + 1)) { try parseString(withControl) }
+
+            var withInvalidUTF8 = plain
+            withInvalidUTF8[offset] = 0xFF
+            #expect(throws: JSONProblem.self) { try parseString(withInvalidUTF8) }
+
+            var withQuote = plain
+            withQuote[offset] = UInt8(ascii: "\"")
+            #expect(throws: JSONProblem.self) { try parseString(withQuote) }
+
+            var withEscape = plain
+            withEscape.insert(UInt8(ascii: "\\"), at: offset)
+            withEscape[offset + 1] = UInt8(ascii: "n")
+            let escaped =
+                String(repeating: "a", count: offset) + "\n" + String(repeating: "a", count: length - offset - 1)
+            #expect(try parseString(withEscape) == .string(escaped))
+
+            var withAccent = plain
+            withAccent.replaceSubrange(offset..<(offset + 1), with: Array("é".utf8))
+            let accented =
+                String(repeating: "a", count: offset) + "é" + String(repeating: "a", count: length - offset - 1)
+            #expect(try parseString(withAccent) == .string(accented))
+
+            var withEdgeBytes = plain
+            withEdgeBytes[offset] = offset.isMultiple(of: 2) ? 0x20 : 0x7F
+            #expect(try parseString(withEdgeBytes) == .string(String(decoding: withEdgeBytes, as: UTF8.self)))
+        }
+    }
+
     @Test("duplicate member names are refused, also after unescaping")
     func duplicates() {
         #expect(throws: JSONProblem.duplicateMember("a")) { try parse(#"{"a":1,"a":1}"#) }
