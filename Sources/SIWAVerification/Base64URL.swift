@@ -44,6 +44,17 @@ public enum Base64URL {
         return Array(text).withUnsafeBufferPointer { decode(buffer: $0) }
     }
 
+    /// The four positions of a quad, each symbol's six bits already shifted into place in a
+    /// 24-bit group; an invalid symbol is bit 31 in every table, so one test after OR-ing
+    /// the four finds it.
+    private static let quadTables: [UInt32] = {
+        var tables = [UInt32](repeating: 1 << 31, count: 4 * 256)
+        for (value, symbol) in alphabet.enumerated() {
+            for position in 0..<4 { tables[position * 256 + Int(symbol)] = UInt32(value) << (18 - 6 * position) }
+        }
+        return tables
+    }()
+
     /// The length `text` of `count` symbols decodes to; nil for a length no strict
     /// unpadded encoding has.
     static func decodedCount(symbols count: Int) -> Int? {
@@ -56,25 +67,27 @@ public enum Base64URL {
     /// decodes a token's three segments into one buffer.
     static func decode(_ input: UnsafeBufferPointer<UInt8>, into output: UnsafeMutablePointer<UInt8>) -> Bool {
         guard decodedCount(symbols: input.count) != nil else { return false }
-        return decodeTable.withUnsafeBufferPointer { tableBuffer in
-            let table = tableBuffer.baseAddress!
-            guard var symbol = input.baseAddress else { return true }
-            var out = output
-            let wholeQuadsEnd = symbol + input.count / 4 * 4
+        guard var symbol = input.baseAddress else { return true }
+        var out = output
+        let wholeQuadsEnd = symbol + input.count / 4 * 4
+        let allValid = quadTables.withUnsafeBufferPointer { quadBuffer in
+            let quad = quadBuffer.baseAddress!
             while symbol < wholeQuadsEnd {
-                let a = table[Int(symbol[0])]
-                let b = table[Int(symbol[1])]
-                let c = table[Int(symbol[2])]
-                let d = table[Int(symbol[3])]
-                // An invalid symbol's entry is 0xFF: its high bit survives the OR.
-                guard (a | b | c | d) & 0x80 == 0 else { return false }
-                let chunk = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
+                let chunk =
+                    quad[Int(symbol[0])] | quad[256 + Int(symbol[1])] | quad[512 + Int(symbol[2])]
+                    | quad[768 + Int(symbol[3])]
+                guard chunk & (1 << 31) == 0 else { return false }
                 out[0] = UInt8(truncatingIfNeeded: chunk >> 16)
                 out[1] = UInt8(truncatingIfNeeded: chunk >> 8)
                 out[2] = UInt8(truncatingIfNeeded: chunk)
                 symbol += 4
                 out += 3
             }
+            return true
+        }
+        guard allValid else { return false }
+        return decodeTable.withUnsafeBufferPointer { tableBuffer in
+            let table = tableBuffer.baseAddress!
             switch input.count % 4 {
             case 2:
                 let a = table[Int(symbol[0])]

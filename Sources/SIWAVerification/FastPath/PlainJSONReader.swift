@@ -106,14 +106,32 @@ struct PlainJSONReader {
         return nil
     }
 
-    /// Writes the text of an `escapedString` value into `output` (at least as long as the
-    /// value) and returns its length. Only for values this reader accepted.
+    /// Room `unescape` needs for a value of `count` bytes: it copies eight bytes at a time
+    /// and may write up to seven past the text's end.
+    static func unescapeCapacity(_ count: Int) -> Int { count + 8 }
+
+    /// Writes the text of an `escapedString` value into `output` (of at least
+    /// `unescapeCapacity` bytes) and returns its length. Only for values this reader
+    /// accepted: every backslash starts a one-character escape.
     static func unescape(
         _ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>, into output: UnsafeMutableBufferPointer<UInt8>
     ) -> Int {
+        precondition(output.count >= unescapeCapacity(range.count))
+        let source = bytes.baseAddress!
+        let target = UnsafeMutableRawPointer(output.baseAddress!)
         var written = 0
         var index = range.lowerBound
         while index < range.upperBound {
+            if index + 8 <= range.upperBound {
+                // The run up to the next backslash, a word at a time.
+                let word = UnsafeRawPointer(source + index).loadUnaligned(as: UInt64.self)
+                target.storeBytes(of: word, toByteOffset: written, as: UInt64.self)
+                let backslashes = backslashBytes(UInt64(littleEndian: word))
+                let run = backslashes == 0 ? 8 : backslashes.trailingZeroBitCount >> 3
+                index += run
+                written += run
+                if run == 8 { continue }
+            }
             var byte = bytes[index]
             index += 1
             if byte == UInt8(ascii: "\\") {
@@ -281,29 +299,27 @@ struct PlainJSONReader {
     }
 
     /// A string from its opening quote: where its bytes lie and whether it holds escapes.
-    /// Eight bytes at a time (as the strict parser) until a word holds a quote, a
-    /// backslash, a control byte or a byte of 0x80 or above; then byte by byte.
+    /// Eight bytes at a time (as the strict parser) to the first quote, backslash, control
+    /// byte or byte of 0x80 or above, found in the word by its lowest flagged byte (the
+    /// borrow of the zero-byte test can flag only bytes after a true one, never before);
+    /// byte by byte only in the last few bytes of the document.
     private mutating func readString() -> (start: Int, end: Int, escaped: Bool)? {
         index += 1
         let start = index
         var escaped = false
-        let ones: UInt64 = 0x0101_0101_0101_0101
-        let highBits: UInt64 = 0x8080_8080_8080_8080
         let base = bytes.baseAddress!
         while true {
             while index + 8 <= end {
-                let word = UInt64(littleEndian: UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self))
-                let quotes = word ^ (ones &* UInt64(UInt8(ascii: "\"")))
-                let backslashes = word ^ (ones &* UInt64(UInt8(ascii: "\\")))
-                let hasQuote = (quotes &- ones) & ~quotes & highBits
-                let hasBackslash = (backslashes &- ones) & ~backslashes & highBits
-                let hasControl = (word &- ones &* 0x20) & ~word & highBits
-                if hasQuote | hasBackslash | hasControl | (word & highBits) != 0 { break }
+                let special = Self.specialBytes(
+                    UInt64(littleEndian: UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self)))
+                if special != 0 {
+                    index += special.trailingZeroBitCount >> 3
+                    break
+                }
                 index += 8
             }
             guard index < end else { return nil }
-            let byte = bytes[index]
-            switch byte {
+            switch bytes[index] {
             case UInt8(ascii: "\""):
                 index += 1
                 return (start, index - 1, escaped)
@@ -321,6 +337,27 @@ struct PlainJSONReader {
             }
         }
     }
+
+    private static let ones: UInt64 = 0x0101_0101_0101_0101
+    private static let highBits: UInt64 = 0x8080_8080_8080_8080
+
+    /// The high bit of each byte of `word` that is a quote, a backslash, a control byte or
+    /// 0x80 and above (and possibly of bytes after the first such one).
+    private static func specialBytes(_ word: UInt64) -> UInt64 {
+        let quotes = word ^ (ones &* UInt64(UInt8(ascii: "\"")))
+        let backslashes = word ^ (ones &* UInt64(UInt8(ascii: "\\")))
+        let hasQuote = (quotes &- ones) & ~quotes & highBits
+        let hasBackslash = (backslashes &- ones) & ~backslashes & highBits
+        let hasControl = (word &- ones &* 0x20) & ~word & highBits
+        return hasQuote | hasBackslash | hasControl | (word & highBits)
+    }
+
+    /// The high bit of each byte of `word` that is a backslash (and possibly of bytes after
+    /// the first one).
+    private static func backslashBytes(_ word: UInt64) -> UInt64 {
+        let backslashes = word ^ (ones &* UInt64(UInt8(ascii: "\\")))
+        return (backslashes &- ones) & ~backslashes & highBits
+    }
 }
 
 extension UnsafeBufferPointer<UInt8> {
@@ -333,6 +370,8 @@ extension UnsafeBufferPointer<UInt8> {
 
     /// Whether the bytes in `range` are exactly `expected`'s UTF-8.
     func bytes(_ range: Range<Int>, equal expected: String) -> Bool {
+        // The count first: a native string knows it, and most names compared differ in it.
+        guard expected.utf8.count == range.count else { return false }
         var expected = expected
         return expected.withUTF8 { other in
             other.count == range.count
