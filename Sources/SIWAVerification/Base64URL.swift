@@ -77,10 +77,15 @@ public enum Base64URL {
                     quad[Int(symbol[0])] | quad[256 + Int(symbol[1])] | quad[512 + Int(symbol[2])]
                     | quad[768 + Int(symbol[3])]
                 guard chunk & (1 << 31) == 0 else { return false }
-                out[0] = UInt8(truncatingIfNeeded: chunk >> 16)
-                out[1] = UInt8(truncatingIfNeeded: chunk >> 8)
-                out[2] = UInt8(truncatingIfNeeded: chunk)
                 symbol += 4
+                if symbol < wholeQuadsEnd {
+                    // Three bytes in one four-byte store; the fourth is the next quad's first.
+                    UnsafeMutableRawPointer(out).storeBytes(of: (chunk << 8).bigEndian, as: UInt32.self)
+                } else {
+                    out[0] = UInt8(truncatingIfNeeded: chunk >> 16)
+                    out[1] = UInt8(truncatingIfNeeded: chunk >> 8)
+                    out[2] = UInt8(truncatingIfNeeded: chunk)
+                }
                 out += 3
             }
             return true

@@ -228,16 +228,14 @@ struct PlainEvent {
             var type, subject, eventTime, email, isPrivateEmail: PlainJSONMember?
             for member in members {
                 let name = member.nameStart..<member.nameEnd
-                if bytes.bytes(name, equal: "type") {
-                    type = member
-                } else if bytes.bytes(name, equal: "sub") {
-                    subject = member
-                } else if bytes.bytes(name, equal: "event_time") {
-                    eventTime = member
-                } else if bytes.bytes(name, equal: "email") {
-                    email = member
-                } else if bytes.bytes(name, equal: "is_private_email") {
-                    isPrivateEmail = member
+                // By length first: the five names have five lengths.
+                switch name.count {
+                case 4: if bytes.bytes(name, equal: "type") { type = member }
+                case 3: if bytes.bytes(name, equal: "sub") { subject = member }
+                case 10: if bytes.bytes(name, equal: "event_time") { eventTime = member }
+                case 5: if bytes.bytes(name, equal: "email") { email = member }
+                case 16: if bytes.bytes(name, equal: "is_private_email") { isPrivateEmail = member }
+                default: continue
                 }
             }
             guard let type, type.kind == .string, (1...128).contains(type.valueEnd - type.valueStart),

@@ -363,9 +363,12 @@ struct PlainJSONReader {
 extension UnsafeBufferPointer<UInt8> {
     /// Whether the bytes in `range` are exactly `expected`'s UTF-8.
     func bytes(_ range: Range<Int>, equal expected: StaticString) -> Bool {
+        // Inline, not memcmp: the names compared are a few bytes, most differ in the first.
         let count = expected.utf8CodeUnitCount
         guard range.count == count else { return false }
-        return count == 0 || memcmp(baseAddress! + range.lowerBound, expected.utf8Start, count) == 0
+        let start = expected.utf8Start
+        for offset in 0..<count where self[range.lowerBound + offset] != start[offset] { return false }
+        return true
     }
 
     /// Whether the bytes in `range` are exactly `expected`'s UTF-8.

@@ -1,5 +1,11 @@
 import SIWACrypto
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// The fast path of Google's Security Event Tokens, as Apple's (see
 /// `NotificationVerifier+FastPath`): the token, header, claims, events and subjects read
 /// where they lie, a `String` only for what leaves the verifier; any step it does not read
@@ -234,9 +240,11 @@ extension SecurityEventType {
 
     /// `init(rawType:)` on bytes: the type whose URI the bytes are exactly, else `unknown`.
     static func named(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> SecurityEventType {
-        let sent = UnsafeBufferPointer(rebasing: bytes[range])
-        for known in knownURIs where known.uri.count == sent.count && known.uri.elementsEqual(sent) {
-            return known.type
+        for known in knownURIs where known.uri.count == range.count {
+            let same = known.uri.withUnsafeBufferPointer { uri in
+                memcmp(uri.baseAddress!, bytes.baseAddress! + range.lowerBound, range.count) == 0
+            }
+            if same { return known.type }
         }
         return .unknown
     }
