@@ -285,9 +285,11 @@ struct PlainJSONReader {
         let digitsStart = index
         var value: Int64 = 0
         while index < end, bytes[index] >= UInt8(ascii: "0"), bytes[index] <= UInt8(ascii: "9") {
+            // The bound before the multiplication: eighteen digits always fit in Int64, a
+            // nineteenth may not, and an overflow here would trap on unauthenticated bytes.
+            guard index - digitsStart < 18 else { return nil }
             value = value * 10 + Int64(bytes[index] - UInt8(ascii: "0"))
             index += 1
-            guard index - digitsStart <= 18 else { return nil }
         }
         let digits = index - digitsStart
         guard digits > 0, digits == 1 || bytes[digitsStart] != UInt8(ascii: "0") else { return nil }
