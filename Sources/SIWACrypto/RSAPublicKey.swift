@@ -139,6 +139,14 @@ public final class RSAPublicKey: @unchecked Sendable {
         }
     }
 
+    /// Like `isValidRS256Signature(_:for:)` over bytes held elsewhere (the verifier's fast
+    /// path keeps the signature and the signing input inside the buffers it read them from).
+    public func isValidRS256Signature(_ signature: UnsafeBufferPointer<UInt8>, for message: UnsafeBufferPointer<UInt8>)
+        -> Bool
+    {
+        verify(message, signature)
+    }
+
     /// Like `isValidRS256Signature(_:for:)` over a slice of bytes, without copying.
     public func isValidRS256Signature(_ signature: [UInt8], for message: ArraySlice<UInt8>) -> Bool {
         message.withUnsafeBufferPointer { messageBuffer in

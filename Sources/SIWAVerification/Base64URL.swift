@@ -44,6 +44,75 @@ public enum Base64URL {
         return Array(text).withUnsafeBufferPointer { decode(buffer: $0) }
     }
 
+    /// The four positions of a quad, each symbol's six bits already shifted into place in a
+    /// 24-bit group; an invalid symbol is bit 31 in every table, so one test after OR-ing
+    /// the four finds it.
+    private static let quadTables: [UInt32] = {
+        var tables = [UInt32](repeating: 1 << 31, count: 4 * 256)
+        for (value, symbol) in alphabet.enumerated() {
+            for position in 0..<4 { tables[position * 256 + Int(symbol)] = UInt32(value) << (18 - 6 * position) }
+        }
+        return tables
+    }()
+
+    /// The length `text` of `count` symbols decodes to; nil for a length no strict
+    /// unpadded encoding has.
+    static func decodedCount(symbols count: Int) -> Int? {
+        count % 4 == 1 ? nil : count / 4 * 3 + max(0, count % 4 - 1)
+    }
+
+    /// Decodes `input` (strict unpadded base64url, the same rules as `decode`) into `output`,
+    /// which has room for `decodedCount(symbols: input.count)` bytes; false when a rule is
+    /// broken. Without bounds checks or an array of its own: the verifier's fast path
+    /// decodes a token's three segments into one buffer.
+    static func decode(_ input: UnsafeBufferPointer<UInt8>, into output: UnsafeMutablePointer<UInt8>) -> Bool {
+        guard decodedCount(symbols: input.count) != nil else { return false }
+        guard var symbol = input.baseAddress else { return true }
+        var out = output
+        let wholeQuadsEnd = symbol + input.count / 4 * 4
+        let allValid = quadTables.withUnsafeBufferPointer { quadBuffer in
+            let quad = quadBuffer.baseAddress!
+            while symbol < wholeQuadsEnd {
+                let chunk =
+                    quad[Int(symbol[0])] | quad[256 + Int(symbol[1])] | quad[512 + Int(symbol[2])]
+                    | quad[768 + Int(symbol[3])]
+                guard chunk & (1 << 31) == 0 else { return false }
+                symbol += 4
+                if symbol < wholeQuadsEnd {
+                    // Three bytes in one four-byte store; the fourth is the next quad's first.
+                    UnsafeMutableRawPointer(out).storeBytes(of: (chunk << 8).bigEndian, as: UInt32.self)
+                } else {
+                    out[0] = UInt8(truncatingIfNeeded: chunk >> 16)
+                    out[1] = UInt8(truncatingIfNeeded: chunk >> 8)
+                    out[2] = UInt8(truncatingIfNeeded: chunk)
+                }
+                out += 3
+            }
+            return true
+        }
+        guard allValid else { return false }
+        return decodeTable.withUnsafeBufferPointer { tableBuffer in
+            let table = tableBuffer.baseAddress!
+            switch input.count % 4 {
+            case 2:
+                let a = table[Int(symbol[0])]
+                let b = table[Int(symbol[1])]
+                // Unused trailing bits must be zero: one encoding per byte string.
+                guard (a | b) & 0x80 == 0, b & 0x0F == 0 else { return false }
+                out[0] = a << 2 | b >> 4
+            case 3:
+                let a = table[Int(symbol[0])]
+                let b = table[Int(symbol[1])]
+                let c = table[Int(symbol[2])]
+                guard (a | b | c) & 0x80 == 0, c & 0x03 == 0 else { return false }
+                out[0] = a << 2 | b >> 4
+                out[1] = b << 4 | c >> 2
+            default: break
+            }
+            return true
+        }
+    }
+
     private static func decode(buffer input: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
         let count = input.count
         guard count % 4 != 1 else { return nil }

@@ -97,6 +97,14 @@ struct NotificationClaims {
     /// The token's times against `now`, each with the leeway; the sums saturate, so a time
     /// near `Int64.max` can never wrap round to the past.
     func checkTimes(now: Int64, leewaySeconds: Int64) throws(VerificationError) {
+        try Self.checkTimes(
+            issuedAt: issuedAt, expiresAt: expiresAt, notBefore: notBefore, now: now, leewaySeconds: leewaySeconds)
+    }
+
+    /// `checkTimes(now:leewaySeconds:)` on the times alone (the fast path has no claims value).
+    static func checkTimes(
+        issuedAt: Int64, expiresAt: Int64?, notBefore: Int64?, now: Int64, leewaySeconds: Int64
+    ) throws(VerificationError) {
         let latestExpiry = Self.adding(issuedAt, Self.maximumLifetimeSeconds)
         if let expiresAt, expiresAt > latestExpiry {
             throw VerificationError(

@@ -70,8 +70,25 @@ public struct NotificationVerifier: Sendable {
         }
     }
 
-    /// The steps, with `key` naming the key for a kid.
+    /// The steps, with `key` naming the key for a kid: the fast path when it reads the
+    /// body, token and header (see `PlainToken`), the strict steps otherwise. Either way the
+    /// same kid is looked up and the same signature checked.
     private func verify(
+        body: [UInt8], now: Int64, key keyForID: (String) throws(VerificationError) -> RSAPublicKey
+    ) throws(VerificationError) -> VerifiedNotification {
+        if let token = plainToken(of: body) {
+            return try verify(plain: token, of: body, now: now, key: keyForID)
+        }
+        return try verifyStrictly(body: body, now: now, key: keyForID)
+    }
+
+    /// Every step by the strict parsers, as before the fast path existed: what answers every
+    /// body the fast path does not read, and what the differential tests compare it with.
+    package func verifyStrictly(body: [UInt8], now: Int64) throws(VerificationError) -> VerifiedNotification {
+        try verifyStrictly(body: body, now: now) { kid throws(VerificationError) in try keys.key(forKeyID: kid) }
+    }
+
+    private func verifyStrictly(
         body: [UInt8], now: Int64, key keyForID: (String) throws(VerificationError) -> RSAPublicKey
     ) throws(VerificationError) -> VerifiedNotification {
         let token = try NotificationBody.payload(of: body, maximumBytes: maximumBodyBytes)
@@ -86,13 +103,24 @@ public struct NotificationVerifier: Sendable {
         guard key.isValidRS256Signature(jws.signature, for: jws.signingInput) else {
             throw VerificationError(.signatureInvalid, "the RS256 signature does not verify with the key named by kid")
         }
-        return try interpret(claims: jws.claims, now: now)
+        return try interpretStrictly(claims: jws.claims, now: now)
     }
 
-    /// The claims of a token whose signature has checked out, turned into a notification.
+    /// The claims of a token whose signature has checked out, turned into a notification:
+    /// the fast path when it reads them, the strict one otherwise.
     /// `package`: reachable by this package's fuzz target, never by a library user, since
     /// it reads claims that nothing has authenticated.
     package func interpret(claims bytes: [UInt8], now: Int64) throws(VerificationError) -> VerifiedNotification {
+        if let notification = bytes.withUnsafeBufferPointer({ plainNotification(claims: $0, 0..<$0.count, now: now) }) {
+            return notification
+        }
+        return try interpretStrictly(claims: bytes, now: now)
+    }
+
+    /// `interpret(claims:now:)` by the strict parser alone.
+    package func interpretStrictly(claims bytes: [UInt8], now: Int64) throws(VerificationError)
+        -> VerifiedNotification
+    {
         let claims = try NotificationClaims(decoding: bytes, clientIDs: clientIDs)
         try claims.checkTimes(now: now, leewaySeconds: leewaySeconds)
         let event = try NotificationEventClaim(claims.events)

@@ -13,8 +13,16 @@ public enum UserKeyPart {
 
     public static func isValidSubject(_ text: some StringProtocol) -> Bool { isValid(text) }
 
+    /// `isValidSubject` on bytes (the verifier's fast path reads a `sub` where it lies).
+    static func isValidSubject(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        !bytes.isEmpty && bytes.count <= maximumByteCount && bytes.allSatisfy(isAllowed)
+    }
+
     private static func isValid(_ text: some StringProtocol) -> Bool {
-        !text.isEmpty && text.utf8.count <= maximumByteCount
-            && text.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "{") && $0 != UInt8(ascii: "}") }
+        !text.isEmpty && text.utf8.count <= maximumByteCount && text.utf8.allSatisfy(isAllowed)
+    }
+
+    private static func isAllowed(_ byte: UInt8) -> Bool {
+        byte > 0x20 && byte < 0x7F && byte != UInt8(ascii: "{") && byte != UInt8(ascii: "}")
     }
 }

@@ -85,6 +85,30 @@ public struct SecurityEventVerifier: Sendable {
             throw VerificationError(
                 .bodyTooLarge, "the token is \(token.count) bytes; the limit is \(maximumTokenBytes)")
         }
+        let plain = token.withUnsafeBufferPointer { bytes in
+            PlainToken.read(bytes, token: 0..<bytes.count, checkingSecurityEventType: true)
+        }
+        if let plain { return try verify(plain: plain, of: token, issuer: issuer, now: now, key: keyForID) }
+        return try verifyStrictly(token: token, issuer: issuer, now: now, key: keyForID)
+    }
+
+    /// Every step by the strict parsers, as before the fast path existed: what answers every
+    /// token the fast path does not read, and what the differential tests compare it with.
+    package func verifyStrictly(
+        token: [UInt8], keys: JSONWebKeySet, issuer: String, now: Int64
+    ) throws(VerificationError) -> VerifiedSecurityEvent {
+        guard token.count <= maximumTokenBytes else {
+            throw VerificationError(
+                .bodyTooLarge, "the token is \(token.count) bytes; the limit is \(maximumTokenBytes)")
+        }
+        return try verifyStrictly(token: token, issuer: issuer, now: now) { kid throws(VerificationError) in
+            try keys.key(forKeyID: kid)
+        }
+    }
+
+    private func verifyStrictly(
+        token: [UInt8], issuer: String, now: Int64, key keyForID: (String) throws(VerificationError) -> RSAPublicKey
+    ) throws(VerificationError) -> VerifiedSecurityEvent {
         let jws = try CompactJWS(token)
         let header = try JWSHeader(decoding: jws.header)
         try Self.checkType(header.type)
@@ -97,7 +121,7 @@ public struct SecurityEventVerifier: Sendable {
         guard key.isValidRS256Signature(jws.signature, for: jws.signingInput) else {
             throw VerificationError(.signatureInvalid, "the RS256 signature does not verify with the key named by kid")
         }
-        return try interpret(claims: jws.claims, issuer: issuer, now: now)
+        return try interpretStrictly(claims: jws.claims, issuer: issuer, now: now)
     }
 
     /// `typ`: absent, `secevent+jwt` (RFC 8417; `application/` may be spelt out, and media
@@ -111,9 +135,21 @@ public struct SecurityEventVerifier: Sendable {
         throw VerificationError(.typNotAllowed, "the JWS header's typ is not secevent+jwt or JWT")
     }
 
-    /// The claims of a token whose signature has checked out. `package`: reachable by this
-    /// package's tests and fuzz target, never by a library user.
+    /// The claims of a token whose signature has checked out: the fast path when it reads
+    /// them, the strict one otherwise. `package`: reachable by this package's tests and fuzz
+    /// target, never by a library user.
     package func interpret(claims bytes: [UInt8], issuer: String, now: Int64) throws(VerificationError)
+        -> VerifiedSecurityEvent
+    {
+        let plain = bytes.withUnsafeBufferPointer { claims in
+            plainSecurityEvent(claims: claims, 0..<claims.count, issuer: issuer, now: now)
+        }
+        if let plain { return plain }
+        return try interpretStrictly(claims: bytes, issuer: issuer, now: now)
+    }
+
+    /// `interpret(claims:issuer:now:)` by the strict parser alone.
+    package func interpretStrictly(claims bytes: [UInt8], issuer: String, now: Int64) throws(VerificationError)
         -> VerifiedSecurityEvent
     {
         let members = try JSONDocument.claims.parseObject(bytes)
