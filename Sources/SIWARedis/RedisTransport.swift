@@ -7,8 +7,8 @@ import SIWASupport
 import SIWATLS
 
 /// The byte stream under a `RedisConnection`, opened by this class: a TCP or unix socket,
-/// TLS over it when the endpoint asks for it, and hiredis used only as the codec (a
-/// command formatted by `redisFormatCommandArgv`, replies parsed by a `redisReader`).
+/// TLS over it when the endpoint asks for it, and hiredis used only to parse replies (a
+/// `redisReader`); commands are written by `RedisCommandEncoding`.
 /// One code path whatever hiredis version is installed: hiredis never owns the socket.
 ///
 /// Timeouts are the socket's (`SO_RCVTIMEO`, `SO_SNDTIMEO`): the connect timeout while
@@ -53,6 +53,11 @@ final class RedisTransport {
     private let tls: TLSStream?
     private let reader: UnsafeMutablePointer<redisReader>
     private var readBuffer = [UInt8](repeating: 0, count: 16 * 1024)
+    /// The command being sent, kept between commands so its storage is reused.
+    private var commandBuffer: [UInt8] = []
+    /// A command larger than this (an EVAL carrying a script) does not leave its storage
+    /// held for the connection's life.
+    private static let keptCommandCapacity = 16 * 1024
 
     private init(descriptor: Int32, tls: TLSStream?, reader: UnsafeMutablePointer<redisReader>) {
         self.descriptor = descriptor
@@ -108,9 +113,10 @@ final class RedisTransport {
 
     /// Sends one command and reads its one reply.
     func roundTrip(_ arguments: [[UInt8]]) throws(Failure) -> RedisReply {
-        let command = try Self.format(arguments)
+        commandBuffer.removeAll(keepingCapacity: commandBuffer.capacity <= Self.keptCommandCapacity)
+        RedisCommandEncoding.append(arguments, to: &commandBuffer)
         // Array's closures rethrow untyped errors: the outcome comes back as a value.
-        try command.withUnsafeBytes { bytes in Result { () throws(Failure) in try write(bytes) } }.get()
+        try commandBuffer.withUnsafeBytes { bytes in Result { () throws(Failure) in try write(bytes) } }.get()
         return try nextReply()
     }
 
@@ -309,40 +315,7 @@ final class RedisTransport {
         }
     }
 
-    // MARK: - The codec
-
-    private static func format(_ arguments: [[UInt8]]) throws(Failure) -> [UInt8] {
-        // One contiguous buffer keeps every argument's address valid during the call.
-        let joined = arguments.flatMap { $0 }
-        let lengths = arguments.map { $0.count }
-        var command: UnsafeMutablePointer<CChar>?
-        // hiredis 0.14 (Debian 12) returns an int, 1.x (Debian 13) a long long: Int holds both.
-        let length: Int = joined.withUnsafeBufferPointer { buffer in
-            let base = UnsafeRawPointer(buffer.baseAddress)
-            var offsets: [Int] = []
-            var offset = 0
-            for length in lengths {
-                offsets.append(offset)
-                offset += length
-            }
-            // An empty argument still needs a non-null pointer.
-            let empty: StaticString = ""
-            var pointers: [UnsafePointer<CChar>?] = offsets.map { start in
-                guard let base else { return UnsafeRawPointer(empty.utf8Start).assumingMemoryBound(to: CChar.self) }
-                return (base + start).assumingMemoryBound(to: CChar.self)
-            }
-            return pointers.withUnsafeMutableBufferPointer { argv in
-                lengths.withUnsafeBufferPointer { argvlen in
-                    Int(redisFormatCommandArgv(&command, Int32(arguments.count), argv.baseAddress, argvlen.baseAddress))
-                }
-            }
-        }
-        guard length > 0, let command else {
-            throw Failure(kind: .inputOutput, detail: "could not format the command")
-        }
-        defer { redisFreeCommand(command) }
-        return Array(UnsafeRawBufferPointer(start: command, count: length))
-    }
+    // MARK: - Replies
 
     private static func convert(_ pointer: UnsafeMutablePointer<redisReply>) -> RedisReply {
         let reply = pointer.pointee

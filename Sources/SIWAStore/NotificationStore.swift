@@ -76,6 +76,18 @@ public final class NotificationStore {
 
     /// The SHA1 Redis gave for the script; nil until loaded (and again after NOSCRIPT).
     private var scriptSHA: String?
+    /// The arguments every call sends alike, as the bytes Redis receives, made once rather
+    /// than for every notification: the stream, deletions and channel keys, the seen
+    /// marker's TTL and the stream's bound.
+    private let sharedArguments: SharedArguments
+
+    private struct SharedArguments {
+        let events: [UInt8]
+        let deletions: [UInt8]
+        let notifications: [UInt8]
+        let ttlMilliseconds: [UInt8]
+        let streamMaximumLength: [UInt8]
+    }
 
     public init(
         connection: RedisConnection, keyPrefix: String = defaultKeyPrefix,
@@ -88,6 +100,11 @@ public final class NotificationStore {
         self.streamMaximumLength = streamMaximumLength
         self.minimumReplicas = minimumReplicas
         self.replicaTimeout = replicaTimeout
+        sharedArguments = SharedArguments(
+            events: Array(keys.events.utf8), deletions: Array(keys.deletions.utf8),
+            notifications: Array(keys.notifications.utf8),
+            ttlMilliseconds: Array(String(max(1, seenMarkerTTL.wholeMilliseconds)).utf8),
+            streamMaximumLength: Array(String(max(1, streamMaximumLength)).utf8))
     }
 
     /// Refuses settings outside their ranges, before anything is written.
@@ -170,15 +187,22 @@ public final class NotificationStore {
         _ notification: VerifiedNotification, receivedAt: Int64, earlierAttempt: Int64?
     ) throws(RedisError) -> Outcome {
         let sha = try loadedScriptSHA()
-        let arguments = scriptArguments(notification, receivedAt: receivedAt, earlierAttempt: earlierAttempt)
+        // One array, sized once: the command's three words, then the script's KEYS and ARGV.
+        var command: [[UInt8]] = []
+        command.reserveCapacity(3 + Self.scriptArgumentCount)
+        command.append(Array("EVALSHA".utf8))
+        command.append(Array(sha.utf8))
+        command.append([UInt8(ascii: "4")])
+        appendScriptArguments(notification, receivedAt: receivedAt, earlierAttempt: earlierAttempt, to: &command)
         let reply: RedisReply
         do {
-            reply = try connection.command([Array("EVALSHA".utf8), Array(sha.utf8), [UInt8(ascii: "4")]] + arguments)
+            reply = try connection.command(command)
         } catch  where error.reply == .noScript {
             // Redis restarted, SCRIPT FLUSH ran, or (in a cluster) the node is new to this
             // connection: EVAL sends the script itself and leaves it cached there, once.
-            reply = try connection.command(
-                [Array("EVAL".utf8), Array(Self.applyScript.utf8), [UInt8(ascii: "4")]] + arguments)
+            command[0] = Array("EVAL".utf8)
+            command[1] = Array(Self.applyScript.utf8)
+            reply = try connection.command(command)
         }
         guard let text = reply.string, let outcome = Outcome(rawValue: text) else {
             throw RedisError(.unexpectedReply, "the apply script returned something other than an outcome name")
@@ -196,11 +220,14 @@ public final class NotificationStore {
         return sha
     }
 
+    /// The script's KEYS (4) and ARGV (14).
+    private static let scriptArgumentCount = 18
+
     /// KEYS then ARGV, in the order the script reads them, as the bytes Redis receives
     /// (no intermediate `String` per argument: this runs for every notification).
-    private func scriptArguments(
-        _ notification: VerifiedNotification, receivedAt: Int64, earlierAttempt: Int64?
-    ) -> [[UInt8]] {
+    private func appendScriptArguments(
+        _ notification: VerifiedNotification, receivedAt: Int64, earlierAttempt: Int64?, to command: inout [[UInt8]]
+    ) {
         let clientID = Array(notification.clientID.utf8)
         let subject = Array(notification.subject.utf8)
         let tokenID = Array(notification.tokenID.utf8)
@@ -222,13 +249,11 @@ public final class NotificationStore {
         // The script appends the applied flag, which only it knows.
         messageHead.removeLast()
         messageHead += Array(",\"applied\":".utf8)
-        let ttlMilliseconds = max(1, seenMarkerTTL.wholeMilliseconds)
-        return [
-            userKey, seenKey, Array(keys.events.utf8), Array(keys.deletions.utf8),
-            Array(keys.notifications.utf8), clientID, subject, typeName, rawType,
-            Array(String(notification.eventTimeMilliseconds).utf8), tokenID, Array((notification.email ?? "").utf8),
-            Array(privateFlag.utf8), Array(String(receivedAt).utf8),
-            Array(String(ttlMilliseconds).utf8), Array(String(max(1, streamMaximumLength)).utf8), messageHead,
+        command += [
+            userKey, seenKey, sharedArguments.events, sharedArguments.deletions, sharedArguments.notifications,
+            clientID, subject, typeName, rawType, Array(String(notification.eventTimeMilliseconds).utf8), tokenID,
+            Array((notification.email ?? "").utf8), Array(privateFlag.utf8), Array(String(receivedAt).utf8),
+            sharedArguments.ttlMilliseconds, sharedArguments.streamMaximumLength, messageHead,
             earlierAttempt.map { Array(String($0).utf8) } ?? [],
         ]
     }

@@ -11,6 +11,7 @@ enum BenchCommand {
         usage: siwa-endpoint bench [--iterations N] [--rounds R]
                siwa-endpoint bench --replay --redis-url URL [--records N]  (see bench --replay --help)
                siwa-endpoint bench --webhooks --redis-url URL --receiver-log FILE  (see bench --webhooks --help)
+               siwa-endpoint bench --redis-call --redis-url URL [--calls N]  (see bench --redis-call --help)
 
         Signs one notification with a fresh test key, then alternates R rounds of N
         full verifications (body -> payload -> JWS -> key by kid -> signature ->
@@ -26,6 +27,7 @@ enum BenchCommand {
     static func run(_ words: [String]) throws -> ExitStatus {
         if words.contains("--replay") { return try BenchReplayCommand.run(words) }
         if words.contains("--webhooks") { return try BenchWebhooksCommand.run(words) }
+        if words.contains("--redis-call") { return try BenchRedisCallCommand.run(words) }
         if words.contains("--help") {
             Output.line(help)
             return .success

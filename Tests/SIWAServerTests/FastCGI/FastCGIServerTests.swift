@@ -85,10 +85,23 @@ struct FastCGIServerTests {
             var short = FastCGIClient.params(method: "POST", uri: "/", body: []).filter { $0.0 != "CONTENT_LENGTH" }
             short.append(("CONTENT_LENGTH", "100"))
             #expect(try client.send(params: short, body: [UInt8](repeating: 0x63, count: 50)).status == 400)
+
+            // More bytes than declared (the body is read into storage of the declared length
+            // and one byte more): not the message either; past the limit, too large.
+            var long = FastCGIClient.params(method: "POST", uri: "/", body: []).filter { $0.0 != "CONTENT_LENGTH" }
+            long.append(("CONTENT_LENGTH", "100"))
+            #expect(try client.send(params: long, body: [UInt8](repeating: 0x64, count: 150)).status == 400)
+            var pastLimit = FastCGIClient.params(method: "POST", uri: "/", body: []).filter { $0.0 != "CONTENT_LENGTH" }
+            pastLimit.append(("CONTENT_LENGTH", "1024"))
+            #expect(try client.send(params: pastLimit, body: overLimit).status == 413)
+            // An empty body declared as such.
+            let empty = FastCGIClient.params(method: "POST", uri: "/", body: [])
+            #expect(try client.send(params: empty, body: []).status == 200)
         }
         #expect(
             bodies.current == [
                 .complete([UInt8](repeating: 0x61, count: 1024)), .tooLarge, .tooLarge, .tooLarge, .incomplete,
+                .incomplete, .tooLarge, .complete([]),
             ])
     }
 
