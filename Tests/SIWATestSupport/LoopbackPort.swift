@@ -1,3 +1,4 @@
+import Foundation
 import Glibc
 
 /// Free TCP ports on 127.0.0.1 for the servers the tests start (Redis, Sentinels, nginx,
@@ -10,14 +11,37 @@ public enum LoopbackPort {
         public let description: String
     }
 
-    /// A port the kernel reports free (bound with port 0, then released), at most `highest`.
+    /// The lowest port `free()` hands out.
+    public static let lowest = 20_000
+
+    /// A port free right now, drawn at random from `lowest` up to below the kernel's
+    /// ephemeral range (`net.ipv4.ip_local_port_range`, 32768 and up by default), at most
+    /// `highest`. Not a port the kernel picks for a bind to port 0: that comes from the
+    /// ephemeral range, where every outgoing connection on the machine takes its source
+    /// port, so once released it could be taken before the server bound it, which happened
+    /// ("Address already in use") with scripts/test's several test processes side by side.
+    /// A machine whose ephemeral range starts too low gets the kernel's picks, as before.
     public static func free() throws -> Int {
-        for _ in 0..<200 {
-            guard let port = kernelChosenPort() else { break }
-            if port <= highest { return port }
+        let end = min(ephemeralRangeStart, highest + 1)
+        if end - lowest >= 1000 {
+            for _ in 0..<2000 {
+                let port = Int.random(in: lowest..<end)
+                if isFree(port) { return port }
+            }
+        } else {
+            for _ in 0..<200 {
+                guard let port = kernelChosenPort() else { break }
+                if port <= highest { return port }
+            }
         }
         throw Unavailable(description: "no free loopback port at or below \(highest)")
     }
+
+    /// The first port of the kernel's ephemeral range (32768 when it cannot be read).
+    public static let ephemeralRangeStart: Int = {
+        let text = try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8)
+        return text?.split(whereSeparator: \.isWhitespace).first.flatMap { Int($0) } ?? 32_768
+    }()
 
     /// `count` distinct free ports whose cluster bus port (port + 10000) is free too.
     public static func freeWithBusPorts(_ count: Int) throws -> [Int] {

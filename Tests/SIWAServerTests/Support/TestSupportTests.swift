@@ -11,6 +11,16 @@ struct TestSupportTests {
         #expect(ports.allSatisfy { $0 >= 1024 && $0 <= LoopbackPort.highest }, "\(ports.filter { $0 > 55_535 })")
     }
 
+    @Test("a free loopback port is below the kernel's ephemeral range, where outgoing connections take theirs")
+    func freePortOutsideTheEphemeralRange() throws {
+        #expect(LoopbackPort.ephemeralRangeStart - LoopbackPort.lowest >= 1000)
+        let ports = try (0..<300).map { _ in try LoopbackPort.free() }
+        let outside = ports.filter { $0 < LoopbackPort.lowest || $0 >= LoopbackPort.ephemeralRangeStart }
+        #expect(outside.isEmpty, "\(outside)")
+        // Drawn at random, not one port over and over.
+        #expect(Set(ports).count > 250)
+    }
+
     @Test("a run gets its standard input, and one still going at its timeout is killed and says so")
     func runnerFeedsInputAndKillsAtTimeout() throws {
         let echoed = try CommandRun.run(URL(fileURLWithPath: "/bin/cat"), [], input: Data("piped in".utf8))
