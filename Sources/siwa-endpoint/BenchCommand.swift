@@ -145,13 +145,13 @@ enum BenchCommand {
     }
 
     /// CPU time this thread has used, in seconds.
-    private static func threadCPUSeconds() -> Double {
+    static func threadCPUSeconds() -> Double {
         var now = timespec()
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now)
         return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
     }
 
-    private static func median(_ values: [Double]) -> Double {
+    static func median(_ values: [Double]) -> Double {
         let sorted = values.sorted()
         return sorted[sorted.count / 2]
     }

@@ -48,11 +48,11 @@ enum BenchRedisCallCommand {
             // Built before the clock starts: verification makes them in serve.
             let batch = (0..<calls).map { notification($0, round: round, runID: runID, now: now) }
             var applied = 0
-            let cpuStart = threadCPUSeconds()
+            let cpuStart = BenchCommand.threadCPUSeconds()
             let wallStart = ContinuousClock.now
             for item in batch where try store.apply(item, receivedAt: now * 1000) == .applied { applied += 1 }
             wallPerCall.append((ContinuousClock.now - wallStart).inSeconds / Double(calls) * 1e6)
-            cpuPerCall.append((threadCPUSeconds() - cpuStart) / Double(calls) * 1e6)
+            cpuPerCall.append((BenchCommand.threadCPUSeconds() - cpuStart) / Double(calls) * 1e6)
             guard applied == calls else {
                 Output.error("bench: \(calls - applied) of \(calls) calls were not applied (is the Redis shared?)")
                 return .failed
@@ -61,8 +61,8 @@ enum BenchRedisCallCommand {
         Output.line(
             """
             Redis script call (NotificationStore.apply, one EVALSHA, one thread): \(rounds) rounds x \(calls) calls
-            Redis script call CPU time: \(format(median(cpuPerCall))) us each (this thread's; rounds \(cpuPerCall.map { format($0) }.joined(separator: " ")))
-            Redis script call wall time: \(format(median(wallPerCall))) us each
+            Redis script call CPU time: \(format(BenchCommand.median(cpuPerCall))) us each (this thread's; rounds \(cpuPerCall.map { format($0) }.joined(separator: " ")))
+            Redis script call wall time: \(format(BenchCommand.median(wallPerCall))) us each
             """)
         return .success
     }
@@ -78,18 +78,6 @@ enum BenchRedisCallCommand {
             tokenID: "call-\(runID)-\(round)-\(index)", issuedAt: now, expiresAt: nil,
             email: isEmailEvent ? "relay-bench@privaterelay.appleid.com" : nil,
             isPrivateEmail: isEmailEvent ? true : nil)
-    }
-
-    /// CPU time this thread has used, in seconds.
-    private static func threadCPUSeconds() -> Double {
-        var now = timespec()
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now)
-        return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
-    }
-
-    private static func median(_ values: [Double]) -> Double {
-        let sorted = values.sorted()
-        return sorted[sorted.count / 2]
     }
 
     private static func format(_ value: Double) -> String {

@@ -85,22 +85,7 @@ extension NotificationVerifier {
         plain token: PlainToken, of body: [UInt8], now: Int64,
         key keyForID: (String) throws(VerificationError) -> RSAPublicKey
     ) throws(VerificationError) -> VerifiedNotification {
-        let key = try keyForID(token.keyID)
-        guard token.signature.count == key.modulusBytes else {
-            throw VerificationError(
-                .signatureLengthMismatch,
-                "the signature is \(token.signature.count) bytes; the key's modulus is \(key.modulusBytes)")
-        }
-        let authentic = body.withUnsafeBufferPointer { source in
-            token.decoded.withUnsafeBufferPointer { decoded in
-                key.isValidRS256Signature(
-                    UnsafeBufferPointer(rebasing: decoded[token.signature]),
-                    for: UnsafeBufferPointer(rebasing: source[token.signingInput]))
-            }
-        }
-        guard authentic else {
-            throw VerificationError(.signatureInvalid, "the RS256 signature does not verify with the key named by kid")
-        }
+        try token.checkSignature(in: body, key: keyForID)
         let notification = token.decoded.withUnsafeBufferPointer { decoded in
             plainNotification(claims: decoded, token.claims, now: now)
         }

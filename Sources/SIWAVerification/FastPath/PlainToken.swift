@@ -1,3 +1,5 @@
+import SIWACrypto
+
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Darwin)
@@ -28,6 +30,31 @@ struct PlainToken {
         self.signature = signature
         self.signingInput = signingInput
         self.keyID = keyID
+    }
+
+    /// The key named by the kid, and the signature checked where it lies: over the signing
+    /// input in `source` (the bytes the token was read from), with the same errors as the
+    /// strict steps (the key's own refusal, `signature_length_mismatch`, `signature_invalid`).
+    /// Both providers' fast paths take this one step.
+    func checkSignature(
+        in source: [UInt8], key keyForID: (String) throws(VerificationError) -> RSAPublicKey
+    ) throws(VerificationError) {
+        let key = try keyForID(keyID)
+        guard signature.count == key.modulusBytes else {
+            throw VerificationError(
+                .signatureLengthMismatch,
+                "the signature is \(signature.count) bytes; the key's modulus is \(key.modulusBytes)")
+        }
+        let authentic = source.withUnsafeBufferPointer { source in
+            decoded.withUnsafeBufferPointer { decoded in
+                key.isValidRS256Signature(
+                    UnsafeBufferPointer(rebasing: decoded[signature]),
+                    for: UnsafeBufferPointer(rebasing: source[signingInput]))
+            }
+        }
+        guard authentic else {
+            throw VerificationError(.signatureInvalid, "the RS256 signature does not verify with the key named by kid")
+        }
     }
 
     /// The token in `range` of `source`; `checkingSecurityEventType` applies a SET's rule for

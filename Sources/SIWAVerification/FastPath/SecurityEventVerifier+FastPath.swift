@@ -33,22 +33,7 @@ extension SecurityEventVerifier {
         plain token: PlainToken, of bytes: [UInt8], issuer: String, now: Int64,
         key keyForID: (String) throws(VerificationError) -> RSAPublicKey
     ) throws(VerificationError) -> VerifiedSecurityEvent {
-        let key = try keyForID(token.keyID)
-        guard token.signature.count == key.modulusBytes else {
-            throw VerificationError(
-                .signatureLengthMismatch,
-                "the signature is \(token.signature.count) bytes; the key's modulus is \(key.modulusBytes)")
-        }
-        let authentic = bytes.withUnsafeBufferPointer { source in
-            token.decoded.withUnsafeBufferPointer { decoded in
-                key.isValidRS256Signature(
-                    UnsafeBufferPointer(rebasing: decoded[token.signature]),
-                    for: UnsafeBufferPointer(rebasing: source[token.signingInput]))
-            }
-        }
-        guard authentic else {
-            throw VerificationError(.signatureInvalid, "the RS256 signature does not verify with the key named by kid")
-        }
+        try token.checkSignature(in: bytes, key: keyForID)
         let event = token.decoded.withUnsafeBufferPointer { decoded in
             plainSecurityEvent(claims: decoded, token.claims, issuer: issuer, now: now)
         }
