@@ -1,3 +1,4 @@
+import CSocketShim
 import Foundation
 import Glibc
 import Synchronization
@@ -56,9 +57,9 @@ public enum FastCGIRefusal: String, Sendable, Error, CaseIterable {
 ///   the first byte of a kept connection's next request): at the deadline a connection
 ///   still watched is closed unanswered (a worker never waited for it).
 /// - a worker waits for no byte: every byte it reads is in the socket when it is handed
-///   the connection, so its reading side is shut down `readAllowance` after it begins,
-///   whatever was decided here. Bytes already queued are still read after that shutdown;
-///   only a wait for bytes that never came is ended.
+///   the connection, and every connection is non-blocking from its accept (`accept4`,
+///   `SOCK_NONBLOCK`), so a read of a byte that is not there fails at once (the body
+///   counts as incomplete), whatever was decided here.
 /// - a kept connection (`FCGI_KEEP_CONN`) waits idle for its next request at most
 ///   `requestTimeout` too, and its next request is handed on only once the peer has read
 ///   all of the last answer (`answerUnread` otherwise): a worker's write never waits
@@ -103,6 +104,9 @@ final class FastCGIAcceptor: Sendable {
         /// silent peers cost a few thousand peeks a second, not a core.
         var nextLook: ContinuousClock.Instant
         var lookInterval: Duration = .milliseconds(20)
+        /// A kept connection a worker gave back: it has answers written, which the peer must
+        /// have read before its next request is handed on. A new one has none.
+        var givenBack = false
 
         /// Closed to make room only once looked at and waiting here since `cutoff` or
         /// before (`roomGrace` ago): never a connection whose peer is still writing the
@@ -158,10 +162,6 @@ final class FastCGIAcceptor: Sendable {
     /// nginx writes its request as soon as it has connected (microseconds; milliseconds on
     /// a loaded machine), an idle or silent peer waits far longer.
     static let defaultRoomGrace: Duration = .milliseconds(250)
-    /// How long a worker may read a connection it was handed before its reading side is
-    /// shut down. Its bytes are all in the socket: reading them takes microseconds, and
-    /// a shutdown never discards bytes already queued, so a stalled worker loses nothing.
-    static let readAllowance: Duration = .seconds(1)
     /// How long accepting pauses after accept(2) found no descriptor left and none to close.
     static let descriptorShortagePause: Duration = .milliseconds(250)
     /// The most descriptors libfcgi can use (`select`'s FD_SETSIZE): the unit's LimitNOFILE.
@@ -188,11 +188,6 @@ final class FastCGIAcceptor: Sendable {
     }
 
     private let state = Mutex(State())
-    /// Connections a worker is reading from (the duplicate descriptor `beginReading` made),
-    /// with the deadline of their read. A lock of its own: every request takes it twice,
-    /// and under the one lock of the queue and the poll thread's pass it made the workers
-    /// spin (`_MutexHandle._lockSlow`, 4.6 % of serve's samples in `scripts/profile-serve`).
-    private let reading = Mutex<[Int32: ContinuousClock.Instant]>([:])
     /// One signal per connection made ready, and one at the end (each worker that finds
     /// nothing left passes that one on); a worker checks `state`, so a spare signal costs one check.
     private let available = DispatchSemaphore(value: 0)
@@ -250,31 +245,6 @@ final class FastCGIAcceptor: Sendable {
         }
     }
 
-    /// A worker starts reading `fd`'s request: `readAllowance` from now its reading side
-    /// is shut down (a blocked read returns at once), whatever the request's own deadline
-    /// and whatever made the acceptor hand it on: the worker was handed only bytes that are
-    /// here, and a wait for any other is a wait for a peer. The acceptor holds a duplicate
-    /// of the descriptor (shutdown acts on the socket, whichever descriptor names it), so
-    /// that libfcgi closing its own after a protocol error can never leave the acceptor
-    /// with a number that another connection has been given meanwhile.
-    func beginReading(_ fd: Int32) -> Int32 {
-        let watched = fcntl(fd, F_DUPFD_CLOEXEC, 0)
-        // No descriptor to spare: the worker bounds each read by the allowance instead.
-        guard watched >= 0 else { return -1 }
-        let bound = ContinuousClock.now.advanced(by: Self.readAllowance)
-        reading.withLock { $0[watched] = bound }
-        return watched
-    }
-
-    /// The worker is done reading; the acceptor lets go of the duplicate `beginReading` gave.
-    /// Closed after the lock is let go (no system call under the lock every worker and the
-    /// poll thread share): once out of `reading`, the poll thread never touches that number.
-    func endReading(_ watched: Int32) {
-        guard watched >= 0 else { return }
-        reading.withLock { $0[watched] = nil }
-        close(watched)
-    }
-
     /// A kept connection (nginx's `fastcgi_keep_conn`) goes back to be watched for its
     /// next request; when stopping it is closed instead.
     func watchAgain(_ fd: Int32) { giveBack(fd, draining: false) }
@@ -321,7 +291,6 @@ final class FastCGIAcceptor: Sendable {
         while !stopping || !watched.isEmpty {
             let now = ContinuousClock.now
             let pausedForDescriptors = now < acceptingFrom
-            let soonestRead = reading.withLock { $0.values.min() }
             let listening = state.withLock { state in
                 let room = mayAccept(watched: watched, waiting: state.ready.count, now: now)
                 // Set under the same lock as the count it was judged on: a worker taking a
@@ -337,7 +306,7 @@ final class FastCGIAcceptor: Sendable {
             fds.reserveCapacity(3 + watched.count + draining.count)
             // A connection already peeked and still incomplete is looked at again on its own
             // schedule (its unread bytes would make poll return at once, for ever).
-            var soonest: ContinuousClock.Instant? = soonestRead
+            var soonest: ContinuousClock.Instant?
             func due(_ instant: ContinuousClock.Instant) { soonest = min(soonest ?? instant, instant) }
             // Looks are gathered: the poll waits at least `lookBatch` for the next one, so
             // hundreds of peers on their own schedules wake it at most 100 times a second.
@@ -393,11 +362,14 @@ final class FastCGIAcceptor: Sendable {
             if fds[2].revents != 0 {
                 // Counted again: examining handed connections on to the workers.
                 let waitingNow = state.withLock { $0.ready.count }
+                let before = watched.count
                 if !acceptWaiting(into: &watched, waiting: waitingNow) {
                     acceptingFrom = ContinuousClock.now.advanced(by: Self.descriptorShortagePause)
                 }
+                // nginx writes its request as soon as it has connected: it is usually whole
+                // by now, and handed on in this pass rather than after one more poll.
+                if watched.count > before { examine(&watched, events: [:], buffer: &peekBuffer) }
             }
-            endExpiredReads()
         }
         shutDown(closing: watched.map(\.fd) + draining.map(\.fd))
     }
@@ -432,7 +404,9 @@ final class FastCGIAcceptor: Sendable {
                 draining.append(Draining(fd: fd, deadline: now.advanced(by: Self.drainTime), left: Self.drainBytes))
             } else {
                 watched.append(
-                    Watched(fd: fd, since: now, deadline: now.advanced(by: requestTimeout), idle: true, nextLook: now))
+                    Watched(
+                        fd: fd, since: now, deadline: now.advanced(by: requestTimeout), idle: true, nextLook: now,
+                        givenBack: true))
             }
         }
     }
@@ -448,7 +422,8 @@ final class FastCGIAcceptor: Sendable {
         var accepted = 0
         var freedForShortage = false
         while waiting + accepted < capacity {
-            let fd = accept(listenFD, nil, nil)
+            // Non-blocking (a worker's read never waits for a byte) and closed on exec.
+            let fd = siwa_accept4(listenFD, Int32(SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue))
             if fd < 0 {
                 let code = errno
                 guard Self.isDescriptorShortage(code) else { return true }  // EAGAIN: none left
@@ -483,7 +458,6 @@ final class FastCGIAcceptor: Sendable {
     }
 
     private func add(_ fd: Int32, to watched: inout [Watched]) {
-        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
         let now = ContinuousClock.now
         watched.append(
             Watched(fd: fd, since: now, deadline: now.advanced(by: requestTimeout), idle: false, nextLook: now))
@@ -558,7 +532,7 @@ final class FastCGIAcceptor: Sendable {
                 let answerable =
                     inspection.state == .complete
                     || (inspection.state == .parametersComplete && (bodyOverLimit || hungUp))
-                if answerable, entry.parameters != nil, Self.unreadAnswerBytes(entry.fd) > 0 {
+                if answerable, entry.givenBack, entry.parameters != nil, Self.unreadAnswerBytes(entry.fd) > 0 {
                     // A worker would write its answer behind one the peer has not read:
                     // answers pile up in the socket until a write waits for the peer.
                     onRefusal(.answerUnread)
@@ -608,7 +582,7 @@ final class FastCGIAcceptor: Sendable {
     }
 
     /// Queues connections whose request a worker can answer without waiting, and wakes as
-    /// many workers.
+    /// many workers. Each is non-blocking, as `accept4` made it.
     func handOn(_ handed: [Handed]) {
         guard !handed.isEmpty else { return }
         state.withLock { $0.ready += handed }
@@ -634,19 +608,6 @@ final class FastCGIAcceptor: Sendable {
             if done { close(entry.fd) } else { kept.append(entry) }
         }
         draining = kept
-    }
-
-    /// Shuts the reading side of each connection a worker reads past its request's
-    /// deadline: the worker's read returns at once, and the body counts as incomplete.
-    private func endExpiredReads() {
-        let now = ContinuousClock.now
-        reading.withLock { reading in
-            for (fd, deadline) in reading where deadline <= now {
-                shutdown(fd, Int32(SHUT_RD))
-                // Shut once; the duplicate stays open until the worker lets go of it.
-                reading[fd] = nil
-            }
-        }
     }
 
     private func shutDown(closing descriptors: [Int32]) {
