@@ -38,7 +38,9 @@ final class FastCGIWorker: @unchecked Sendable {
             FCGX_Free(request, 1)
             request.deallocate()
         }
-        while let handed = acceptor.next() {
+        // Where this worker peeks at a connection it accepts: made once.
+        var peekBuffer = [UInt8](repeating: 0, count: acceptor.window)
+        while let handed = acceptor.next(buffer: &peekBuffer) {
             // Non-blocking since its accept (`FastCGIAcceptor`): every byte read below is
             // already in the socket, and a read of one that is not there fails at once
             // (the body counts as incomplete) instead of waiting for the peer.

@@ -101,6 +101,10 @@ public final class SpoolSetAsideStore: Sendable {
         return users
     }
 
+    /// Whether a record file is set aside here (one listing). True when the directory cannot
+    /// be listed: the scrub that follows fails the same way, and says so.
+    var holdsRecords: Bool { (try? Self.recordFiles(directory)).map { !$0.isEmpty } ?? true }
+
     private func rewriteWithoutEmail(clientID: String, subject: String) throws(SpoolError) -> Int {
         var scrubbed = 0
         var busy: SpoolError?
