@@ -28,9 +28,16 @@ public enum FastCGIRefusal: String, Sendable, Error, CaseIterable {
     case tooManyRecords = "too_many_records"
 }
 
-/// Accepts connections on one thread and hands a connection to a worker only once its
-/// request is waiting in the socket, whole, so that no peer allowed on the socket can take
-/// a worker away from Apple and `/healthz`.
+/// Hands a connection to a worker only once its request is waiting in the socket, whole,
+/// so that no peer allowed on the socket can take a worker away from Apple and `/healthz`.
+///
+/// Who does what: an idle worker accepts a new connection itself (the workers wait in one
+/// epoll on the listener, one-shot, and on `readyPipe`) and looks at it once: a request
+/// already whole (nginx writes it as soon as it has connected: nearly always) is served by
+/// that worker at once, with no hop to another thread. Anything else goes to the poll
+/// thread, which watches it by the same rules (`look(at:)`), and so do kept connections
+/// and those to drain. Only an idle worker accepts: while every worker is busy, new
+/// connections wait in the kernel's listen backlog, at no descriptor's cost.
 ///
 /// Why: libfcgi's `FCGX_Accept_r` reads the begin record and the parameters itself, with
 /// no timeout, and reads the body with only a per-read timeout, so a peer that sent one
@@ -79,8 +86,8 @@ public enum FastCGIRefusal: String, Sendable, Error, CaseIterable {
 ///   closed; nor is one whose request has come in whole, which is handed on first);
 ///   accept(2) failing for want of descriptors (EMFILE, ENFILE) closes the oldest of them
 ///   too, or, with none to close, pauses accepting for a moment instead of retrying at once.
-///   A worker taking a connection while the listener is set aside wakes the poll thread at
-///   once, so accepting resumes as soon as there is room, not at the next poll timeout.
+///   Without room the listener is left disarmed (new connections wait in the backlog);
+///   whoever makes room (the poll thread, a worker taking a connection) arms it again.
 final class FastCGIAcceptor: Sendable {
     /// A connection waiting here for its request (or, kept, for its next one).
     private struct Watched {
@@ -276,6 +283,9 @@ final class FastCGIAcceptor: Sendable {
             _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
         }
     }
+
+    /// Connections the workers gave to the poll thread that it has not taken yet.
+    var returnedCount: Int { state.withLock { $0.returned.count } }
 
     /// No room for another connection: new ones wait in the listen backlog.
     var listenerIsSetAside: Bool {
@@ -525,13 +535,15 @@ final class FastCGIAcceptor: Sendable {
     /// may. At an accept that found no descriptor left: one more, or, with none to close,
     /// accepting pauses for `descriptorShortagePause`.
     private func makeRoom(in watched: inout [Watched], now: ContinuousClock.Instant) {
-        let (wanted, shortage) = state.withLock { state in
+        // `fresh`: connections the workers gave that the pass takes after this one; they
+        // are watched as much as those already here.
+        let (wanted, shortage, fresh) = state.withLock { state in
             defer { state.descriptorShortage = false }
-            return (state.roomWanted, state.descriptorShortage)
+            return (state.roomWanted, state.descriptorShortage, state.freshReturned)
         }
         var closed = 0
         // Wanted only while the watched fill the limit: ones that left by themselves made room too.
-        while closed < wanted && watched.count >= watchLimit || shortage && closed == 0,
+        while closed < wanted && watched.count + fresh >= watchLimit || shortage && closed == 0,
             let oldest = Self.longestWatched(watched, waitingSince: now - roomGrace)
         {
             shutdown(watched[oldest].fd, Int32(SHUT_RDWR))
@@ -539,7 +551,7 @@ final class FastCGIAcceptor: Sendable {
             watched.remove(at: oldest)
             closed += 1
         }
-        let fulfilled = watched.count < watchLimit ? wanted : min(closed, wanted)
+        let fulfilled = watched.count + fresh < watchLimit ? wanted : min(closed, wanted)
         state.withLock { state in
             state.roomWanted -= fulfilled
             if shortage && closed == 0 { state.acceptingPausedUntil = now.advanced(by: Self.descriptorShortagePause) }

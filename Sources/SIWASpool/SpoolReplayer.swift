@@ -241,13 +241,15 @@ public final class SpoolReplayer: Service {
 
     /// After an `account-deleted` was stored live: the request path only notes the user and
     /// nudges; the service's thread scrubs that user's set-aside records (it lists and
-    /// rewrites `rejected/` under the directory lock, which no request waits on).
+    /// rewrites `rejected/` under the directory lock, which no request waits on). When
+    /// `rejected/` held no record at the last look and none was set aside since (nearly
+    /// always), there is no nudge: the next pass, within a second, looks again and scrubs.
     public func queueSetAsideScrub(after notification: VerifiedNotification) {
         guard notification.type == .accountDeleted else { return }
         pendingScrubs.withLock {
             $0.append(UserOfClient(clientID: notification.clientID, subject: notification.subject))
         }
-        task.nudge()
+        if rejected.mayHoldRecords { task.nudge() }
     }
 
     /// Scrubs every user noted by `queueSetAsideScrub(after:)` so far (on the service's thread, or by a
