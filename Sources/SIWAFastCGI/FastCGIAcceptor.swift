@@ -343,9 +343,11 @@ final class FastCGIAcceptor: Sendable {
                     return (false, true)
                 }
                 guard code == EAGAIN || code == EWOULDBLOCK || code == EINTR || code == ECONNABORTED else {
-                    // Shut down (a stop): armed, it would be reported for ever.
-                    state.listenerClosed = true
-                    return (false, false)
+                    // Another error (a network error accept(2) passes on, a security module's
+                    // refusal, the listener shut down by a stop): retried after a pause, not
+                    // at once, and never given up (a stop closes the listener for good).
+                    state.acceptingPausedUntil = now.advanced(by: Self.descriptorShortagePause)
+                    return (false, true)
                 }
             } else if state.watchedCount + state.freshReturned >= watchLimit {
                 // Full: the one watched longest goes, once it may (as this one may wait there).
@@ -378,6 +380,12 @@ final class FastCGIAcceptor: Sendable {
             giveBack(.fresh(entry))
             return nil
         }
+    }
+
+    /// A stop: the listener is never armed again (`FastCGIServer.requestStop`, before it
+    /// shuts the listening socket down, which would otherwise be reported for ever).
+    func closeListener() {
+        state.withLock { $0.listenerClosed = true }
     }
 
     /// Arms the listener when it is not armed and there is room (the poll thread after each
@@ -508,6 +516,9 @@ final class FastCGIAcceptor: Sendable {
             if fds[0].revents != 0 {
                 stopping = true
                 state.withLock { $0.listenerClosed = true }
+                // What workers gave back before the stop: a begun request among it is
+                // finished too, as one watched here already is.
+                takeReturned(into: &watched, draining: &draining, stopping: true)
                 let (begun, rest) = (
                     watched.filter { $0.parametersComplete && !$0.idle },
                     watched.filter { !$0.parametersComplete || $0.idle }
@@ -577,7 +588,8 @@ final class FastCGIAcceptor: Sendable {
                 // No next request is taken once stopping; an answer is already written.
                 shutdown(fd, Int32(SHUT_RDWR))
                 close(fd)
-            case .fresh(let entry) where stopping:
+            case .fresh(let entry) where stopping && !entry.parametersComplete:
+                // Not begun (its parameters are not all here): closed, as watched ones are.
                 shutdown(entry.fd, Int32(SHUT_RDWR))
                 close(entry.fd)
             case .draining(let fd):

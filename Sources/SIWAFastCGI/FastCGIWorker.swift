@@ -45,6 +45,10 @@ final class FastCGIWorker: @unchecked Sendable {
             // already in the socket, and a read of one that is not there fails at once
             // (the body counts as incomplete) instead of waiting for the peer.
             request.pointee.ipcFd = handed.fd
+            // Any close libfcgi makes itself (after a failed write) is a plain close, never its
+            // lingering one (shutdown, then select and read for as long as bytes keep coming
+            // within 2 s): a peer that stopped reading and trickles held the worker.
+            request.pointee.detached = 1
             // So that the finish inside FCGX_Accept_r keeps (does not close) this connection.
             request.pointee.keepConnection = 1
             // Reads the begin record and the parameters, already waiting in the socket. On a
