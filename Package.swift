@@ -37,7 +37,9 @@ let package = Package(
         .target(name: "COpenSSLShim", dependencies: ["COpenSSL"]),
         .target(name: "SIWACrypto", dependencies: ["COpenSSL", "COpenSSLShim"]),
         .target(name: "SIWATLS", dependencies: ["COpenSSL", "COpenSSLShim", "SIWASupport"]),
-        .target(name: "SIWAFastCGI", dependencies: ["CFastCGI", "SIWASupport"]),
+        // A one-line pass-through to accept4(2), which Glibc declares only under _GNU_SOURCE.
+        .target(name: "CSocketShim"),
+        .target(name: "SIWAFastCGI", dependencies: ["CFastCGI", "CSocketShim", "SIWASupport"]),
         // nginx's side of FastCGI, no libfcgi: for `status`, `load`, the benchmarks and the tests,
         // never linked into the responder's own module.
         .target(name: "SIWAFastCGIClient", dependencies: ["SIWASupport"]),

@@ -1,3 +1,4 @@
+import CSocketShim
 import Foundation
 import Glibc
 import Synchronization
@@ -27,9 +28,16 @@ public enum FastCGIRefusal: String, Sendable, Error, CaseIterable {
     case tooManyRecords = "too_many_records"
 }
 
-/// Accepts connections on one thread and hands a connection to a worker only once its
-/// request is waiting in the socket, whole, so that no peer allowed on the socket can take
-/// a worker away from Apple and `/healthz`.
+/// Hands a connection to a worker only once its request is waiting in the socket, whole,
+/// so that no peer allowed on the socket can take a worker away from Apple and `/healthz`.
+///
+/// Who does what: an idle worker accepts a new connection itself (the workers wait in one
+/// epoll on the listener, one-shot, and on `readyPipe`) and looks at it once: a request
+/// already whole (nginx writes it as soon as it has connected: nearly always) is served by
+/// that worker at once, with no hop to another thread. Anything else goes to the poll
+/// thread, which watches it by the same rules (`look(at:)`), and so do kept connections
+/// and those to drain. Only an idle worker accepts: while every worker is busy, new
+/// connections wait in the kernel's listen backlog, at no descriptor's cost.
 ///
 /// Why: libfcgi's `FCGX_Accept_r` reads the begin record and the parameters itself, with
 /// no timeout, and reads the body with only a per-read timeout, so a peer that sent one
@@ -56,9 +64,9 @@ public enum FastCGIRefusal: String, Sendable, Error, CaseIterable {
 ///   the first byte of a kept connection's next request): at the deadline a connection
 ///   still watched is closed unanswered (a worker never waited for it).
 /// - a worker waits for no byte: every byte it reads is in the socket when it is handed
-///   the connection, so its reading side is shut down `readAllowance` after it begins,
-///   whatever was decided here. Bytes already queued are still read after that shutdown;
-///   only a wait for bytes that never came is ended.
+///   the connection, and every connection is non-blocking from its accept (`accept4`,
+///   `SOCK_NONBLOCK`), so a read of a byte that is not there fails at once (the body
+///   counts as incomplete), whatever was decided here.
 /// - a kept connection (`FCGI_KEEP_CONN`) waits idle for its next request at most
 ///   `requestTimeout` too, and its next request is handed on only once the peer has read
 ///   all of the last answer (`answerUnread` otherwise): a worker's write never waits
@@ -78,8 +86,8 @@ public enum FastCGIRefusal: String, Sendable, Error, CaseIterable {
 ///   closed; nor is one whose request has come in whole, which is handed on first);
 ///   accept(2) failing for want of descriptors (EMFILE, ENFILE) closes the oldest of them
 ///   too, or, with none to close, pauses accepting for a moment instead of retrying at once.
-///   A worker taking a connection while the listener is set aside wakes the poll thread at
-///   once, so accepting resumes as soon as there is room, not at the next poll timeout.
+///   Without room the listener is left disarmed (new connections wait in the backlog);
+///   whoever makes room (the poll thread, a worker taking a connection) arms it again.
 final class FastCGIAcceptor: Sendable {
     /// A connection waiting here for its request (or, kept, for its next one).
     private struct Watched {
@@ -103,6 +111,9 @@ final class FastCGIAcceptor: Sendable {
         /// silent peers cost a few thousand peeks a second, not a core.
         var nextLook: ContinuousClock.Instant
         var lookInterval: Duration = .milliseconds(20)
+        /// A kept connection a worker gave back: it has answers written, which the peer must
+        /// have read before its next request is handed on. A new one has none.
+        var givenBack = false
 
         /// Closed to make room only once looked at and waiting here since `cutoff` or
         /// before (`roomGrace` ago): never a connection whose peer is still writing the
@@ -158,10 +169,6 @@ final class FastCGIAcceptor: Sendable {
     /// nginx writes its request as soon as it has connected (microseconds; milliseconds on
     /// a loaded machine), an idle or silent peer waits far longer.
     static let defaultRoomGrace: Duration = .milliseconds(250)
-    /// How long a worker may read a connection it was handed before its reading side is
-    /// shut down. Its bytes are all in the socket: reading them takes microseconds, and
-    /// a shutdown never discards bytes already queued, so a stalled worker loses nothing.
-    static let readAllowance: Duration = .seconds(1)
     /// How long accepting pauses after accept(2) found no descriptor left and none to close.
     static let descriptorShortagePause: Duration = .milliseconds(250)
     /// The most descriptors libfcgi can use (`select`'s FD_SETSIZE): the unit's LimitNOFILE.
@@ -174,29 +181,59 @@ final class FastCGIAcceptor: Sendable {
     /// POLLRDHUP (Linux): the peer shut its writing side. Glibc hides the name behind _GNU_SOURCE.
     private static let pollReadHangUp: Int16 = 0x2000
 
+    /// What the workers give the poll thread.
+    private enum Returned {
+        /// A kept connection, to watch for its next request.
+        case kept(Int32)
+        /// A connection answered with input left unread, to drain and close.
+        case draining(Int32)
+        /// A new connection a worker accepted whose request was not whole at its first look.
+        case fresh(Watched)
+    }
+
     private struct State {
-        /// Connections whose request is waiting, for the workers.
+        /// Connections the poll thread found whole, for the workers.
         var ready: [Handed] = []
-        /// Connections the workers gave back, for the poll thread: kept ones (false) and
-        /// ones to drain and close (true).
-        var returned: [(fd: Int32, draining: Bool)] = []
-        /// The poll thread left the listener out of its poll for want of room: the next
-        /// worker taking a connection wakes it (room may have appeared).
-        var listenerSetAside = false
+        var returned: [Returned] = []
+        /// New connections among `returned`, not watched yet: they count against `watchLimit`.
+        var freshReturned = 0
+        /// Connections watched, as the poll thread last counted them (and its closes to come).
+        var watchedCount = 0
+        /// How many of the watched may be closed to make room (looked at, waiting `roomGrace`).
+        var mayMakeRoomCount = 0
+        /// Watched connections to close to make room, the oldest that may go first, as soon
+        /// as they may: one per connection accepted while the watched filled `watchLimit`.
+        var roomWanted = 0
+        /// A worker's accept found no descriptor left: if none can be closed, accepting pauses.
+        var descriptorShortage = false
+        var acceptingPausedUntil: ContinuousClock.Instant?
+        /// The listener is armed in the workers' epoll (one-shot): the next connection wakes
+        /// one idle worker, which accepts it and arms it again if there is room.
+        var listenerArmed = true
+        /// The listener was shut down (a stop): never armed again.
+        var listenerClosed = false
         var stopping = false
         var finished = false
+
+        /// Room for one more connection: fewer whole requests waiting for a worker than
+        /// `capacity`, and fewer watched than `watchLimit` or one of them may go (beyond
+        /// those already wanted to make room).
+        func hasRoom(capacity: Int, watchLimit: Int, now: ContinuousClock.Instant) -> Bool {
+            !stopping && !listenerClosed && (acceptingPausedUntil.map { now >= $0 } ?? true)
+                && ready.count < capacity
+                && (watchedCount + freshReturned < watchLimit || mayMakeRoomCount > roomWanted)
+        }
     }
 
     private let state = Mutex(State())
-    /// Connections a worker is reading from (the duplicate descriptor `beginReading` made),
-    /// with the deadline of their read. A lock of its own: every request takes it twice,
-    /// and under the one lock of the queue and the poll thread's pass it made the workers
-    /// spin (`_MutexHandle._lockSlow`, 4.6 % of serve's samples in `scripts/profile-serve`).
-    private let reading = Mutex<[Int32: ContinuousClock.Instant]>([:])
-    /// One signal per connection made ready, and one at the end (each worker that finds
-    /// nothing left passes that one on); a worker checks `state`, so a spare signal costs one check.
-    private let available = DispatchSemaphore(value: 0)
+    /// The workers' epoll: the listener (one-shot) and `readyPipe`'s reading end.
+    private let workerEvents: Int32
+    /// One byte per connection made ready, and one at the end (each worker that finds
+    /// nothing left passes that one on); a worker checks `state`, so a spare byte costs one check.
+    private let readyPipe: (read: Int32, write: Int32)
     private let wake: (read: Int32, write: Int32)
+    private static let listenerToken: UInt64 = 1
+    private static let readyToken: UInt64 = 2
 
     /// `watchLimit`, unless given: the descriptors the process may open (at most
     /// `descriptorCeiling`), less a reserve for everything else it holds: 128, four per
@@ -223,74 +260,178 @@ final class FastCGIAcceptor: Sendable {
             ? min(Self.descriptorCeiling, Int(clamping: limit.rlim_cur)) : Self.descriptorCeiling
         self.watchLimit = watchLimit ?? max(capacity, descriptors - 128 - 4 * workerCount - 2 * capacity)
         wake = try FastCGILibrary.makePipe()
+        do throws(FastCGIError) {
+            readyPipe = try FastCGILibrary.makePipe()
+        } catch {
+            close(wake.read)
+            close(wake.write)
+            throw error
+        }
+        workerEvents = siwa_epoll_create()
+        guard workerEvents >= 0,
+            siwa_epoll_add(workerEvents, listenFD, Self.listenerToken, 1) == 0,
+            siwa_epoll_add(workerEvents, readyPipe.read, Self.readyToken, 0) == 0
+        else {
+            let code = errno
+            for end in [wake.read, wake.write, readyPipe.read, readyPipe.write, workerEvents] where end >= 0 {
+                close(end)
+            }
+            throw .system(.listenFailed, "epoll", errno: code)
+        }
         _ = fcntl(listenFD, F_SETFL, fcntl(listenFD, F_GETFL) | O_NONBLOCK)
-        for end in [wake.read, wake.write] { _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK) }
-    }
-
-    /// The poll thread left the listener out of its poll for want of room.
-    var listenerIsSetAside: Bool { state.withLock { $0.listenerSetAside } }
-
-    /// The next connection whose request is waiting; nil once stopping and none is left.
-    func next() -> Handed? {
-        while true {
-            let (handed, finished, madeRoom) = state.withLock { state -> (Handed?, Bool, Bool) in
-                guard !state.ready.isEmpty else { return (nil, state.finished, false) }
-                let madeRoom = state.listenerSetAside
-                state.listenerSetAside = false
-                return (state.ready.removeFirst(), false, madeRoom)
-            }
-            // Room below capacity: the poll thread looks again now, not at its timeout.
-            if madeRoom { wakePollThread() }
-            if let handed { return handed }
-            if finished {
-                available.signal()
-                return nil
-            }
-            available.wait()
+        for end in [wake.read, wake.write, readyPipe.read, readyPipe.write] {
+            _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
         }
     }
 
-    /// A worker starts reading `fd`'s request: `readAllowance` from now its reading side
-    /// is shut down (a blocked read returns at once), whatever the request's own deadline
-    /// and whatever made the acceptor hand it on: the worker was handed only bytes that are
-    /// here, and a wait for any other is a wait for a peer. The acceptor holds a duplicate
-    /// of the descriptor (shutdown acts on the socket, whichever descriptor names it), so
-    /// that libfcgi closing its own after a protocol error can never leave the acceptor
-    /// with a number that another connection has been given meanwhile.
-    func beginReading(_ fd: Int32) -> Int32 {
-        let watched = fcntl(fd, F_DUPFD_CLOEXEC, 0)
-        // No descriptor to spare: the worker bounds each read by the allowance instead.
-        guard watched >= 0 else { return -1 }
-        let bound = ContinuousClock.now.advanced(by: Self.readAllowance)
-        reading.withLock { $0[watched] = bound }
-        return watched
+    /// Connections the workers gave to the poll thread that it has not taken yet.
+    var returnedCount: Int { state.withLock { $0.returned.count } }
+
+    /// No room for another connection: new ones wait in the listen backlog.
+    var listenerIsSetAside: Bool {
+        state.withLock {
+            !$0.stopping && !$0.listenerClosed && !$0.hasRoom(capacity: capacity, watchLimit: watchLimit, now: .now)
+        }
     }
 
-    /// The worker is done reading; the acceptor lets go of the duplicate `beginReading` gave.
-    /// Closed after the lock is let go (no system call under the lock every worker and the
-    /// poll thread share): once out of `reading`, the poll thread never touches that number.
-    func endReading(_ watched: Int32) {
-        guard watched >= 0 else { return }
-        reading.withLock { $0[watched] = nil }
-        close(watched)
+    /// The next connection whose request is waiting, for an idle worker: one the poll
+    /// thread found whole, or a new one this worker accepts and finds whole at its first
+    /// look (nginx writes its request as soon as it has connected), with no hop through
+    /// the poll thread. A new one not whole yet goes to the poll thread to be watched; one
+    /// that is refused is closed here, as the poll thread would. nil once stopping and none
+    /// is left. `buffer` is the worker's own, `window` bytes.
+    func next(buffer: inout [UInt8]) -> Handed? {
+        while true {
+            let (handed, finished) = state.withLock { state -> (Handed?, Bool) in
+                guard !state.ready.isEmpty else { return (nil, state.finished) }
+                return (state.ready.removeFirst(), false)
+            }
+            if let handed {
+                // One fewer waiting: below `capacity` again, the listener may be armed.
+                armListenerIfRoom()
+                return handed
+            }
+            if finished {
+                signalReady(1)
+                return nil
+            }
+            var token: UInt64 = 0
+            guard siwa_epoll_wait_one(workerEvents, -1, &token) == 1 else { continue }  // EINTR
+            if token == Self.readyToken {
+                var byte: UInt8 = 0
+                _ = read(readyPipe.read, &byte, 1)
+                continue
+            }
+            if let handed = acceptOne(buffer: &buffer) { return handed }
+        }
+    }
+
+    /// The listener was reported (and so disarmed): accepts one connection, arms the
+    /// listener again if there is room, and looks at the connection once.
+    private func acceptOne(buffer: inout [UInt8]) -> Handed? {
+        // Non-blocking (a worker's read never waits for a byte) and closed on exec.
+        let fd = siwa_accept4(listenFD, Int32(SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue))
+        let code = errno
+        let now = ContinuousClock.now
+        let (arm, wakePoller) = state.withLock { state -> (Bool, Bool) in
+            state.listenerArmed = false
+            var wakePoller = false
+            if fd < 0 {
+                if Self.isDescriptorShortage(code) {
+                    // The oldest watched that may go is closed, or accepting pauses.
+                    state.descriptorShortage = true
+                    return (false, true)
+                }
+                guard code == EAGAIN || code == EWOULDBLOCK || code == EINTR || code == ECONNABORTED else {
+                    // Another error (a network error accept(2) passes on, a security module's
+                    // refusal, the listener shut down by a stop): retried after a pause, not
+                    // at once, and never given up (a stop closes the listener for good).
+                    state.acceptingPausedUntil = now.advanced(by: Self.descriptorShortagePause)
+                    return (false, true)
+                }
+            } else if state.watchedCount + state.freshReturned >= watchLimit {
+                // Full: the one watched longest goes, once it may (as this one may wait there).
+                state.roomWanted += 1
+                wakePoller = true
+            }
+            guard state.hasRoom(capacity: capacity, watchLimit: watchLimit, now: now) else {
+                return (false, wakePoller)
+            }
+            state.listenerArmed = true
+            return (true, wakePoller)
+        }
+        if arm { _ = siwa_epoll_rearm(workerEvents, listenFD, Self.listenerToken) }
+        if wakePoller { wakePollThread() }
+        guard fd >= 0 else { return nil }
+        var entry = Watched(
+            fd: fd, since: now, deadline: now.advanced(by: requestTimeout), idle: false, nextLook: now)
+        var outcome = look(at: &entry, revents: 0, now: now, buffer: &buffer)
+        if case .keep = outcome, entry.peeked < 0 {
+            // Accepted before nginx wrote its request (it writes just after its connect):
+            // the core is given up once, so that it can, and the connection looked at again.
+            // Still nothing: the poll thread watches it; no worker waits for it.
+            sched_yield()
+            outcome = look(at: &entry, revents: 0, now: ContinuousClock.now, buffer: &buffer)
+        }
+        switch outcome {
+        case .handOn(let handed): return handed
+        case .closed: return nil
+        case .keep:
+            giveBack(.fresh(entry))
+            return nil
+        }
+    }
+
+    /// A stop: the listener is never armed again (`FastCGIServer.requestStop`, before it
+    /// shuts the listening socket down, which would otherwise be reported for ever).
+    func closeListener() {
+        state.withLock { $0.listenerClosed = true }
+    }
+
+    /// Arms the listener when it is not armed and there is room (the poll thread after each
+    /// pass, a worker after taking a connection).
+    private func armListenerIfRoom() {
+        let now = ContinuousClock.now
+        let arm = state.withLock { state -> Bool in
+            if let paused = state.acceptingPausedUntil, now >= paused { state.acceptingPausedUntil = nil }
+            guard !state.listenerArmed, state.hasRoom(capacity: capacity, watchLimit: watchLimit, now: now) else {
+                return false
+            }
+            state.listenerArmed = true
+            return true
+        }
+        if arm { _ = siwa_epoll_rearm(workerEvents, listenFD, Self.listenerToken) }
+    }
+
+    /// Wakes `count` workers for connections made ready (or the end).
+    private func signalReady(_ count: Int) {
+        guard count > 0 else { return }
+        var bytes = [UInt8](repeating: 1, count: count)
+        _ = write(readyPipe.write, &bytes, count)
     }
 
     /// A kept connection (nginx's `fastcgi_keep_conn`) goes back to be watched for its
     /// next request; when stopping it is closed instead.
-    func watchAgain(_ fd: Int32) { giveBack(fd, draining: false) }
+    func watchAgain(_ fd: Int32) { giveBack(.kept(fd)) }
 
     /// A connection answered with input left unread: its writing side is already shut;
     /// it is drained here, bounded, then closed.
-    func drainAndClose(_ fd: Int32) { giveBack(fd, draining: true) }
+    func drainAndClose(_ fd: Int32) { giveBack(.draining(fd)) }
 
-    private func giveBack(_ fd: Int32, draining: Bool) {
+    private func giveBack(_ returned: Returned) {
         state.withLock { state in
             guard !state.stopping else {
+                let fd: Int32
+                switch returned {
+                case .kept(let kept), .draining(let kept): fd = kept
+                case .fresh(let entry): fd = entry.fd
+                }
                 shutdown(fd, Int32(SHUT_RDWR))
                 close(fd)
                 return
             }
-            state.returned.append((fd, draining))
+            if case .fresh = returned { state.freshReturned += 1 }
+            state.returned.append(returned)
         }
         wakePollThread()
     }
@@ -316,28 +457,31 @@ final class FastCGIAcceptor: Sendable {
         var draining: [Draining] = []
         // Where peeks land: made once (zeroing the window on every pass was a visible cost).
         var peekBuffer = [UInt8](repeating: 0, count: window)
-        var acceptingFrom = ContinuousClock.now
         var stopping = false
         while !stopping || !watched.isEmpty {
-            let now = ContinuousClock.now
-            let pausedForDescriptors = now < acceptingFrom
-            let soonestRead = reading.withLock { $0.values.min() }
-            let listening = state.withLock { state in
-                let room = mayAccept(watched: watched, waiting: state.ready.count, now: now)
-                // Set under the same lock as the count it was judged on: a worker taking a
-                // connection after this wakes the poll below.
-                state.listenerSetAside = !room
-                return room && !pausedForDescriptors && !stopping
+            var now = ContinuousClock.now
+            makeRoom(in: &watched, now: now)
+            now = ContinuousClock.now
+            let cutoff = now - roomGrace
+            let mayMakeRoom = watched.reduce(0) { $0 + ($1.mayMakeRoom(waitingSince: cutoff) ? 1 : 0) }
+            let (pausedUntil, setAside) = state.withLock { state in
+                state.watchedCount = watched.count
+                state.mayMakeRoomCount = mayMakeRoom
+                if let paused = state.acceptingPausedUntil, now >= paused { state.acceptingPausedUntil = nil }
+                return (
+                    state.acceptingPausedUntil,
+                    !state.stopping && !state.hasRoom(capacity: capacity, watchLimit: watchLimit, now: now)
+                )
             }
+            armListenerIfRoom()
             var fds: [pollfd] = [
                 pollfd(fd: stopping ? -1 : stopFD, events: Int16(POLLIN), revents: 0),
                 pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0),
-                pollfd(fd: listening ? listenFD : -1, events: Int16(POLLIN), revents: 0),
             ]
-            fds.reserveCapacity(3 + watched.count + draining.count)
+            fds.reserveCapacity(2 + watched.count + draining.count)
             // A connection already peeked and still incomplete is looked at again on its own
             // schedule (its unread bytes would make poll return at once, for ever).
-            var soonest: ContinuousClock.Instant? = soonestRead
+            var soonest: ContinuousClock.Instant?
             func due(_ instant: ContinuousClock.Instant) { soonest = min(soonest ?? instant, instant) }
             // Looks are gathered: the poll waits at least `lookBatch` for the next one, so
             // hundreds of peers on their own schedules wake it at most 100 times a second.
@@ -353,10 +497,10 @@ final class FastCGIAcceptor: Sendable {
                 fds.append(pollfd(fd: entry.fd, events: Int16(POLLIN), revents: 0))
             }
             if let soonestLook { due(max(soonestLook, now.advanced(by: Self.lookBatch))) }
-            if pausedForDescriptors { due(acceptingFrom) }
+            if let pausedUntil { due(pausedUntil) }
             // Full, with connections too young to be closed to make room: look again when
             // the oldest of them may go.
-            if !listening, let roomAt = watched.filter(\.examined).map(\.since).min()?.advanced(by: roomGrace),
+            if setAside, let roomAt = watched.filter(\.examined).map(\.since).min()?.advanced(by: roomGrace),
                 roomAt > now
             {
                 due(roomAt)
@@ -371,6 +515,10 @@ final class FastCGIAcceptor: Sendable {
             if count < 0 && errno != EINTR { break }
             if fds[0].revents != 0 {
                 stopping = true
+                state.withLock { $0.listenerClosed = true }
+                // What workers gave back before the stop: a begun request among it is
+                // finished too, as one watched here already is.
+                takeReturned(into: &watched, draining: &draining, stopping: true)
                 let (begun, rest) = (
                     watched.filter { $0.parametersComplete && !$0.idle },
                     watched.filter { !$0.parametersComplete || $0.idle }
@@ -384,109 +532,82 @@ final class FastCGIAcceptor: Sendable {
                 continue
             }
             if fds[1].revents != 0 { takeReturned(into: &watched, draining: &draining, stopping: stopping) }
-            // Examined before accepting: a request that has just come in whole is handed on,
-            // never closed to make room for a newer connection.
             var events: [Int32: Int16] = [:]
-            for entry in fds.dropFirst(3) where entry.revents != 0 { events[entry.fd] = entry.revents }
+            for entry in fds.dropFirst(2) where entry.revents != 0 { events[entry.fd] = entry.revents }
             examine(&watched, events: events, buffer: &peekBuffer)
             drain(&draining, events: events, buffer: &peekBuffer)
-            if fds[2].revents != 0 {
-                // Counted again: examining handed connections on to the workers.
-                let waitingNow = state.withLock { $0.ready.count }
-                if !acceptWaiting(into: &watched, waiting: waitingNow) {
-                    acceptingFrom = ContinuousClock.now.advanced(by: Self.descriptorShortagePause)
-                }
-            }
-            endExpiredReads()
         }
         shutDown(closing: watched.map(\.fd) + draining.map(\.fd))
     }
 
-    /// Room for one more connection: fewer whole requests waiting for a worker than
-    /// `capacity` (beyond it the backlog holds them), and fewer watched connections than
-    /// `watchLimit` or one of them may go.
-    private func mayAccept(watched: [Watched], waiting: Int, now: ContinuousClock.Instant) -> Bool {
-        waiting < capacity
-            && (watched.count < watchLimit || watched.contains { $0.mayMakeRoom(waitingSince: now - roomGrace) })
+    /// Closes the watched connections the workers asked room for (one per connection they
+    /// accepted while the watched filled `watchLimit`), the one watched longest first, of
+    /// those that may go; those that may not go yet are closed at a later pass, once they
+    /// may. At an accept that found no descriptor left: one more, or, with none to close,
+    /// accepting pauses for `descriptorShortagePause`.
+    private func makeRoom(in watched: inout [Watched], now: ContinuousClock.Instant) {
+        // `fresh`: connections the workers gave that the pass takes after this one; they
+        // are watched as much as those already here.
+        let (wanted, shortage, fresh) = state.withLock { state in
+            defer { state.descriptorShortage = false }
+            return (state.roomWanted, state.descriptorShortage, state.freshReturned)
+        }
+        var closed = 0
+        // Wanted only while the watched fill the limit: ones that left by themselves made room too.
+        while closed < wanted && watched.count + fresh >= watchLimit || shortage && closed == 0,
+            let oldest = Self.longestWatched(watched, waitingSince: now - roomGrace)
+        {
+            shutdown(watched[oldest].fd, Int32(SHUT_RDWR))
+            close(watched[oldest].fd)
+            watched.remove(at: oldest)
+            closed += 1
+        }
+        let fulfilled = watched.count + fresh < watchLimit ? wanted : min(closed, wanted)
+        state.withLock { state in
+            state.roomWanted -= fulfilled
+            if shortage && closed == 0 { state.acceptingPausedUntil = now.advanced(by: Self.descriptorShortagePause) }
+        }
     }
 
     private func takeReturned(into watched: inout [Watched], draining: inout [Draining], stopping: Bool) {
         var byte = [UInt8](repeating: 0, count: 64)
         while read(wake.read, &byte, byte.count) > 0 {}
         let returned = state.withLock { state in
-            defer { state.returned = [] }
+            defer {
+                state.returned = []
+                state.freshReturned = 0
+            }
+            // Counted as watched from now on (the next pass counts again).
+            state.watchedCount += state.freshReturned
             return state.returned
         }
         let now = ContinuousClock.now
-        for (fd, drains) in returned {
-            if stopping {
+        for item in returned {
+            switch item {
+            case .kept(let fd) where stopping, .draining(let fd) where stopping:
                 // No next request is taken once stopping; an answer is already written.
                 shutdown(fd, Int32(SHUT_RDWR))
                 close(fd)
-            } else if drains {
+            case .fresh(let entry) where stopping && !entry.parametersComplete:
+                // Not begun (its parameters are not all here): closed, as watched ones are.
+                shutdown(entry.fd, Int32(SHUT_RDWR))
+                close(entry.fd)
+            case .draining(let fd):
                 // Its own budget: when it is full, the one drained longest is closed (its
                 // answer is written already).
                 if draining.count >= drainLimit {
                     close(draining.removeFirst().fd)
                 }
                 draining.append(Draining(fd: fd, deadline: now.advanced(by: Self.drainTime), left: Self.drainBytes))
-            } else {
+            case .kept(let fd):
                 watched.append(
-                    Watched(fd: fd, since: now, deadline: now.advanced(by: requestTimeout), idle: true, nextLook: now))
+                    Watched(
+                        fd: fd, since: now, deadline: now.advanced(by: requestTimeout), idle: true, nextLook: now,
+                        givenBack: true))
+            case .fresh(let entry):
+                watched.append(entry)
             }
         }
-    }
-
-    /// Accepts what the listen backlog holds, within the bounds: at most as many as the
-    /// workers' queue has room for (`capacity` less those waiting), so that whole requests
-    /// beyond it stay in the backlog, not in descriptors; the next pass looks at these, keeps
-    /// the silent ones watched, and accepts again. When the watched ones fill `watchLimit`,
-    /// or accept(2) finds no descriptor left, the connection watched longest is closed to
-    /// make room. False when accept(2) found no descriptor left and none could be freed:
-    /// accepting pauses, the backlog keeps the connections.
-    private func acceptWaiting(into watched: inout [Watched], waiting: Int) -> Bool {
-        var accepted = 0
-        var freedForShortage = false
-        while waiting + accepted < capacity {
-            let fd = accept(listenFD, nil, nil)
-            if fd < 0 {
-                let code = errno
-                guard Self.isDescriptorShortage(code) else { return true }  // EAGAIN: none left
-                // At the descriptor limit: the silent connection waiting longest goes (under
-                // the same grace as above), once per pass.
-                guard !freedForShortage,
-                    let oldest = Self.longestWatched(watched, waitingSince: .now - roomGrace)
-                else {
-                    return false
-                }
-                freedForShortage = true
-                shutdown(watched[oldest].fd, Int32(SHUT_RDWR))
-                close(watched[oldest].fd)
-                watched.remove(at: oldest)
-                continue
-            }
-            if watched.count >= watchLimit {
-                // Full: the one watched longest goes, if one may (else this one waits in
-                // the acceptor beyond the limit until the next pass, which accepts no more).
-                if let oldest = Self.longestWatched(watched, waitingSince: .now - roomGrace) {
-                    shutdown(watched[oldest].fd, Int32(SHUT_RDWR))
-                    close(watched[oldest].fd)
-                    watched.remove(at: oldest)
-                }
-                add(fd, to: &watched)
-                return true
-            }
-            add(fd, to: &watched)
-            accepted += 1
-        }
-        return true
-    }
-
-    private func add(_ fd: Int32, to watched: inout [Watched]) {
-        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-        let now = ContinuousClock.now
-        watched.append(
-            Watched(fd: fd, since: now, deadline: now.advanced(by: requestTimeout), idle: false, nextLook: now))
     }
 
     /// The connection waiting here longest of those that may be closed to make room, if any.
@@ -529,90 +650,110 @@ final class FastCGIAcceptor: Sendable {
                 kept.append(entry)
                 continue
             }
-            entry.examined = true
-            let peeked = recv(entry.fd, &buffer, buffer.count, Int32(MSG_PEEK | MSG_DONTWAIT))
-            if peeked > 0 {
-                if entry.idle {
-                    // A kept connection's next request begins: its own deadline starts now.
-                    entry.idle = false
-                    entry.deadline = now.advanced(by: requestTimeout)
-                }
-                let hungUp = revents & (Self.pollReadHangUp | Int16(POLLHUP)) != 0
-                let inspection = Self.inspect(buffer[0..<peeked], readingParameters: entry.parameters == nil)
-                if inspection.state == .garbage {
-                    close(entry.fd)
-                    continue
-                }
-                switch inspection.parameters {
-                case .success(let parameters): entry.parameters = parameters
-                case .failure(let refusal):
-                    // Parameters nginx never sends: no worker ever sees them. Reported
-                    // before the close, so the report is there when the peer sees it.
-                    onRefusal(refusal)
-                    close(entry.fd)
-                    continue
-                case nil: break
-                }
-                let bodyOverLimit =
-                    (entry.parameters?.contentLength ?? 0) > maximumBodyBytes || inspection.bodyBytes > maximumBodyBytes
-                let answerable =
-                    inspection.state == .complete
-                    || (inspection.state == .parametersComplete && (bodyOverLimit || hungUp))
-                if answerable, entry.parameters != nil, Self.unreadAnswerBytes(entry.fd) > 0 {
-                    // A worker would write its answer behind one the peer has not read:
-                    // answers pile up in the socket until a write waits for the peer.
-                    onRefusal(.answerUnread)
-                    close(entry.fd)
-                    continue
-                }
-                switch (inspection.state, entry.parameters) {
-                case (.complete, let parameters?):
-                    handed.append(Handed(fd: entry.fd, parameters: parameters))
-                    continue
-                case (.parametersComplete, let parameters?) where bodyOverLimit || hungUp:
-                    // Over the limit (the worker reads nothing it must wait for: at most
-                    // the limit and one byte, already here), or a peer that has said all it
-                    // will (the worker reads to the end at once): answered without waiting.
-                    handed.append(Handed(fd: entry.fd, parameters: parameters))
-                    continue
-                case (.partial, _) where hungUp:
-                    close(entry.fd)  // cut short: never a request
-                    continue
-                case _ where peeked >= window:
-                    // More than the largest allowed request, and none a worker can answer at once.
-                    onRefusal(.requestOverBuffer)
-                    close(entry.fd)
-                    continue
-                default:
-                    entry.parametersComplete = inspection.state == .parametersComplete
-                    if peeked != entry.peeked {
-                        entry.lookInterval = .milliseconds(20)
-                    } else {
-                        entry.lookInterval = min(entry.lookInterval * 2, Self.longestLookInterval)
-                    }
-                    entry.peeked = peeked
-                    entry.nextLook = now.advanced(by: entry.lookInterval)
-                }
-            } else if peeked == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-                close(entry.fd)  // the peer left before sending a request
-                continue
+            switch look(at: &entry, revents: revents, now: now, buffer: &buffer) {
+            case .handOn(let connection): handed.append(connection)
+            case .closed: break
+            case .keep: kept.append(entry)
             }
-            if entry.deadline <= now {
-                close(entry.fd)  // a silent or slow peer, or an idle kept connection: it never had a worker
-                continue
-            }
-            kept.append(entry)
         }
         watched = kept
         handOn(handed)
     }
 
+    /// What one look at a connection decided.
+    private enum Look {
+        /// Its request is whole (or answerable without waiting): for a worker.
+        case handOn(Handed)
+        /// Closed: dead, malformed, refused, over-large or expired.
+        case closed
+        /// Watched on.
+        case keep
+    }
+
+    /// Peeks at one connection (a worker at a new one it accepted, the poll thread at a
+    /// watched one) and decides, by the same rules in both places.
+    private func look(
+        at entry: inout Watched, revents: Int16, now: ContinuousClock.Instant, buffer: inout [UInt8]
+    ) -> Look {
+        entry.examined = true
+        let peeked = recv(entry.fd, &buffer, buffer.count, Int32(MSG_PEEK | MSG_DONTWAIT))
+        if peeked > 0 {
+            if entry.idle {
+                // A kept connection's next request begins: its own deadline starts now.
+                entry.idle = false
+                entry.deadline = now.advanced(by: requestTimeout)
+            }
+            let hungUp = revents & (Self.pollReadHangUp | Int16(POLLHUP)) != 0
+            let inspection = Self.inspect(buffer[0..<peeked], readingParameters: entry.parameters == nil)
+            if inspection.state == .garbage {
+                close(entry.fd)
+                return .closed
+            }
+            switch inspection.parameters {
+            case .success(let parameters): entry.parameters = parameters
+            case .failure(let refusal):
+                // Parameters nginx never sends: no worker ever sees them. Reported
+                // before the close, so the report is there when the peer sees it.
+                onRefusal(refusal)
+                close(entry.fd)
+                return .closed
+            case nil: break
+            }
+            let bodyOverLimit =
+                (entry.parameters?.contentLength ?? 0) > maximumBodyBytes || inspection.bodyBytes > maximumBodyBytes
+            let answerable =
+                inspection.state == .complete
+                || (inspection.state == .parametersComplete && (bodyOverLimit || hungUp))
+            if answerable, entry.givenBack, entry.parameters != nil, Self.unreadAnswerBytes(entry.fd) > 0 {
+                // A worker would write its answer behind one the peer has not read:
+                // answers pile up in the socket until a write waits for the peer.
+                onRefusal(.answerUnread)
+                close(entry.fd)
+                return .closed
+            }
+            switch (inspection.state, entry.parameters) {
+            case (.complete, let parameters?):
+                return .handOn(Handed(fd: entry.fd, parameters: parameters))
+            case (.parametersComplete, let parameters?) where bodyOverLimit || hungUp:
+                // Over the limit (the worker reads nothing it must wait for: at most
+                // the limit and one byte, already here), or a peer that has said all it
+                // will (the worker reads to the end at once): answered without waiting.
+                return .handOn(Handed(fd: entry.fd, parameters: parameters))
+            case (.partial, _) where hungUp:
+                close(entry.fd)  // cut short: never a request
+                return .closed
+            case _ where peeked >= window:
+                // More than the largest allowed request, and none a worker can answer at once.
+                onRefusal(.requestOverBuffer)
+                close(entry.fd)
+                return .closed
+            default:
+                entry.parametersComplete = inspection.state == .parametersComplete
+                if peeked != entry.peeked {
+                    entry.lookInterval = .milliseconds(20)
+                } else {
+                    entry.lookInterval = min(entry.lookInterval * 2, Self.longestLookInterval)
+                }
+                entry.peeked = peeked
+                entry.nextLook = now.advanced(by: entry.lookInterval)
+            }
+        } else if peeked == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            close(entry.fd)  // the peer left before sending a request
+            return .closed
+        }
+        if entry.deadline <= now {
+            close(entry.fd)  // a silent or slow peer, or an idle kept connection: it never had a worker
+            return .closed
+        }
+        return .keep
+    }
+
     /// Queues connections whose request a worker can answer without waiting, and wakes as
-    /// many workers.
+    /// many workers. Each is non-blocking, as `accept4` made it.
     func handOn(_ handed: [Handed]) {
         guard !handed.isEmpty else { return }
         state.withLock { $0.ready += handed }
-        for _ in handed { available.signal() }
+        signalReady(handed.count)
     }
 
     /// Reads and discards what closing connections send; closes each once the peer closed,
@@ -636,19 +777,6 @@ final class FastCGIAcceptor: Sendable {
         draining = kept
     }
 
-    /// Shuts the reading side of each connection a worker reads past its request's
-    /// deadline: the worker's read returns at once, and the body counts as incomplete.
-    private func endExpiredReads() {
-        let now = ContinuousClock.now
-        reading.withLock { reading in
-            for (fd, deadline) in reading where deadline <= now {
-                shutdown(fd, Int32(SHUT_RD))
-                // Shut once; the duplicate stays open until the worker lets go of it.
-                reading[fd] = nil
-            }
-        }
-    }
-
     private func shutDown(closing descriptors: [Int32]) {
         for fd in descriptors {
             shutdown(fd, Int32(SHUT_RDWR))
@@ -656,20 +784,28 @@ final class FastCGIAcceptor: Sendable {
         }
         let leftovers = state.withLock { state in
             state.stopping = true
-            state.listenerSetAside = false
+            state.listenerClosed = true
             state.finished = true
-            defer { state.returned = [] }
+            defer {
+                state.returned = []
+                state.freshReturned = 0
+            }
             return state.returned
         }
-        available.signal()
-        for (fd, _) in leftovers {
-            shutdown(fd, Int32(SHUT_RDWR))
-            close(fd)
+        signalReady(1)
+        for item in leftovers {
+            switch item {
+            case .kept(let fd), .draining(let fd):
+                shutdown(fd, Int32(SHUT_RDWR))
+                close(fd)
+            case .fresh(let entry):
+                shutdown(entry.fd, Int32(SHUT_RDWR))
+                close(entry.fd)
+            }
         }
     }
 
     deinit {
-        close(wake.read)
-        close(wake.write)
+        for end in [wake.read, wake.write, readyPipe.read, readyPipe.write, workerEvents] { close(end) }
     }
 }

@@ -179,6 +179,7 @@ public final class FastCGIServer: Service {
             guard !state.stopRequested else { return nil }
             state.stopRequested = true
             guard state.started else { return true }
+            state.acceptor?.closeListener()
             state.listener?.stopAccepting()
             var byte: UInt8 = 1
             _ = write(state.stopPipe.write, &byte, 1)

@@ -38,42 +38,36 @@ final class FastCGIWorker: @unchecked Sendable {
             FCGX_Free(request, 1)
             request.deallocate()
         }
-        while let handed = acceptor.next() {
-            let fd = handed.fd
-            applyTimeouts(to: fd)
-            // Every byte read below is already in the socket: soon after this the acceptor
-            // shuts the connection's reading side, which ends a read still waiting at once.
-            let deadlineWatch = acceptor.beginReading(fd)
-            if deadlineWatch < 0 {
-                // No descriptor to spare for the acceptor's watch: each read is bounded by the
-                // allowance instead (a peer trickling bytes could stretch that per read, but the
-                // acceptor handed on only a request whose every byte was already here).
-                var allowance = FastCGIAcceptor.readAllowance.timeValue
-                setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &allowance, socklen_t(MemoryLayout<timeval>.size))
-            }
-            request.pointee.ipcFd = fd
+        // Where this worker peeks at a connection it accepts: made once.
+        var peekBuffer = [UInt8](repeating: 0, count: acceptor.window)
+        while let handed = acceptor.next(buffer: &peekBuffer) {
+            // Non-blocking since its accept (`FastCGIAcceptor`): every byte read below is
+            // already in the socket, and a read of one that is not there fails at once
+            // (the body counts as incomplete) instead of waiting for the peer.
+            request.pointee.ipcFd = handed.fd
+            // Any close libfcgi makes itself (after a failed write) is a plain close, never its
+            // lingering one (shutdown, then select and read for as long as bytes keep coming
+            // within 2 s): a peer that stopped reading and trickles held the worker.
+            request.pointee.detached = 1
             // So that the finish inside FCGX_Accept_r keeps (does not close) this connection.
             request.pointee.keepConnection = 1
             // Reads the begin record and the parameters, already waiting in the socket. On a
             // protocol error libfcgi closes the connection and, with no listening socket,
             // returns a negative status instead of accepting another.
-            guard FCGX_Accept_r(request) >= 0 else {
-                acceptor.endReading(deadlineWatch)
-                continue
-            }
-            serveAcceptedRequest(parameters: handed.parameters, deadlineWatch: deadlineWatch)
+            guard FCGX_Accept_r(request) >= 0 else { continue }
+            serveAcceptedRequest(parameters: handed.parameters)
         }
     }
 
     /// `parameters` are the acceptor's reading of the request, the one that judged it
     /// ready: libfcgi's own copies (`envp`) are never looked at.
-    private func serveAcceptedRequest(parameters: FastCGIParameters, deadlineWatch: Int32) {
-        // The connection's timeouts were set before FCGX_Accept_r read the parameters.
+    private func serveAcceptedRequest(parameters: FastCGIParameters) {
         let peerKeepsConnection = request.pointee.keepConnection != 0
         let body = readBody(declaredLength: parameters.contentLength)
-        acceptor.endReading(deadlineWatch)
         let response = handler(FastCGIRequest(parameters: parameters, body: body))
         let bytes = response.serialized()
+        let blocking = bytes.count > Self.nonBlockingAnswerBytes
+        if blocking { makeBlockingForWrite(request.pointee.ipcFd) }
         bytes.withUnsafeBufferPointer { buffer in
             guard let base = buffer.baseAddress else { return }
             base.withMemoryRebound(to: CChar.self, capacity: buffer.count) { pointer in
@@ -82,7 +76,24 @@ final class FastCGIWorker: @unchecked Sendable {
             }
         }
         let bodyWasReadToItsEnd = { if case .complete = body { true } else { false } }()
-        finish(keeping: peerKeepsConnection && bodyWasReadToItsEnd, bodyWasReadToItsEnd: bodyWasReadToItsEnd)
+        finish(
+            keeping: peerKeepsConnection && bodyWasReadToItsEnd, bodyWasReadToItsEnd: bodyWasReadToItsEnd,
+            madeBlocking: blocking)
+    }
+
+    /// Answers of at most this many bytes (with libfcgi's records around them, well under
+    /// the smallest send buffer a socket has) are written to the non-blocking connection:
+    /// its send buffer is empty (a new connection, or a kept one whose last answer the peer
+    /// has read: the acceptor checks), so the write never waits and needs no timeout.
+    static let nonBlockingAnswerBytes = 2048
+
+    /// A larger answer (`/metrics`, say) may fill the send buffer: it is written blocking,
+    /// each write bounded by `ioTimeout` (a peer that stops reading holds the worker no longer).
+    private func makeBlockingForWrite(_ fd: Int32) {
+        guard fd >= 0 else { return }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+        var value = ioTimeout.timeValue
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &value, socklen_t(MemoryLayout<timeval>.size))
     }
 
     /// Ends the request without libfcgi's own close, which lingers (`shutdown`, then
@@ -96,7 +107,7 @@ final class FastCGIWorker: @unchecked Sendable {
     /// - one with input left unread (a body over the limit, or cut short) has its writing
     ///   side shut, so the answer is complete, and is drained by the acceptor (bounded in
     ///   bytes and time), then closed: never by this worker.
-    private func finish(keeping: Bool, bodyWasReadToItsEnd: Bool) {
+    private func finish(keeping: Bool, bodyWasReadToItsEnd: Bool, madeBlocking: Bool) {
         request.pointee.keepConnection = 1
         // An input error would make libfcgi close (and linger) even so.
         FCGX_ClearError(request.pointee.in)
@@ -106,6 +117,8 @@ final class FastCGIWorker: @unchecked Sendable {
         let fd = request.pointee.ipcFd
         request.pointee.ipcFd = -1
         if keeping {
+            // Its next request is read non-blocking again, as every handed connection is.
+            if madeBlocking { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
             acceptor.watchAgain(fd)
         } else if bodyWasReadToItsEnd {
             Glibc.close(fd)
@@ -175,12 +188,5 @@ final class FastCGIWorker: @unchecked Sendable {
         }
         if FCGX_GetError(request.pointee.in) != 0 || body.count != declared { return .incomplete }
         return .complete(body)
-    }
-
-    private func applyTimeouts(to fd: Int32) {
-        guard fd >= 0 else { return }
-        var value = ioTimeout.timeValue
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &value, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &value, socklen_t(MemoryLayout<timeval>.size))
     }
 }

@@ -241,13 +241,15 @@ public final class SpoolReplayer: Service {
 
     /// After an `account-deleted` was stored live: the request path only notes the user and
     /// nudges; the service's thread scrubs that user's set-aside records (it lists and
-    /// rewrites `rejected/` under the directory lock, which no request waits on).
+    /// rewrites `rejected/` under the directory lock, which no request waits on). When
+    /// `rejected/` held no record at the last look and none was set aside since (nearly
+    /// always), there is no nudge: the next pass, within a second, looks again and scrubs.
     public func queueSetAsideScrub(after notification: VerifiedNotification) {
         guard notification.type == .accountDeleted else { return }
         pendingScrubs.withLock {
             $0.append(UserOfClient(clientID: notification.clientID, subject: notification.subject))
         }
-        task.nudge()
+        if rejected.mayHoldRecords { task.nudge() }
     }
 
     /// Scrubs every user noted by `queueSetAsideScrub(after:)` so far (on the service's thread, or by a
@@ -257,6 +259,10 @@ public final class SpoolReplayer: Service {
             defer { pending = [] }
             return pending
         }
+        // One look at `rejected/` for all of them: it is nearly always empty, and a live
+        // `account-deleted` must not cost a listing each (records are set aside on this
+        // thread, so none appears between this look and the scrubs).
+        guard !users.isEmpty, rejected.holdsRecords else { return }
         for user in users { scrubEmail(clientID: user.clientID, subject: user.subject) }
     }
 
@@ -411,6 +417,7 @@ public final class SpoolReplayer: Service {
     public func run() {
         var lastExpiry: ContinuousClock.Instant?
         var noPassBefore: ContinuousClock.Instant?
+        var lastRequeueLook: ContinuousClock.Instant?
         task.run {
             scrubPending()
             scrubUsersDeletedInRedis()
@@ -421,6 +428,13 @@ public final class SpoolReplayer: Service {
             }
             if let noPassBefore, clock.monotonic() < noPassBefore { return noPassBefore - clock.monotonic() }
             spool.checkWritable()
+            // Files `spool requeue` put back are looked for once a second, not at every
+            // nudge: a live `account-deleted` nudges for its scrub, and a listing each was a
+            // visible share of serve's time. Records in the segments are counted in memory.
+            if spool.depth == 0, let lastRequeueLook, clock.monotonic() - lastRequeueLook < .seconds(1) {
+                return .seconds(1)
+            }
+            if spool.depth == 0 { lastRequeueLook = clock.monotonic() }
             if !spool.hasWaitingRecords {
                 setBlocked(nil)
             } else if redisAnswers() {

@@ -19,6 +19,10 @@ public final class SpoolSetAsideStore: Sendable {
     static let lockWait: Duration = .seconds(5)
     public let directory: String
     private let counter = Atomic<Int>(0)
+    /// False only after a look found no record here and this store has set none aside since:
+    /// the request path then lets the next pass (within a second) scrub a deleted user's
+    /// records instead of waking the replayer for each `account-deleted`.
+    private let recordsMayBeHere = Atomic<Bool>(true)
     /// One rewrite at a time: two deletions at once must not share a temporary file.
     private let rewriting = Mutex(0)
     /// Wall time: the record's `spooledAt` and the time in its file name.
@@ -59,6 +63,7 @@ public final class SpoolSetAsideStore: Sendable {
     }
 
     private func add(_ line: [UInt8], at now: Int64, reason: String?) throws(SpoolError) -> String {
+        recordsMayBeHere.store(true, ordering: .sequentiallyConsistent)
         let number = counter.add(1, ordering: .relaxed).newValue
         let code = String((reason ?? "").filter { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_") }.prefix(64))
         let name =
@@ -100,6 +105,18 @@ public final class SpoolSetAsideStore: Sendable {
         }
         return users
     }
+
+    /// Whether a record file is set aside here (one listing). True when the directory cannot
+    /// be listed: the scrub that follows fails the same way, and says so.
+    var holdsRecords: Bool {
+        let holds = (try? Self.recordFiles(directory)).map { !$0.isEmpty } ?? true
+        recordsMayBeHere.store(holds, ordering: .sequentiallyConsistent)
+        return holds
+    }
+
+    /// Whether a record may be set aside here, as far as this store knows (its last look, and
+    /// what it set aside since): another process's are seen at the next look.
+    var mayHoldRecords: Bool { recordsMayBeHere.load(ordering: .sequentiallyConsistent) }
 
     private func rewriteWithoutEmail(clientID: String, subject: String) throws(SpoolError) -> Int {
         var scrubbed = 0
