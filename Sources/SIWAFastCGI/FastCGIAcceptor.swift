@@ -259,7 +259,11 @@ final class FastCGIAcceptor: Sendable {
             getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0
             ? min(Self.descriptorCeiling, Int(clamping: limit.rlim_cur)) : Self.descriptorCeiling
         self.watchLimit = watchLimit ?? max(capacity, descriptors - 128 - 4 * workerCount - 2 * capacity)
-        wake = try FastCGILibrary.makePipe()
+        // Made in locals, and the properties set only once all of them exist: an init that
+        // throws after every property is set runs deinit, which would close them a second
+        // time (numbers another thread may have been given meanwhile).
+        let wake = try FastCGILibrary.makePipe()
+        let readyPipe: (read: Int32, write: Int32)
         do throws(FastCGIError) {
             readyPipe = try FastCGILibrary.makePipe()
         } catch {
@@ -267,7 +271,7 @@ final class FastCGIAcceptor: Sendable {
             close(wake.write)
             throw error
         }
-        workerEvents = siwa_epoll_create()
+        let workerEvents = siwa_epoll_create()
         guard workerEvents >= 0,
             siwa_epoll_add(workerEvents, listenFD, Self.listenerToken, 1) == 0,
             siwa_epoll_add(workerEvents, readyPipe.read, Self.readyToken, 0) == 0
@@ -278,6 +282,9 @@ final class FastCGIAcceptor: Sendable {
             }
             throw .system(.listenFailed, "epoll", errno: code)
         }
+        self.wake = wake
+        self.readyPipe = readyPipe
+        self.workerEvents = workerEvents
         _ = fcntl(listenFD, F_SETFL, fcntl(listenFD, F_GETFL) | O_NONBLOCK)
         for end in [wake.read, wake.write, readyPipe.read, readyPipe.write] {
             _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)

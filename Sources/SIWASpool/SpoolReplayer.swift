@@ -432,7 +432,8 @@ public final class SpoolReplayer: Service {
             // nudge: a live `account-deleted` nudges for its scrub, and a listing each was a
             // visible share of serve's time. Records in the segments are counted in memory.
             if spool.depth == 0, let lastRequeueLook, clock.monotonic() - lastRequeueLook < .seconds(1) {
-                return .seconds(1)
+                // The rest of the second only: a requeue is seen within about a second.
+                return max(.milliseconds(1), lastRequeueLook + .seconds(1) - clock.monotonic())
             }
             if spool.depth == 0 { lastRequeueLook = clock.monotonic() }
             if !spool.hasWaitingRecords {

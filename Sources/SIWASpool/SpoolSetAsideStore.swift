@@ -23,6 +23,9 @@ public final class SpoolSetAsideStore: Sendable {
     /// the request path then lets the next pass (within a second) scrub a deleted user's
     /// records instead of waking the replayer for each `account-deleted`.
     private let recordsMayBeHere = Atomic<Bool>(true)
+    /// Records set aside by this store so far: a look that began before one of them never
+    /// says "empty" (`holdsRecords`).
+    private let added = Atomic<Int>(0)
     /// One rewrite at a time: two deletions at once must not share a temporary file.
     private let rewriting = Mutex(0)
     /// Wall time: the record's `spooledAt` and the time in its file name.
@@ -63,6 +66,7 @@ public final class SpoolSetAsideStore: Sendable {
     }
 
     private func add(_ line: [UInt8], at now: Int64, reason: String?) throws(SpoolError) -> String {
+        added.add(1, ordering: .sequentiallyConsistent)
         recordsMayBeHere.store(true, ordering: .sequentiallyConsistent)
         let number = counter.add(1, ordering: .relaxed).newValue
         let code = String((reason ?? "").filter { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_") }.prefix(64))
@@ -109,9 +113,15 @@ public final class SpoolSetAsideStore: Sendable {
     /// Whether a record file is set aside here (one listing). True when the directory cannot
     /// be listed: the scrub that follows fails the same way, and says so.
     var holdsRecords: Bool {
+        let addedBefore = added.load(ordering: .sequentiallyConsistent)
         let holds = (try? Self.recordFiles(directory)).map { !$0.isEmpty } ?? true
-        recordsMayBeHere.store(holds, ordering: .sequentiallyConsistent)
-        return holds
+        // "Empty" only if nothing was set aside while the directory was being listed.
+        if holds || added.load(ordering: .sequentiallyConsistent) != addedBefore {
+            recordsMayBeHere.store(true, ordering: .sequentiallyConsistent)
+            return true
+        }
+        recordsMayBeHere.store(false, ordering: .sequentiallyConsistent)
+        return false
     }
 
     /// Whether a record may be set aside here, as far as this store knows (its last look, and
