@@ -237,7 +237,9 @@ struct DeletionStreamTests {
         #expect(!text.contains("com.example.other"), "no series for a client ID without a transfer")
     }
 
-    @Test("a nudge reads again within a second (gathered: at most one reading a second), long before the next tick; a stop ends the service")
+    @Test(
+        "a nudge reads again within a second (gathered: at most one reading a second), long before the next tick; a stop ends the service"
+    )
     func nudgeReadsAtOnce() throws {
         let fixture = try Store.Fixture()
         defer { fixture.close() }
