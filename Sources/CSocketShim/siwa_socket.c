@@ -1,10 +1,19 @@
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stddef.h>
+#include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include "siwa_socket.h"
 
 int siwa_accept4(int fd, int flags) { return accept4(fd, NULL, NULL, flags); }
+
+int siwa_name_this_thread(const char *name) {
+    char kept[16];
+    strncpy(kept, name, sizeof kept - 1);
+    kept[sizeof kept - 1] = 0;
+    return pthread_setname_np(pthread_self(), kept);
+}
 
 int siwa_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
 

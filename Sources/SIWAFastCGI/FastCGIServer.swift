@@ -1,3 +1,4 @@
+import CSocketShim
 import Foundation
 import Glibc
 import SIWASupport
@@ -131,7 +132,10 @@ public final class FastCGIServer: Service {
             state.started = true
             // The acceptor thread counts as a worker: the socket closes only after it is out too.
             state.liveWorkers = workers.count + 1
+            // Named for `top -H`, `ps -L`, perf and `scripts/bench-e2e`'s table of threads
+            // (Foundation's `Thread.name` does not reach the kernel here).
             let acceptorThread = Thread { [self] in
+                _ = siwa_name_this_thread("fcgi-poll")
                 acceptor.run()
                 workerExited()
             }
@@ -139,6 +143,7 @@ public final class FastCGIServer: Service {
             acceptorThread.start()
             for (index, worker) in workers.enumerated() {
                 let thread = Thread { [self] in
+                    _ = siwa_name_this_thread("fcgi-worker-\(index)")
                     worker.run()
                     workerExited()
                 }

@@ -1,14 +1,18 @@
 #ifndef SIWA_SOCKET_H
 #define SIWA_SOCKET_H
 
-// One-line pass-throughs to what Glibc's Swift module does not declare: accept4(2) (only
-// under _GNU_SOURCE) and epoll(7) (not in the module). No system header is included here:
+// One-line pass-throughs to what Glibc's Swift module does not declare: accept4(2) and
+// pthread_setname_np(3) (only under _GNU_SOURCE) and epoll(7) (not in the module). No system header is included here:
 // one included from this module would hide its names from Swift files that import Glibc
 // alone.
 
 /// accept4(2) without the peer's address: the accepted socket gets `flags`
 /// (SOCK_NONBLOCK, SOCK_CLOEXEC) in the same call.
 int siwa_accept4(int fd, int flags);
+
+/// pthread_setname_np(pthread_self(), name) (under _GNU_SOURCE only): the name `top -H`,
+/// `ps -L` and perf show for the calling thread; at most 15 bytes are kept.
+int siwa_name_this_thread(const char *name);
 
 /// epoll_create1(EPOLL_CLOEXEC).
 int siwa_epoll_create(void);
