@@ -36,10 +36,14 @@ final class NginxProcess {
         try FileManager.default.createDirectory(at: documentRoot, withIntermediateDirectories: true)
         try "ok".write(to: documentRoot.appendingPathComponent("ready"), atomically: true, encoding: .utf8)
         var lastFailure = "nginx did not start"
-        // A randomly chosen port may be taken; a few tries with new ports are enough.
+        // A port free when chosen may be taken before nginx binds it; a few tries with new
+        // ports are enough. Both from below the kernel's ephemeral range (`LoopbackPort`):
+        // there, a test's outgoing connections left ports in TIME_WAIT that nginx could not
+        // bind ("Address already in use", every try, with the test processes side by side).
         for _ in 0..<5 {
-            let httpsPort = Int.random(in: 20000..<45000)
-            let httpPort = httpsPort + Int.random(in: 1..<15000)
+            let httpsPort = try LoopbackPort.free()
+            var httpPort = try LoopbackPort.free()
+            while httpPort == httpsPort { httpPort = try LoopbackPort.free() }
             let configuration = Self.configuration(
                 directory: directory, documentRoot: documentRoot, httpsPort: httpsPort, httpPort: httpPort,
                 certificatePath: certificatePath, keyPath: keyPath,
