@@ -197,6 +197,9 @@ final class FastCGIAcceptor: Sendable {
         var returned: [Returned] = []
         /// New connections among `returned`, not watched yet: they count against `watchLimit`.
         var freshReturned = 0
+        /// New connections a worker has accepted and is looking at: they may be given to
+        /// the poll thread, so they count against `watchLimit` too.
+        var beingLookedAt = 0
         /// Connections watched, as the poll thread last counted them (and its closes to come).
         var watchedCount = 0
         /// How many of the watched may be closed to make room (looked at, waiting `roomGrace`).
@@ -221,7 +224,7 @@ final class FastCGIAcceptor: Sendable {
         func hasRoom(capacity: Int, watchLimit: Int, now: ContinuousClock.Instant) -> Bool {
             !stopping && !listenerClosed && (acceptingPausedUntil.map { now >= $0 } ?? true)
                 && ready.count < capacity
-                && (watchedCount + freshReturned < watchLimit || mayMakeRoomCount > roomWanted)
+                && (watchedCount + freshReturned + beingLookedAt < watchLimit || mayMakeRoomCount > roomWanted)
         }
     }
 
@@ -356,10 +359,13 @@ final class FastCGIAcceptor: Sendable {
                     state.acceptingPausedUntil = now.advanced(by: Self.descriptorShortagePause)
                     return (false, true)
                 }
-            } else if state.watchedCount + state.freshReturned >= watchLimit {
-                // Full: the one watched longest goes, once it may (as this one may wait there).
-                state.roomWanted += 1
-                wakePoller = true
+            } else {
+                if state.watchedCount + state.freshReturned + state.beingLookedAt >= watchLimit {
+                    // Full: the one watched longest goes, once it may (as this one may wait there).
+                    state.roomWanted += 1
+                    wakePoller = true
+                }
+                state.beingLookedAt += 1
             }
             guard state.hasRoom(capacity: capacity, watchLimit: watchLimit, now: now) else {
                 return (false, wakePoller)
@@ -381,8 +387,12 @@ final class FastCGIAcceptor: Sendable {
             outcome = look(at: &entry, revents: 0, now: ContinuousClock.now, buffer: &buffer)
         }
         switch outcome {
-        case .handOn(let handed): return handed
-        case .closed: return nil
+        case .handOn(let handed):
+            state.withLock { $0.beingLookedAt -= 1 }
+            return handed
+        case .closed:
+            state.withLock { $0.beingLookedAt -= 1 }
+            return nil
         case .keep:
             giveBack(.fresh(entry))
             return nil
@@ -427,6 +437,7 @@ final class FastCGIAcceptor: Sendable {
 
     private func giveBack(_ returned: Returned) {
         state.withLock { state in
+            if case .fresh = returned { state.beingLookedAt -= 1 }
             guard !state.stopping else {
                 let fd: Int32
                 switch returned {
@@ -553,11 +564,11 @@ final class FastCGIAcceptor: Sendable {
     /// may. At an accept that found no descriptor left: one more, or, with none to close,
     /// accepting pauses for `descriptorShortagePause`.
     private func makeRoom(in watched: inout [Watched], now: ContinuousClock.Instant) {
-        // `fresh`: connections the workers gave that the pass takes after this one; they
-        // are watched as much as those already here.
+        // `fresh`: connections the workers gave that the pass takes after this one, and those
+        // a worker is still looking at; they are watched as much as those already here.
         let (wanted, shortage, fresh) = state.withLock { state in
             defer { state.descriptorShortage = false }
-            return (state.roomWanted, state.descriptorShortage, state.freshReturned)
+            return (state.roomWanted, state.descriptorShortage, state.freshReturned + state.beingLookedAt)
         }
         var closed = 0
         // Wanted only while the watched fill the limit: ones that left by themselves made room too.

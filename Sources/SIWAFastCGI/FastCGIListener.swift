@@ -8,6 +8,8 @@ final class FastCGIListener: Sendable {
     let fileDescriptor: Int32
     /// The bound TCP port (useful when the configuration asked for port 0), else nil.
     let boundPort: UInt16?
+    /// The TCP socket's own address ("127.0.0.1:PORT"), nil for a unix socket.
+    var boundAddress: String? { boundPort == nil ? nil : SocketAddress.boundAddress(of: fileDescriptor) }
     private let socketPath: String?
     private let socketIdentity: (device: UInt64, inode: UInt64)?
 

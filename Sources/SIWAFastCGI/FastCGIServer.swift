@@ -71,6 +71,10 @@ public final class FastCGIServer: Service {
         self.handler = handler
     }
 
+    /// The listening TCP socket's own address ("127.0.0.1:PORT", from getsockname), nil for a
+    /// unix socket or before `start()`.
+    var boundAddress: String? { state.withLock { $0.listener?.boundAddress } }
+
     /// The TCP port actually bound (after `start()`), nil for a unix socket.
     public var boundPort: UInt16? { state.withLock { $0.listener?.boundPort } }
 

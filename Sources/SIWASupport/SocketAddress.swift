@@ -82,6 +82,28 @@ public struct SocketAddress {
         }
     }
 
+    /// The local address `descriptor` is bound to, as "HOST:PORT" (getsockname(2), numeric),
+    /// nil for a socket with no internet address.
+    public static func boundAddress(of descriptor: Int32) -> String? {
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let named = withUnsafeMutablePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
+        }
+        guard named == 0, Int32(storage.ss_family) == AF_INET || Int32(storage.ss_family) == AF_INET6,
+            let port = boundPort(of: descriptor)
+        else { return nil }
+        var host = [CChar](repeating: 0, count: Int(NI_MAXHOST))
+        let found = withUnsafePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                getnameinfo($0, length, &host, socklen_t(host.count), nil, 0, NI_NUMERICHOST)
+            }
+        }
+        guard found == 0 else { return nil }
+        let text = host.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+        return "\(text):\(port)"
+    }
+
     /// The local port `descriptor` is bound to (getsockname(2)), nil for a socket with no port.
     public static func boundPort(of descriptor: Int32) -> UInt16? {
         var storage = sockaddr_storage()
