@@ -19,21 +19,57 @@ public struct JSONWebKeySet: Sendable {
         case unusable(VerificationError)
     }
 
-    /// Keyed by the kid's UTF-8 bytes.
-    private let entries: [[UInt8]: Entry]
+    /// What the set holds, in one object: a set is copied wherever a verification captures
+    /// it, and a copy is then one reference counted, not one for each part.
+    private final class Storage: Sendable {
+        /// Keyed by the kid's UTF-8 bytes.
+        let entries: [[UInt8]: Entry]
+        /// The usable keys again, in a list, when there are at most `listedKeysLimit`: a set
+        /// holds a handful of keys, and a token's kid is found sooner by comparing its bytes
+        /// down the list than by hashing it (an array of bytes hashes byte by byte). A kid
+        /// not in the list is looked up in `entries`, which answers for the unusable and
+        /// the unknown.
+        let listedKeys: [(keyID: [UInt8], key: RSAPublicKey)]
+        let usableKeyIDs: [String]
+        let unusableKeyIDs: [String]
+        let issuer: String?
+
+        init(entries: [[UInt8]: Entry], issuer: String?) {
+            self.entries = entries
+            self.issuer = issuer
+            var usable: [String] = []
+            var unusable: [String] = []
+            var listed: [(keyID: [UInt8], key: RSAPublicKey)] = []
+            for (kid, entry) in entries {
+                switch entry {
+                case .usable(let key, _):
+                    usable.append(String(decoding: kid, as: UTF8.self))
+                    listed.append((kid, key))
+                case .unusable: unusable.append(String(decoding: kid, as: UTF8.self))
+                }
+            }
+            usableKeyIDs = usable.sorted()
+            unusableKeyIDs = unusable.sorted()
+            listedKeys = listed.count <= JSONWebKeySet.listedKeysLimit ? listed : []
+        }
+    }
+
+    private let storage: Storage
+    private var entries: [[UInt8]: Entry] { storage.entries }
+    static let listedKeysLimit = 16
 
     /// The `kid` values of the keys that can verify, sorted.
-    public let usableKeyIDs: [String]
+    public var usableKeyIDs: [String] { storage.usableKeyIDs }
 
     /// The issuer published with the keys, when the document carries one: a Security Event
     /// Token's `iss` must equal it. Google's keys are kept with the `issuer` of the
     /// `risc-configuration` document they were found through (see the RISC discovery
     /// fetcher), so a restart from the cache file knows both. Apple's path never reads it.
-    public let issuer: String?
+    public var issuer: String? { storage.issuer }
 
     /// The `kid` values whose entry cannot verify (a duplicated kid, a bad `n` or `e`, an
     /// `alg` other than RS256...), sorted: counted in the metrics and alerted on.
-    public let unusableKeyIDs: [String]
+    public var unusableKeyIDs: [String] { storage.unusableKeyIDs }
 
     /// The entries that cannot verify, by kid (sorted), each with its refusal.
     public var unusableEntries: [(keyID: String, reason: VerificationError)] {
@@ -53,18 +89,7 @@ public struct JSONWebKeySet: Sendable {
     }
 
     private init(entries: [[UInt8]: Entry], issuer: String?) {
-        self.entries = entries
-        self.issuer = issuer
-        var usable: [String] = []
-        var unusable: [String] = []
-        for (kid, entry) in entries {
-            switch entry {
-            case .usable: usable.append(String(decoding: kid, as: UTF8.self))
-            case .unusable: unusable.append(String(decoding: kid, as: UTF8.self))
-            }
-        }
-        usableKeyIDs = usable.sorted()
-        unusableKeyIDs = unusable.sorted()
+        storage = Storage(entries: entries, issuer: issuer)
     }
 
     /// Parses a JWKS document (`{"keys": [...]}`).
@@ -97,12 +122,29 @@ public struct JSONWebKeySet: Sendable {
 
     /// The key for `kid`, with no fallback to any other key.
     public func key(forKeyID kid: String) throws(VerificationError) -> RSAPublicKey {
-        guard !entries.isEmpty else { throw VerificationError(.keysUnavailable, "no signing keys are loaded") }
+        guard !storage.entries.isEmpty else { throw VerificationError(.keysUnavailable, "no signing keys are loaded") }
+        if let key = listedKey(forKeyID: kid) { return key }
         switch entries[Array(kid.utf8)] {
         case .usable(let key, _)?: return key
         case .unusable(let error)?: throw error
         case nil: throw VerificationError(.kidUnknown, "no key in the JWKS has the token's kid")
         }
+    }
+
+    /// The usable key whose kid has exactly the bytes of `kid`, from `listedKeys`; nil when
+    /// none there has them.
+    private func listedKey(forKeyID kid: String) -> RSAPublicKey? {
+        let found = kid.utf8.withContiguousStorageIfAvailable { kidBytes -> RSAPublicKey? in
+            for listed in storage.listedKeys where listed.keyID.count == kidBytes.count {
+                let same = listed.keyID.withUnsafeBufferPointer { keyID in
+                    kidBytes.isEmpty
+                        || PlainJSONReader.sameBytes(keyID.baseAddress!, kidBytes.baseAddress!, count: kidBytes.count)
+                }
+                if same { return listed.key }
+            }
+            return nil
+        }
+        return found ?? nil
     }
 
     /// This set, except that where one of its entries is unusable and `held` has a usable

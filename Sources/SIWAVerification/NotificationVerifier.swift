@@ -35,7 +35,9 @@ public struct NotificationVerifier: Sendable {
 
     /// Verifies one request body at `now` (Unix seconds) with the fixed key set `keys`.
     public func verify(body: [UInt8], now: Int64) throws(VerificationError) -> VerifiedNotification {
-        try verify(body: body, now: now) { kid throws(VerificationError) in try keys.key(forKeyID: kid) }
+        // The key set alone captured, not the whole verifier.
+        let keys = self.keys
+        return try verify(body: body, now: now) { kid throws(VerificationError) in try keys.key(forKeyID: kid) }
     }
 
     /// Verifies one request body at `now` (Unix seconds) with the keys `source` holds; when

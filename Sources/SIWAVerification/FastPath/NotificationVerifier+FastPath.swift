@@ -56,7 +56,8 @@ extension NotificationVerifier {
         func expect(_ text: StaticString) -> Bool {
             skipWhitespace()
             let count = text.utf8CodeUnitCount
-            guard bytes.count - index >= count, memcmp(base + index, text.utf8Start, count) == 0 else { return false }
+            guard bytes.count - index >= count, PlainJSONReader.sameBytes(base + index, text.utf8Start, count: count)
+            else { return false }
             index += count
             return true
         }
@@ -122,7 +123,7 @@ extension NotificationVerifier {
                 }
             }
             guard let issuer, issuer.kind == .string,
-                bytes.bytes(issuer.valueStart..<issuer.valueEnd, equal: NotificationVerifier.appleIssuer),
+                bytes.bytes(issuer.valueStart..<issuer.valueEnd, equalText: NotificationVerifier.appleIssuer),
                 let audience, let clientID = Self.servedClientID(bytes, audience, clientIDs: clientIDs),
                 let expiresAt = Self.optionalNumericDate(expiry),
                 let notBeforeTime = Self.optionalNumericDate(notBefore),
@@ -153,13 +154,13 @@ extension NotificationVerifier {
     ) -> String? {
         switch audience.kind {
         case .string:
-            return clientIDs.first { bytes.bytes(audience.valueStart..<audience.valueEnd, equal: $0) }
+            return clientIDs.first { bytes.bytes(audience.valueStart..<audience.valueEnd, equalText: $0) }
         case .array:
             guard let elements = PlainJSONReader.stringElements(bytes, of: audience.valueStart..<audience.valueEnd),
                 !elements.isEmpty
             else { return nil }
             for element in elements {
-                if let served = clientIDs.first(where: { bytes.bytes(element, equal: $0) }) { return served }
+                if let served = clientIDs.first(where: { bytes.bytes(element, equalText: $0) }) { return served }
             }
             return nil
         default: return nil

@@ -197,13 +197,32 @@ struct PlainJSONReader {
         return nil
     }
 
-    /// With `memcmp` past the length: a sender may write 16 long names differing only at
+    /// By `sameBytes` past the length: a sender may write 16 long names differing only at
     /// the end, and each is compared with every earlier one (at most 15 times the object's
-    /// size, compared a vector at a time).
+    /// size, compared a word at a time).
     private func hasSameBytes(_ member: PlainJSONMember, _ start: Int, _ end: Int) -> Bool {
         guard member.nameEnd - member.nameStart == end - start else { return false }
         guard end > start, let base = bytes.baseAddress else { return true }
-        return memcmp(base + member.nameStart, base + start, end - start) == 0
+        return Self.sameBytes(base + member.nameStart, base + start, count: end - start)
+    }
+
+    /// Whether `count` bytes at `first` and at `second` are the same: eight at a time, then
+    /// the rest one by one. Inline rather than `memcmp`: what the verifier compares (names,
+    /// an issuer, a client ID) is a few dozen bytes at most, shorter than a call costs.
+    @inline(__always)
+    static func sameBytes(_ first: UnsafePointer<UInt8>, _ second: UnsafePointer<UInt8>, count: Int) -> Bool {
+        var offset = 0
+        while offset + 8 <= count {
+            let firstWord = UnsafeRawPointer(first + offset).loadUnaligned(as: UInt64.self)
+            let secondWord = UnsafeRawPointer(second + offset).loadUnaligned(as: UInt64.self)
+            guard firstWord == secondWord else { return false }
+            offset += 8
+        }
+        while offset < count {
+            guard first[offset] == second[offset] else { return false }
+            offset += 1
+        }
+        return true
     }
 
     /// One value; for an object or array, checked whole (a nested object's names too).
@@ -362,7 +381,9 @@ struct PlainJSONReader {
 }
 
 extension UnsafeBufferPointer<UInt8> {
-    /// Whether the bytes in `range` are exactly `expected`'s UTF-8.
+    /// Whether the bytes in `range` are exactly `expected`'s UTF-8. Always inlined, so the
+    /// literal's length and bytes are constants where it is called.
+    @inline(__always)
     func bytes(_ range: Range<Int>, equal expected: StaticString) -> Bool {
         // Inline, not memcmp: the names compared are a few bytes, most differ in the first.
         let count = expected.utf8CodeUnitCount
@@ -372,15 +393,20 @@ extension UnsafeBufferPointer<UInt8> {
         return true
     }
 
-    /// Whether the bytes in `range` are exactly `expected`'s UTF-8.
-    func bytes(_ range: Range<Int>, equal expected: String) -> Bool {
-        // The count first: a native string knows it, and most names compared differ in it.
-        guard expected.utf8.count == range.count else { return false }
-        var expected = expected
-        return expected.withUTF8 { other in
-            other.count == range.count
-                && (other.isEmpty || memcmp(baseAddress! + range.lowerBound, other.baseAddress!, other.count) == 0)
+    /// Whether the bytes in `range` are exactly `expected`'s UTF-8. Named apart from the
+    /// `StaticString` one above: with one name, a literal would pick this one (`String` is
+    /// a literal's default type) and every name compared would become a `String` first.
+    func bytes(_ range: Range<Int>, equalText expected: String) -> Bool {
+        // The string's own bytes where they lie (a native or small string always has them),
+        // the count first: most values compared differ in it.
+        let count = range.count
+        let same = expected.utf8.withContiguousStorageIfAvailable { other in
+            other.count == count
+                && (count == 0
+                    || PlainJSONReader.sameBytes(baseAddress! + range.lowerBound, other.baseAddress!, count: count))
         }
+        if let same { return same }
+        return expected.utf8.elementsEqual(UnsafeBufferPointer(rebasing: self[range]))
     }
 
     func string(_ range: Range<Int>) -> String {

@@ -63,7 +63,7 @@ extension SecurityEventVerifier {
                 }
             }
             guard let sentIssuer, sentIssuer.kind == .string,
-                bytes.bytes(sentIssuer.valueStart..<sentIssuer.valueEnd, equal: issuer),
+                bytes.bytes(sentIssuer.valueStart..<sentIssuer.valueEnd, equalText: issuer),
                 let audience, let served = servedClientIDs(bytes, audience),
                 let issuedAt, issuedAt.kind == .integer, issuedAt.integer >= 0,
                 issuedAt.integer <= NotificationClaims.adding(now, leewaySeconds),
@@ -84,7 +84,10 @@ extension SecurityEventVerifier {
     private func servedClientIDs(_ bytes: UnsafeBufferPointer<UInt8>, _ audience: PlainJSONMember) -> [String]? {
         let audiences: [Range<Int>]
         switch audience.kind {
-        case .string: audiences = [audience.valueStart..<audience.valueEnd]
+        case .string:
+            // One audience (Google's shape): one match at most, and no list to build.
+            let range = audience.valueStart..<audience.valueEnd
+            return clientIDs.first(where: { bytes.bytes(range, equalText: $0) }).map { [$0] }
         case .array:
             guard let elements = PlainJSONReader.stringElements(bytes, of: audience.valueStart..<audience.valueEnd),
                 !elements.isEmpty
@@ -94,7 +97,7 @@ extension SecurityEventVerifier {
         }
         var served: [String] = []
         for audience in audiences {
-            guard let configured = clientIDs.first(where: { bytes.bytes(audience, equal: $0) }),
+            guard let configured = clientIDs.first(where: { bytes.bytes(audience, equalText: $0) }),
                 !served.contains(configured)
             else { continue }
             served.append(configured)
@@ -227,7 +230,7 @@ extension SecurityEventType {
     static func named(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> SecurityEventType {
         for known in knownURIs where known.uri.count == range.count {
             let same = known.uri.withUnsafeBufferPointer { uri in
-                memcmp(uri.baseAddress!, bytes.baseAddress! + range.lowerBound, range.count) == 0
+                PlainJSONReader.sameBytes(uri.baseAddress!, bytes.baseAddress! + range.lowerBound, count: range.count)
             }
             if same { return known.type }
         }
