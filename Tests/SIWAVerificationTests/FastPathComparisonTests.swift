@@ -110,7 +110,8 @@ struct FastPathComparisonTests {
         let jwks = kids.enumerated().map { index, kid in
             JSONWebKeySetTests.jwk(
                 TestSigningKey(
-                    keyID: kid, privateKey: (index.isMultiple(of: 2) ? Fixtures.primary : Fixtures.secondary).privateKey))
+                    keyID: kid, privateKey: (index.isMultiple(of: 2) ? Fixtures.primary : Fixtures.secondary).privateKey
+                ))
         }
         let document = JSONWriter.object([("keys", .array(jwks))])
         return (try JSONWebKeySet(jsonBytes: Array(document.utf8)), kids)
@@ -125,7 +126,8 @@ struct FastPathComparisonTests {
         for (index, kid) in kids.enumerated() {
             let own = index.isMultiple(of: 2) ? Fixtures.primary : Fixtures.secondary
             let other = index.isMultiple(of: 2) ? Fixtures.secondary : Fixtures.primary
-            #expect(Fixtures.refusal(Fixtures.body(header: Fixtures.header(kid: kid), key: own), verifier: verifier) == nil)
+            #expect(
+                Fixtures.refusal(Fixtures.body(header: Fixtures.header(kid: kid), key: own), verifier: verifier) == nil)
             #expect(
                 Fixtures.refusal(Fixtures.body(header: Fixtures.header(kid: kid), key: other), verifier: verifier)?.code
                     == .signatureInvalid)
@@ -139,7 +141,9 @@ struct FastPathComparisonTests {
         }
         // A prefix and an extension of a held kid are other kids.
         for other in [String(kid.dropLast()), kid + "0"] {
-            #expect(Fixtures.refusal(Fixtures.body(header: Fixtures.header(kid: other)), verifier: verifier)?.code == .kidUnknown)
+            #expect(
+                Fixtures.refusal(Fixtures.body(header: Fixtures.header(kid: other)), verifier: verifier)?.code
+                    == .kidUnknown)
         }
     }
 
