@@ -51,7 +51,7 @@ struct FastPathComparisonTests {
 
     @Test("aud one byte away from a long configured client ID, at any position, is not served")
     func clientIDComparedAtEveryPosition() throws {
-        let configured = "com.example.a-client-id-of-forty-bytes-0"
+        let configured = "com.example.a-long-client-id-with-a-tail-1"
         let verifier = NotificationVerifier(keys: Fixtures.keys, clientIDs: [configured])
         let served = Fixtures.body(claims: Fixtures.claims(aud: "\"\(configured)\""))
         #expect(verifier.fastPathReads(body: served, now: Fixtures.now))
