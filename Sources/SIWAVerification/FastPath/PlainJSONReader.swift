@@ -50,21 +50,25 @@ struct PlainJSONReader {
     private let bytes: UnsafeBufferPointer<UInt8>
     private var index: Int
     private let end: Int
+    /// True when an earlier read of these bytes read the object whole (`withReadObject`):
+    /// its names are not compared again, and its nested values are passed over, not read.
+    private let readBefore: Bool
 
-    private init(bytes: UnsafeBufferPointer<UInt8>, range: Range<Int>) {
+    private init(bytes: UnsafeBufferPointer<UInt8>, range: Range<Int>, readBefore: Bool = false) {
         self.bytes = bytes
         self.index = range.lowerBound
         self.end = range.upperBound
+        self.readBefore = readBefore
     }
 
     /// The members of the one object that fills `range` of `bytes` (whitespace around it
     /// allowed), written into `members`; nil when the text is not plain JSON as above.
     static func readObject(
         _ bytes: UnsafeBufferPointer<UInt8>, in range: Range<Int>,
-        into members: UnsafeMutableBufferPointer<PlainJSONMember>
+        into members: UnsafeMutableBufferPointer<PlainJSONMember>, readBefore: Bool = false
     ) -> Int? {
         precondition(members.count >= maximumMembers)
-        var reader = PlainJSONReader(bytes: bytes, range: range)
+        var reader = PlainJSONReader(bytes: bytes, range: range, readBefore: readBefore)
         reader.skipWhitespace()
         guard reader.index < reader.end, bytes[reader.index] == UInt8(ascii: "{"),
             let count = reader.readObject(depth: 1, into: members)
@@ -80,6 +84,21 @@ struct PlainJSONReader {
     ) -> Result? {
         withUnsafeTemporaryAllocation(of: PlainJSONMember.self, capacity: maximumMembers) { storage in
             guard let count = readObject(bytes, in: range, into: storage) else { return nil }
+            return body(UnsafeBufferPointer(rebasing: storage[0..<count]))
+        }
+    }
+
+    /// `withObject` for an object this reader has already read whole, as the value of a
+    /// member (`.object`) of an object read from the same bytes: the same members, without
+    /// reading the object's nested values a second time (Google's events, event and subject
+    /// are objects within objects). Only for such a range: anything else would be taken
+    /// without its nested values checked.
+    static func withReadObject<Result>(
+        _ bytes: UnsafeBufferPointer<UInt8>, in range: Range<Int>,
+        _ body: (UnsafeBufferPointer<PlainJSONMember>) -> Result?
+    ) -> Result? {
+        withUnsafeTemporaryAllocation(of: PlainJSONMember.self, capacity: maximumMembers) { storage in
+            guard let count = readObject(bytes, in: range, into: storage, readBefore: true) else { return nil }
             return body(UnsafeBufferPointer(rebasing: storage[0..<count]))
         }
     }
@@ -174,7 +193,9 @@ struct PlainJSONReader {
             guard index < end, bytes[index] == UInt8(ascii: "\""), let name = readString(), !name.escaped else {
                 return nil
             }
-            for earlier in 0..<count where hasSameBytes(members[earlier], name.start, name.end) { return nil }
+            if !readBefore {
+                for earlier in 0..<count where hasSameBytes(members[earlier], name.start, name.end) { return nil }
+            }
             skipWhitespace()
             guard index < end, bytes[index] == UInt8(ascii: ":") else { return nil }
             index += 1
@@ -237,6 +258,12 @@ struct PlainJSONReader {
             member.valueStart = string.start
             member.valueEnd = string.end
             return member
+        case UInt8(ascii: "{") where readBefore:
+            guard passReadValue() else { return nil }
+            member.kind = .object
+        case UInt8(ascii: "[") where readBefore:
+            guard passReadValue() else { return nil }
+            member.kind = .array
         case UInt8(ascii: "{"):
             let read = withUnsafeTemporaryAllocation(of: PlainJSONMember.self, capacity: Self.maximumMembers) {
                 readObject(depth: depth + 1, into: $0)
@@ -263,6 +290,28 @@ struct PlainJSONReader {
         }
         member.valueEnd = index
         return member
+    }
+
+    /// Moves past the object or array at `index`, which an earlier read of these bytes read
+    /// whole: the brackets counted, each string passed by `readString` (a bracket inside a
+    /// string is text). Bounded by `end` like every other step.
+    private mutating func passReadValue() -> Bool {
+        var depth = 0
+        while index < end {
+            switch bytes[index] {
+            case UInt8(ascii: "\""):
+                guard readString() != nil else { return false }
+            case UInt8(ascii: "{"), UInt8(ascii: "["):
+                depth += 1
+                index += 1
+            case UInt8(ascii: "}"), UInt8(ascii: "]"):
+                depth -= 1
+                index += 1
+                if depth == 0 { return true }
+            default: index += 1
+            }
+        }
+        return false
     }
 
     private mutating func readArray(depth: Int) -> Bool {

@@ -108,8 +108,12 @@ extension SecurityEventVerifier {
     /// The events object: 1 to `maximumEventCount` events (the reader holds at most 16
     /// members, the same bound), sorted by their type URI's bytes, each read.
     private static func plainEvents(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> [SecurityEvent]? {
-        PlainJSONReader.withObject(bytes, in: range) { members -> [SecurityEvent]? in
+        PlainJSONReader.withReadObject(bytes, in: range) { members -> [SecurityEvent]? in
             guard !members.isEmpty, members.count <= maximumEventCount else { return nil }
+            if members.count == 1 {
+                // Google sends one event a token: nothing to sort.
+                return plainEvent(bytes, members[0]).map { [$0] }
+            }
             var order = Array(members.indices)
             order.sort { left, right in
                 let a = members[left]
@@ -134,7 +138,7 @@ extension SecurityEventVerifier {
             return nil
         }
         let type = SecurityEventType.named(bytes, uri)
-        return PlainJSONReader.withObject(bytes, in: member.valueStart..<member.valueEnd) {
+        return PlainJSONReader.withReadObject(bytes, in: member.valueStart..<member.valueEnd) {
             payload -> SecurityEvent? in
             var subject, reason, state: PlainJSONMember?
             for field in payload {
@@ -168,7 +172,8 @@ extension SecurityEventVerifier {
     /// `subject_type` and/or `format`, agreeing), a non-empty `iss`, a valid `sub`.
     private static func accountSubject(_ bytes: UnsafeBufferPointer<UInt8>, _ subject: PlainJSONMember?) -> String? {
         guard let subject, subject.kind == .object else { return nil }
-        return PlainJSONReader.withObject(bytes, in: subject.valueStart..<subject.valueEnd) { members -> String? in
+        return PlainJSONReader.withReadObject(bytes, in: subject.valueStart..<subject.valueEnd) {
+            members -> String? in
             var subjectType, format, issuer, sub: PlainJSONMember?
             for member in members {
                 let name = member.nameStart..<member.nameEnd
