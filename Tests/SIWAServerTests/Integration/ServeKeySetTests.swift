@@ -119,13 +119,17 @@ struct ServeKeySetTests {
         let madeUpAnswers = Mutex<[String]>([])
         let finished = DispatchSemaphore(value: 0)
         let socketPath = stack.socketPath
+        // The senders run until the fetches have been seen (or the deadline below has
+        // passed): a bound of a count alone ran out first on a fast run, the made-up kids
+        // stopped, and with them the fetches the test waits for.
+        let sendersDeadline = ContinuousClock.now + .seconds(90)
         for thread in 0..<8 {
             let key = try TestSigningKey.generate(keyID: "made-up-\(thread)")
             let body = try stack.body(type: "consent-revoked", sub: "000042.m.000\(thread)", signedWith: key)
             Thread {
                 defer { finished.signal() }
-                for _ in 0..<10_000 {
-                    if stop.withLock({ $0 }) { break }
+                for _ in 0..<2_000_000 {
+                    if stop.withLock({ $0 }) || ContinuousClock.now >= sendersDeadline { break }
                     let answer = try? FastCGIClient(.unixSocket(socketPath)).send(
                         params: FastCGIClient.params(
                             method: "POST", uri: "/apple/notifications", body: body, contentType: "application/json"),
