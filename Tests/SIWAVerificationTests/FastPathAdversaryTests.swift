@@ -370,6 +370,19 @@ struct FastPathAdversaryTests {
         #expect(nested >= 40, "only \(nested) nested objects")
     }
 
+    #if DEBUG
+        @Test("withReadObject on a range no read accepted whole (a duplicate inside) stops a debug build")
+        func readBeforeOnUnreadBytesIsCaught() async {
+            // In a process of its own: the check is an assertion, and it ends the process.
+            await #expect(processExitsWith: .failure) {
+                let document = Array(#"{"a":{"b":1,"b":2}}"#.utf8)
+                _ = document.withUnsafeBufferPointer { bytes in
+                    PlainJSONReader.withReadObject(bytes, in: 0..<bytes.count) { $0.count }
+                }
+            }
+        }
+    #endif
+
     /// Hand-picked documents on the reader's edges: each either read with the strict
     /// parser's members or left to it.
     static let edgeDocuments: [String] = [

@@ -28,6 +28,12 @@ struct PlainJSONMember {
     var valueStart = 0
     var valueEnd = 0
     var integer: Int64 = 0
+
+    /// The same name, kind and value, where they lie.
+    func isSame(as other: PlainJSONMember) -> Bool {
+        nameStart == other.nameStart && nameEnd == other.nameEnd && kind == other.kind
+            && valueStart == other.valueStart && valueEnd == other.valueEnd && integer == other.integer
+    }
 }
 
 /// A reader for the plain JSON of the tokens this service verifies, beside
@@ -99,6 +105,13 @@ struct PlainJSONReader {
     ) -> Result? {
         withUnsafeTemporaryAllocation(of: PlainJSONMember.self, capacity: maximumMembers) { storage in
             guard let count = readObject(bytes, in: range, into: storage, readBefore: true) else { return nil }
+            // In debug builds (the tests'), the precondition checked: read whole, the range
+            // gives the same members.
+            assert(
+                withUnsafeTemporaryAllocation(of: PlainJSONMember.self, capacity: maximumMembers) { whole in
+                    readObject(bytes, in: range, into: whole) == count
+                        && zip(whole[0..<count], storage[0..<count]).allSatisfy { $0.isSame(as: $1) }
+                }, "withReadObject on a range no earlier read read whole")
             return body(UnsafeBufferPointer(rebasing: storage[0..<count]))
         }
     }
