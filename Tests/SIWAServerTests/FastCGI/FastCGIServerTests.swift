@@ -450,7 +450,12 @@ struct FastCGIServerTests {
         let portHex = String(format: "%04X", port)
         var entries: [[Substring]] = []
         for _ in 0..<20 {
-            let table = try String(contentsOfFile: path, encoding: .utf8)
+            // Read to the end with read(2) until it returns 0: `String(contentsOfFile:)` gives
+            // only the first 4 KiB of a /proc table (its size reads as 0), so with many
+            // sockets open on the machine (other tests' TIME_WAIT) the entry sat past it.
+            guard let handle = FileHandle(forReadingAtPath: path) else { return [] }
+            defer { try? handle.close() }
+            let table = String(decoding: try handle.readToEnd() ?? Data(), as: UTF8.self)
             entries = table.split(separator: "\n").map { $0.split(separator: " ") }.filter {
                 $0.count > 3 && $0[1].hasSuffix(":\(portHex)") && $0[3] == "0A"
             }

@@ -92,13 +92,48 @@ final class WebhookStack: @unchecked Sendable {
         ].merging(settings) { $1 }
     }
 
-    /// Starts `siwa-endpoint deliver`, waiting for its `deliver_started` line.
+    /// Starts `siwa-endpoint deliver`, waiting for its `deliver_started` line and then, when
+    /// the deliverer writes to this stack's Redis (`groupsHere`), for each destination's
+    /// group on `siwa:events`. A group is made at the stream's end (`$`) by its destination's
+    /// thread, which can come after the start line: an event a test wrote in between would
+    /// never be that group's.
     @discardableResult
-    func startDeliverer(_ environment: [String: String]) throws -> DelivererProcess {
+    func startDeliverer(_ environment: [String: String], groupsHere: Bool = true) throws -> DelivererProcess {
         let deliverer = try DelivererProcess(environment: environment, directory: directory)
         deliverers.append(deliverer)
-        guard waitUntil(timeout: 10, { deliverer.lines().contains { $0.contains(#""event":"deliver_started""#) } })
+        var started: String?
+        guard
+            waitUntil(
+                timeout: 10,
+                {
+                    started = deliverer.lines().first { $0.contains(#""event":"deliver_started""#) }
+                    return started != nil
+                })
         else { throw TestCertificateAuthority.Failure(description: "deliver did not start: \(deliverer.errorText())") }
+        guard groupsHere, let started,
+            case .object(let line)? = try? StrictJSONParser.parse(Array(started.utf8)),
+            case .array(let names)? = line["destinations"]
+        else { return deliverer }
+        let groups = names.compactMap { name -> String? in
+            if case .string(let text) = name { "deliver:" + text } else { nil }
+        }
+        guard
+            waitUntil(
+                timeout: 10,
+                {
+                    let made = ((try? self.test.command("XINFO", "GROUPS", "siwa:events").array) ?? []).compactMap {
+                        info -> String? in
+                        let fields = info.array ?? []
+                        guard let index = fields.firstIndex(where: { $0.string == "name" }), index + 1 < fields.count
+                        else { return nil }
+                        return fields[index + 1].string
+                    }
+                    return groups.allSatisfy(made.contains)
+                })
+        else {
+            throw TestCertificateAuthority.Failure(
+                description: "deliver made no group for \(groups): \(deliverer.errorText())")
+        }
         return deliverer
     }
 
