@@ -214,7 +214,15 @@ public final class JWKSProvider: Sendable {
             guard waiting else { return .stillRunning }
             flight = started
         }
-        guard let waitLimit else { return flight.wait(until: nil) }
+        guard let waitLimit else {
+            // A scheduled refresh joining an unknown kid's fetch. While the queue is open,
+            // only its service (the refresher) refreshes without a limit, and it is also the
+            // thread that makes a fetch handed over: waiting for one not yet begun would wait
+            // for ever (no fetch again, ever, and every unknown kid 503). So it makes the fetch
+            // handed over, if one waits, then waits for the flight, which has landed or runs.
+            if fetchQueue.isOpen { fetchQueue.runPending() }
+            return flight.wait(until: nil)
+        }
         defer { state.withLock { $0.unknownKeyIDWaiting -= 1 } }
         return flight.wait(until: ContinuousClock.now + waitLimit)
     }

@@ -2,6 +2,7 @@ import Foundation
 import SIWASupport
 import SIWATestKit
 import SIWAVerification
+import Synchronization
 import Testing
 
 @testable import SIWAKeys
@@ -124,6 +125,42 @@ struct JWKSProviderRateLimitTests {
         #expect(provider.refreshIfDue() == .refreshed, "a refresh was due: only the stopped refresher did not make it")
         #expect(fetcher.fetchCount == 3)
         #expect(clock.monotonicReadCount == readsAtStop + 1, "only this test's call read the clock after stop")
+    }
+
+    @Test(
+        "a scheduled refresh finding an unknown kid's fetch handed over and not begun makes it, and does not wait for ever"
+    )
+    func scheduledRefreshMakesTheFetchHandedOver() throws {
+        let fetcher = JWKSFetcherDouble()
+        fetcher.serve(try JWKSTestFixtures.document([TestSigningKey.generate(keyID: "known")]))
+        let clock = JWKSTestClock(Self.start)
+        let provider = JWKSProvider(
+            settings: JWKSProvider.Settings(
+                url: "https://jwks.invalid/auth/keys", refreshInterval: .seconds(3600),
+                failedRefreshRetryInterval: .seconds(60), unknownKeyIDRefreshInterval: .seconds(60),
+                unknownKeyIDWaitLimit: .milliseconds(20)),
+            fetcher: fetcher, clock: clock.endpointClock)
+        #expect(provider.start() == .refreshed)
+        // The queue open, as the refresher's start() leaves it, with this test as its service.
+        provider.fetchQueue.open()
+        defer { provider.fetchQueue.close() }
+        // An unknown kid: its fetch is handed to the queue, and its caller stops waiting.
+        clock.advance(by: 60)
+        #expect(provider.refreshForUnknownKey() == .stillRunning)
+        #expect(fetcher.fetchCount == 1)
+        // The service's scheduled refresh, before it has run the queue (what happens when the
+        // fetch is handed over between the step's runPending() and its refreshIfDue()).
+        let outcome = Mutex<JWKSRefreshOutcome?>(nil)
+        let returned = DispatchSemaphore(value: 0)
+        Thread {
+            outcome.withLock { $0 = provider.refreshIfDue() }
+            returned.signal()
+        }.start()
+        #expect(returned.wait(timeout: .now() + 10) == .success, "refreshIfDue waited for a fetch only it could make")
+        #expect(outcome.withLock { $0 } == .refreshed)
+        #expect(fetcher.fetchCount == 2)
+        // Nothing is left in the queue, and the next unknown kid is rate limited from that fetch.
+        #expect(provider.refreshForUnknownKey() == .skipped)
     }
 
     @Test("unknown-kid refresh: at most once per interval, counted from the last fetch of any kind")
