@@ -153,7 +153,8 @@ struct JWKSProviderRateLimitTests {
         let outcome = Mutex<JWKSRefreshOutcome?>(nil)
         let returned = DispatchSemaphore(value: 0)
         Thread {
-            outcome.withLock { $0 = provider.refreshIfDue() }
+            let result = provider.refreshIfDue()
+            outcome.withLock { $0 = result }
             returned.signal()
         }.start()
         #expect(returned.wait(timeout: .now() + 10) == .success, "refreshIfDue waited for a fetch only it could make")
