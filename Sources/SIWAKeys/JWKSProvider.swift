@@ -181,6 +181,9 @@ public final class JWKSProvider: Sendable {
             case fetch(Flight)
             /// An unknown kid's fetch, handed to the fetch queue's service.
             case handedOver(Flight, waiting: Bool)
+            /// An unknown kid's fetch the queue did not take (its service stopped since the
+            /// queue was judged open): not made, as a fetch the service dropped.
+            case dropped(Flight, waiting: Bool)
         }
         let decision = state.withLock { state -> Decision in
             let mayWait = waitLimit == nil || state.unknownKeyIDWaiting < waiters
@@ -198,6 +201,14 @@ public final class JWKSProvider: Sendable {
                 if waitLimit != nil && mayWait { state.unknownKeyIDWaiting -= 1 }
                 return .fetch(flight)
             }
+            // Handed over under the lock that makes it the flight: whoever joins it finds it
+            // already in the queue (a scheduled refresh then makes it, below), never a flight
+            // published and not yet handed over, which no thread would make.
+            let fetch = JWKSFetchQueue.Fetch(run: { _ = self.fly(flight) }, drop: { self.drop(flight) })
+            guard fetchQueue.hand(fetch) else {
+                state.flight = nil
+                return .dropped(flight, waiting: mayWait)
+            }
             return .handedOver(flight, waiting: mayWait)
         }
         let flight: Flight
@@ -207,10 +218,10 @@ public final class JWKSProvider: Sendable {
         case .fetch(let started): return fly(started)
         case .join(let running): flight = running
         case .handedOver(let started, let waiting):
-            let fetch = JWKSFetchQueue.Fetch(run: { _ = self.fly(started) }, drop: { self.drop(started) })
-            // Closed since it was judged open (the service stopped): not made, as a fetch
-            // the service dropped.
-            if !fetchQueue.hand(fetch) { fetch.drop() }
+            guard waiting else { return .stillRunning }
+            flight = started
+        case .dropped(let started, let waiting):
+            started.land(.skipped)
             guard waiting else { return .stillRunning }
             flight = started
         }
@@ -219,7 +230,8 @@ public final class JWKSProvider: Sendable {
             // only its service (the refresher) refreshes without a limit, and it is also the
             // thread that makes a fetch handed over: waiting for one not yet begun would wait
             // for ever (no fetch again, ever, and every unknown kid 503). So it makes the fetch
-            // handed over, if one waits, then waits for the flight, which has landed or runs.
+            // handed over, if one waits (a joined flight is always in the queue already, see
+            // above), then waits for the flight, which has landed or runs.
             if fetchQueue.isOpen { fetchQueue.runPending() }
             return flight.wait(until: nil)
         }
