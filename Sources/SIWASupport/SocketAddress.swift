@@ -90,9 +90,10 @@ public struct SocketAddress {
         let named = withUnsafeMutablePointer(to: &storage) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
         }
-        guard named == 0, Int32(storage.ss_family) == AF_INET || Int32(storage.ss_family) == AF_INET6,
-            let port = boundPort(of: descriptor)
-        else { return nil }
+        guard named == 0, Int32(storage.ss_family) == AF_INET || Int32(storage.ss_family) == AF_INET6 else {
+            return nil
+        }
+        let port = Self.port(in: &storage)
         var host = [CChar](repeating: 0, count: Int(NI_MAXHOST))
         let found = withUnsafePointer(to: &storage) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
@@ -114,9 +115,12 @@ public struct SocketAddress {
         guard named == 0, Int32(storage.ss_family) == AF_INET || Int32(storage.ss_family) == AF_INET6 else {
             return nil
         }
-        // sin_port and sin6_port sit at the same offset, right after the family.
-        return withUnsafeBytes(of: &storage) { raw in
-            UInt16(bigEndian: raw.load(fromByteOffset: 2, as: UInt16.self))
-        }
+        return port(in: &storage)
+    }
+
+    /// The port of an AF_INET or AF_INET6 address: sin_port and sin6_port sit at the same
+    /// offset, right after the family.
+    private static func port(in storage: inout sockaddr_storage) -> UInt16 {
+        withUnsafeBytes(of: &storage) { raw in UInt16(bigEndian: raw.load(fromByteOffset: 2, as: UInt16.self)) }
     }
 }

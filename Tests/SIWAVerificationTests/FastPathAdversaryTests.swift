@@ -293,6 +293,11 @@ struct FastPathAdversaryTests {
         #expect(read < Self.generatedDocuments, "every document read: the hostile pieces never landed")
     }
 
+    /// A member as text: where its name and value lie, its kind and its integer.
+    static func describe(_ member: PlainJSONMember) -> String {
+        "\(member.nameStart)-\(member.nameEnd) \(member.kind) \(member.valueStart)-\(member.valueEnd) \(member.integer)"
+    }
+
     /// Every member of the object in `range`, nested objects' members after their own, as
     /// text to compare: `withObject` reading it whole, or `withReadObject` passing over what
     /// an earlier read has read.
@@ -302,9 +307,7 @@ struct FastPathAdversaryTests {
         let read = { (members: UnsafeBufferPointer<PlainJSONMember>) -> [String]? in
             var described: [String] = []
             for member in members {
-                described.append(
-                    "\(member.nameStart)-\(member.nameEnd) \(member.kind) \(member.valueStart)-\(member.valueEnd) \(member.integer)"
-                )
+                described.append(Self.describe(member))
                 if member.kind == .object {
                     guard
                         let nested = membersAtEveryDepth(
@@ -342,9 +345,7 @@ struct FastPathAdversaryTests {
                 let again = PlainJSONReader.withObject(bytes, in: 0..<bytes.count) { members -> [String]? in
                     var described: [String] = []
                     for member in members {
-                        described.append(
-                            "\(member.nameStart)-\(member.nameEnd) \(member.kind) \(member.valueStart)-\(member.valueEnd) \(member.integer)"
-                        )
+                        described.append(Self.describe(member))
                         if member.kind == .object {
                             nested += 1
                             guard
