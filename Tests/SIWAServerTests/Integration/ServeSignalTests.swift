@@ -49,6 +49,10 @@ struct ServeSignalTests {
     func staleSocketAfterCrash() throws {
         let stack = try ServeStack()
         defer { stack.shutdown() }
+        // serve listens before it writes `started`: the crash is of a serve that has started,
+        // so the second start below is the second `started` (killed sooner, the first serve
+        // may never have written its line: the count below then read 1 under load).
+        #expect(stack.waitUntil(timeout: 10) { stack.serve?.logLines(event: "started").count == 1 })
         stack.serve?.kill()
         // The crash left the socket file behind, and nobody listens on it.
         var info = stat()
