@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Synchronization
 
 /// Free TCP ports on 127.0.0.1 for the servers the tests start (Redis, Sentinels, nginx,
 /// stunnel). Never above `highest`: a Redis cluster node listens on its port + 10000 for
@@ -14,19 +15,23 @@ public enum LoopbackPort {
     /// The lowest port `free()` hands out.
     public static let lowest = 20_000
 
-    /// A port free right now, drawn at random from `lowest` up to below the kernel's
-    /// ephemeral range (`net.ipv4.ip_local_port_range`, 32768 and up by default), at most
-    /// `highest`. Not a port the kernel picks for a bind to port 0: that comes from the
-    /// ephemeral range, where every outgoing connection on the machine takes its source
-    /// port, so once released it could be taken before the server bound it, which happened
-    /// ("Address already in use") with scripts/test's several test processes side by side.
+    /// A port free right now, drawn at random from this process's share (`slice`) of
+    /// `lowest` up to below the kernel's ephemeral range (`net.ipv4.ip_local_port_range`,
+    /// 32768 and up by default), at most `highest`, and not handed out by this process in
+    /// the last `reuseAfter`. Not a port the kernel picks for a bind to port 0: that comes
+    /// from the ephemeral range, where every outgoing connection on the machine takes its
+    /// source port, so once released it could be taken before the server bound it, which
+    /// happened ("Address already in use") with scripts/test's several test processes side
+    /// by side. Free is only "free now": until the server binds it, the same port could be
+    /// drawn again, by this process (a sentinel group draws six before starting any, and
+    /// two tests run at once) or by another test process; hence the memory, and the slices.
     /// A machine whose ephemeral range starts too low gets the kernel's picks, as before.
     public static func free() throws -> Int {
-        let end = min(ephemeralRangeStart, highest + 1)
-        if end - lowest >= 1000 {
+        let (start, end) = slice
+        if end - start >= 1000 {
             for _ in 0..<2000 {
-                let port = Int.random(in: lowest..<end)
-                if isFree(port) { return port }
+                let port = Int.random(in: start..<end)
+                if isFree(port), handOut(port) { return port }
             }
         } else {
             for _ in 0..<200 {
@@ -35,6 +40,35 @@ public enum LoopbackPort {
             }
         }
         throw Unavailable(description: "no free loopback port at or below \(highest)")
+    }
+
+    /// How long a port handed out is not handed out again by this process.
+    public static let reuseAfter: Duration = .seconds(60)
+
+    /// This process's ports: all of `lowest` up to the ephemeral range, or with
+    /// `SIWA_TEST_PORT_SLICE=k/n` (scripts/test gives each of its test processes its own
+    /// k) the k-th of n equal parts of it, so two test processes never draw the same port.
+    public static let slice: (start: Int, end: Int) = {
+        let end = min(ephemeralRangeStart, highest + 1)
+        guard let text = ProcessInfo.processInfo.environment["SIWA_TEST_PORT_SLICE"] else { return (lowest, end) }
+        let parts = text.split(separator: "/").compactMap { Int($0) }
+        guard parts.count == 2, parts[1] > 0, (0..<parts[1]).contains(parts[0]) else {
+            fatalError("SIWA_TEST_PORT_SLICE is k/n with 0 <= k < n, not \(text)")
+        }
+        let width = (end - lowest) / parts[1]
+        return (lowest + parts[0] * width, lowest + (parts[0] + 1) * width)
+    }()
+
+    private static let handedOut = Mutex<[Int: ContinuousClock.Instant]>([:])
+
+    /// Records `port` as handed out now; false when it was, within `reuseAfter`.
+    private static func handOut(_ port: Int) -> Bool {
+        let now = ContinuousClock.now
+        return handedOut.withLock { handed in
+            if let at = handed[port], now - at < reuseAfter { return false }
+            handed[port] = now
+            return true
+        }
     }
 
     /// The first port of the kernel's ephemeral range (32768 when it cannot be read).
@@ -46,9 +80,11 @@ public enum LoopbackPort {
     /// `count` distinct free ports whose cluster bus port (port + 10000) is free too.
     public static func freeWithBusPorts(_ count: Int) throws -> [Int] {
         var ports: [Int] = []
+        // From this process's slice when it has room for them, as `free()`.
+        let range = slice.end - slice.start >= 1000 ? slice.start..<slice.end : 20_000..<45_001
         for _ in 0..<2000 where ports.count < count {
-            let port = Int.random(in: 20_000...45_000)
-            guard !ports.contains(port), isFree(port), isFree(port + 10_000) else { continue }
+            let port = Int.random(in: range)
+            guard !ports.contains(port), isFree(port), isFree(port + 10_000), handOut(port) else { continue }
             ports.append(port)
         }
         guard ports.count == count else { throw Unavailable(description: "no free loopback ports for a cluster") }

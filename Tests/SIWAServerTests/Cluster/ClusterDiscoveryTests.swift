@@ -75,7 +75,7 @@ struct ClusterDiscoveryTests {
             let log = try #require(stack.serve).logText
             #expect(log.contains(#""event":"redis_cluster_node_stale""#), "\(log.suffix(2000))")
             #expect(log.contains(#""named":"127.0.0.1:\#(dead)""#), "\(log.suffix(2000))")
-            #expect(try stack.request("GET", "/healthz").jsonFields["redis_primary"] == "127.0.0.1:\(owner)")
+            #expect(try stack.health().jsonFields["redis_primary"] == "127.0.0.1:\(owner)")
         }
 
         // 3. MOVED naming a replica (a view from before a failover): ROLE refuses it, the

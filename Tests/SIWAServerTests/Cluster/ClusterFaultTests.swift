@@ -28,7 +28,7 @@ struct ClusterFaultTests {
             outcome.stillFailingAfterRetry == 0, "still failing after one retry: \(outcome.stillFailingAfterRetry)")
 
         let drained = try load.waitForDrain(timeout: 90).drained
-        let health = try stack.request("GET", "/healthz").jsonFields
+        let health = try stack.health().jsonFields
         #expect(drained, "the spool did not drain: \(health)")
 
         let contract = try load.contract(outcome, on: try cluster.ownerConnection(), keyPrefix: "{siwa}")
@@ -69,7 +69,7 @@ struct ClusterFaultTests {
         }
         let newOwner = try #require(cluster.slotOwnerPort())
         #expect(newOwner != oldOwner)
-        #expect(try stack.request("GET", "/healthz").jsonFields["redis_primary"] == "127.0.0.1:\(newOwner)")
+        #expect(try stack.health().jsonFields["redis_primary"] == "127.0.0.1:\(newOwner)")
         #expect(FaultUnderLoad.metric(metrics, "siwa_redis_cluster_primary_changes_total") >= 1, "\(metrics)")
     }
 

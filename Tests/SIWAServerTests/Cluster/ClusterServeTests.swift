@@ -136,7 +136,7 @@ struct ClusterServeTests {
         let hash = try owner.command("HGETALL", "{siwa}:user:{\(ServeStack.clientID):001.cluster.tls}").fieldMap
         #expect(hash?["last_event_type"] == "consent-revoked")
         #expect(try owner.command("XLEN", "{siwa}:events").integer == 1)
-        let health = try stack.request("GET", "/healthz").jsonFields
+        let health = try stack.health().jsonFields
         #expect(health["redis_primary"] == "127.0.0.1:\(try #require(cluster.slotOwnerPort()))")
     }
 
@@ -175,7 +175,7 @@ struct ClusterServeTests {
             try stack.startServe()
             let answer = try stack.post(try stack.body(type: "consent-revoked", sub: "001.cluster.tls.refused"))
             #expect(answer.status == 200 && answer.jsonFields["status"] == "spooled", "\(answer.bodyText)")
-            let health = try stack.request("GET", "/healthz")
+            let health = try stack.health()
             #expect(health.status == 503)
             #expect(health.jsonFields["redis_tls_refused"]?.contains(refused.reason) == true, "\(health.bodyText)")
             #expect(try cluster.ownerConnection().command("DBSIZE").integer == 0)
@@ -237,7 +237,7 @@ struct ClusterServeTests {
         try cluster.waitUntil(timeout: 20) {
             ((try? Self.calls("asking", on: targetConnection)) ?? 0) > asked + askedBefore
         }
-        let health = try stack.request("GET", "/healthz")
+        let health = try stack.health()
         #expect(health.status == 200, "\(health.jsonFields)")
 
         // The slot given to the target: the spool drains, every notification once in the stream.

@@ -72,7 +72,7 @@ struct FastCGIDescriptorBoundTests {
         defer { stack.shutdown() }
         guard let serve = stack.serve else { throw ServeProcess.StartFailure(description: "no serve") }
         let pid = serve.process.processIdentifier
-        #expect(try stack.request("GET", "/healthz").status == 200)
+        #expect(try stack.health().status == 200)
         let baseline = Self.openDescriptors(pid)
         #expect(baseline > 0)
         // Two whole notifications take the two workers while Redis is stopped (SIGSTOP):

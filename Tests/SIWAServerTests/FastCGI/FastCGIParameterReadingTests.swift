@@ -325,7 +325,7 @@ struct FastCGIParameterReadingTests {
             var status = -1
             latencies.append(Kit.measure { status = (try? stack.post(body))?.status ?? -1 })
             statuses.append(status)
-            latencies.append(Kit.measure { status = (try? stack.request("GET", "/healthz"))?.status ?? -1 })
+            latencies.append(Kit.measure { status = (try? stack.health())?.status ?? -1 })
             statuses.append(status)
             usleep(200_000)
         }

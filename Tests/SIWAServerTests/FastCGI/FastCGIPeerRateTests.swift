@@ -234,7 +234,7 @@ struct FastCGIPeerRateTests {
         _ = peer.write(head)
         #expect(peer.readUntilEnd(seconds: 20) == [], "closed unanswered")
         #expect(stack.waitUntil(timeout: 10) { !serve.logLines(event: "fastcgi_request_refused").isEmpty })
-        #expect(try stack.request("GET", "/healthz").status == 200)
+        #expect(try stack.health().status == 200)
         let lines = serve.logLines(event: "fastcgi_request_refused")
         #expect(lines.count == 1, "\(lines)")
         #expect(lines.first?.contains(#""reason":"request_over_buffer""#) == true, "\(lines)")

@@ -29,10 +29,10 @@ struct DeploymentRefusalTests {
         }
         #expect(
             try stack.waitUntil(timeout: 15) {
-                let health = try stack.request("GET", "/healthz")
+                let health = try stack.health()
                 return health.status == 503 && (health.jsonFields["reason"] ?? "").contains("siwa:events")
             })
-        let health = try stack.request("GET", "/healthz")
+        let health = try stack.health()
         #expect(health.jsonFields["redis"] == "ok")
         #expect(health.jsonFields["spool_depth"] == "3")
         #expect(
@@ -50,7 +50,7 @@ struct DeploymentRefusalTests {
         // The operator removes the key: every record is applied, once, and /healthz is 200.
         _ = try admin.command("DEL", "siwa:events")
         #expect(try stack.waitUntil(timeout: 15) { try stack.streamLength() == 3 })
-        #expect(try stack.waitUntil(timeout: 10) { try stack.request("GET", "/healthz").status == 200 })
+        #expect(try stack.waitUntil(timeout: 10) { try stack.health().status == 200 })
         for sub in subs { #expect(try stack.userHash(sub: sub)["last_event_type"] == "consent-revoked") }
         #expect(try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)["rejected"] == "0")
         #expect(stack.serve?.logLines(event: "spool_replay_unblocked").count == 1)
@@ -106,7 +106,7 @@ struct DeploymentRefusalTests {
         let logged = stack.serve?.logLines(event: "redis_record_refused") ?? []
         #expect(logged.count == 1)
         #expect(logged.first?.contains(RedisError.userKeyWrongTypeReply) == true)
-        #expect(try stack.request("GET", "/healthz").status == 200)
+        #expect(try stack.health().status == 200)
 
         _ = try admin.command("DEL", userKey)
         #expect(try stack.post(body).bodyText == #"{"status":"applied"}"#)
@@ -184,10 +184,10 @@ struct DeploymentRefusalTests {
         #expect(refusedLines.first?.contains("wait") == true)
         #expect(
             try stack.waitUntil(timeout: 15) {
-                let health = try stack.request("GET", "/healthz")
+                let health = try stack.health()
                 return health.status == 503 && (health.jsonFields["reason"] ?? "").contains("NOPERM")
             })
-        let reason = try stack.request("GET", "/healthz").jsonFields["reason"] ?? ""
+        let reason = try stack.health().jsonFields["reason"] ?? ""
         #expect(reason.hasPrefix("spool replay blocked: Redis refuses the spooled records (NOPERM): "))
         #expect(reason.contains("'wait'"))
         #expect(reason.contains("(the answer to the replica check, PUBLISH or WAIT)"))
@@ -196,7 +196,7 @@ struct DeploymentRefusalTests {
         #expect(try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)["depth"] == "1")
 
         _ = try admin.command("ACL", "SETUSER", "siwa", "+wait")
-        #expect(try stack.waitUntil(timeout: 15) { try stack.request("GET", "/healthz").status == 200 })
+        #expect(try stack.waitUntil(timeout: 15) { try stack.health().status == 200 })
         #expect(try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)["depth"] == "0")
         #expect(
             try replicaConnection.command("HGET", "siwa:user:{\(ServeStack.clientID):\(sub)}", "last_event_type")

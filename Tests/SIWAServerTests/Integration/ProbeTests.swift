@@ -39,7 +39,7 @@ struct ProbeTests {
         #expect(readyWithoutRedis.status == 200)
         #expect(readyWithoutRedis.bodyText == Self.ready)
         // Today's /healthz still says Redis is down, as balancers and the units expect.
-        #expect(try stack.request("GET", "/healthz").status == 503)
+        #expect(try stack.health().status == 503)
 
         // As root, mode bits do not stop writes: make the spool immutable (ext4's chattr +i).
         let paths =

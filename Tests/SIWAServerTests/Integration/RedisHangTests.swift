@@ -34,7 +34,7 @@ struct RedisHangTests {
         #expect(requestLines.count == 12)
         #expect(requestLines.filter { $0.contains(#""redis_circuit":"open""#) }.count == 11)
 
-        let health = try stack.request("GET", "/healthz")
+        let health = try stack.health()
         #expect(health.status == 503)
         #expect(health.jsonFields["redis"] == "down")
         #expect(health.jsonFields["redis_circuit"] == "open")
@@ -42,7 +42,7 @@ struct RedisHangTests {
 
         stack.redis.send(SIGCONT)
         let drained = try stack.waitUntil(timeout: 20) {
-            try stack.request("GET", "/healthz").status == 200
+            try stack.health().status == 200
                 && (try subs.allSatisfy { try stack.userHash(sub: $0)["consent_revoked_at"] != nil })
         }
         #expect(drained)
@@ -56,7 +56,7 @@ struct RedisHangTests {
         #expect(total("stored") == 1, "\(replayed)")
         #expect(total("duplicate") == 0)
         #expect(total("applied") == 11)
-        let healthAfter = try stack.request("GET", "/healthz")
+        let healthAfter = try stack.health()
         #expect(healthAfter.jsonFields["spool_depth"] == "0")
         #expect(healthAfter.jsonFields["redis_circuit"] == nil)
     }

@@ -55,7 +55,7 @@ struct ServeClaimTests {
         let stack = try ServeStack(
             extraEnvironment: ["SIWA_JWKS_UNKNOWN_KID_REFRESH_SECONDS": "1"], initialJWKSDocument: #"{"keys":[]}"#)
         defer { stack.shutdown() }
-        let health = try stack.request("GET", "/healthz")
+        let health = try stack.health()
         #expect(health.status == 503)
         #expect(health.jsonFields["keys"] == "0")
         #expect(health.jsonFields["reason"] == "no Apple signing keys loaded")
@@ -84,7 +84,7 @@ struct ServeClaimTests {
             answer = try stack.post(body)
         }
         #expect(answer.bodyText == #"{"status":"applied"}"#)
-        #expect(try stack.request("GET", "/healthz").status == 200)
+        #expect(try stack.health().status == 200)
         // siwa_jwks_age_seconds moves with time once keys are held.
         let age = try #require(Self.metric("siwa_jwks_age_seconds", in: try stack.request("GET", "/metrics").bodyText))
         #expect(
@@ -111,12 +111,12 @@ struct ServeClaimTests {
         #expect(metrics.contains("siwa_spool_rejected_total 0\n"))
         #expect((Self.metric("siwa_redis_errors_total", in: metrics) ?? 0) >= 1)
         #expect(stack.serve?.logLines(event: "spool_record_rejected") == [])
-        #expect(try stack.request("GET", "/healthz").jsonFields["spool_depth"] == "1")
+        #expect(try stack.health().jsonFields["spool_depth"] == "1")
 
         _ = try redis.command("REPLICAOF", "NO", "ONE")
         #expect(try stack.waitUntil(timeout: 15) { try stack.userHash(sub: sub)["consent_revoked_at"] != nil })
         #expect(
-            try stack.waitUntil(timeout: 5) { try stack.request("GET", "/healthz").jsonFields["spool_depth"] == "0" })
+            try stack.waitUntil(timeout: 5) { try stack.health().jsonFields["spool_depth"] == "0" })
         #expect(try stack.streamLength() == 1)
     }
 

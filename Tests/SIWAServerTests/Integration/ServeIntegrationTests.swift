@@ -151,7 +151,7 @@ struct ServeIntegrationTests {
     func healthAndMetrics() throws {
         let stack = try ServeStack()
         defer { stack.shutdown() }
-        let health = try stack.request("GET", "/healthz")
+        let health = try stack.health()
         #expect(health.status == 200)
         #expect(health.bodyText == #"{"status":"ok","keys":1,"redis":"ok","spool_depth":0}"#)
 
@@ -171,7 +171,7 @@ struct ServeIntegrationTests {
         #expect(text.contains(#"siwa_probe_answers_total{path="/healthz",status="200"} 1"#))
 
         stack.redis.kill()
-        let down = try stack.request("GET", "/healthz")
+        let down = try stack.health()
         #expect(down.status == 503)
         #expect(down.jsonFields["status"] == "unavailable")
         #expect(down.jsonFields["reason"] == "Redis does not answer")
@@ -192,14 +192,14 @@ struct ServeIntegrationTests {
             #expect(response.status == 200)
             #expect(response.bodyText == #"{"status":"spooled"}"#)
         }
-        #expect(try stack.request("GET", "/healthz").jsonFields["spool_depth"] == "3")
+        #expect(try stack.health().jsonFields["spool_depth"] == "3")
         try stack.redis.start()
         #expect(try stack.waitUntil(timeout: 15) { try stack.streamLength() == 6 })
         for index in 1...6 {
             #expect(try stack.userHash(sub: "000005.e.000\(index)")["last_event_type"] == "consent-revoked")
         }
-        #expect(try stack.waitUntil(timeout: 5) { try stack.request("GET", "/healthz").status == 200 })
-        #expect(try stack.request("GET", "/healthz").jsonFields["spool_depth"] == "0")
+        #expect(try stack.waitUntil(timeout: 5) { try stack.health().status == 200 })
+        #expect(try stack.health().jsonFields["spool_depth"] == "0")
         // Applied once: a second pass would have added stream entries.
         usleep(1_500_000)
         #expect(try stack.streamLength() == 6)
@@ -337,7 +337,7 @@ struct ServeIntegrationTests {
             try stack.waitUntil(timeout: 10) {
                 try stack.request("GET", "/metrics").bodyText.contains("siwa_spool_rejected_total 1\n")
             })
-        #expect(try stack.request("GET", "/healthz").jsonFields["spool_depth"] == "0")
+        #expect(try stack.health().jsonFields["spool_depth"] == "0")
         let rejected = try FileManager.default.contentsOfDirectory(atPath: stack.spoolDirectory + "/rejected")
             .filter { $0.hasSuffix(".log") }
         let records = try rejected.map {
@@ -411,7 +411,7 @@ struct ServeIntegrationTests {
         try connection.writeAll(first)
         // In flight once the acceptor has looked at it: a /healthz sent after it is answered
         // (connections are accepted, and looked at, in the order they came).
-        #expect(try stack.request("GET", "/healthz").status == 200)
+        #expect(try stack.health().status == 200)
         // ...SIGTERM arrives while it is in flight: it has taken effect once the socket refuses
         // new connections, and serve still runs, holding the request...
         stack.serve?.terminate()

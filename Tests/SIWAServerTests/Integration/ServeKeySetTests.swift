@@ -151,7 +151,7 @@ struct ServeKeySetTests {
             let started = ContinuousClock.now
             let genuine = try stack.post(
                 try stack.body(type: "consent-revoked", sub: "000042.g.\(String(format: "%04d", round))"))
-            let health = try stack.request("GET", "/healthz")
+            let health = try stack.health()
             slowest = max(slowest, ContinuousClock.now - started)
             genuineAnswers.append("\(genuine.bodyText) \(health.status)")
         }
@@ -221,7 +221,7 @@ struct ServeKeySetTests {
         let loaded = stack.serve?.logLines(event: "jwks_loaded").first ?? ""
         #expect(loaded.contains("cache_not_regular_file"), "\(loaded)")
         #expect(loaded.contains(#""keys":1"#), "\(loaded)")
-        #expect(try stack.request("GET", "/healthz").status == 200)
+        #expect(try stack.health().status == 200)
         #expect(
             try stack.post(try stack.body(type: "consent-revoked", sub: "000043.f.0001")).bodyText
                 == #"{"status":"applied"}"#)
@@ -262,7 +262,7 @@ struct ServeKeySetTests {
         // The reload is stuck: no jwks_cache_reloaded line comes (checked for a while, then on).
         #expect(
             !(stack.waitUntil(timeout: 2) { !(stack.serve?.logLines(event: "jwks_cache_reloaded").isEmpty ?? true) }))
-        #expect(try stack.request("GET", "/healthz").status == 200)
+        #expect(try stack.health().status == 200)
         kill(serve, SIGTERM)
         // SIWA_SHUTDOWN_TIMEOUT_SECONDS is 10 by default; with nothing in flight serve stops at
         // once. A thread held in a system call keeps the kernel from reaping the process (as

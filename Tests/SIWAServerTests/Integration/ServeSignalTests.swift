@@ -28,7 +28,7 @@ struct ServeSignalTests {
         let placedPost = try stack.post(
             try stack.body(type: "consent-revoked", sub: "000031.a.0001", signedWith: placed))
         #expect(placedPost.bodyText == #"{"status":"applied"}"#)
-        #expect(try stack.request("GET", "/healthz").status == 200)
+        #expect(try stack.health().status == 200)
 
         // A second SIGHUP, with the file now unreadable as a JWKS: the held keys stay.
         try "not a jwks".write(toFile: cachePath, atomically: true, encoding: .utf8)
@@ -59,7 +59,7 @@ struct ServeSignalTests {
         #expect(lstat(stack.socketPath, &info) == 0 && info.st_mode & S_IFMT == S_IFSOCK)
         #expect(!ServeProcess.accepts(stack.socketPath))
         try stack.startServe()
-        #expect(try stack.request("GET", "/healthz").status == 200)
+        #expect(try stack.health().status == 200)
         // serve listens before it writes `started` (a replay at start must not keep nginx
         // waiting), so the line may follow the first answer: wait for it.
         #expect(stack.waitUntil(timeout: 10) { stack.serve?.logLines(event: "started").count == 2 })
@@ -81,7 +81,7 @@ struct ServeColdStartTests {
         try FileManager.default.removeItem(atPath: keysFile)
         try stack.startServe()
         #expect(stack.serve?.logLines(event: "jwks_loaded").last?.contains(#""keys":0"#) == true)
-        #expect(try stack.request("GET", "/healthz").status == 503)
+        #expect(try stack.health().status == 503)
         // Three failures: the start fetch and the retries after 1 s and 2 s, so the backoff
         // has grown to 4 s. Awaited, not slept for: the bound is for a loaded machine.
         #expect(
@@ -93,7 +93,7 @@ struct ServeColdStartTests {
         let up = ContinuousClock.now
         // Without the cold-start backoff the next try would come after the 60 s failed-refresh
         // interval. The bound is generous for a loaded machine; the backoff here is 4 s.
-        #expect(try stack.waitUntil(timeout: 20) { try stack.request("GET", "/healthz").status == 200 })
+        #expect(try stack.waitUntil(timeout: 20) { try stack.health().status == 200 })
         #expect(ContinuousClock.now - up < .seconds(20))
         #expect(try stack.post(try stack.body(type: "consent-revoked", sub: "000032.c.0001")).status == 200)
     }

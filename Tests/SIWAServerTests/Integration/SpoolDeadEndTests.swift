@@ -125,10 +125,10 @@ struct SpoolDeadEndTests {
         }
         #expect(
             try stack.waitUntil(timeout: 15) {
-                let health = try stack.request("GET", "/healthz")
+                let health = try stack.health()
                 return health.status == 503 && (health.jsonFields["reason"] ?? "").contains("NOPERM")
             })
-        let health = try stack.request("GET", "/healthz")
+        let health = try stack.health()
         #expect(health.jsonFields["spool_depth"] == "20")
         #expect(health.jsonFields["redis"] == "ok")
         #expect(stack.serve?.logLines(event: "spool_replay_blocked").first?.contains("NOPERM") == true)
@@ -141,7 +141,7 @@ struct SpoolDeadEndTests {
 
         _ = try admin.command("ACL", "SETUSER", "siwa", "+@scripting")
         #expect(try stack.waitUntil(timeout: 15) { try stack.streamLength() == 20 })
-        #expect(try stack.waitUntil(timeout: 10) { try stack.request("GET", "/healthz").status == 200 })
+        #expect(try stack.waitUntil(timeout: 10) { try stack.health().status == 200 })
         for sub in subs { #expect(try stack.userHash(sub: sub)["last_event_type"] == "consent-revoked") }
         let replayed = stack.serve?.logLines(event: "spool_replayed") ?? []
         let appliedTotal = replayed.compactMap { Self.integerField("applied", in: $0) }.reduce(0, +)
@@ -174,7 +174,7 @@ struct SpoolDeadEndTests {
             stack.waitUntil(timeout: 15) {
                 (stack.serve?.logLines(event: "spool_replay_blocked").first ?? "").contains("max number of clients")
             })
-        let health = try stack.request("GET", "/healthz")
+        let health = try stack.health()
         #expect(health.status == 503)
         #expect((health.jsonFields["reason"] ?? "").contains("max number of clients"))
         #expect(health.jsonFields["spool_depth"] == "2")
@@ -184,7 +184,7 @@ struct SpoolDeadEndTests {
 
         _ = try holder.command("CONFIG", "SET", "maxclients", "10000")
         #expect(try stack.waitUntil(timeout: 15) { try stack.streamLength() == 2 })
-        #expect(try stack.waitUntil(timeout: 10) { try stack.request("GET", "/healthz").status == 200 })
+        #expect(try stack.waitUntil(timeout: 10) { try stack.health().status == 200 })
         let replayed = stack.serve?.logLines(event: "spool_replayed") ?? []
         #expect(replayed.compactMap { Self.integerField("applied", in: $0) }.reduce(0, +) == 2)
         #expect(stack.serve?.logLines(event: "spool_record_rejected") == [])

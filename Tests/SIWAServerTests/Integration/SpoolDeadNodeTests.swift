@@ -54,7 +54,7 @@ struct SpoolDeadNodeTests {
         let status = try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)
         #expect(status["depth"] == "0")
         #expect(status["rejected"] == "0")
-        #expect(try stack.request("GET", "/healthz").jsonFields["spool_depth"] == "0")
+        #expect(try stack.health().jsonFields["spool_depth"] == "0")
         let replayed = stack.serve?.logLines(event: "spool_replayed") ?? []
         #expect(replayed.contains { $0.contains(#""applied":12"#) && $0.contains(#""duplicate":0"#) })
     }

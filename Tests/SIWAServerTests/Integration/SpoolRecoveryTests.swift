@@ -80,14 +80,14 @@ struct SpoolRecoveryTests {
         for name in segments {
             #expect(SpoolFileSystem.status(spool + "/" + name)?.size ?? 0 > 0, "empty segment left behind: \(name)")
         }
-        let full = try stack.request("GET", "/healthz")
+        let full = try stack.health()
         #expect(full.status == 503)
         #expect((full.jsonFields["reason"] ?? "").contains("the spool cannot take writes"))
 
         try stack.redis.start()
         #expect(try stack.waitUntil(timeout: 60) { try stack.streamLength() == Int64(spooled.count) })
-        #expect(try stack.waitUntil(timeout: 15) { try stack.request("GET", "/healthz").status == 200 })
-        #expect(try stack.request("GET", "/healthz").jsonFields["spool_depth"] == "0")
+        #expect(try stack.waitUntil(timeout: 15) { try stack.health().status == 200 })
+        #expect(try stack.health().jsonFields["spool_depth"] == "0")
         for sub in [spooled.first!, spooled.last!] {
             #expect(try stack.userHash(sub: sub)["last_event_type"] == "consent-revoked")
         }
@@ -139,7 +139,7 @@ struct SpoolRecoveryTests {
         stack.redis.kill()
         let response = try stack.post(try stack.body(type: "consent-revoked", sub: "000032.f.0001"))
         #expect(response.bodyText == #"{"status":"spooled"}"#)
-        #expect(try stack.request("GET", "/healthz").jsonFields["spool_depth"] == "1")
+        #expect(try stack.health().jsonFields["spool_depth"] == "1")
         let segment = try #require(
             try FileManager.default.contentsOfDirectory(atPath: stack.spoolDirectory).first {
                 $0.hasSuffix(".log") && (SpoolFileSystem.status(stack.spoolDirectory + "/" + $0)?.size ?? 0) > 0
@@ -159,8 +159,8 @@ struct SpoolRecoveryTests {
                 try stack.request("GET", "/metrics").bodyText.contains("siwa_spool_torn_records_total 1\n")
             })
         #expect(
-            try stack.waitUntil(timeout: 10) { try stack.request("GET", "/healthz").jsonFields["spool_depth"] == "0" })
-        #expect(try stack.request("GET", "/healthz").status == 200)
+            try stack.waitUntil(timeout: 10) { try stack.health().jsonFields["spool_depth"] == "0" })
+        #expect(try stack.health().status == 200)
         #expect(try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)["torn_files"] == "1")
         #expect(try stack.redisSnapshot() == [])
     }
@@ -207,7 +207,7 @@ struct SpoolRecoveryTests {
         defer { stack.shutdown() }
         stack.redis.stop()  // the records stay; only the counting at start reads them
         try stack.startServe()
-        _ = try stack.request("GET", "/healthz")
+        _ = try stack.health()
         let baseline = try Self.peakMemoryKiB(stack)
         stack.serve?.kill()
 
@@ -215,7 +215,7 @@ struct SpoolRecoveryTests {
         let copies = 5_000_000 / line.count + 1
         try Self.placeSegment(Array(repeating: line, count: copies), sequence: 1, in: stack.spoolDirectory)
         try stack.startServe()
-        #expect(try stack.request("GET", "/healthz").jsonFields["spool_depth"] == String(copies))
+        #expect(try stack.health().jsonFields["spool_depth"] == String(copies))
         let withBigSegment = try Self.peakMemoryKiB(stack)
         #expect(
             withBigSegment - baseline < 2500,
@@ -367,7 +367,7 @@ struct SpoolRecoveryTests {
         // Logged after the pass deleted the replayed segment.
         #expect(stack.waitUntil(timeout: 15) { stack.serve?.logLines(event: "spool_replayed").isEmpty == false })
         #expect(
-            try stack.waitUntil(timeout: 10) { try stack.request("GET", "/healthz").jsonFields["spool_depth"] == "0" })
+            try stack.waitUntil(timeout: 10) { try stack.health().jsonFields["spool_depth"] == "0" })
         let entries = try #require(try stack.redisConnection().command("XRANGE", "siwa:events", "-", "+").array)
         for entry in entries {
             let fields = entry.array?.last?.array?.compactMap(\.string) ?? []

@@ -27,7 +27,7 @@ struct MinReplicasToWriteTests {
             })
         #expect(
             try stack.waitUntil(timeout: 30) {
-                try stack.request("GET", "/healthz").jsonFields["spool_depth"] == "0"
+                try stack.health().jsonFields["spool_depth"] == "0"
             })
         #expect(try stack.streamLength() == 1)
         #expect(stack.serve?.logLines(event: "spool_record_rejected") == [])

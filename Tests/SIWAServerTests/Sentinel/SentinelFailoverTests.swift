@@ -67,7 +67,7 @@ struct SentinelFailoverTests {
         let drain = try load.waitForDrain(timeout: 90) { cluster.currentPrimaryFromSentinels() }
         let drained = drain.drained
         let currentPrimary = drain.port ?? primary.port
-        let health = try stack.request("GET", "/healthz").jsonFields
+        let health = try stack.health().jsonFields
         #expect(
             drained,
             "the spool did not drain into the primary the sentinels name (\(currentPrimary)): \(health)")

@@ -93,7 +93,7 @@ struct SentinelReaderTests {
         }
         #expect(
             try stack.waitUntil(timeout: 30) {
-                let health = try stack.request("GET", "/healthz")
+                let health = try stack.health()
                 return health.status == 200 && health.jsonFields["spool_depth"] == "0"
                     && health.jsonFields["redis_primary"] == "127.0.0.1:\(newPrimary.port)"
             })

@@ -61,7 +61,7 @@ struct SentinelSettingsTests {
         // The stack's own redis-server (SIWA_REDIS_URL's host and port) was not written to.
         #expect(try stack.redisSnapshot() == [])
 
-        let health = try stack.request("GET", "/healthz")
+        let health = try stack.health()
         #expect(health.status == 200)
         #expect(health.jsonFields["redis_primary"] == "127.0.0.1:\(cluster.initialPrimary.port)")
         #expect(health.jsonFields["spool_depth"] == "0")
@@ -101,7 +101,7 @@ struct SentinelSettingsTests {
             try cluster.connection(port: newPrimary.port).command(
                 "HGET", "siwa:user:{\(ServeStack.clientID):001.planned.b}", "last_event_type"
             ).string == "consent-revoked")
-        let health = try stack.request("GET", "/healthz")
+        let health = try stack.health()
         #expect(health.jsonFields["redis_primary"] == "127.0.0.1:\(newPrimary.port)")
         let metrics = String(decoding: try stack.request("GET", "/metrics").body, as: UTF8.self)
         #expect(metrics.contains("\nsiwa_redis_failovers_total 1\n"), "\(metrics)")
@@ -122,7 +122,7 @@ struct SentinelSettingsTests {
             try stack.body(type: "email-disabled", sub: "001.sentinel.b", email: "b@x.example"))
         #expect(response.status == 200)
         #expect(response.jsonFields["status"] == "spooled")
-        let health = try stack.request("GET", "/healthz")
+        let health = try stack.health()
         #expect(health.status == 503)
         #expect(health.jsonFields["redis"] == "down")
         #expect(health.jsonFields["spool_depth"] == "1")
@@ -254,7 +254,7 @@ struct SentinelSettingsTests {
             return Int(line.dropFirst("cmdstat_wait:calls=".count).prefix { $0.isNumber }) ?? 0
         }
         #expect(try stack.waitUntil(timeout: 10) { try waitCalls() >= 2 })
-        #expect(try stack.request("GET", "/healthz").jsonFields["spool_depth"] == "1")
+        #expect(try stack.health().jsonFields["spool_depth"] == "1")
         #expect(stack.serve?.logLines(event: "spool_replayed") == [])
         #expect(try stack.streamLength() == 1)
     }
@@ -265,7 +265,7 @@ struct SentinelSettingsTests {
         defer { stack.shutdown() }
         let response = try stack.post(try stack.body(type: "consent-revoked", sub: "001.nowait"))
         #expect(response.jsonFields["status"] == "applied")
-        #expect(try stack.request("GET", "/healthz").jsonFields["spool_depth"] == "0")
+        #expect(try stack.health().jsonFields["spool_depth"] == "0")
         #expect(stack.serve?.logLines(event: "redis_replica_shortfall") == [])
     }
 }

@@ -103,7 +103,7 @@ struct SentinelStaleTests {
             try cluster.connection(port: cluster.initialPrimary.port).command("INFO", "commandstats").string ?? ""
         #expect(primaryStats.contains("cmdstat_eval"), "\(primaryStats)")
 
-        let health = try stack.request("GET", "/healthz")
+        let health = try stack.health()
         #expect(health.status == 200)
         #expect(health.jsonFields["redis_primary"] == "127.0.0.1:\(cluster.initialPrimary.port)")
         let metrics = String(decoding: try stack.request("GET", "/metrics").body, as: UTF8.self)

@@ -157,7 +157,7 @@ struct FaultUnderLoad {
                 guard let named = primary() else { return false }
                 port = named
             }
-            let health = try stack.request("GET", "/healthz")
+            let health = try stack.health()
             return health.status == 200 && health.jsonFields["spool_depth"] == "0"
                 && (port.map { health.jsonFields["redis_primary"] == "127.0.0.1:\($0)" } ?? true)
         }

@@ -130,7 +130,9 @@ final class RedisSentinelCluster: @unchecked Sendable {
         do {
             for node in dataNodes { try node.start() }
             for node in sentinels { try node.start() }
-            try waitUntilFormed(timeout: 30)
+            // Usually a few seconds (the sentinels' hellos every 2 s, their INFO of the
+            // replicas every 10 s); 30 s once ran out with three test processes on two cores.
+            try waitUntilFormed(timeout: 60)
         } catch {
             shutdown()
             throw error
@@ -217,7 +219,32 @@ final class RedisSentinelCluster: @unchecked Sendable {
             usleep(100_000)
         }
         throw StartError(
-            description: "the sentinel cluster did not form within \(timeout) s (logs in \(directory.path))")
+            description: "the sentinel cluster did not form within \(timeout) s: \(formationState())")
+    }
+
+    /// What `formed()` found, node by node, with each node's last log lines: the group's
+    /// directory is removed at shutdown, so the error carries what it would have shown.
+    private func formationState() -> String {
+        var lines: [String] = []
+        for (name, node) in dataNodes.enumerated().map({ ("data-\($0)", $1) })
+            + sentinels.enumerated().map({ ("sentinel-\($0)", $1) })
+        {
+            var line = "\(name) port \(node.port) \(node.isRunning ? "running" : "exited")"
+            if node.arguments.contains("--sentinel") {
+                let fields =
+                    (try? connection(port: node.port, password: sentinelPassword)
+                    .command("SENTINEL", "master", Self.masterName))?.fieldMap
+                let replicas = fields?["num-slaves"] ?? "?"
+                let others = fields?["num-other-sentinels"] ?? "?"
+                line += ": num-slaves \(replicas), num-other-sentinels \(others)"
+            }
+            let log = (try? String(contentsOfFile: node.logPath, encoding: .utf8)) ?? ""
+            let tail = log.split(separator: "\n").suffix(4).joined(separator: " | ")
+            lines.append(line + "; log: " + tail)
+        }
+        let info = (try? connection(port: initialPrimary.port).command("INFO", "replication"))?.string ?? ""
+        lines.append("replicas online on the primary: \(info.components(separatedBy: "state=online").count - 1)")
+        return lines.joined(separator: "\n")
     }
 
     private func formed() -> Bool {

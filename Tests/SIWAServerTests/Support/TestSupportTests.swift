@@ -21,6 +21,16 @@ struct TestSupportTests {
         #expect(Set(ports).count > 250)
     }
 
+    @Test("a port handed out is not handed out again soon, though nothing bound it yet: six drawn for a group are six")
+    func portsHandedOutAreDistinct() throws {
+        // 400 draws from about 3,000 to 12,000 ports: at random alone, some twice (the
+        // birthday bound); a sentinel group drew six before starting any.
+        let ports = try (0..<400).map { _ in try LoopbackPort.free() }
+        #expect(Set(ports).count == ports.count, "\(ports.count - Set(ports).count) drawn twice")
+        let slice = LoopbackPort.slice
+        #expect(ports.allSatisfy { (slice.start..<slice.end).contains($0) })
+    }
+
     @Test("a run gets its standard input, and one still going at its timeout is killed and says so")
     func runnerFeedsInputAndKillsAtTimeout() throws {
         let echoed = try CommandRun.run(URL(fileURLWithPath: "/bin/cat"), [], input: Data("piped in".utf8))

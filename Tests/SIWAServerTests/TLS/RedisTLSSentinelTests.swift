@@ -89,7 +89,7 @@ struct RedisTLSSentinelTests {
         try stack.startServe()
         let answer = try stack.post(try stack.body(type: "consent-revoked", sub: "001.sentinel.tls.refused"))
         #expect(answer.status == 200 && answer.jsonFields["status"] == "spooled", "\(answer.bodyText)")
-        let health = try stack.request("GET", "/healthz")
+        let health = try stack.health()
         #expect(health.status == 503)
         #expect(
             health.jsonFields["redis_tls_refused"]?.contains("self-signed certificate in certificate chain") == true,

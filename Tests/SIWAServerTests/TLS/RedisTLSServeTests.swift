@@ -48,7 +48,7 @@ struct RedisTLSServeTests {
         #expect(
             try inspector.command("HGET", "siwa:user:{\(ServeStack.clientID):001.tls.first}", "last_event_type")
                 .string == "consent-revoked")
-        #expect(try stack.request("GET", "/healthz").status == 200)
+        #expect(try stack.health().status == 200)
         #expect(try stack.redisSnapshot() == [], "serve wrote to the stack's plain Redis")
 
         for (index, refused) in fixture.refusedServers.enumerated() {
@@ -67,7 +67,7 @@ struct RedisTLSServeTests {
                 }, "\(refused.name): no redis_tls_refused in the log")
             #expect(try inspector.command("DBSIZE").integer == before, "\(refused.name): Redis was written")
             #expect(try inspector.command("EXISTS", "siwa:user:{\(ServeStack.clientID):\(sub)}").integer == 0)
-            let health = try stack.request("GET", "/healthz")
+            let health = try stack.health()
             #expect(health.status == 503, "\(refused.name)")
             // The refusal named at run time as at start: in /healthz, and a log line with the
             // reason and the setting to look at.
@@ -129,7 +129,7 @@ struct RedisTLSServeTests {
             let sub = "001.tls.start.\(refused.name.split(separator: " ").last ?? "")"
             let answer = try stack.post(try stack.body(type: "consent-revoked", sub: sub))
             #expect(answer.status == 200 && answer.jsonFields["status"] == "spooled", "\(refused.name)")
-            let health = try stack.request("GET", "/healthz")
+            let health = try stack.health()
             #expect(health.status == 503, "\(refused.name)")
             #expect(
                 health.jsonFields["redis_tls_refused"]?.contains(refused.reason) == true,
@@ -149,7 +149,7 @@ struct RedisTLSServeTests {
                         "EXISTS", "siwa:user:{\(ServeStack.clientID):\(sub)}"
                     ).integer == 1
                 }, "\(refused.name): not applied after the renewal: \(serve.logText.suffix(2000))")
-            #expect(try stack.waitUntil(timeout: 10) { try stack.request("GET", "/healthz").status == 200 })
+            #expect(try stack.waitUntil(timeout: 10) { try stack.health().status == 200 })
         }
     }
 

@@ -111,7 +111,7 @@ struct RedisTLSTunnelTests {
         #expect(
             try inspector.command("HGET", "siwa:user:{\(ServeStack.clientID):001.tls.a}", "last_event_type").string
                 == "consent-revoked")
-        #expect(try stack.request("GET", "/healthz").status == 200)
+        #expect(try stack.health().status == 200)
         #expect(try stack.redisSnapshot() == [], "serve wrote to its plain Redis instead of the tunnel")
 
         // The same tunnel trusting another CA: the handshake fails, nothing reaches Redis.
@@ -123,7 +123,7 @@ struct RedisTLSTunnelTests {
         #expect(spooled.jsonFields["status"] == "spooled")
         #expect(try inspector.command("EXISTS", "siwa:user:{\(ServeStack.clientID):001.tls.b}").integer == 0)
         #expect(try inspector.command("XLEN", "siwa:events").integer == 1)
-        #expect(try stack.request("GET", "/healthz").status == 503)
+        #expect(try stack.health().status == 503)
         #expect(
             waitUntil(timeout: 5) { refusing.log.contains("certificate verify failed") }, "\(refusing.log)")
     }
