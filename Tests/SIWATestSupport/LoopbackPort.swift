@@ -16,9 +16,9 @@ public enum LoopbackPort {
     public static let lowest = 20_000
 
     /// A port free right now, drawn at random from this process's share (`slice`) of
-    /// `lowest` up to below the kernel's ephemeral range (`net.ipv4.ip_local_port_range`,
-    /// 32768 and up by default), at most `highest`, and not handed out by this process in
-    /// the last `reuseAfter`. Not a port the kernel picks for a bind to port 0: that comes
+    /// `lowest` up to `drawEnd` (below the kernel's ephemeral range,
+    /// `net.ipv4.ip_local_port_range`, 32768 and up by default), and not handed out by this
+    /// process in the last `reuseAfter`. Not a port the kernel picks for a bind to port 0: that comes
     /// from the ephemeral range, where every outgoing connection on the machine takes its
     /// source port, so once released it could be taken before the server bound it, which
     /// happened ("Address already in use") with scripts/test's several test processes side
@@ -45,11 +45,11 @@ public enum LoopbackPort {
     /// How long a port handed out is not handed out again by this process.
     public static let reuseAfter: Duration = .seconds(60)
 
-    /// This process's ports: all of `lowest` up to the ephemeral range, or with
+    /// This process's ports: all of `lowest` up to `drawEnd`, or with
     /// `SIWA_TEST_PORT_SLICE=k/n` (scripts/test gives each of its test processes its own
     /// k) the k-th of n equal parts of it, so two test processes never draw the same port.
     public static let slice: (start: Int, end: Int) = {
-        let end = min(ephemeralRangeStart, highest + 1)
+        let end = drawEnd
         guard let text = ProcessInfo.processInfo.environment["SIWA_TEST_PORT_SLICE"] else { return (lowest, end) }
         let parts = text.split(separator: "/").compactMap { Int($0) }
         guard parts.count == 2, parts[1] > 0, (0..<parts[1]).contains(parts[0]) else {
@@ -58,6 +58,11 @@ public enum LoopbackPort {
         let width = (end - lowest) / parts[1]
         return (lowest + parts[0] * width, lowest + (parts[0] + 1) * width)
     }()
+
+    /// Where `free()` stops: below the ephemeral range, and below `lowest + 10000`, so a
+    /// cluster node's bus port (its port + 10000, `freeWithBusPorts`) is never a port any
+    /// test process draws.
+    public static let drawEnd = min(ephemeralRangeStart, lowest + 10_000, highest + 1)
 
     private static let handedOut = Mutex<[Int: ContinuousClock.Instant]>([:])
 
@@ -84,7 +89,8 @@ public enum LoopbackPort {
         let range = slice.end - slice.start >= 1000 ? slice.start..<slice.end : 20_000..<45_001
         for _ in 0..<2000 where ports.count < count {
             let port = Int.random(in: range)
-            guard !ports.contains(port), isFree(port), isFree(port + 10_000), handOut(port) else { continue }
+            guard !ports.contains(port), isFree(port), isFree(port + 10_000), handOut(port), handOut(port + 10_000)
+            else { continue }
             ports.append(port)
         }
         guard ports.count == count else { throw Unavailable(description: "no free loopback ports for a cluster") }
