@@ -179,7 +179,7 @@ struct RedisUsersTests {
         let billing = try stack.receiver("billing")
         let environment = try stack.environment(
             [stack.destination("billing", billing)], ["SIWA_REDIS_URL": Self.url("siwa-serve", stack.redis)])
-        let deliverer = try stack.startDeliverer(environment, groupsHere: false)
+        let deliverer = try stack.startDeliverer(environment, groups: .notMade)
         #expect(
             waitUntil(timeout: 5) {
                 deliverer.lines().contains {

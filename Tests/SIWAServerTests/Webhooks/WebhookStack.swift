@@ -92,13 +92,24 @@ final class WebhookStack: @unchecked Sendable {
         ].merging(settings) { $1 }
     }
 
-    /// Starts `siwa-endpoint deliver`, waiting for its `deliver_started` line and then, when
-    /// the deliverer writes to this stack's Redis (`groupsHere`), for each destination's
-    /// group on `siwa:events`. A group is made at the stream's end (`$`) by its destination's
-    /// thread, which can come after the start line: an event a test wrote in between would
-    /// never be that group's.
+    /// Where a deliverer's destinations' groups are made: this stack's Redis, another (the
+    /// primary of a Sentinel group, the node owning the slot of a cluster's keys), or nowhere
+    /// (a Redis user the deliverer cannot make them with).
+    enum DelivererGroups {
+        case stackRedis
+        case redis(RedisConnection, eventsKey: String)
+        case notMade
+    }
+
+    /// Starts `siwa-endpoint deliver`, waiting for its `deliver_started` line and then for
+    /// each destination's group on the events stream (`groups`). A group is made at the
+    /// stream's end (`$`) by its destination's thread, which can come after the start line:
+    /// an event a test wrote in between would never be that group's (a cluster test missed
+    /// two so, the deliverer still finding its slots on a loaded machine).
     @discardableResult
-    func startDeliverer(_ environment: [String: String], groupsHere: Bool = true) throws -> DelivererProcess {
+    func startDeliverer(_ environment: [String: String], groups: DelivererGroups = .stackRedis) throws
+        -> DelivererProcess
+    {
         let deliverer = try DelivererProcess(environment: environment, directory: directory)
         deliverers.append(deliverer)
         var started: String?
@@ -110,7 +121,14 @@ final class WebhookStack: @unchecked Sendable {
                     return started != nil
                 })
         else { throw TestCertificateAuthority.Failure(description: "deliver did not start: \(deliverer.errorText())") }
-        guard groupsHere, let started,
+        let groupsConnection: RedisConnection
+        let eventsKey: String
+        switch groups {
+        case .stackRedis: (groupsConnection, eventsKey) = (test, "siwa:events")
+        case .redis(let connection, let key): (groupsConnection, eventsKey) = (connection, key)
+        case .notMade: return deliverer
+        }
+        guard let started,
             case .object(let line)? = try? StrictJSONParser.parse(Array(started.utf8)),
             case .array(let names)? = line["destinations"]
         else { return deliverer }
@@ -119,9 +137,9 @@ final class WebhookStack: @unchecked Sendable {
         }
         guard
             waitUntil(
-                timeout: 10,
+                timeout: 30,
                 {
-                    let made = ((try? self.test.command("XINFO", "GROUPS", "siwa:events").array) ?? []).compactMap {
+                    let made = ((try? groupsConnection.command("XINFO", "GROUPS", eventsKey).array) ?? []).compactMap {
                         info -> String? in
                         let fields = info.array ?? []
                         guard let index = fields.firstIndex(where: { $0.string == "name" }), index + 1 < fields.count
