@@ -88,10 +88,15 @@ public final class WebhookDestinationWorker: Service, @unchecked Sendable {
             do throws(RedisError) {
                 if !started {
                     try store.ensureGroups(deletions: destination.takesDeletions)
-                    for entry in try store.readOwnPending(consumer: consumer, count: Self.maximumHeld) {
-                        try take(entry, store: store)
-                    }
+                    let ownPending = try store.readOwnPending(consumer: consumer, count: Self.maximumHeld)
+                    for entry in ownPending { try take(entry, store: store) }
                     started = true
+                    // Its group exists from here on: every event recorded after this line is
+                    // the destination's (one recorded before its group was first made is not:
+                    // the group begins at the stream's end; `deliver replay` sends those).
+                    EventLog.event(
+                        "webhook_destination_reading",
+                        [("destination", .string(destination.name)), ("resumed", .integer(Int64(ownPending.count)))])
                 }
                 try step(store)
                 if redisDown {

@@ -179,7 +179,7 @@ struct RedisUsersTests {
         let billing = try stack.receiver("billing")
         let environment = try stack.environment(
             [stack.destination("billing", billing)], ["SIWA_REDIS_URL": Self.url("siwa-serve", stack.redis)])
-        let deliverer = try stack.startDeliverer(environment, groups: .notMade)
+        let deliverer = try stack.startDeliverer(environment, reading: false)
         #expect(
             waitUntil(timeout: 5) {
                 deliverer.lines().contains {
@@ -191,6 +191,8 @@ struct RedisUsersTests {
         // Logged once, not at every retry.
         Thread.sleep(forTimeInterval: 1)
         #expect(deliverer.lines().filter { $0.contains("webhook_redis_refused") }.count == 1)
+        // No group, so not reading: an event recorded now would not be the destination's.
+        #expect(!deliverer.lines().contains { $0.contains("webhook_destination_reading") })
         deliverer.kill(SIGTERM)
         #expect(deliverer.process.terminationStatus == 0)
     }

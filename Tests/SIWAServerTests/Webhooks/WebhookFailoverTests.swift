@@ -22,9 +22,8 @@ struct WebhookFailoverTests {
                 "SIWA_REDIS_SENTINELS": cluster.sentinelList,
                 "SIWA_REDIS_SENTINEL_MASTER": RedisSentinelCluster.masterName,
             ])
+        let deliverer = try stack.startDeliverer(environment, groupsHere: false)
         let primary = try #require(cluster.currentPrimary())
-        let deliverer = try stack.startDeliverer(
-            environment, groups: .redis(cluster.connection(port: primary.port), eventsKey: "siwa:events"))
         /// Both replicas have everything the primary wrote so far (`WAIT` counts them): the
         /// sentinels may promote either. A write first, so that the wait covers the deliverer's
         /// own writes too (WAIT waits for this connection's last write, and replication is one
@@ -96,9 +95,8 @@ struct WebhookFailoverTests {
                 "SIWA_KEY_PREFIX": RedisClusterNodes.keyPrefix,
                 "SIWA_REDIS_CLUSTER_NODES": cluster.nodes.map { "127.0.0.1:\($0.port)" }.joined(separator: ","),
             ])
+        _ = try stack.startDeliverer(environment, groupsHere: false)
         let source = try #require(cluster.slotOwnerPort())
-        _ = try stack.startDeliverer(
-            environment, groups: .redis(cluster.connection(port: source), eventsKey: "{siwa}:events"))
         let target = try #require(cluster.nodes.map(\.port).first { $0 != source && cluster.role(of: $0) == "master" })
         func write(_ ids: ClosedRange<Int>) throws {
             let locator = ClusterDiscoveryTests.locator(cluster.nodes.map(\.port))

@@ -92,22 +92,14 @@ final class WebhookStack: @unchecked Sendable {
         ].merging(settings) { $1 }
     }
 
-    /// Where a deliverer's destinations' groups are made: this stack's Redis, another (the
-    /// primary of a Sentinel group, the node owning the slot of a cluster's keys), or nowhere
-    /// (a Redis user the deliverer cannot make them with).
-    enum DelivererGroups {
-        case stackRedis
-        case redis(RedisConnection, eventsKey: String)
-        case notMade
-    }
-
-    /// Starts `siwa-endpoint deliver`, waiting for its `deliver_started` line and then for
-    /// each destination's group on the events stream (`groups`). A group is made at the
-    /// stream's end (`$`) by its destination's thread, which can come after the start line:
-    /// an event a test wrote in between would never be that group's (a cluster test missed
-    /// two so, the deliverer still finding its slots on a loaded machine).
+    /// Starts `siwa-endpoint deliver`, waiting for its `deliver_started` line and then, unless
+    /// `reading` is false (a Redis user that cannot make groups), for each destination's
+    /// `webhook_destination_reading` line: its group is made at the stream's end (`$`) by its
+    /// destination's thread, after the start line, so an event a test wrote in between would
+    /// never be that group's (a cluster test missed two so on a loaded machine). On this
+    /// stack's Redis, each group is then checked to exist.
     @discardableResult
-    func startDeliverer(_ environment: [String: String], groups: DelivererGroups = .stackRedis) throws
+    func startDeliverer(_ environment: [String: String], reading: Bool = true, groupsHere: Bool = true) throws
         -> DelivererProcess
     {
         let deliverer = try DelivererProcess(environment: environment, directory: directory)
@@ -121,36 +113,38 @@ final class WebhookStack: @unchecked Sendable {
                     return started != nil
                 })
         else { throw TestCertificateAuthority.Failure(description: "deliver did not start: \(deliverer.errorText())") }
-        let groupsConnection: RedisConnection
-        let eventsKey: String
-        switch groups {
-        case .stackRedis: (groupsConnection, eventsKey) = (test, "siwa:events")
-        case .redis(let connection, let key): (groupsConnection, eventsKey) = (connection, key)
-        case .notMade: return deliverer
-        }
-        guard let started,
+        guard reading, let started,
             case .object(let line)? = try? StrictJSONParser.parse(Array(started.utf8)),
             case .array(let names)? = line["destinations"]
         else { return deliverer }
-        let groups = names.compactMap { name -> String? in
-            if case .string(let text) = name { "deliver:" + text } else { nil }
+        let destinations = names.compactMap { name -> String? in
+            if case .string(let text) = name { text } else { nil }
         }
         guard
             waitUntil(
                 timeout: 30,
                 {
-                    let made = ((try? groupsConnection.command("XINFO", "GROUPS", eventsKey).array) ?? []).compactMap {
-                        info -> String? in
-                        let fields = info.array ?? []
-                        guard let index = fields.firstIndex(where: { $0.string == "name" }), index + 1 < fields.count
-                        else { return nil }
-                        return fields[index + 1].string
+                    let reading = deliverer.lines().filter { $0.contains(#""event":"webhook_destination_reading""#) }
+                    return destinations.allSatisfy { name in
+                        reading.contains { $0.contains(#""destination":"\#(name)""#) }
                     }
-                    return groups.allSatisfy(made.contains)
                 })
         else {
             throw TestCertificateAuthority.Failure(
-                description: "deliver made no group for \(groups): \(deliverer.errorText())")
+                description: "deliver is not reading for every one of \(destinations): \(deliverer.errorText())")
+        }
+        guard groupsHere else { return deliverer }
+        let made = ((try? test.command("XINFO", "GROUPS", "siwa:events").array) ?? []).compactMap {
+            info -> String? in
+            let fields = info.array ?? []
+            guard let index = fields.firstIndex(where: { $0.string == "name" }), index + 1 < fields.count
+            else { return nil }
+            return fields[index + 1].string
+        }
+        let groups = destinations.map { "deliver:" + $0 }
+        guard groups.allSatisfy(made.contains) else {
+            throw TestCertificateAuthority.Failure(
+                description: "deliver said it reads for \(destinations), and the groups are \(made)")
         }
         return deliverer
     }
