@@ -54,13 +54,8 @@ struct RedisUsersTests {
 
     /// The `last-delivered-id` of `group` on `stream` (XINFO GROUPS).
     static func lastDeliveredID(_ connection: RedisConnection, _ stream: String, _ group: String) throws -> String? {
-        for info in try connection.command("XINFO", "GROUPS", stream).array ?? [] {
-            let fields = info.array ?? []
-            let pairs = stride(from: 0, to: fields.count - 1, by: 2).map { (fields[$0].string, fields[$0 + 1]) }
-            guard pairs.contains(where: { $0.0 == "name" && $0.1.string == group }) else { continue }
-            return pairs.first { $0.0 == "last-delivered-id" }?.1.string
-        }
-        return nil
+        try WebhookStack.groups(stream, on: connection).first { $0["name"]?.string == group }?["last-delivered-id"]?
+            .string
     }
 
     static func notification(

@@ -134,13 +134,7 @@ final class WebhookStack: @unchecked Sendable {
                 description: "deliver is not reading for every one of \(destinations): \(deliverer.errorText())")
         }
         guard groupsHere else { return deliverer }
-        let made = ((try? test.command("XINFO", "GROUPS", "siwa:events").array) ?? []).compactMap {
-            info -> String? in
-            let fields = info.array ?? []
-            guard let index = fields.firstIndex(where: { $0.string == "name" }), index + 1 < fields.count
-            else { return nil }
-            return fields[index + 1].string
-        }
+        let made = ((try? Self.groups("siwa:events", on: test)) ?? []).compactMap { $0["name"]?.string }
         let groups = destinations.map { "deliver:" + $0 }
         guard groups.allSatisfy(made.contains) else {
             throw TestCertificateAuthority.Failure(
@@ -167,16 +161,20 @@ final class WebhookStack: @unchecked Sendable {
     /// The group's pending count on `stream` (delivered, not acknowledged) plus its lag.
     func pending(_ group: String, stream: String = "siwa:events") throws -> Int {
         let delivered = Int(try test.command("XPENDING", stream, group).array?.first?.integer ?? -1)
-        var lag = -1
-        for info in try test.command("XINFO", "GROUPS", stream).array ?? [] {
+        let lag = try Self.groups(stream, on: test).first { $0["name"]?.string == group }?["lag"]?.integer ?? -1
+        return delivered + Int(lag)
+    }
+
+    /// Each consumer group of `stream` (XINFO GROUPS): its fields by name.
+    static func groups(_ stream: String, on connection: RedisConnection) throws -> [[String: RedisReply]] {
+        try (connection.command("XINFO", "GROUPS", stream).array ?? []).map { info in
             let fields = info.array ?? []
             var map: [String: RedisReply] = [:]
             for index in stride(from: 0, to: fields.count - 1, by: 2) {
                 map[fields[index].string ?? ""] = fields[index + 1]
             }
-            if map["name"]?.string == group { lag = Int(map["lag"]?.integer ?? -1) }
+            return map
         }
-        return delivered + lag
     }
 }
 
