@@ -7,7 +7,8 @@
 /// One member of an object the `PlainJSONReader` read: where its name and value lie in the
 /// bytes, and what kind of value it is. Nothing is copied: a check compares the bytes in
 /// place, and only what leaves the verifier becomes a `String`.
-struct PlainJSONMember {
+/// Equal when the same name, kind and value, where they lie.
+struct PlainJSONMember: Equatable {
     enum Kind: UInt8 {
         /// A string without escapes: the value's bytes are its text.
         case string
@@ -28,12 +29,6 @@ struct PlainJSONMember {
     var valueStart = 0
     var valueEnd = 0
     var integer: Int64 = 0
-
-    /// The same name, kind and value, where they lie.
-    func isSame(as other: PlainJSONMember) -> Bool {
-        nameStart == other.nameStart && nameEnd == other.nameEnd && kind == other.kind
-            && valueStart == other.valueStart && valueEnd == other.valueEnd && integer == other.integer
-    }
 }
 
 /// A reader for the plain JSON of the tokens this service verifies, beside
@@ -110,7 +105,7 @@ struct PlainJSONReader {
             assert(
                 withUnsafeTemporaryAllocation(of: PlainJSONMember.self, capacity: maximumMembers) { whole in
                     readObject(bytes, in: range, into: whole) == count
-                        && zip(whole[0..<count], storage[0..<count]).allSatisfy { $0.isSame(as: $1) }
+                        && whole[0..<count].elementsEqual(storage[0..<count])
                 }, "withReadObject on a range no earlier read read whole")
             return body(UnsafeBufferPointer(rebasing: storage[0..<count]))
         }

@@ -22,7 +22,7 @@ struct WebhookFailoverTests {
                 "SIWA_REDIS_SENTINELS": cluster.sentinelList,
                 "SIWA_REDIS_SENTINEL_MASTER": RedisSentinelCluster.masterName,
             ])
-        let deliverer = try stack.startDeliverer(environment, groupsHere: false)
+        let deliverer = try stack.startDeliverer(environment)
         let primary = try #require(cluster.currentPrimary())
         /// Both replicas have everything the primary wrote so far (`WAIT` counts them): the
         /// sentinels may promote either. A write first, so that the wait covers the deliverer's
@@ -90,7 +90,7 @@ struct WebhookFailoverTests {
                 "SIWA_KEY_PREFIX": RedisClusterNodes.keyPrefix,
                 "SIWA_REDIS_CLUSTER_NODES": cluster.nodes.map { "127.0.0.1:\($0.port)" }.joined(separator: ","),
             ])
-        _ = try stack.startDeliverer(environment, groupsHere: false)
+        _ = try stack.startDeliverer(environment)
         let source = try #require(cluster.slotOwnerPort())
         let target = try #require(cluster.nodes.map(\.port).first { $0 != source && cluster.role(of: $0) == "master" })
         func write(_ ids: ClosedRange<Int>) throws {
