@@ -86,19 +86,37 @@ struct ClusterFaultTests {
         let source = try #require(cluster.slotOwnerPort())
         let ports = cluster.nodes.map(\.port)
         let target = try #require(ports.first { $0 != source && cluster.role(of: $0) == "master" })
+        // The keys move a few at a time, 20 ms apart (writes meet the half-moved slot); the
+        // slot is handed over only once serve has followed an ASK, or after 30 s: the move
+        // is short beside the load still to come, so the load is running when the last key
+        // leaves the source, and the hand-over waits for the event rather than a fixed pause
+        // (with 200 ms pauses the load could end before the last key moved: no ASK to see).
+        var askingSeenBeforeHandOver = false
         let metrics = try Self.run(cluster, stack, faultAfter: 150) {
-            try cluster.migrateSlot(from: source, to: target, batchPause: 0.2)
+            try cluster.migrateSlot(from: source, to: target, batchPause: 0.02) {
+                askingSeenBeforeHandOver = stack.waitUntil(timeout: 30) {
+                    (try? Self.askingCalls(cluster, port: target)) ?? 0 >= 1
+                }
+            }
         }
+        #expect(askingSeenBeforeHandOver, "no ASKING reached the target while every key was there and the slot moving")
         #expect(cluster.slotOwnerPort() == target)
         #expect(FaultUnderLoad.metric(metrics, "siwa_redis_cluster_ask_total") >= 1, "\(metrics)")
         // ASK followed, not only counted: the target received `ASKING` (serve is its only
         // client that sends it), over the transport under test.
-        let commands = try cluster.connection(port: target).command("INFO", "commandstats").string ?? ""
+        let askingCalls = try Self.askingCalls(cluster, port: target)
+        #expect(askingCalls >= 1, "the target's ASKING calls: \(askingCalls)")
+        #expect(FaultUnderLoad.metric(metrics, "siwa_redis_cluster_moved_total") >= 1, "\(metrics)")
+    }
+
+    /// How many `ASKING` commands the node at `port` has run (its `INFO commandstats`), 0
+    /// when none.
+    static func askingCalls(_ cluster: RedisClusterNodes, port: Int) throws -> Int {
+        let commands = try cluster.connection(port: port).command("INFO", "commandstats").string ?? ""
         let asking = commands.split(whereSeparator: \.isNewline).first { $0.hasPrefix("cmdstat_asking:") }
-        let askingCalls = asking.flatMap { line in
+        let calls = asking.flatMap { line in
             line.split(separator: ",").first.flatMap { Int($0.split(separator: "=").last ?? "") }
         }
-        #expect((askingCalls ?? 0) >= 1, "the target's commandstats: \(asking.map(String.init) ?? "no ASKING")")
-        #expect(FaultUnderLoad.metric(metrics, "siwa_redis_cluster_moved_total") >= 1, "\(metrics)")
+        return calls ?? 0
     }
 }

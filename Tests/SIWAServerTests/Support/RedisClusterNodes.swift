@@ -167,9 +167,12 @@ final class RedisClusterNodes: @unchecked Sendable {
 
     /// Moves the contract's slot by hand, as `redis-cli --cluster reshard` does: IMPORTING on
     /// the target, MIGRATING on the source, the keys moved a few at a time (`batchPause`
-    /// seconds apart, so writes meet the half-moved slot and get `ASK`), then the slot given
+    /// seconds apart, so writes meet the half-moved slot), then `beforeHandOver` (every key
+    /// on the target, the slot still migrating: a write now gets `ASK`), then the slot given
     /// to the target on every primary. Bounded: at most 10,000 batches.
-    func migrateSlot(from source: Int, to target: Int, batchPause: TimeInterval) throws {
+    func migrateSlot(
+        from source: Int, to target: Int, batchPause: TimeInterval, beforeHandOver: () -> Void = {}
+    ) throws {
         let slot = String(Self.slot)
         let sourceID = try nodeID(port: source)
         let targetID = try nodeID(port: target)
@@ -184,6 +187,7 @@ final class RedisClusterNodes: @unchecked Sendable {
                 ["MIGRATE", "127.0.0.1", String(target), "", "0", "5000", "KEYS"] + keys)
             Thread.sleep(forTimeInterval: batchPause)
         }
+        beforeHandOver()
         // The target first, then the source, then the others (as redis-cli does).
         _ = try connection(port: target).command("CLUSTER", "SETSLOT", slot, "NODE", targetID)
         _ = try connection(port: source).command("CLUSTER", "SETSLOT", slot, "NODE", targetID)
