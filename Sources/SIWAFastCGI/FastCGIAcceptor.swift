@@ -297,6 +297,12 @@ final class FastCGIAcceptor: Sendable {
     /// Connections the workers gave to the poll thread that it has not taken yet.
     var returnedCount: Int { state.withLock { $0.returned.count } }
 
+    /// Connections the acceptor holds and watches (counted against `watchLimit`): watched by
+    /// the poll thread, given back to it by a worker, or being looked at by a worker.
+    var heldConnectionCount: Int {
+        state.withLock { $0.watchedCount + $0.freshReturned + $0.beingLookedAt }
+    }
+
     /// No room for another connection: new ones wait in the listen backlog.
     var listenerIsSetAside: Bool {
         state.withLock {

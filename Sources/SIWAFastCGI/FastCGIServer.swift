@@ -82,6 +82,9 @@ public final class FastCGIServer: Service {
     /// (its capacity is full of connections waiting for a worker).
     var acceptorIsFull: Bool { state.withLock { $0.acceptor?.listenerIsSetAside ?? false } }
 
+    /// Connections the acceptor holds against its watch limit (0 before `start()`).
+    var acceptorHeldConnections: Int { state.withLock { $0.acceptor?.heldConnectionCount ?? 0 } }
+
     /// The acceptor's bounds once started: whole requests waiting for a worker, watched
     /// connections, draining ones, and its peek window.
     var acceptorBounds: (capacity: Int, watchLimit: Int, drainLimit: Int, window: Int)? {

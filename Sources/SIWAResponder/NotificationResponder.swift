@@ -269,7 +269,7 @@ public final class NotificationResponder: Sendable {
 
     func health() -> Reply {
         let keyCount = keys.usableKeyCount
-        let redis = breaker.health(within: Self.healthPingBound)
+        let redis = breaker.health(within: configuration.readiness.healthPingTimeout)
         let redisAnswers = redis.answers
         let depth = spool.depth
         var reasons: [String] = []
@@ -312,9 +312,6 @@ public final class NotificationResponder: Sendable {
             )
         ]
     }
-
-    /// How long /healthz waits for Redis's PING: it answers within 100 ms whatever Redis does.
-    static let healthPingBound: Duration = .milliseconds(80)
 
     func metricsText() -> Reply {
         let jwks = keys.metrics(now: clock.wallSeconds())

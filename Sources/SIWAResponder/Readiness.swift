@@ -83,7 +83,7 @@ extension NotificationResponder {
     /// oldest record read only when an age limit is set and records wait.
     func readiness() -> Reply {
         let limits = configuration.readiness
-        let redisAnswers = breaker.health(within: Self.healthPingBound).answers
+        let redisAnswers = breaker.health(within: limits.healthPingTimeout).answers
         let depth = spool.depth
         let observed = Readiness.Observation(
             signingKeys: keys.usableKeyCount, redisAnswers: redisAnswers,

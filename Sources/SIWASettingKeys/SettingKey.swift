@@ -59,6 +59,7 @@ extension SettingKey where Value == Duration {
     public static var retryAfter: Self { Self("SIWA_RETRY_AFTER_SECONDS") }
     public static var redisReplicaTimeout: Self { Self("SIWA_REDIS_REPLICA_TIMEOUT_MS") }
     public static var readySpoolMaximumAge: Self { Self("SIWA_READY_SPOOL_MAX_AGE_SECONDS") }
+    public static var healthPingTimeout: Self { Self("SIWA_HEALTH_PING_TIMEOUT_MS") }
 }
 
 extension SettingKey where Value == RedisEndpoint {

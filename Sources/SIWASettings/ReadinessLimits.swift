@@ -14,17 +14,27 @@ public struct ReadinessLimits: Sendable, Equatable {
     /// of them out of the load balancer would turn an outage the spool absorbs into refusals.
     public static let defaultSpoolMaximumAge: Duration = .zero
     static let spoolMaximumAgeRange: ClosedRange<Duration> = .zero ... .seconds(30 * 86_400)
+    /// How long `/healthz` and `/healthz/ready` wait for Redis's PING before answering that
+    /// Redis did not answer: 80 ms, so a probe is answered within 100 ms whatever Redis does.
+    public static let defaultHealthPingTimeout: Duration = .milliseconds(80)
+    /// From 10 ms to 5 s: a Redis in another region answers a PING in tens of milliseconds,
+    /// and a probe's own timeout is a few seconds (a worker waits this long for each probe).
+    static let healthPingTimeoutRange: ClosedRange<Duration> = .milliseconds(10) ... .milliseconds(5000)
 
     /// 0: no limit.
     public var spoolMaximumDepth: Int
     /// Zero: no limit.
     public var spoolMaximumAge: Duration
+    /// The wait for Redis's PING of a probe (`SIWA_HEALTH_PING_TIMEOUT_MS`).
+    public var healthPingTimeout: Duration
 
     public init(
-        spoolMaximumDepth: Int = Self.defaultSpoolMaximumDepth, spoolMaximumAge: Duration = Self.defaultSpoolMaximumAge
+        spoolMaximumDepth: Int = Self.defaultSpoolMaximumDepth, spoolMaximumAge: Duration = Self.defaultSpoolMaximumAge,
+        healthPingTimeout: Duration = Self.defaultHealthPingTimeout
     ) {
         self.spoolMaximumDepth = spoolMaximumDepth
         self.spoolMaximumAge = spoolMaximumAge
+        self.healthPingTimeout = healthPingTimeout
     }
 
     /// A limit outside its range, named.
@@ -38,5 +48,8 @@ public struct ReadinessLimits: Sendable, Equatable {
             throw OutOfRange(limit: "spoolMaximumDepth")
         }
         guard Self.spoolMaximumAgeRange.contains(spoolMaximumAge) else { throw OutOfRange(limit: "spoolMaximumAge") }
+        guard Self.healthPingTimeoutRange.contains(healthPingTimeout) else {
+            throw OutOfRange(limit: "healthPingTimeout")
+        }
     }
 }

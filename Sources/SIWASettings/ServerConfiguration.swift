@@ -195,6 +195,11 @@ public struct ServerConfiguration: Sendable, Equatable {
                 in: ReadinessLimits.spoolMaximumAgeRange, unit: .seconds,
                 "age of the oldest waiting spool record beyond which `/healthz/ready` answers 503 `spool_too_old` (0: no limit)"
             ),
+            .duration(
+                .healthPingTimeout, default: ReadinessLimits.defaultHealthPingTimeout,
+                in: ReadinessLimits.healthPingTimeoutRange, unit: .milliseconds,
+                "how long `/healthz` and `/healthz/ready` wait for Redis's PING; past it `/healthz` answers 503 `ping_timeout` (raise it for a Redis far away; keep it under the probe's own timeout)"
+            ),
         ] + AppleAPIConfiguration.appleSettings + WebhookConfiguration.webhookSettings
         + GoogleManagementConfiguration.googleSettings
 
@@ -245,7 +250,8 @@ public struct ServerConfiguration: Sendable, Equatable {
         silence = SilenceSettings(
             defaultHours: try parsed[.silenceAlertHours], hoursByClient: try parsed[.silenceAlertHoursByClient] ?? [:])
         readiness = ReadinessLimits(
-            spoolMaximumDepth: try parsed[.readySpoolMaximumDepth], spoolMaximumAge: try parsed[.readySpoolMaximumAge])
+            spoolMaximumDepth: try parsed[.readySpoolMaximumDepth], spoolMaximumAge: try parsed[.readySpoolMaximumAge],
+            healthPingTimeout: try parsed[.healthPingTimeout])
         if !google.clientIDs.isEmpty, google.path == requests.notificationPath {
             throw ConfigurationError(
                 SettingKey.googlePath, "is the path of Apple's notifications (\(SettingKey.notificationPath.name))")

@@ -59,9 +59,9 @@ public enum LoopbackPort {
         return (lowest + parts[0] * width, lowest + (parts[0] + 1) * width)
     }()
 
-    /// Where `free()` stops: below the ephemeral range, and below `lowest + 10000`, so a
-    /// cluster node's bus port (its port + 10000, `freeWithBusPorts`) is never a port any
-    /// test process draws.
+    /// Where `free()` stops: below the ephemeral range, and below `lowest + 10000` (so a
+    /// server started with a cluster bus at its default, the port + 10000, never meets a
+    /// port any test process draws; the tests' clusters draw theirs, `freeWithBusPorts`).
     public static let drawEnd = min(ephemeralRangeStart, lowest + 10_000, highest + 1)
 
     private static let handedOut = Mutex<[Int: ContinuousClock.Instant]>([:])
@@ -82,19 +82,19 @@ public enum LoopbackPort {
         return text?.split(whereSeparator: \.isWhitespace).first.flatMap { Int($0) } ?? 32_768
     }()
 
-    /// `count` distinct free ports whose cluster bus port (port + 10000) is free too.
-    public static func freeWithBusPorts(_ count: Int) throws -> [Int] {
-        var ports: [Int] = []
-        // From this process's slice when it has room for them, as `free()`.
-        let range = slice.end - slice.start >= 1000 ? slice.start..<slice.end : 20_000..<45_001
-        for _ in 0..<2000 where ports.count < count {
-            let port = Int.random(in: range)
-            guard !ports.contains(port), isFree(port), isFree(port + 10_000), handOut(port), handOut(port + 10_000)
-            else { continue }
-            ports.append(port)
-        }
-        guard ports.count == count else { throw Unavailable(description: "no free loopback ports for a cluster") }
-        return ports
+    /// A cluster node's two ports: clients', and its cluster bus's (`--cluster-port`).
+    public struct ClusterNodePorts: Sendable, Equatable {
+        public let port: Int
+        public let busPort: Int
+    }
+
+    /// `count` cluster nodes' ports, each drawn by `free()`. The bus port is drawn too, and
+    /// given to the node with `--cluster-port`, not left at its default (the port + 10000):
+    /// that default lands in the ephemeral range, where any outgoing connection on the
+    /// machine could take it (or leave it in TIME_WAIT) between the draw and the bind, or
+    /// while a killed node is down before it is started again on the same ports.
+    public static func freeWithBusPorts(_ count: Int) throws -> [ClusterNodePorts] {
+        try (0..<count).map { _ in ClusterNodePorts(port: try free(), busPort: try free()) }
     }
 
     /// Whether `port` on 127.0.0.1 can be bound right now.

@@ -60,4 +60,29 @@ struct RedisHangTests {
         #expect(healthAfter.jsonFields["spool_depth"] == "0")
         #expect(healthAfter.jsonFields["redis_circuit"] == nil)
     }
+
+    @Test(
+        "a Redis that does not answer PING: /healthz waits SIWA_HEALTH_PING_TIMEOUT_MS (1.5 s here), then 503 ping_timeout; /healthz/live 200"
+    )
+    func healthPingTimeoutSetting() throws {
+        // The Redis timeout is long, so the breaker's own PING stays pending (the breaker
+        // does not open): only /healthz's bound decides when it answers.
+        let stack = try ServeStack(extraEnvironment: [
+            "SIWA_HEALTH_PING_TIMEOUT_MS": "1500", "SIWA_REDIS_TIMEOUT_MS": "60000",
+        ])
+        defer { stack.shutdown() }
+        #expect(try stack.health().status == 200)
+
+        stack.redis.send(SIGSTOP)
+        defer { stack.redis.send(SIGCONT) }
+        let started = ContinuousClock.now
+        let health = try stack.request("GET", "/healthz")
+        let waited = ContinuousClock.now - started
+        #expect(health.status == 503)
+        #expect(health.jsonFields["redis"] == "down")
+        #expect(health.jsonFields["redis_circuit"] == "ping_timeout", "\(health.bodyText)")
+        // Not before the bound: Redis is stopped, so nothing can answer the PING sooner.
+        #expect(waited >= .milliseconds(1500), "answered after \(waited)")
+        #expect(try stack.request("GET", "/healthz/live").status == 200)
+    }
 }

@@ -272,14 +272,16 @@ struct TransferTests {
         stack.exporting("000068.1", label: "m1", transferSub: "tr.m.0001")
         stack.exporting("000068.2", label: "m2", transferSub: "tr.m.0002", answer: "stall_once")
         stack.exporting("000068.3", label: "m3", transferSub: "tr.m.0003")
-        try stack.start(stallSeconds: 3)
+        // Apple holds m2's answer 8 s: time enough, on a loaded machine, to see the stall in
+        // the log and stop Redis (an append-only one) before the answer comes.
+        try stack.start(stallSeconds: 8)
         let identifiers = ["000068.1", "000068.2", "000068.3"]
         let output = stack.base.directory.appendingPathComponent("mid-run.out")
         let errors = stack.base.directory.appendingPathComponent("mid-run.err")
         let run = try EndpointProcess(
             try stack.arguments("export", identifiers),
             environment: stack.environment(.sender).merging([
-                "SIWA_APPLE_TIMEOUT_SECONDS": "10", "SIWA_REDIS_TIMEOUT_MS": "500",
+                "SIWA_APPLE_TIMEOUT_SECONDS": "20", "SIWA_REDIS_TIMEOUT_MS": "500",
             ]) { $1 }, standardOutput: output, standardError: errors)
         let process = run.process
         // While Apple holds m2's answer, Redis goes away.

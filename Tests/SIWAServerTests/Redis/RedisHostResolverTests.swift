@@ -125,9 +125,11 @@ struct RedisHostResolverTests {
             return error?.code == .timedOut && error?.message.contains("resolving redis.siwa-test.example") == true
         }
         let elapsed = ContinuousClock.now - started
-        // The resolver's own period is 5 s per try (resolv.conf's default): the deadline cut it short.
-        #expect(elapsed >= .milliseconds(450) && elapsed < .milliseconds(1500), "took \(elapsed)")
-        #expect(nameServer.questions >= 1, "the question never reached the name server")
+        // The resolver's own period is 5 s per try (resolv.conf's default): the deadline cut it
+        // short (under 4 s leaves a loaded machine room and still tells the two apart).
+        #expect(elapsed >= .milliseconds(450) && elapsed < .milliseconds(4000), "took \(elapsed)")
+        // The name server counts on its own thread: wait for it to have read the question.
+        #expect(waitUntil(timeout: 5) { nameServer.questions >= 1 }, "the question never reached the name server")
     }
 
     @Test("a name server that answers: the connection is made to the address it gave")

@@ -206,6 +206,9 @@ struct SettingOwnerTableTests {
         "SIWA_READY_SPOOL_MAX_AGE_SECONDS": Owned(
             defaultText: "\(seconds(ReadinessLimits.defaultSpoolMaximumAge))",
             bounds: seconds(ReadinessLimits.spoolMaximumAgeRange)),
+        "SIWA_HEALTH_PING_TIMEOUT_MS": Owned(
+            defaultText: "\(milliseconds(ReadinessLimits.defaultHealthPingTimeout))",
+            bounds: milliseconds(ReadinessLimits.healthPingTimeoutRange)),
         "SIWA_WEBHOOK_CONNECT_TIMEOUT_MS": Owned(
             defaultText: "\(milliseconds(WebhookConfiguration.defaultConnectTimeout))",
             bounds: milliseconds(WebhookConfiguration.connectTimeoutRange)),

@@ -52,10 +52,10 @@ struct SentinelFailoverTests {
         let outcome = try load.run(faultAfter: killAfterAnswers, loadTimeout: 60) {
             oldPrimary.kill()
             killedAt = .now
-            newPrimary = cluster.waitForFailover(from: oldPrimary.port, timeout: 30)
+            newPrimary = cluster.waitForFailover(from: oldPrimary.port, timeout: 60)
             failedOverAt = .now
         }
-        let primary = try #require(newPrimary, "no replica was promoted within 30 s")
+        let primary = try #require(newPrimary, "no replica was promoted within 60 s")
         var report = Report()
         report.retried = outcome.retried
         report.stillFailingAfterRetry = outcome.stillFailingAfterRetry

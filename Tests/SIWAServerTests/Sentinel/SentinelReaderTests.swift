@@ -80,7 +80,7 @@ struct SentinelReaderTests {
         #expect(stack.waitUntil(timeout: 10) { Self.replicasCaughtUp(cluster) })
         let oldPort = cluster.initialPrimary.port
         cluster.initialPrimary.kill()
-        let newPrimary = try #require(cluster.waitForFailover(from: oldPort, timeout: 30))
+        let newPrimary = try #require(cluster.waitForFailover(from: oldPort, timeout: 60))
 
         // Pub/sub does not keep messages for a disconnected subscriber: it must be back first.
         let subscriptions = { subscriberText().components(separatedBy: #"{"subscribed": true}"#).count - 1 }

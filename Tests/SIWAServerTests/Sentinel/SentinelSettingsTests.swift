@@ -86,7 +86,7 @@ struct SentinelSettingsTests {
         let oldPort = cluster.initialPrimary.port
         _ = try cluster.connection(port: cluster.sentinels[0].port).command(
             "SENTINEL", "FAILOVER", RedisSentinelCluster.masterName)
-        let newPrimary = try #require(cluster.waitForFailover(from: oldPort, timeout: 30))
+        let newPrimary = try #require(cluster.waitForFailover(from: oldPort, timeout: 60))
         // Until the sentinels demote it, the old node is still a master that takes writes
         // (lost when it resyncs, unless SIWA_REDIS_MIN_REPLICAS kept a copy): wait for that.
         #expect(

@@ -73,13 +73,21 @@ final class NginxProcess {
         try Data(bytes).write(to: documentRoot.appendingPathComponent(name), options: .atomic)
     }
 
-    /// How many requests nginx logged for exactly `path`.
+    /// How many requests nginx logged for exactly `path`, of those answered before this is
+    /// asked. nginx logs a request as it finalises it, which may be just after the client has
+    /// read the whole response; so this asks for a marker (`/ready?count=<uuid>`) and waits,
+    /// at most 10 s, for the marker's own line. nginx's one worker handles its events in
+    /// turn, so every request it had answered before the marker came is logged by then.
     func requestCount(path: String) -> Int {
-        // nginx logs a request as it finalises it, which may be just after the
-        // client has read the whole response.
-        usleep(200_000)
-        guard let log = try? String(contentsOfFile: accessLogPath, encoding: .utf8) else { return 0 }
-        return log.split(separator: "\n").filter { $0.contains("\"GET \(path) HTTP/") }.count
+        let marker = "/ready?count=\(UUID().uuidString)"
+        _ = try? HTTPSFetcher(timeoutSeconds: 5).fetch("http://127.0.0.1:\(httpPort)\(marker)")
+        var lines: [Substring] = []
+        _ = waitUntil(timeout: 10) {
+            let log = (try? String(contentsOfFile: accessLogPath, encoding: .utf8)) ?? ""
+            lines = log.split(separator: "\n")
+            return lines.contains { $0.contains("\"GET \(marker) HTTP/") }
+        }
+        return lines.filter { $0.contains("\"GET \(path) HTTP/") }.count
     }
 
     /// Stops nginx (fast shutdown), waiting at most a few seconds before killing it.

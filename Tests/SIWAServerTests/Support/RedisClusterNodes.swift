@@ -57,8 +57,10 @@ final class RedisClusterNodes: @unchecked Sendable {
             .appendingPathComponent("siwa-cluster-\(UUID().uuidString)", isDirectory: true)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let directory = self.directory
-        let ports = try LoopbackPort.freeWithBusPorts(6)
-        nodes = ports.enumerated().map { index, port in
+        let drawn = try LoopbackPort.freeWithBusPorts(6)
+        let ports = drawn.map(\.port)
+        nodes = drawn.enumerated().map { index, node in
+            let port = node.port
             let nodeDirectory = directory.appendingPathComponent("node-\(index)").path
             try? FileManager.default.createDirectory(atPath: nodeDirectory, withIntermediateDirectories: true)
             return RedisSentinelCluster.Node(
@@ -68,7 +70,7 @@ final class RedisClusterNodes: @unchecked Sendable {
                     "",
                     "--appendonly", "no", "--daemonize", "no", "--logfile", nodeDirectory + "/redis.log",
                     "--cluster-enabled", "yes", "--cluster-config-file", nodeDirectory + "/nodes.conf",
-                    "--cluster-node-timeout", String(nodeTimeoutMilliseconds),
+                    "--cluster-node-timeout", String(nodeTimeoutMilliseconds), "--cluster-port", String(node.busPort),
                 ] + (tls.map { Self.tlsArguments($0, port: port) } ?? []),
                 logPath: nodeDirectory + "/redis.log", flavor: flavor)
         }
@@ -210,8 +212,9 @@ final class RedisClusterNodes: @unchecked Sendable {
     /// (two nodes, one of them holding slots: nobody can mark the dead one failed). Plain
     /// TCP only. Returns the stale node's port and the dead owner's.
     func staleSeed() throws -> (port: Int, deadOwner: Int) {
-        let ports = try LoopbackPort.freeWithBusPorts(2)
-        let made = ports.enumerated().map { index, port in
+        let drawn = try LoopbackPort.freeWithBusPorts(2)
+        let made = drawn.enumerated().map { index, ports in
+            let port = ports.port
             let nodeDirectory = directory.appendingPathComponent("stale-\(index)").path
             try? FileManager.default.createDirectory(atPath: nodeDirectory, withIntermediateDirectories: true)
             return RedisSentinelCluster.Node(
@@ -220,6 +223,7 @@ final class RedisClusterNodes: @unchecked Sendable {
                     "--port", String(port), "--bind", "127.0.0.1", "--dir", nodeDirectory, "--save", "",
                     "--appendonly", "no", "--daemonize", "no", "--logfile", nodeDirectory + "/redis.log",
                     "--cluster-enabled", "yes", "--cluster-config-file", nodeDirectory + "/nodes.conf",
+                    "--cluster-port", String(ports.busPort),
                 ], logPath: nodeDirectory + "/redis.log", flavor: flavor)
         }
         extras += made
@@ -227,7 +231,8 @@ final class RedisClusterNodes: @unchecked Sendable {
         let (stale, owner) = (made[0], made[1])
         try waitUntil(timeout: 20) { made.allSatisfy { (try? self.connection(port: $0.port).command("PING")) != nil } }
         _ = try connection(port: owner.port).command("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
-        _ = try connection(port: stale.port).command("CLUSTER", "MEET", "127.0.0.1", String(owner.port))
+        _ = try connection(port: stale.port).command(
+            "CLUSTER", "MEET", "127.0.0.1", String(owner.port), String(drawn[1].busPort))
         try waitUntil(timeout: 30) {
             let ranges = (try? self.connection(port: stale.port).command("CLUSTER", "SLOTS"))?.array ?? []
             return ranges.contains { $0.array?.dropFirst(2).first?.array?[1].integer == Int64(owner.port) }

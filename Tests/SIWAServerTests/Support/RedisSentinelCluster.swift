@@ -261,6 +261,8 @@ final class RedisSentinelCluster: @unchecked Sendable {
     }
 
     /// Waits until the sentinels name a master other than `oldPort` and that node's ROLE is master.
+    /// The tests give it 60 s: an attempt that fails (a split vote, a promotion not seen in
+    /// time on a loaded machine) is started again only after twice the failover-timeout (10 s).
     func waitForFailover(from oldPort: Int, timeout: TimeInterval) -> Node? {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {

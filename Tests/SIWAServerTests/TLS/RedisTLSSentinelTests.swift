@@ -38,7 +38,7 @@ struct RedisTLSSentinelTests {
 
         primary.kill()
         let promoted = try #require(
-            cluster.waitForFailover(from: primary.port, timeout: 30), "no replica was promoted within 30 s")
+            cluster.waitForFailover(from: primary.port, timeout: 60), "no replica was promoted within 60 s")
         // As Apple would: a non-applied answer is posted again, a bounded number of times.
         var outcome: String?
         let body = try stack.body(type: "consent-revoked", sub: "001.tls.sentinel.b")

@@ -71,6 +71,13 @@ struct WebhookDeliveryTests {
         // The mail receiver logs the request before it answers: wait for the acknowledgement.
         #expect(waitUntil(timeout: 5) { (try? stack.pending("deliver:mail")) == 0 })
         #expect(try stack.pending("deliver:billing", stream: "siwa:deletions") == 0)
+        // The worker counts a delivery just after its XACK: wait for the count too.
+        #expect(
+            waitUntil(timeout: 5) {
+                let counted = try? deliverer.metrics()
+                return counted?[#"siwa_webhook_delivered_total{destination="billing"}"#] == 4
+                    && counted?[#"siwa_webhook_delivered_total{destination="mail"}"#] == 1
+            })
         let metrics = try deliverer.metrics()
         #expect(metrics[#"siwa_webhook_delivered_total{destination="billing"}"#] == 4)
         #expect(metrics[#"siwa_webhook_attempts_total{destination="billing"}"#] == 4)
@@ -100,12 +107,12 @@ struct WebhookDeliveryTests {
                 "e-500": [["status": .integer(500)], ok],
                 "e-429": [["status": .integer(429), "retry_after": .string("1")], ok],
                 "e-302": [["status": .integer(302), "location": .string("https://localhost:1/elsewhere")], ok],
-                "e-hang": [["hang": .number(3)], ok],
+                "e-hang": [["hang": .number(5)], ok],
                 "e-close": [["close": .bool(true)], ok],
                 "e-404": [["status": .integer(404)], ok],
             ])
         let deliverer = try stack.startDeliverer(
-            try stack.environment([stack.destination("flaky", receiver)], ["SIWA_WEBHOOK_TIMEOUT_MS": "1000"]))
+            try stack.environment([stack.destination("flaky", receiver)], ["SIWA_WEBHOOK_TIMEOUT_MS": "2500"]))
         let ids = ["e-500", "e-429", "e-302", "e-hang", "e-close", "e-404"]
         for id in ids { try stack.add("consent-revoked", jti: id) }
         #expect(waitUntil(timeout: 20) { ids.allSatisfy { receiver.count($0) == 2 } })
@@ -119,6 +126,11 @@ struct WebhookDeliveryTests {
             return nil
         }
         #expect(times.count == 2 && times[1] - times[0] >= 1000, "\(times)")
+        // The worker counts a delivery just after its XACK: wait for the count too.
+        #expect(
+            waitUntil(timeout: 5) {
+                (try? deliverer.metrics())?[#"siwa_webhook_delivered_total{destination="flaky"}"#] == 6
+            })
         let metrics = try deliverer.metrics()
         #expect(Self.cause(metrics, "flaky", "server_error") == 1)
         #expect(Self.cause(metrics, "flaky", "slow_down") == 1)
@@ -258,9 +270,9 @@ struct WebhookDeliveryTests {
         defer { stack.shutdown() }
         let fast = try stack.receiver("fast")
         let slow = try stack.receiver("slow")
-        try slow.plan(default: ["status": .integer(200), "hang": .number(2)])
+        try slow.plan(default: ["status": .integer(200), "hang": .number(10)])
         let environment = try stack.environment(
-            [stack.destination("fast", fast), stack.destination("slow", slow)], ["SIWA_WEBHOOK_TIMEOUT_MS": "5000"])
+            [stack.destination("fast", fast), stack.destination("slow", slow)], ["SIWA_WEBHOOK_TIMEOUT_MS": "20000"])
         let one = try stack.startDeliverer(environment.merging(["SIWA_WEBHOOK_CONSUMER": "one"]) { $1 })
         let two = try stack.startDeliverer(
             environment.merging([
@@ -269,14 +281,17 @@ struct WebhookDeliveryTests {
         let ids = (1...20).map { "s-\($0)" }
         for id in ids { try stack.add("consent-revoked", jti: id) }
         #expect(waitUntil(timeout: 10) { fast.ids().count == 20 })
-        // The slow one (2 s per call, two deliverers) has had at most a few meanwhile.
+        // The slow one (10 s per call, two deliverers) has had at most a few meanwhile: one
+        // each within those 10 s, two each had the fast one taken twice as long.
         #expect(slow.ids().count <= 4, "\(slow.ids())")
         #expect(Set(fast.ids()) == Set(ids) && fast.ids().count == 20)
         #expect(waitUntil(timeout: 5) { (try? stack.pending("deliver:fast")) == 0 })
-        let delivered =
-            (try one.metrics()[#"siwa_webhook_delivered_total{destination="fast"}"#] ?? 0)
-            + (try two.metrics()[#"siwa_webhook_delivered_total{destination="fast"}"#] ?? 0)
-        #expect(delivered == 20)
+        // Each worker counts a delivery just after its XACK: wait for the sum.
+        func delivered() -> Double {
+            ((try? one.metrics())?[#"siwa_webhook_delivered_total{destination="fast"}"#] ?? 0)
+                + ((try? two.metrics())?[#"siwa_webhook_delivered_total{destination="fast"}"#] ?? 0)
+        }
+        #expect(waitUntil(timeout: 5) { delivered() == 20 }, "delivered: \(delivered())")
     }
 
     @Test("trimming never drops what a destination has not had: SIWA_STREAM_MAXLEN exceeded while it is down")

@@ -62,7 +62,7 @@ struct WebhookFailoverTests {
             })
         try replicated(on: primary.port)
         primary.kill()
-        let promoted = try #require(cluster.waitForFailover(from: primary.port, timeout: 30))
+        let promoted = try #require(cluster.waitForFailover(from: primary.port, timeout: 60))
         try write(11...20, port: promoted.port)
         let all = Set((1...20).map { "ha-\($0)" })
         #expect(waitUntil(timeout: 30) { Set(receiver.ids()) == all })
