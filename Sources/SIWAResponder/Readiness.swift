@@ -78,12 +78,13 @@ extension NotificationResponder {
     }
 
     /// `/healthz/ready`: 200 when a notification can be accepted and recorded durably now,
-    /// else 503 naming each failing condition. Redis gets the bounded PING of /healthz; the
-    /// spool is written to (a small file, fsynced) only when Redis does not answer, and its
-    /// oldest record read only when an age limit is set and records wait.
+    /// else 503 naming each failing condition. Redis gets the PING of /healthz, bounded at
+    /// 80 ms at most (`ReadinessLimits.readinessPingTimeout`); the spool is written to (a
+    /// small file, fsynced) only when Redis does not answer, and its oldest record read only
+    /// when an age limit is set and records wait.
     func readiness() -> Reply {
         let limits = configuration.readiness
-        let redisAnswers = breaker.health(within: limits.healthPingTimeout).answers
+        let redisAnswers = breaker.health(within: limits.readinessPingTimeout).answers
         let depth = spool.depth
         let observed = Readiness.Observation(
             signingKeys: keys.usableKeyCount, redisAnswers: redisAnswers,

@@ -14,19 +14,26 @@ public struct ReadinessLimits: Sendable, Equatable {
     /// of them out of the load balancer would turn an outage the spool absorbs into refusals.
     public static let defaultSpoolMaximumAge: Duration = .zero
     static let spoolMaximumAgeRange: ClosedRange<Duration> = .zero ... .seconds(30 * 86_400)
-    /// How long `/healthz` and `/healthz/ready` wait for Redis's PING before answering that
-    /// Redis did not answer: 80 ms, so a probe is answered within 100 ms whatever Redis does.
+    /// How long `/healthz` waits for Redis's PING before answering that Redis did not
+    /// answer: 80 ms, so it is answered within 100 ms whatever Redis does.
     public static let defaultHealthPingTimeout: Duration = .milliseconds(80)
-    /// From 10 ms to 5 s: a Redis in another region answers a PING in tens of milliseconds,
-    /// and a probe's own timeout is a few seconds (a worker waits this long for each probe).
-    static let healthPingTimeoutRange: ClosedRange<Duration> = .milliseconds(10) ... .milliseconds(5000)
+    /// From 10 ms to 2 s: a Redis in another region answers a PING in tens of milliseconds,
+    /// a balancer's probe gives up after a few seconds, and each waiting probe holds a worker.
+    static let healthPingTimeoutRange: ClosedRange<Duration> = .milliseconds(10) ... .milliseconds(2000)
+    /// The most `/healthz/ready` waits for the PING, whatever `healthPingTimeout` says: a
+    /// Redis that does not answer within it sends readiness to the spool's write check, which
+    /// decides alone; a longer wait could only outlast the orchestrator's probe timeout (2 s
+    /// in the shipped manifests) and take every instance out at once.
+    public static let readinessPingLimit: Duration = .milliseconds(80)
 
     /// 0: no limit.
     public var spoolMaximumDepth: Int
     /// Zero: no limit.
     public var spoolMaximumAge: Duration
-    /// The wait for Redis's PING of a probe (`SIWA_HEALTH_PING_TIMEOUT_MS`).
+    /// The wait of `/healthz` for Redis's PING (`SIWA_HEALTH_PING_TIMEOUT_MS`).
     public var healthPingTimeout: Duration
+    /// The wait of `/healthz/ready` for the same PING: the shorter of the two.
+    public var readinessPingTimeout: Duration { min(healthPingTimeout, Self.readinessPingLimit) }
 
     public init(
         spoolMaximumDepth: Int = Self.defaultSpoolMaximumDepth, spoolMaximumAge: Duration = Self.defaultSpoolMaximumAge,

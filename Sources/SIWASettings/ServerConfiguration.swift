@@ -198,7 +198,7 @@ public struct ServerConfiguration: Sendable, Equatable {
             .duration(
                 .healthPingTimeout, default: ReadinessLimits.defaultHealthPingTimeout,
                 in: ReadinessLimits.healthPingTimeoutRange, unit: .milliseconds,
-                "how long `/healthz` and `/healthz/ready` wait for Redis's PING; past it `/healthz` answers 503 `ping_timeout` (raise it for a Redis far away; keep it under the probe's own timeout)"
+                "how long `/healthz` waits for Redis's PING; past it `/healthz` answers 503 `ping_timeout` (raise it for a Redis far away; keep it under the probe's own timeout). `/healthz/ready` waits the shorter of this and 80 ms"
             ),
         ] + AppleAPIConfiguration.appleSettings + WebhookConfiguration.webhookSettings
         + GoogleManagementConfiguration.googleSettings

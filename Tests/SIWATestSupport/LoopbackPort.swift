@@ -3,8 +3,9 @@ import Glibc
 import Synchronization
 
 /// Free TCP ports on 127.0.0.1 for the servers the tests start (Redis, Sentinels, nginx,
-/// stunnel). Never above `highest`: a Redis cluster node listens on its port + 10000 for
-/// its cluster bus, so any port the tests hand out must leave room for that.
+/// stunnel). Never above `highest`: a Redis cluster node with its bus at the default listens
+/// on its port + 10000, so any port handed out leaves room for that (the tests' own clusters
+/// draw their bus ports too, `freeWithBusPorts`).
 public enum LoopbackPort {
     public static let highest = 55_535
 

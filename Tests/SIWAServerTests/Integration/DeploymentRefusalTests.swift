@@ -197,7 +197,8 @@ struct DeploymentRefusalTests {
 
         _ = try admin.command("ACL", "SETUSER", "siwa", "+wait")
         #expect(try stack.waitUntil(timeout: 15) { try stack.health().status == 200 })
-        #expect(try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)["depth"] == "0")
+        #expect(
+            stack.waitUntil(timeout: 10) { (try? SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)["depth"]) == "0" })
         #expect(
             try replicaConnection.command("HGET", "siwa:user:{\(ServeStack.clientID):\(sub)}", "last_event_type")
                 .string == "consent-revoked")

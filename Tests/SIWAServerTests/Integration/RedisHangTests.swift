@@ -51,8 +51,15 @@ struct RedisHangTests {
         #expect(try stack.streamLength() == 13)
         // The one call that timed out was in Redis's socket when it stopped, and ran when it
         // resumed: the replay finds that call's own marker and says `stored`, not `duplicate`.
-        let replayed = serve.logLines(event: "spool_replayed").map { try? ExampleFiles.flatJSON($0) }
+        // A pass logs `spool_replayed` after its last record reached Redis (and its position
+        // was saved): wait for the lines to account for all twelve.
+        var replayed: [[String: String]?] = []
         func total(_ member: String) -> Int { replayed.reduce(0) { $0 + (Int($1?[member] ?? "") ?? 0) } }
+        #expect(
+            waitUntil(timeout: 10) {
+                replayed = serve.logLines(event: "spool_replayed").map { try? ExampleFiles.flatJSON($0) }
+                return total("stored") + total("duplicate") + total("applied") >= 12
+            }, "\(replayed)")
         #expect(total("stored") == 1, "\(replayed)")
         #expect(total("duplicate") == 0)
         #expect(total("applied") == 11)
@@ -62,13 +69,13 @@ struct RedisHangTests {
     }
 
     @Test(
-        "a Redis that does not answer PING: /healthz waits SIWA_HEALTH_PING_TIMEOUT_MS (1.5 s here), then 503 ping_timeout; /healthz/live 200"
+        "a Redis that does not answer PING: /healthz waits SIWA_HEALTH_PING_TIMEOUT_MS (2 s here), then 503 ping_timeout; /healthz/ready does not wait it; /healthz/live 200"
     )
     func healthPingTimeoutSetting() throws {
         // The Redis timeout is long, so the breaker's own PING stays pending (the breaker
         // does not open): only /healthz's bound decides when it answers.
         let stack = try ServeStack(extraEnvironment: [
-            "SIWA_HEALTH_PING_TIMEOUT_MS": "1500", "SIWA_REDIS_TIMEOUT_MS": "60000",
+            "SIWA_HEALTH_PING_TIMEOUT_MS": "2000", "SIWA_REDIS_TIMEOUT_MS": "60000",
         ])
         defer { stack.shutdown() }
         #expect(try stack.health().status == 200)
@@ -82,7 +89,14 @@ struct RedisHangTests {
         #expect(health.jsonFields["redis"] == "down")
         #expect(health.jsonFields["redis_circuit"] == "ping_timeout", "\(health.bodyText)")
         // Not before the bound: Redis is stopped, so nothing can answer the PING sooner.
-        #expect(waited >= .milliseconds(1500), "answered after \(waited)")
+        #expect(waited >= .milliseconds(2000), "answered after \(waited)")
+        // Readiness waits 80 ms at most whatever the setting, then finds the spool takes
+        // writes: ready. (Waiting the setting, it would take 2 s or more.)
+        let readyStarted = ContinuousClock.now
+        let ready = try stack.request("GET", "/healthz/ready")
+        let readyWaited = ContinuousClock.now - readyStarted
+        #expect(ready.status == 200, "\(ready.bodyText)")
+        #expect(readyWaited < .milliseconds(2000), "ready answered after \(readyWaited)")
         #expect(try stack.request("GET", "/healthz/live").status == 200)
     }
 }

@@ -500,14 +500,18 @@ struct RedisNotificationStoreTests {
         let connection = RedisConnection(endpoint: try RedisEndpoint(parsing: server.url()))
         let store = NotificationStore(
             connection: connection, keyPrefix: "app1", seenMarkerTTL: .seconds(60), streamMaximumLength: 10)
+        var ttl: Int64?
         for index in 0..<300 {
             _ = try store.apply(
                 Self.notification("consent-revoked", at: 1_700_000_000_000 + Int64(index), jti: "jti-\(index)"),
                 receivedAt: Self.receivedAt)
+            // The first marker's TTL read at once, not after 299 more round trips a loaded
+            // machine could stretch past the margin.
+            if index == 0 {
+                ttl = try connection.command("PTTL", "app1:seen:{\(Self.clientID):\(Self.subject)}:jti-0").integer
+            }
         }
-        let ttl = try #require(
-            try connection.command("PTTL", "app1:seen:{\(Self.clientID):\(Self.subject)}:jti-0").integer)
-        #expect(ttl > 50_000 && ttl <= 60_000)
+        #expect(ttl.map { $0 > 50_000 && $0 <= 60_000 } == true, "PTTL \(String(describing: ttl))")
         // MAXLEN ~ trims whole macro nodes (100 entries by default), so "about 10" means well under 300.
         let length = try #require(try connection.command("XLEN", "app1:events").integer)
         #expect(length >= 10 && length < 300)

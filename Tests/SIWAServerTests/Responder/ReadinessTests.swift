@@ -62,7 +62,10 @@ struct ReadinessTests {
 
     @Test(
         "a value the table accepts the component accepts; the next one out is refused by both, naming it",
-        arguments: [("SIWA_READY_SPOOL_MAX_DEPTH", 0, 100_000_000), ("SIWA_READY_SPOOL_MAX_AGE_SECONDS", 0, 2_592_000)])
+        arguments: [
+            ("SIWA_READY_SPOOL_MAX_DEPTH", 0, 100_000_000), ("SIWA_READY_SPOOL_MAX_AGE_SECONDS", 0, 2_592_000),
+            ("SIWA_HEALTH_PING_TIMEOUT_MS", 10, 2000),
+        ])
     func boundsAreTheComponents(name: String, lowest: Int, highest: Int) throws {
         for value in [lowest, highest] {
             let configuration = try ServerConfiguration(environment: Self.minimal.merging([name: "\(value)"]) { $1 })
@@ -76,10 +79,10 @@ struct ReadinessTests {
             }
         }
         var outside = ReadinessLimits()
-        if name == "SIWA_READY_SPOOL_MAX_DEPTH" {
-            outside.spoolMaximumDepth = highest + 1
-        } else {
-            outside.spoolMaximumAge = .seconds(highest + 1)
+        switch name {
+        case "SIWA_READY_SPOOL_MAX_DEPTH": outside.spoolMaximumDepth = highest + 1
+        case "SIWA_HEALTH_PING_TIMEOUT_MS": outside.healthPingTimeout = .milliseconds(highest + 1)
+        default: outside.spoolMaximumAge = .seconds(highest + 1)
         }
         #expect(throws: ReadinessLimits.OutOfRange.self) { try outside.validate() }
     }
