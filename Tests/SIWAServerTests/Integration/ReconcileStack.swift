@@ -101,13 +101,17 @@ final class ReconcileStack {
         tokenURL = "https://localhost:\(port)/auth/token"
     }
 
+    /// Apple's timeout is 5 s: the stand-in makes each TLS handshake on one thread and runs
+    /// `openssl dgst` per request, and on a loaded machine an answer can take over a second;
+    /// a timeout there would add an attempt to the exact counts the tests read. A stalled
+    /// answer (30 s) still times out.
     var environment: [String: String] {
         [
             "PATH": "/usr/bin:/bin",
             "SIWA_APPLE_TEAM_ID": Self.teamID, "SIWA_APPLE_KEY_ID": Self.keyID, "SIWA_APPLE_PRIVATE_KEY_FILE": keyPath,
             "SIWA_APPLE_TOKEN_URL": tokenURL, "SIWA_APPLE_CA_FILE": authority.caCertificatePath,
             "SIWA_APPLE_REVOKE_URL": tokenURL.replacingOccurrences(of: "/auth/token", with: "/auth/revoke"),
-            "SIWA_APPLE_TIMEOUT_SECONDS": "1", "SIWA_APPLE_ATTEMPTS": "3", "SIWA_APPLE_RETRY_DELAY_MS": "50",
+            "SIWA_APPLE_TIMEOUT_SECONDS": "5", "SIWA_APPLE_ATTEMPTS": "3", "SIWA_APPLE_RETRY_DELAY_MS": "50",
             "SIWA_REDIS_URL": redis.url(), "SIWA_REDIS_TIMEOUT_MS": "1000",
         ]
     }

@@ -340,12 +340,14 @@ struct TransferTests {
             ])
         #expect(ReconcileTests().logLines(run.errors).last?["access_tokens"] == "2")
 
-        // A token that lives two seconds is renewed before it runs out: never refused.
+        // A token that lives five seconds is renewed before it runs out (a fifth early, at
+        // 4 s): never refused. Seven users a second: the run outlives the first token, and
+        // the last use of it has a second to reach the stand-in.
         let short = try TransferStack()
         defer { short.shutdown() }
-        for index in 1...5 { short.exporting("000064.\(index)", label: "s\(index)", transferSub: "tr.s.000\(index)") }
-        try short.start(accessTokenSeconds: 2)
-        let paced = try short.run("export", (1...5).map { "000064.\($0)" }, rate: "2")
+        for index in 1...7 { short.exporting("000064.\(index)", label: "s\(index)", transferSub: "tr.s.000\(index)") }
+        try short.start(accessTokenSeconds: 5)
+        let paced = try short.run("export", (1...7).map { "000064.\($0)" }, rate: "1")
         #expect(paced.status == 0, "\(paced.errors)")
         let shortLog = try short.migrationLog()
         #expect(shortLog.filter { $0["grant"] == "client_credentials" }.count >= 2)
