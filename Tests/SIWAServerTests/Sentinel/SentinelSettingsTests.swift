@@ -35,7 +35,9 @@ struct SentinelSettingsTests {
         "serve writes to the primary the sentinels name (not SIWA_REDIS_URL's host); /healthz names it; /metrics counts"
     )
     func discoversThePrimary() throws {
-        let cluster = try RedisSentinelCluster()
+        // No failover wanted, and exact counts read: a primary a loaded machine leaves
+        // unscheduled for a second must not be called down (+sdown makes serve look again).
+        let cluster = try RedisSentinelCluster(downAfterMilliseconds: 5000)
         defer { cluster.shutdown() }
         // WAIT returns once both replicas acknowledge: the long timeouts (the WAIT's under the
         // command timeout, which would break the connection first) only keep a loaded machine,
