@@ -51,18 +51,14 @@ struct RedisHangTests {
         #expect(try stack.streamLength() == 13)
         // The one call that timed out was in Redis's socket when it stopped, and ran when it
         // resumed: the replay finds that call's own marker and says `stored`, not `duplicate`.
-        // A pass logs `spool_replayed` after its last record reached Redis (and its position
-        // was saved): wait for the lines to account for all twelve.
-        var replayed: [[String: String]?] = []
-        func total(_ member: String) -> Int { replayed.reduce(0) { $0 + (Int($1?[member] ?? "") ?? 0) } }
+        // The passes' lines, once they account for all twelve.
         #expect(
             waitUntil(timeout: 10) {
-                replayed = serve.logLines(event: "spool_replayed").map { try? ExampleFiles.flatJSON($0) }
-                return total("stored") + total("duplicate") + total("applied") >= 12
-            }, "\(replayed)")
-        #expect(total("stored") == 1, "\(replayed)")
-        #expect(total("duplicate") == 0)
-        #expect(total("applied") == 11)
+                serve.replayedTotal("stored") + serve.replayedTotal("duplicate") + serve.replayedTotal("applied") >= 12
+            }, "\(serve.logLines(event: "spool_replayed"))")
+        #expect(serve.replayedTotal("stored") == 1, "\(serve.logLines(event: "spool_replayed"))")
+        #expect(serve.replayedTotal("duplicate") == 0)
+        #expect(serve.replayedTotal("applied") == 11)
         let healthAfter = try stack.health()
         #expect(healthAfter.jsonFields["spool_depth"] == "0")
         #expect(healthAfter.jsonFields["redis_circuit"] == nil)

@@ -60,6 +60,14 @@ final class ServeProcess {
         logText.split(separator: "\n").map(String.init).filter { $0.contains(#""event":"\#(name)""#) }
     }
 
+    /// The sum of the integer member `name` (`applied`, `stored`, `duplicate`, `rejected`...)
+    /// over the `spool_replayed` lines logged so far. A pass logs its line after its last
+    /// record reached Redis and its position was saved: wait for the total, never read it
+    /// the moment Redis holds the records.
+    func replayedTotal(_ name: String) -> Int {
+        logLines(event: "spool_replayed").compactMap { SpoolDeadEndTests.integerField(name, in: $0) }.reduce(0, +)
+    }
+
     func terminate() { endpoint.send(SIGTERM) }
 
     func kill() { endpoint.stop() }

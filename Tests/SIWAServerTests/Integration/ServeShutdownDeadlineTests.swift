@@ -54,7 +54,7 @@ struct ServeShutdownDeadlineTests {
         #expect(took < .seconds(8), "serve took \(took) to stop")
         #expect(serve.logLines(event: "stopped").first?.contains(#""drained":false"#) == true)
         // The pass was cut at the deadline between records, not run to its end.
-        let firstApplied = serve.logLines(event: "spool_replayed").reduce(0) { $0 + Self.integer("applied", in: $1) }
+        let firstApplied = serve.replayedTotal("applied")
         #expect(firstApplied < Self.recordCount, "the first run applied \(firstApplied), took \(took)")
         print("first run applied \(firstApplied) of \(Self.recordCount); stop took \(took)")
 
@@ -64,19 +64,10 @@ struct ServeShutdownDeadlineTests {
         #expect(try stack.streamLength() == Int64(Self.recordCount))
         // The pass logs its counts after its last record is in Redis: wait for that line
         // rather than read the log the moment the stream is full. The log holds both runs.
-        func replayCounts() -> (applied: Int, duplicate: Int) {
-            var counts = (applied: 0, duplicate: 0)
-            for line in (stack.serve?.logText ?? "").split(separator: "\n")
-            where line.contains(#""event":"spool_replayed""#) {
-                counts.applied += Self.integer("applied", in: String(line))
-                counts.duplicate += Self.integer("duplicate", in: String(line))
-            }
-            return counts
-        }
-        #expect(stack.waitUntil(timeout: 30) { replayCounts().applied >= Self.recordCount })
-        let counts = replayCounts()
-        #expect(counts.applied == Self.recordCount, "applied \(counts.applied)")
-        #expect(counts.duplicate == 0)
+        let restarted = try #require(stack.serve)
+        #expect(stack.waitUntil(timeout: 30) { restarted.replayedTotal("applied") >= Self.recordCount })
+        #expect(restarted.replayedTotal("applied") == Self.recordCount, "applied \(restarted.replayedTotal("applied"))")
+        #expect(restarted.replayedTotal("duplicate") == 0)
     }
 
     @Test(
@@ -123,12 +114,6 @@ struct ServeShutdownDeadlineTests {
 
         #expect(serve.waitForExit(timeout: 15) == 0)
         #expect(serve.logLines(event: "stopped").first?.contains(#""drained":true"#) == true)
-    }
-
-    /// `"name":<digits>` in a JSON line.
-    static func integer(_ name: String, in line: String) -> Int {
-        guard let range = line.range(of: #""\#(name)":"#) else { return 0 }
-        return Int(line[range.upperBound...].prefix { $0.isNumber }) ?? 0
     }
 
     /// A FastCGI POST that announces 100,000 body bytes and sends 70,000: its parameters are

@@ -143,18 +143,11 @@ struct SpoolDeadEndTests {
         #expect(try stack.waitUntil(timeout: 15) { try stack.streamLength() == 20 })
         #expect(try stack.waitUntil(timeout: 10) { try stack.health().status == 200 })
         for sub in subs { #expect(try stack.userHash(sub: sub)["last_event_type"] == "consent-revoked") }
-        // A pass logs `spool_replayed` (and frees its segment) after its last record reached
-        // Redis: wait for the lines to account for all twenty.
-        var replayed: [String] = []
-        var appliedTotal = 0
-        #expect(
-            stack.waitUntil(timeout: 10) {
-                replayed = stack.serve?.logLines(event: "spool_replayed") ?? []
-                appliedTotal = replayed.compactMap { Self.integerField("applied", in: $0) }.reduce(0, +)
-                return appliedTotal >= 20
-            })
-        #expect(appliedTotal == 20)
-        #expect(replayed.allSatisfy { $0.contains(#""rejected":0"#) })
+        // The passes' lines, once they account for all twenty.
+        let serve = try #require(stack.serve)
+        #expect(stack.waitUntil(timeout: 10) { serve.replayedTotal("applied") >= 20 })
+        #expect(serve.replayedTotal("applied") == 20)
+        #expect(serve.logLines(event: "spool_replayed").allSatisfy { $0.contains(#""rejected":0"#) })
         #expect(stack.waitUntil(timeout: 10) { (try? Self.spoolStatus(stack.spoolDirectory)["depth"]) == "0" })
         #expect(try stack.request("GET", "/metrics").bodyText.contains("siwa_spool_rejected_total 0\n"))
     }
@@ -193,12 +186,9 @@ struct SpoolDeadEndTests {
         _ = try holder.command("CONFIG", "SET", "maxclients", "10000")
         #expect(try stack.waitUntil(timeout: 15) { try stack.streamLength() == 2 })
         #expect(try stack.waitUntil(timeout: 10) { try stack.health().status == 200 })
-        func applied() -> Int {
-            (stack.serve?.logLines(event: "spool_replayed") ?? []).compactMap { Self.integerField("applied", in: $0) }
-                .reduce(0, +)
-        }
-        #expect(stack.waitUntil(timeout: 10) { applied() >= 2 })
-        #expect(applied() == 2)
+        let serve = try #require(stack.serve)
+        #expect(stack.waitUntil(timeout: 10) { serve.replayedTotal("applied") >= 2 })
+        #expect(serve.replayedTotal("applied") == 2)
         #expect(stack.serve?.logLines(event: "spool_record_rejected") == [])
     }
 

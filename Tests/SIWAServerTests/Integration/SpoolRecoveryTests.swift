@@ -197,10 +197,10 @@ struct SpoolRecoveryTests {
         #expect(try SpoolDeadEndTests.spoolStatus(stack.spoolDirectory)["set_aside"] == "2")
         // The pass logs its counts once it has committed its last record.
         #expect(stack.waitUntil(timeout: 15) { stack.serve?.logLines(event: "spool_replayed").isEmpty == false })
-        let replayed = stack.serve?.logLines(event: "spool_replayed") ?? []
-        #expect(replayed.compactMap { SpoolDeadEndTests.integerField("applied", in: $0) }.reduce(0, +) == 2)
-        #expect(replayed.compactMap { SpoolDeadEndTests.integerField("rejected", in: $0) }.reduce(0, +) == 2)
-        #expect(replayed.compactMap { SpoolDeadEndTests.integerField("set_aside", in: $0) }.reduce(0, +) == 2)
+        let serve = try #require(stack.serve)
+        #expect(serve.replayedTotal("applied") == 2)
+        #expect(serve.replayedTotal("rejected") == 2)
+        #expect(serve.replayedTotal("set_aside") == 2)
     }
 
     /// A hand-placed 5 MB segment is read in bounded pieces: serve's peak memory with it
